@@ -1,0 +1,135 @@
+"""The current request and registry, found through context variables.
+
+Tool code should not have to thread a handle through every call just to ask
+"was I cancelled?", so :func:`tracked` publishes the request in a
+:class:`contextvars.ContextVar`.  Trio copies the spawning task's context
+into each new task, so helpers started from inside ``tracked()`` see the
+same request too.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol, overload
+
+import trio
+
+from .errors import RequestCancelled
+
+if TYPE_CHECKING:
+    from .registry import Registry, TrackedRequest, Tracking
+    from .validation import RequestId
+
+__all__ = [
+    "RequestLike",
+    "cancelled",
+    "checkpoint_cancelled",
+    "current_registry",
+    "current_request",
+    "reason",
+    "tracked",
+]
+
+_current_request: ContextVar[TrackedRequest] = ContextVar("trio_mcp_cancel.request")
+_current_registry: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
+
+
+class RequestLike(Protocol):
+    """Anything that names a request: a transport's tool context, for instance."""
+
+    @property
+    def request_id(self) -> RequestId: ...
+
+    @property
+    def scope(self) -> str: ...
+
+
+_MISSING = object()
+
+
+@overload
+def current_request() -> TrackedRequest: ...
+@overload
+def current_request(default: None) -> TrackedRequest | None: ...
+def current_request(default: object = _MISSING) -> TrackedRequest | None:
+    """Return the request of the innermost enclosing :func:`tracked` block.
+
+    Raises :class:`RuntimeError` outside one, unless a *default* is given:
+    asking whether nothing was cancelled is almost always a bug (a tool run
+    outside the server, or a task spawned outside the request).
+    """
+    request = _current_request.get(None)
+    if request is None:
+        if default is _MISSING:
+            raise RuntimeError("not inside a tracked() request")
+        return None
+    return request
+
+
+def current_registry() -> Registry:
+    """Return the registry of the innermost enclosing ``open_registry()`` block."""
+    registry = _current_registry.get(None)
+    if registry is None:
+        raise RuntimeError(
+            "no registry is running here: use 'async with open_registry() as reg'"
+            " or pass registry= explicitly"
+        )
+    return registry
+
+
+def cancelled() -> bool:
+    """Return whether the current request has been cancelled (any kind).
+
+    This is the polled flag: cheap enough to call in a tight loop, and it
+    never yields.  Use :func:`checkpoint_cancelled` in ``async`` loops.
+    """
+    return current_request().cancellation is not None
+
+
+def reason() -> str | None:
+    """Return the current request's cancellation reason, if it has one."""
+    cancellation = current_request().cancellation
+    return None if cancellation is None else cancellation.reason
+
+
+async def checkpoint_cancelled() -> None:
+    """A Trio checkpoint that raises :class:`RequestCancelled` once the flag is set.
+
+    It first executes a full checkpoint (so it may raise ``trio.Cancelled``
+    if the grace period already ran out, and it lets other tasks run), then
+    looks at the flag, so a cancellation delivered during the checkpoint is
+    seen at once.  Loops that call it stop cooperatively, with time to tidy
+    up, before the grace period forces them to.
+    """
+    request = current_request()
+    await trio.lowlevel.checkpoint()
+    cancellation = request.cancellation
+    if cancellation is not None:
+        raise RequestCancelled(cancellation.reason, cancellation.kind)
+
+
+def tracked(
+    request: RequestLike | RequestId,
+    scope: str | None = None,
+    *,
+    registry: Registry | None = None,
+) -> Tracking:
+    """Track a request for the duration of an ``async with`` block.
+
+    *request* is either an object with ``request_id`` and ``scope``
+    attributes (a transport's tool context) or a bare id, with *scope*
+    (default ``"global"``).  The registry is *registry*, else the request's
+    own ``registry`` attribute, else the one of the enclosing
+    ``open_registry()``.  See :meth:`Registry.tracked`.
+    """
+    if isinstance(request, (int, str)):
+        request_id: RequestId = request
+        scope = "global" if scope is None else scope
+    else:
+        request_id = request.request_id
+        scope = request.scope if scope is None else scope
+        if registry is None:
+            registry = getattr(request, "registry", None)
+    if registry is None:
+        registry = current_registry()
+    return registry.tracked(request_id, scope)

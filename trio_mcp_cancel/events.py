@@ -1,0 +1,152 @@
+"""Telemetry-style events: what the registry did, for metrics and audit logs.
+
+Events are delivered synchronously, in the task that caused them, to
+callbacks and to Trio memory channels, and are also written to the
+``trio_mcp_cancel`` logger.  Delivery never blocks and never spawns a task:
+a full channel drops the event (and counts the drop) rather than stall a
+request, and a callback that raises is detached and logged, the way
+``:telemetry`` detaches a failing handler, so one broken subscriber cannot
+break cancellation for everybody.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import ClassVar, Literal, TypeAlias
+
+import attrs
+import trio
+
+from .validation import RequestId
+
+__all__ = [
+    "CancelKind",
+    "CleanupEvent",
+    "Event",
+    "EventHub",
+    "EvictionEvent",
+    "HardCancelEvent",
+    "LimitReachedEvent",
+    "RequestCancelledEvent",
+]
+
+logger = logging.getLogger("trio_mcp_cancel")
+
+#: Who cancelled: the client's ``notifications/cancelled`` (or a direct
+#: :meth:`Registry.cancel`), the server itself, or a dropped stream.
+CancelKind = Literal["client", "server", "disconnect"]
+
+
+@attrs.frozen
+class RequestCancelledEvent:
+    """``request.cancelled``: a cancellation was recorded for a request."""
+
+    name: ClassVar[str] = "request.cancelled"
+    request_id: RequestId
+    scope: str
+    reason: str | None
+    kind: CancelKind
+
+
+@attrs.frozen
+class HardCancelEvent:
+    """``request.hard_cancelled``: the grace period ran out and the request's
+    cancel scope was cancelled under it."""
+
+    name: ClassVar[str] = "request.hard_cancelled"
+    request_id: RequestId
+    scope: str
+    kind: CancelKind
+
+
+@attrs.frozen
+class LimitReachedEvent:
+    """``cancellation.limit_reached``: a scope's quota refused a row."""
+
+    name: ClassVar[str] = "cancellation.limit_reached"
+    request_id: RequestId
+    scope: str
+
+
+@attrs.frozen
+class EvictionEvent:
+    """``cancellation.evicted``: the global cap evicted a batch of rows."""
+
+    name: ClassVar[str] = "cancellation.evicted"
+    evicted: int
+    scopes: tuple[str, ...]
+
+
+@attrs.frozen
+class CleanupEvent:
+    """``cancellation.cleanup``: one pass of :meth:`Registry.cleanup`."""
+
+    name: ClassVar[str] = "cancellation.cleanup"
+    removed: int
+    in_flight_removed: int
+
+
+Event: TypeAlias = (
+    RequestCancelledEvent | HardCancelEvent | LimitReachedEvent | EvictionEvent | CleanupEvent
+)
+Subscriber = Callable[[Event], object]
+
+_LOG_LEVELS: dict[str, int] = {
+    RequestCancelledEvent.name: logging.INFO,
+    HardCancelEvent.name: logging.INFO,
+    LimitReachedEvent.name: logging.WARNING,
+    EvictionEvent.name: logging.WARNING,
+    CleanupEvent.name: logging.DEBUG,
+}
+
+
+@attrs.define(eq=False)
+class EventHub:
+    """Fan-out of events to callbacks, memory channels and :mod:`logging`."""
+
+    _callbacks: list[Subscriber] = attrs.field(init=False, factory=list)
+    _channels: list[trio.MemorySendChannel[Event]] = attrs.field(init=False, factory=list)
+    dropped: int = attrs.field(init=False, default=0)
+    """Events a full channel could not take."""
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call *callback* with every event; return a function that unsubscribes."""
+        self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def open_channel(self, max_buffer_size: float = 1000) -> trio.MemoryReceiveChannel[Event]:
+        """Return a receive channel that gets every event from now on.
+
+        Close the receive side when done; the hub notices on the next event
+        and forgets the channel.  ``max_buffer_size`` may be ``math.inf``,
+        at the cost of unbounded memory if nobody reads.
+        """
+        if max_buffer_size != math.inf:
+            max_buffer_size = int(max_buffer_size)
+        send, receive = trio.open_memory_channel[Event](max_buffer_size)
+        self._channels.append(send)
+        return receive
+
+    def emit(self, event: Event) -> None:
+        if logger.isEnabledFor(_LOG_LEVELS[event.name]):
+            logger.log(_LOG_LEVELS[event.name], "%s %r", event.name, event)
+        for callback in list(self._callbacks):
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("event subscriber %r raised; detaching it", callback)
+                self._callbacks.remove(callback)
+        for channel in list(self._channels):
+            try:
+                channel.send_nowait(event)
+            except trio.WouldBlock:
+                self.dropped += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._channels.remove(channel)

@@ -1,0 +1,114 @@
+"""Derivation of the cancellation scope: *whose* request id is this?
+
+JSON-RPC ids are chosen by the client and are usually small integers, so an
+id alone names nothing: every client has a request ``1``.  Cancellations are
+therefore keyed by ``(scope, id)``, with the scope derived from the caller,
+most specific first:
+
+1. ``session:<id>`` - the MCP session the transport issued;
+2. ``principal:<id>`` - the authenticated principal (string ids only);
+3. ``ip:<bucket>`` - the client address: the IPv4 address itself, or the
+   IPv6 ``/64`` prefix, because a host is routinely handed a whole ``/64``
+   and could otherwise rotate addresses to multiply its quota;
+4. ``global`` - nothing is known about the caller.
+
+The prefixes keep the namespaces apart: a principal whose id happens to be
+an IP address string does not share that client's rows.  The same request
+shape must produce the same scope on the request being cancelled and on the
+notification that cancels it, which is why every component is per-client
+and none is per-request.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = ["GLOBAL_SCOPE", "client_bucket", "scope_for", "scope_from_asgi"]
+
+GLOBAL_SCOPE: Final = "global"
+
+# Longest session/principal id that becomes part of a scope.  Longer ones are
+# not truncated (that would merge distinct callers) but refused, and the next
+# component is tried.
+_MAX_COMPONENT: Final = 256
+
+
+def client_bucket(address: object) -> str | None:
+    """Return the rate/quota bucket of a client address, or ``None``.
+
+    IPv4 addresses (and IPv4-mapped IPv6 ones, ``::ffff:192.0.2.1``) are
+    their own bucket; IPv6 addresses are bucketed by their ``/64`` prefix.
+    ``address`` may be a string, an :mod:`ipaddress` object or an ASGI
+    ``(host, port)`` pair.  Anything unparseable (a Unix socket path) gives
+    ``None``.
+    """
+    if isinstance(address, (tuple, list)) and address:
+        address = address[0]
+    if isinstance(address, str):
+        # Strip a zone index ("fe80::1%eth0"); it names our interface, not the peer.
+        try:
+            address = ipaddress.ip_address(address.split("%", 1)[0].strip("[]"))
+        except ValueError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    return None
+
+
+def _component(value: object) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= _MAX_COMPONENT:
+        return value
+    return None
+
+
+def scope_for(
+    *,
+    session_id: object = None,
+    principal: object = None,
+    client: object = None,
+) -> str:
+    """Derive the scope from plain values; see the module docstring for the order.
+
+    ``principal`` may be a string id or an object with a string ``id``
+    attribute.  Non-string ids are ignored rather than stringified: ``1`` and
+    ``"1"`` would otherwise collide, and an object's ``str()`` is not a
+    stable identity.
+    """
+    session = _component(session_id)
+    if session is not None:
+        return f"session:{session}"
+    principal_id = _component(getattr(principal, "id", principal))
+    if principal_id is not None:
+        return f"principal:{principal_id}"
+    bucket = client_bucket(client)
+    if bucket is not None:
+        return f"ip:{bucket}"
+    return GLOBAL_SCOPE
+
+
+def scope_from_asgi(
+    asgi_scope: Mapping[str, Any],
+    *,
+    session_id: object = None,
+    principal: object = None,
+) -> str:
+    """Derive the scope of an ASGI ``http``/``websocket`` connection.
+
+    ``session_id`` and ``principal`` are the *verified* values (a session the
+    server issued, a principal its auth hook returned); when they are not
+    given, ``asgi_scope["state"]`` entries ``"mcp_session_id"`` and
+    ``"principal"`` are used.  The ``Mcp-Session-Id`` header itself is never
+    trusted here: only the transport knows which sessions it issued.
+    """
+    state = asgi_scope.get("state") or {}
+    if session_id is None:
+        session_id = state.get("mcp_session_id")
+    if principal is None:
+        principal = state.get("principal")
+    return scope_for(session_id=session_id, principal=principal, client=asgi_scope.get("client"))
