@@ -1,0 +1,162 @@
+"""JSON-RPC 2.0 framing: decode, classify and build messages, never crash.
+
+Everything here runs on untrusted bytes before any MCP logic sees them, so
+every failure is turned into a :class:`JsonRpcError` carrying the right
+code.  That includes the failures the standard :mod:`json` module reports
+with unexpected exception types: ``RecursionError`` for deeply nested
+arrays and ``ValueError`` for integers longer than Python's digit limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import attrs
+
+from .validation import RequestId, is_valid_request_id
+
+__all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "ClientResponse",
+    "JsonRpcError",
+    "Notification",
+    "Request",
+    "classify",
+    "decode",
+    "encode",
+    "error_message",
+    "result_message",
+]
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+
+Message = dict[str, Any]
+
+
+class JsonRpcError(Exception):
+    """A failure that becomes a JSON-RPC error response."""
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: object = None,
+        *,
+        request_id: RequestId | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.request_id = request_id
+
+    def to_message(self) -> Message:
+        return error_message(self.request_id, self.code, self.message, self.data)
+
+
+@attrs.frozen
+class Request:
+    """A call that expects a response."""
+
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+
+
+@attrs.frozen
+class Notification:
+    """A one-way message (no ``id``); never answered."""
+
+    method: str
+    params: dict[str, Any]
+
+
+@attrs.frozen
+class ClientResponse:
+    """A response the client sent to a server-initiated request."""
+
+    id: object
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode(body: bytes | str) -> object:
+    """Parse JSON text, raising :class:`JsonRpcError` (``-32700``) on any failure."""
+    try:
+        if isinstance(body, bytes):
+            body = body.decode("utf-8")
+        return json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise JsonRpcError(PARSE_ERROR, "Parse error", str(exc)[:200]) from None
+
+
+def encode(message: Message) -> bytes:
+    """Serialise a message compactly; ids and reasons may be non-ASCII."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_message(request_id: object, code: int, message: str, data: object = None) -> Message:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def result_message(request_id: RequestId, result: object) -> Message:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def classify(message: object) -> Request | Notification | ClientResponse:
+    """Check the JSON-RPC 2.0 shape of one decoded message.
+
+    Raises :class:`JsonRpcError` with ``-32600`` (bad shape, bad id) or
+    ``-32602`` (params that are not an object: every MCP method takes named
+    params).  The error carries the request's id when that id was valid, so
+    the client can match the error to its call.
+    """
+    if isinstance(message, list):
+        raise JsonRpcError(INVALID_REQUEST, "Batch requests are not supported")
+    if not isinstance(message, dict):
+        raise JsonRpcError(INVALID_REQUEST, "Invalid Request: expected a JSON object")
+    has_id = "id" in message
+    raw_id = message.get("id")
+    valid_id: RequestId | None = raw_id if is_valid_request_id(raw_id) else None
+    if message.get("jsonrpc") != "2.0":
+        raise JsonRpcError(
+            INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', request_id=valid_id
+        )
+    method = message.get("method")
+    if method is None:
+        if has_id and ("result" in message or "error" in message):
+            return ClientResponse(raw_id)
+        raise JsonRpcError(INVALID_REQUEST, "Invalid Request: no method", request_id=valid_id)
+    if not isinstance(method, str):
+        raise JsonRpcError(
+            INVALID_REQUEST, 'Invalid Request: "method" must be a string', request_id=valid_id
+        )
+    if has_id and valid_id is None:
+        raise JsonRpcError(
+            INVALID_REQUEST,
+            "Invalid Request: id must be an integer or a string of at most 256 bytes",
+        )
+    params = message.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise JsonRpcError(
+            INVALID_PARAMS, "Invalid params: expected an object", request_id=valid_id
+        )
+    if valid_id is None:
+        return Notification(method, params)
+    return Request(valid_id, method, params)
