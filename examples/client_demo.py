@@ -115,9 +115,11 @@ async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
     )
     async with trio.open_nursery() as nursery:
         seen: list[RequestCancelledEvent] = []
+        done = trio.Event()
 
         async def watch() -> None:
             seen.append(await wait_for_event(registry, "disconnect"))
+            done.set()
 
         nursery.start_soon(watch)
         async with mcp.client.stream("POST", mcp.url, headers=mcp.headers, json=call) as response:
@@ -127,12 +129,10 @@ async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
                     say("[client] closing the stream")
                     break
         with trio.fail_after(5):
-            while not seen:
-                await trio.sleep(0.01)
+            await done.wait()
     say(f"[client] server recorded: kind={seen[0].kind} reason={seen[0].reason!r}")
     with trio.fail_after(5):
-        while registry.in_flight_count:
-            await trio.sleep(0.01)
+        await registry.wait_idle()
     say("[client] the tool has stopped; nothing is left in flight")
 
 
@@ -184,8 +184,7 @@ async def websocket_demo(ws_url: str, registry: Registry) -> None:
         await trio.sleep(0.3)
         say(f"[client] closing the socket with {registry.in_flight_count} request in flight")
     with trio.fail_after(5):
-        while registry.in_flight_count:
-            await trio.sleep(0.01)
+        await registry.wait_idle()
     say("[client] the tool has stopped; nothing is left in flight")
 
 

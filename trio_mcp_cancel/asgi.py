@@ -5,8 +5,8 @@ One endpoint (``/mcp`` by default):
 * ``POST`` carries one JSON-RPC message.  Notifications (including
   ``notifications/cancelled``) are answered ``202``; ``tools/call`` is
   answered with an SSE stream (``text/event-stream``: progress
-  notifications, then the response) or, with ``json_response=True``, one
-  JSON body; other requests with one JSON body.
+  notifications, then the response) once the tool reports progress, else
+  (and always with ``json_response=True``) with one JSON body; other requests with one JSON body.
 * ``DELETE`` ends the session and cancels its running requests.
 * ``GET`` is ``405``: this server opens no standalone stream.
 
@@ -290,10 +290,11 @@ class McpHttpApp:
         finally:
             if session is not None:
                 session.exchanges.discard(exchange)
-        if stream is None:
-            assert reply is not None
+        if reply is not None and (stream is None or not stream.started):
+            # Nothing was streamed yet: one JSON body is simpler for the client.
             await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
         else:
+            assert stream is not None
             await stream.close(reply)
 
     async def _watch_disconnect(self, receive: Receive, exchange: Exchange) -> None:
@@ -303,16 +304,21 @@ class McpHttpApp:
 
 
 class _SseStream:
-    """A ``text/event-stream`` response, started lazily by its first event."""
+    """A ``text/event-stream`` response, started lazily by its first event.
+
+    A call that streams nothing before its response is answered with one
+    JSON body instead (the server may choose either), so only calls that
+    report progress pay for a stream.
+    """
 
     def __init__(self, send: Send, extra: list[tuple[bytes, bytes]]) -> None:
         self._send = send
         self._extra = extra
-        self._started = False
+        self.started = False
 
     async def _start(self) -> None:
-        if not self._started:
-            self._started = True
+        if not self.started:
+            self.started = True
             headers = [
                 (b"content-type", b"text/event-stream"),
                 (b"cache-control", b"no-cache, no-transform"),

@@ -226,6 +226,8 @@ class Registry:
         self._by_token: dict[int, TrackedRequest] = {}
         self._tokens = itertools.count(1)
         self._running = False
+        self._idle = trio.Event()
+        self._idle.set()
 
     # -- service -----------------------------------------------------------
 
@@ -299,6 +301,8 @@ class Registry:
             self._in_flight[key] = [request]
         else:
             siblings.append(request)
+        if not self._by_token and self._idle.is_set():
+            self._idle = trio.Event()
         self._by_token[request.token] = request
         row = self._table.get(key)
         if row is not None:
@@ -311,6 +315,8 @@ class Registry:
         """Remove *request*; idempotent.  Clears its key's row with the last one."""
         if self._by_token.pop(request.token, None) is None:
             return
+        if not self._by_token:
+            self._idle.set()
         key = (request.scope, request.request_id)
         siblings = self._in_flight[key]
         if len(siblings) == 1:
@@ -321,6 +327,15 @@ class Registry:
                 self._table.remove(key)
         else:
             siblings.remove(request)
+
+    async def wait_idle(self) -> None:
+        """Wait until no request is in flight (for draining on shutdown, and tests).
+
+        A checkpoint even when already idle.
+        """
+        await trio.lowlevel.checkpoint()
+        while self._by_token:
+            await self._idle.wait()
 
     def in_flight(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> bool:
         """Whether some task is tracking ``(scope, request_id)`` right now."""

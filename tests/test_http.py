@@ -1,0 +1,433 @@
+"""End to end: a real hypercorn server on 127.0.0.1 talking Streamable HTTP.
+
+These use the real clock (autojump would skip over socket waits), small
+grace periods, and ``trio.fail_after`` on every test so a hang fails fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from trio_mcp_cancel import (
+    REQUEST_CANCELLED,
+    HardCancelEvent,
+    Registry,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+    open_registry,
+)
+from trio_mcp_cancel.asgi import McpHttpApp
+from trio_mcp_cancel.auth import bearer_auth
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+TIMEOUT = 10
+
+server = McpServer("test-server")
+tool_log: list[str] = []
+
+
+@server.tool()
+async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
+    """Counts politely: polls the flag every step."""
+    for i in range(1, n + 1):
+        await checkpoint_cancelled()
+        await trio.sleep(delay)
+        await ctx.report_progress(i, total=n)
+    return f"counted to {n}"
+
+
+@server.tool()
+async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
+    """Ignores the flag; only a hard cancel stops it."""
+    try:
+        await trio.sleep(seconds)
+    except trio.Cancelled:
+        tool_log.append(f"stubborn {ctx.request_id} hard-cancelled")
+        raise
+    return "done"
+
+
+@server.tool()
+async def echo(ctx: ToolContext, text: str) -> str:
+    return text
+
+
+Serve = Callable[..., Awaitable[tuple[str, Registry]]]
+
+
+@pytest.fixture
+async def serve_app(nursery: trio.Nursery) -> AsyncIterator[Serve]:
+    """Start ``McpHttpApp(server, registry, **options)`` on a random port."""
+    stack: list[Registry] = []
+
+    async def start(
+        *, grace: float = 0.3, mcp: McpServer = server, **options: Any
+    ) -> tuple[str, Registry]:
+        async def run(task_status: trio.TaskStatus[tuple[str, Registry]]) -> None:
+            async with open_registry(grace_period=grace) as registry:
+                config = Config()
+                config.bind = ["127.0.0.1:0"]
+                config.errorlog = None
+                config.graceful_timeout = 0.5
+                app = McpHttpApp(mcp, registry, **options)
+                binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
+                stack.append(registry)
+                task_status.started((f"{binds[0]}/mcp", registry))
+                await trio.sleep_forever()
+
+        result: tuple[str, Registry] = await nursery.start(run)
+        return result
+
+    yield start
+    for registry in stack:
+        assert_no_leaks(registry)
+    nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        yield client
+
+
+def call(
+    request_id: object, name: str, arguments: dict[str, Any], token: object = None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def cancel(request_id: object, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": reason},
+    }
+
+
+async def initialize(client: httpx.AsyncClient, url: str, **headers: str) -> dict[str, str]:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t"},
+        },
+    }
+    reply = await client.post(url, headers={**HEADERS, **headers}, json=message)
+    assert reply.status_code == 200
+    assert reply.json()["result"]["protocolVersion"] == "2025-06-18"
+    session = reply.headers["mcp-session-id"]
+    assert len(session) >= 32
+    return {**HEADERS, **headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+
+
+async def sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a reply: an SSE stream, or one JSON body when nothing streamed."""
+    if response.headers["content-type"] == "application/json":
+        yield json.loads(await response.aread())
+        return
+    assert response.headers["content-type"] == "text/event-stream"
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+
+
+async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncClient) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, _ = await serve_app()
+        headers = await initialize(client, url)
+        listed = await client.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        )
+        assert {t["name"] for t in listed.json()["result"]["tools"]} == {
+            "count",
+            "stubborn",
+            "echo",
+        }
+        pong = await client.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        )
+        assert pong.json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        async with client.stream(
+            "POST", url, headers=headers, json=call(3, "count", {"n": 3, "delay": 0}, token="t")
+        ) as response:
+            messages = [m async for m in sse(response)]
+        assert [m["params"]["progress"] for m in messages[:-1]] == [1, 2, 3]
+        assert messages[-1]["result"]["content"] == [{"type": "text", "text": "counted to 3"}]
+
+
+async def test_sessions_are_required_and_can_end(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, _ = await serve_app()
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        missing = await client.post(url, headers=HEADERS, json=ping)
+        assert missing.status_code == 400
+        unknown = await client.post(url, headers={**HEADERS, "mcp-session-id": "nope"}, json=ping)
+        assert unknown.status_code == 404
+        headers = await initialize(client, url)
+        assert (await client.post(url, headers=headers, json=ping)).status_code == 200
+        assert (await client.delete(url, headers=headers)).status_code == 204
+        assert (await client.post(url, headers=headers, json=ping)).status_code == 404
+
+
+async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClient) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(grace=5)
+        events = EventRecorder.attach(registry)
+        headers = await initialize(client, url)
+        messages: list[dict[str, Any]] = []
+        async with client.stream(
+            "POST", url, headers=headers, json=call(1, "count", {}, token="p")
+        ) as response:
+            async for message in sse(response):
+                messages.append(message)
+                if message.get("params", {}).get("progress") == 2:
+                    reply = await client.post(url, headers=headers, json=cancel(1, "stop\nnow"))
+                    assert reply.status_code == 202 and reply.content == b""
+        final = messages[-1]
+        assert final["id"] == 1
+        assert final["error"]["code"] == REQUEST_CANCELLED == -32800
+        assert final["error"]["data"] == {"reason": "stop now"}
+        # It stopped cooperatively, long before the 5 s grace period.
+        assert len(messages) < 10
+        assert events.names() == ["request.cancelled"]
+
+
+async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(grace=5, stream_cancel_timeout=0.2)
+        events = EventRecorder.attach(registry)
+        headers = await initialize(client, url)
+        async with client.stream(
+            "POST", url, headers=headers, json=call(1, "count", {}, token="p")
+        ) as response:
+            async for _ in sse(response):
+                break  # drop the stream after the first progress event
+        await registry.wait_idle()
+        cancelled = events.of_type(RequestCancelledEvent)
+        assert [(e.request_id, e.kind, e.reason) for e in cancelled] == [
+            (1, "disconnect", "client disconnected")
+        ]
+        assert events.of_type(HardCancelEvent) == []  # the polite tool stopped by itself
+
+
+async def test_disconnect_hard_cancels_a_stubborn_tool(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(grace=60, stream_cancel_timeout=0.2)
+        events = EventRecorder.attach(registry)
+        headers = await initialize(client, url)
+        tool_log.clear()
+        started = trio.current_time()
+        with trio.move_on_after(0.3):
+            await client.post(url, headers=headers, json=call(7, "stubborn", {}))
+        await registry.wait_idle()
+        assert trio.current_time() - started < 5  # not the 60 s grace: the stream timeout
+        assert tool_log == ["stubborn 7 hard-cancelled"]
+        assert [(e.request_id, e.kind) for e in events.of_type(HardCancelEvent)] == [
+            (7, "disconnect")
+        ]
+
+
+async def test_cross_scope_cancel_is_refused(serve_app: Serve, client: httpx.AsyncClient) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app()
+        alice = await initialize(client, url)
+        mallory = await initialize(client, url)
+        async with trio.open_nursery() as nursery:
+            results: dict[str, Any] = {}
+
+            async def run(name: str, headers: dict[str, str]) -> None:
+                reply = await client.post(
+                    url, headers=headers, json=call(1, "count", {"n": 15, "delay": 0.02})
+                )
+                results[name] = reply.json()
+
+            nursery.start_soon(run, "alice", alice)
+            nursery.start_soon(run, "mallory", mallory)
+            while registry.in_flight_count < 2:
+                await trio.sleep(0.01)
+            # Mallory can only cancel her own request 1; Alice's runs to completion.
+            assert (
+                await client.post(url, headers=mallory, json=cancel(1, "gotcha"))
+            ).status_code == 202
+        assert results["alice"]["result"]["content"][0]["text"] == "counted to 15"
+        assert results["mallory"]["error"]["code"] == REQUEST_CANCELLED
+
+
+async def test_principals_scope_cancels_without_sessions(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        auth = bearer_auth({"token-a": "alice", "token-b": "bob"})
+        url, registry = await serve_app(sessions=False, auth=auth)
+        events = EventRecorder.attach(registry)
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        denied = await client.post(url, headers=HEADERS, json=ping)
+        assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
+        wrong = await client.post(
+            url, headers={**HEADERS, "authorization": "Bearer nope"}, json=ping
+        )
+        assert wrong.status_code == 401
+        alice = {**HEADERS, "authorization": "Bearer token-a"}
+        bob = {**HEADERS, "authorization": "Bearer token-b"}
+        async with trio.open_nursery() as nursery:
+            replies: list[dict[str, Any]] = []
+
+            async def run() -> None:
+                async with client.stream(
+                    "POST", url, headers=alice, json=call(5, "count", {"n": 200})
+                ) as response:
+                    replies.extend([m async for m in sse(response)])
+
+            nursery.start_soon(run)
+            while not registry.in_flight(5, "principal:alice"):
+                await trio.sleep(0.01)
+            await client.post(url, headers=bob, json=cancel(5, "not yours"))
+            assert not registry.requests()[0].cancelled
+            await client.post(url, headers=alice, json=cancel(5, "mine"))
+        assert replies[-1]["error"]["data"]["reason"] == "mine"
+        assert [(e.scope, e.reason) for e in events.of_type(RequestCancelledEvent)] == [
+            ("principal:alice", "mine")
+        ]
+
+
+async def test_delete_session_cancels_its_requests(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(grace=5)
+        headers = await initialize(client, url)
+        async with trio.open_nursery() as nursery:
+            replies: list[dict[str, Any]] = []
+
+            async def run() -> None:
+                async with client.stream(
+                    "POST", url, headers=headers, json=call(1, "count", {})
+                ) as response:
+                    replies.extend([m async for m in sse(response)])
+
+            nursery.start_soon(run)
+            while not registry.in_flight_count:
+                await trio.sleep(0.01)
+            assert (await client.delete(url, headers=headers)).status_code == 204
+        assert replies[-1]["error"]["data"]["reason"] == "session terminated"
+
+
+async def test_json_response_mode(serve_app: Serve, client: httpx.AsyncClient) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(json_response=True)
+        headers = await initialize(client, url)
+        done = await client.post(url, headers=headers, json=call(1, "echo", {"text": "hi"}))
+        assert done.headers["content-type"] == "application/json"
+        assert done.json()["result"]["content"][0]["text"] == "hi"
+        async with trio.open_nursery() as nursery:
+            replies: list[httpx.Response] = []
+
+            async def run() -> None:
+                replies.append(await client.post(url, headers=headers, json=call(2, "count", {})))
+
+            nursery.start_soon(run)
+            while not registry.in_flight_count:
+                await trio.sleep(0.01)
+            await client.post(url, headers=headers, json=cancel(2, "json mode"))
+        assert replies[0].json()["error"]["code"] == REQUEST_CANCELLED
+
+
+async def test_silent_cancel_ends_the_stream_without_a_response(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    silent = McpServer("silent", on_cancel="silent")
+    silent.tools = server.tools
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(mcp=silent)
+        headers = await initialize(client, url)
+        messages: list[dict[str, Any]] = []
+        async with client.stream(
+            "POST", url, headers=headers, json=call(1, "count", {}, token="p")
+        ) as response:
+            async for message in sse(response):
+                messages.append(message)
+                if message["params"]["progress"] == 1:
+                    await client.post(url, headers=headers, json=cancel(1, "hush"))
+        # The stream closed cleanly and carried progress only: no response.
+        assert messages and all(m.get("method") == "notifications/progress" for m in messages)
+        await registry.wait_idle()
+
+
+BAD_INPUTS = [
+    # (body, headers override, expected status, expected JSON-RPC code or None)
+    (b"{not json", {}, 400, -32700),
+    (b"", {}, 400, -32700),
+    (b"\xff\xfe", {}, 400, -32700),
+    (b"[" * 60_000, {}, 400, -32700),
+    (b"1" * 5000, {}, 400, -32700),
+    (b"NaN", {}, 400, -32700),
+    (json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]).encode(), {}, 400, -32600),
+    (json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}).encode(), {}, 400, -32600),
+    (json.dumps({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}).encode(), {}, 400, -32600),
+    (json.dumps({"jsonrpc": "2.0", "id": "x" * 300, "method": "ping"}).encode(), {}, 400, -32600),
+    (json.dumps({"jsonrpc": "2.0", "id": [1], "method": "ping"}).encode(), {}, 400, -32600),
+    (json.dumps({"jsonrpc": "2.0", "id": 1, "method": 5}).encode(), {}, 400, -32600),
+    (
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}).encode(),
+        {},
+        400,
+        -32602,
+    ),
+    (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "nope"}).encode(), {}, 200, -32601),
+    (json.dumps(call(1, "echo", {"text": 5})).encode(), {}, 200, -32602),
+    (json.dumps(call(1, "missing", {})).encode(), {}, 200, -32602),
+    (json.dumps(cancel([1, 2])).encode(), {}, 202, None),
+    (json.dumps(cancel("x" * 10_000)).encode(), {}, 202, None),
+    (b"{}", {"content-type": "text/plain"}, 415, -32600),
+    (b"{}", {"accept": "text/html"}, 406, -32600),
+    (b"{}", {"mcp-protocol-version": "1999-01-01"}, 400, -32600),
+    (b"{}", {"origin": "https://evil.example"}, 403, -32600),
+    (b"x" * (70_000), {}, 413, -32600),
+]
+
+
+async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT * 2):
+        url, registry = await serve_app(max_body_size=65_536)
+        headers = await initialize(client, url)
+        for body, override, status, code in BAD_INPUTS:
+            reply = await client.post(url, headers={**headers, **override}, content=body)
+            assert reply.status_code == status, (body[:40], reply.text)
+            if code is None:
+                assert reply.content == b""
+            else:
+                error = reply.json()["error"]
+                assert error["code"] == code, (body[:40], error)
+                assert isinstance(error["message"], str)
+        assert (await client.get(url, headers=headers)).status_code == 405
+        assert (await client.post(url + "/other", headers=headers, json={})).status_code == 404
+        local = await client.post(
+            url,
+            headers={**headers, "origin": "http://localhost:3000"},
+            json={"jsonrpc": "2.0", "id": 9, "method": "ping"},
+        )
+        assert local.json()["result"] == {}
+        assert registry.row_count == 0 and registry.in_flight_count == 0
