@@ -155,11 +155,8 @@ async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncCli
         listed = await client.post(
             url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         )
-        assert {t["name"] for t in listed.json()["result"]["tools"]} == {
-            "count",
-            "stubborn",
-            "echo",
-        }
+        assert {t["name"] for t in listed.json()["result"]["tools"]} == set(server.tools)
+        assert {"count", "stubborn", "echo", "quick"} <= set(server.tools)
         pong = await client.post(
             url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
         )
@@ -431,3 +428,28 @@ async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
         )
         assert local.json()["result"] == {}
         assert registry.row_count == 0 and registry.in_flight_count == 0
+
+
+@server.tool(cancellable=False)
+async def quick(ctx: ToolContext, text: str) -> str:
+    """Not tracked: answered without a disconnect watcher."""
+    assert not ctx.cancelled
+    await ctx.checkpoint()
+    return text.upper()
+
+
+async def test_non_cancellable_tool_is_not_tracked(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app()
+        headers = await initialize(client, url)
+        seen: list[int] = []
+        registry.subscribe(lambda event: seen.append(1))
+        reply = await client.post(url, headers=headers, json=call(1, "quick", {"text": "hi"}))
+        assert reply.json()["result"]["content"][0]["text"] == "HI"
+        # Cancelling it is a no-op: it was never in flight.
+        await client.post(url, headers=headers, json=cancel(1))
+        assert seen == [] and registry.row_count == 0
+        odd = await client.post(url, headers=headers, json=call(2, ["not", "a", "name"], {}))  # type: ignore[arg-type]
+        assert odd.json()["error"]["code"] == -32602

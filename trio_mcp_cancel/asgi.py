@@ -241,7 +241,7 @@ class McpHttpApp:
                 self.server.notify(parsed, caller)
             await _respond(send, 202, b"", extra)
             return
-        if parsed.method != "tools/call":
+        if not self.server.tracks(parsed):
             reply = await self.server.respond(parsed, caller, allow_silence=False)
             assert reply is not None
             await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)

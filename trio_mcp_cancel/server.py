@@ -132,12 +132,19 @@ class ToolContext:
 
     @property
     def cancelled(self) -> bool:
-        """The polled flag of this request."""
-        return self.request.cancelled
+        """The polled flag of this request (always false for a non-cancellable tool)."""
+        request = self._exchange.request
+        return request is not None and request.cancelled
 
     async def checkpoint(self) -> None:
-        """``await checkpoint_cancelled()``: a checkpoint that raises once cancelled."""
-        await checkpoint_cancelled()
+        """``await checkpoint_cancelled()``: a checkpoint that raises once cancelled.
+
+        For a tool registered with ``cancellable=False`` it is a plain checkpoint.
+        """
+        if self._exchange.request is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await checkpoint_cancelled()
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -171,6 +178,8 @@ class Tool:
     input_schema: dict[str, Any]
     params: dict[str, tuple[tuple[type, ...], bool]]
     """name -> (accepted Python types, required)."""
+    cancellable: bool = True
+    """Run inside ``tracked()`` (and, over HTTP, watch for disconnects)."""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -204,7 +213,9 @@ class Tool:
         return arguments
 
 
-def _make_tool(fn: Callable[..., Awaitable[Any]], name: str, description: str | None) -> Tool:
+def _make_tool(
+    fn: Callable[..., Awaitable[Any]], name: str, description: str | None, cancellable: bool
+) -> Tool:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"tool {name!r} must be an async function")
     signature = inspect.signature(fn)
@@ -226,7 +237,7 @@ def _make_tool(fn: Callable[..., Awaitable[Any]], name: str, description: str | 
     if required:
         schema["required"] = required
     doc = description if description is not None else inspect.getdoc(fn) or ""
-    return Tool(name, doc, fn, schema, params)
+    return Tool(name, doc, fn, schema, params, cancellable)
 
 
 def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
@@ -277,25 +288,46 @@ class McpServer:
         self.on_cancel: OnCancel = on_cancel
         self.tools: dict[str, Tool] = {}
 
-    def tool(self, name: str | None = None, *, description: str | None = None) -> Callable[[F], F]:
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        cancellable: bool = True,
+    ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
 
         The input schema comes from the annotations of the named parameters
         after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
         ``dict``); the description from *description* or the docstring.
+        ``cancellable=False`` skips tracking for tools that finish in
+        milliseconds, where a cancellation would arrive after the response
+        anyway.
         """
 
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
             if tool_name in self.tools:
                 raise ValueError(f"tool {tool_name!r} is already registered")
-            self.tools[tool_name] = _make_tool(fn, tool_name, description)
+            self.tools[tool_name] = _make_tool(fn, tool_name, description, cancellable)
             return fn
 
         return register
 
     def list_tools(self) -> list[dict[str, Any]]:
         return [tool.describe() for tool in self.tools.values()]
+
+    def tracks(self, request: jsonrpc.Request) -> bool:
+        """Whether answering *request* runs a cancellable tool.
+
+        Transports use it to decide whether to watch the stream for a
+        disconnect; everything else is answered at once.
+        """
+        if request.method != "tools/call":
+            return False
+        name = request.params.get("name")
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        return tool is not None and tool.cancellable
 
     async def handle(
         self, message: object, caller: Caller, exchange: Exchange | None = None
@@ -399,8 +431,11 @@ class McpServer:
             exchange,
         )
         try:
-            async with caller.registry.tracked(request.id, caller.scope) as tracked_request:
-                exchange._started(tracked_request)
+            if tool.cancellable:
+                async with caller.registry.tracked(request.id, caller.scope) as tracked_request:
+                    exchange._started(tracked_request)
+                    value = await tool.fn(ctx, **arguments)
+            else:
                 value = await tool.fn(ctx, **arguments)
         except (RequestCancelled, trio.Cancelled):
             raise
