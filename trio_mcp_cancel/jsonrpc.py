@@ -101,9 +101,16 @@ def decode(body: bytes | str) -> object:
         raise JsonRpcError(PARSE_ERROR, "Parse error", str(exc)[:200]) from None
 
 
-def encode(message: Message) -> bytes:
-    """Serialise a message compactly; ids and reasons may be non-ASCII."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def encode(message: object) -> bytes:
+    """Serialise a message compactly as strict JSON.
+
+    The output is ASCII (``\\uXXXX`` escapes), because text decoded from
+    JSON may hold lone surrogates (``"\\ud800"`` is valid JSON) that UTF-8
+    cannot encode, and an error echoing a hostile method name must not fail
+    to serialise.  ``NaN`` and infinities are refused (``ValueError``): they
+    are not JSON, and a client would fail to parse them.
+    """
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def error_message(request_id: object, code: int, message: str, data: object = None) -> Message:

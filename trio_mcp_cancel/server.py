@@ -156,6 +156,8 @@ class ToolContext:
         """
         if not progress > self._last_progress:
             raise ValueError(f"progress must increase ({progress} after {self._last_progress})")
+        if not math.isfinite(progress) or (total is not None and not math.isfinite(total)):
+            raise ValueError("progress and total must be finite numbers")
         self._last_progress = progress
         sink = self._exchange.progress
         if sink is None or self.progress_token is None:
@@ -253,11 +255,17 @@ def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
 
 
 def _tool_result(value: object) -> dict[str, Any]:
+    """Wrap a tool's return value as a ``CallToolResult``.
+
+    ``None`` is no content, a string is one text block, anything else is
+    JSON text (a ``dict`` is also the ``structuredContent``).  A value that
+    is not strict JSON raises here, inside the tool's error handling.
+    """
     if value is None:
         return {"content": [], "isError": False}
     if isinstance(value, str):
         return {"content": [{"type": "text", "text": value}], "isError": False}
-    text = jsonrpc.encode(value).decode("utf-8") if isinstance(value, dict) else str(value)
+    text = jsonrpc.encode(value).decode("ascii")
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
     if isinstance(value, dict):
         result["structuredContent"] = value
@@ -437,6 +445,7 @@ class McpServer:
                     value = await tool.fn(ctx, **arguments)
             else:
                 value = await tool.fn(ctx, **arguments)
+            return _tool_result(value)
         except (RequestCancelled, trio.Cancelled):
             raise
         except Exception as exc:
@@ -452,4 +461,3 @@ class McpServer:
             }
         finally:
             exchange.request = None
-        return _tool_result(value)

@@ -177,8 +177,14 @@ class _Connection:
                 nursery.start_soon(self._call, parsed, exchange)
 
     async def _call(self, request: jsonrpc.Request, exchange: Exchange) -> None:
+        reply: Message | None
         try:
             reply = await self.server.respond(request, self.caller, exchange)
+        except Exception:
+            # A bug in the server or a tool (a result that is not JSON, say)
+            # must fail this request, not the connection and its other requests.
+            logger.exception("tools/call %r failed", request.id)
+            reply = jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
         finally:
             self.exchanges.discard(exchange)
         if reply is not None:
