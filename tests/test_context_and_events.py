@@ -12,6 +12,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
+    CancellationLimitReached,
     CleanupEvent,
     Registry,
     RegistryConfig,
@@ -216,3 +217,28 @@ async def test_registry_fixture_uses_the_overridable_config(
     assert mcp_registry.running and mcp_registry.config.max_rows_per_scope == 2
     mcp_registry.cleanup()
     assert mcp_events.of_type(CleanupEvent) == [CleanupEvent(0, 0)]
+
+
+async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_registry(max_rows_per_scope=1) as reg:
+        recorder = EventRecorder.attach(reg)
+        reg.cancel(0, None, "flood")
+        with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
+            for i in range(1, 1001):
+                with pytest.raises(CancellationLimitReached):
+                    reg.cancel(i, None, "flood")
+        # Every refusal reaches subscribers; the log gets a burst, not a thousand lines.
+        assert len(recorder.names()) == 1 + 1000
+        lines = [r for r in caplog.records if "limit_reached" in r.getMessage()]
+        assert 1 <= len(lines) <= 20
+
+
+async def test_eviction_log_line_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    async with open_registry(max_rows_per_scope=None, max_rows=400) as reg:
+        with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
+            for i in range(401):
+                reg.cancel(1, None, f"scope-{i:04d}-" + "x" * 50)
+        (line,) = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
+        assert "20 rows from 20 scopes" in line and len(line) < 600

@@ -553,3 +553,32 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
         assert len(outcome) == n
         assert all(isinstance(o, RequestCancelled) for o in outcome)
         assert_no_leaks(reg)
+
+
+async def test_lookups_with_invalid_ids_match_nothing(autojump_clock: MockClock) -> None:
+    async with open_registry() as reg:
+        reg.cancel(1, "one", "s")
+        async with reg.tracked(1, "s") as request:
+            for bad in (True, 1.0, None, [1], {"a": 1}):
+                assert not reg.in_flight(bad, "s")  # type: ignore[arg-type]
+                assert not reg.cancelled(bad, "s")  # type: ignore[arg-type]
+                assert reg.reason(bad, "s") is None  # type: ignore[arg-type]
+                reg.clear(bad, "s")  # type: ignore[arg-type]
+            assert reg.cancelled(1, "s") and reg.row_count == 1
+            assert reg.cancel_request(True, "bool is not a token") is False  # type: ignore[arg-type]
+            assert reg.cancel_request("1", "nor is a str") is False  # type: ignore[arg-type]
+            assert request.reason == "one"
+        assert_no_leaks(reg)
+
+
+async def test_a_refused_cancel_does_no_work_on_its_reason(autojump_clock: MockClock) -> None:
+    class Expensive:
+        def __repr__(self) -> str:
+            raise AssertionError("the reason was rendered")
+
+    async with open_registry(max_rows_per_scope=1) as reg:
+        reg.cancel(1, "first", "s")
+        reg.cancel(1, Expensive(), "s")  # a repeat: first reason wins, nothing rendered
+        with pytest.raises(CancellationLimitReached):
+            reg.cancel(2, Expensive(), "s")
+        assert reg.reason(1, "s") == "first"

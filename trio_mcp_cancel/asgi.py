@@ -51,6 +51,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _LOCAL_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 _SESSION_HEADER: Final = b"mcp-session-id"
+#: How long a disconnect watcher may outlive its response (see ``_call_tool``).
+_WATCHER_LINGER: Final = 1.0
 
 
 class _HttpError(Exception):
@@ -280,27 +282,35 @@ class McpHttpApp:
     ) -> None:
         stream = _SseStream(send, extra) if sse else None
         exchange = Exchange(progress=stream.send_message if stream else None)
+        answered: list[bool] = []
         if session is not None:
             session.exchanges.add(exchange)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_disconnect, receive, exchange)
+                nursery.start_soon(self._watch_disconnect, receive, exchange, answered)
                 reply = await self.server.respond(request, caller, exchange, allow_silence=sse)
-                nursery.cancel_scope.cancel()
+                answered.append(True)
+                if reply is not None and (stream is None or not stream.started):
+                    # Nothing was streamed yet: one JSON body is simpler for the client.
+                    await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
+                else:
+                    assert stream is not None
+                    await stream.close(reply)
+                # ASGI answers receive() with http.disconnect once the response
+                # is sent, so the watcher ends by itself, which is cheaper than
+                # cancelling it.  The deadline covers a server that never does.
+                nursery.cancel_scope.deadline = trio.current_time() + _WATCHER_LINGER
         finally:
             if session is not None:
                 session.exchanges.discard(exchange)
-        if reply is not None and (stream is None or not stream.started):
-            # Nothing was streamed yet: one JSON body is simpler for the client.
-            await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
-        else:
-            assert stream is not None
-            await stream.close(reply)
 
-    async def _watch_disconnect(self, receive: Receive, exchange: Exchange) -> None:
+    async def _watch_disconnect(
+        self, receive: Receive, exchange: Exchange, answered: list[bool]
+    ) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass  # trailing body chunks; the body was already read whole
-        exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
+        if not answered:
+            exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
 
 
 class _SseStream:

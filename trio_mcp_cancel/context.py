@@ -32,6 +32,7 @@ __all__ = [
 
 _current_request: ContextVar[TrackedRequest] = ContextVar("trio_mcp_cancel.request")
 _current_registry: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
+_get_request = _current_request.get
 
 
 class RequestLike(Protocol):
@@ -83,7 +84,11 @@ def cancelled() -> bool:
     This is the polled flag: cheap enough to call in a tight loop, and it
     never yields.  Use :func:`checkpoint_cancelled` in ``async`` loops.
     """
-    return current_request().cancellation is not None
+    # The hot path of every polling loop: one context lookup, no call.
+    request = _get_request(None)
+    if request is None:
+        current_request()  # raises the helpful error
+    return request.cancellation is not None  # type: ignore[union-attr]
 
 
 def reason() -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import ClassVar, Literal, TypeAlias
 
@@ -93,6 +94,8 @@ Event: TypeAlias = (
 )
 Subscriber = Callable[[Event], object]
 
+_LOG_BURST = 10
+
 _LOG_LEVELS: dict[str, int] = {
     RequestCancelledEvent.name: logging.INFO,
     HardCancelEvent.name: logging.INFO,
@@ -110,6 +113,29 @@ class EventHub:
     _channels: list[trio.MemorySendChannel[Event]] = attrs.field(init=False, factory=list)
     dropped: int = attrs.field(init=False, default=0)
     """Events a full channel could not take."""
+    # name -> [window start, lines logged in it, lines suppressed in it]
+    _log_windows: dict[str, list[float]] = attrs.field(init=False, factory=dict)
+
+    def _log_allowed(self, name: str, level: int) -> bool:
+        """Rate-limit warnings a client can trigger at will (a refused flood).
+
+        Subscribers still get every event; only the log is thinned, to
+        ``_LOG_BURST`` lines per event name per second, plus one line saying
+        how many were suppressed.
+        """
+        if level < logging.WARNING:
+            return True
+        now = time.monotonic()
+        window = self._log_windows.setdefault(name, [now, 0, 0])
+        if now - window[0] >= 1.0:
+            if window[2]:
+                logger.warning("%s: %d similar lines suppressed", name, int(window[2]))
+            window[:] = [now, 0, 0]
+        if window[1] < _LOG_BURST:
+            window[1] += 1
+            return True
+        window[2] += 1
+        return False
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call *callback* with every event; return a function that unsubscribes."""
@@ -135,8 +161,19 @@ class EventHub:
         return receive
 
     def emit(self, event: Event) -> None:
-        if logger.isEnabledFor(_LOG_LEVELS[event.name]):
-            logger.log(_LOG_LEVELS[event.name], "%s %r", event.name, event)
+        level = _LOG_LEVELS[event.name]
+        if logger.isEnabledFor(level) and self._log_allowed(event.name, level):
+            if isinstance(event, EvictionEvent):
+                logger.log(
+                    level,
+                    "%s %d rows from %d scopes, largest first: %r",
+                    event.name,
+                    event.evicted,
+                    len(event.scopes),
+                    event.scopes[:5],
+                )
+            else:
+                logger.log(level, "%s %r", event.name, event)
         for callback in list(self._callbacks):
             try:
                 callback(event)

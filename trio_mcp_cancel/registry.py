@@ -339,7 +339,7 @@ class Registry:
 
     def in_flight(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> bool:
         """Whether some task is tracking ``(scope, request_id)`` right now."""
-        return (scope, request_id) in self._in_flight
+        return is_valid_request_id(request_id) and (scope, request_id) in self._in_flight
 
     def requests(self) -> list[TrackedRequest]:
         """A snapshot of every in-flight request."""
@@ -383,14 +383,16 @@ class Registry:
         :class:`CancellationLimitReached`.  The global cap never raises.
         """
         validate_request_id(request_id)
-        text = sanitize_reason(reason, self.config.max_reason_length)
+        # Refuse a repeat or an over-quota cancel before any work on the reason:
+        # a flood of them must stay cheap.
         try:
-            row, inserted, evicted = self._table.insert(
-                scope, request_id, text, trio.current_time()
-            )
+            if self._table.admit(scope, request_id) is not None:
+                return
         except CancellationLimitReached:
             self.events.emit(LimitReachedEvent(request_id, scope))
             raise
+        text = sanitize_reason(reason, self.config.max_reason_length)
+        row, inserted, evicted = self._table.insert(scope, request_id, text, trio.current_time())
         if evicted:
             self.events.emit(
                 EvictionEvent(len(evicted), tuple(dict.fromkeys(r.scope for r in evicted)))
@@ -418,7 +420,12 @@ class Registry:
         *grace* overrides the configured grace period (a transport passes its
         ``stream_cancel_timeout`` for disconnects).
         """
-        token = request if isinstance(request, int) else request.token
+        if isinstance(request, TrackedRequest):
+            token = request.token
+        elif type(request) is int:
+            token = request
+        else:
+            return False
         target = self._by_token.get(token)
         if target is None:
             return False
@@ -462,6 +469,8 @@ class Registry:
         return None if found is None else found.reason
 
     def _lookup(self, request_id: RequestId, scope: str) -> Row | Cancellation | None:
+        if not is_valid_request_id(request_id):
+            return None  # never stored, and 1.0 or True must not match the row of 1
         key = (scope, request_id)
         row = self._table.get(key)
         if row is not None:
@@ -476,6 +485,8 @@ class Registry:
 
         Flags already set on in-flight requests stay set.
         """
+        if not is_valid_request_id(request_id):
+            return
         key = (scope, request_id)
         if key in self._table:
             self._table.remove(key)

@@ -90,6 +90,22 @@ class CancellationTable:
         """A snapshot of every row, oldest first (for tests and debugging)."""
         return list(self._rows.values())
 
+    def admit(self, scope: str, request_id: RequestId) -> Row | None:
+        """Return the key's existing row, or ``None`` if a new row would be accepted.
+
+        Raises :class:`CancellationLimitReached` when the scope is at its
+        quota.  Lets a caller refuse before it does any work on the row.
+        """
+        existing = self._rows.get((scope, request_id))
+        if existing is not None:
+            return existing
+        if (
+            self.max_rows_per_scope is not None
+            and self.scope_size(scope) >= self.max_rows_per_scope
+        ):
+            raise CancellationLimitReached(scope, self.max_rows_per_scope)
+        return None
+
     def insert(
         self, scope: str, request_id: RequestId, reason: str | None, now: float
     ) -> tuple[Row, bool, list[Row]]:
@@ -100,14 +116,10 @@ class CancellationTable:
         eviction order).  Raises :class:`CancellationLimitReached` when the
         scope is at its quota.
         """
-        key = (scope, request_id)
-        existing = self._rows.get(key)
+        existing = self.admit(scope, request_id)
         if existing is not None:
             return existing, False, []
         scope_rows = self._by_scope.get(scope)
-        size = 0 if scope_rows is None else len(scope_rows)
-        if self.max_rows_per_scope is not None and size >= self.max_rows_per_scope:
-            raise CancellationLimitReached(scope, self.max_rows_per_scope)
         evicted: list[Row] = []
         if self.max_rows is not None and len(self._rows) >= self.max_rows:
             evicted = self._evict(self.batch_size)
@@ -116,7 +128,7 @@ class CancellationTable:
         if scope_rows is None:
             scope_rows = self._by_scope[scope] = OrderedDict()
         scope_rows[request_id] = row
-        self._rows[key] = row
+        self._rows[(scope, request_id)] = row
         self._touch(scope, scope_rows)
         return row, True, evicted
 

@@ -77,6 +77,8 @@ def sanitize_reason(reason: object, max_length: int = 256) -> str | None:
         return None
     text = reason if isinstance(reason, str) else repr(reason)
     text = text[: max_length * 4]
+    if text.isascii() and text.isprintable():  # the common case, without a scan in Python
+        return text[:max_length].strip()
     out: list[str] = []
     for ch in text:
         if ch in _WHITESPACE_CONTROLS:
