@@ -148,6 +148,22 @@ async def sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             yield json.loads(line[6:])
 
 
+async def stream_and_cancel(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], at: int, reason: str
+) -> list[dict[str, Any]]:
+    """Stream a counting call (id 1) and cancel it by notification at progress *at*."""
+    messages: list[dict[str, Any]] = []
+    async with client.stream(
+        "POST", url, headers=headers, json=call(1, "count", {}, token="p")
+    ) as response:
+        async for message in sse(response):
+            messages.append(message)
+            if message.get("params", {}).get("progress") == at:
+                reply = await client.post(url, headers=headers, json=cancel(1, reason))
+                assert reply.status_code == 202 and reply.content == b""
+    return messages
+
+
 async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
         url, _ = await serve_app()
@@ -190,15 +206,7 @@ async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClien
         url, registry = await serve_app(grace=5)
         events = EventRecorder.attach(registry)
         headers = await initialize(client, url)
-        messages: list[dict[str, Any]] = []
-        async with client.stream(
-            "POST", url, headers=headers, json=call(1, "count", {}, token="p")
-        ) as response:
-            async for message in sse(response):
-                messages.append(message)
-                if message.get("params", {}).get("progress") == 2:
-                    reply = await client.post(url, headers=headers, json=cancel(1, "stop\nnow"))
-                    assert reply.status_code == 202 and reply.content == b""
+        messages = await stream_and_cancel(client, url, headers, 2, "stop\nnow")
         final = messages[-1]
         assert final["id"] == 1
         assert final["error"]["code"] == REQUEST_CANCELLED == -32800
@@ -358,14 +366,7 @@ async def test_silent_cancel_ends_the_stream_without_a_response(
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(mcp=silent)
         headers = await initialize(client, url)
-        messages: list[dict[str, Any]] = []
-        async with client.stream(
-            "POST", url, headers=headers, json=call(1, "count", {}, token="p")
-        ) as response:
-            async for message in sse(response):
-                messages.append(message)
-                if message["params"]["progress"] == 1:
-                    await client.post(url, headers=headers, json=cancel(1, "hush"))
+        messages = await stream_and_cancel(client, url, headers, 1, "hush")
         # The stream closed cleanly and carried progress only: no response.
         assert messages and all(m.get("method") == "notifications/progress" for m in messages)
         await registry.wait_idle()

@@ -504,31 +504,41 @@ async def run_call(
     replies.append(await server.handle(message, caller, exchange))
 
 
+async def call_and_cancel(
+    registry: Registry, request_id: Any, tool: str, reason: str | None = None
+) -> tuple[Message | None, float]:
+    """Run *tool* as request *request_id*, cancel it once in flight.
+
+    Returns the reply and the (virtual) seconds from the cancel to the reply.
+    """
+    caller = Caller(SCOPE, registry)
+    replies: list[Message | None] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_call, SERVER, call(request_id, tool), caller, replies)
+        await wait_in_flight(registry, request_id)
+        start = trio.current_time()
+        assert await SERVER.handle(cancel_note(request_id, reason), caller) is None
+    [reply] = replies
+    return reply, trio.current_time() - start
+
+
 async def test_cancel_by_notification_answers_request_cancelled(
     autojump_clock: MockClock,
 ) -> None:
     async with open_registry(grace_period=5) as registry:
         events = EventRecorder.attach(registry)
-        caller = Caller(SCOPE, registry)
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, SERVER, call(7, "count"), caller, replies)
-            await wait_in_flight(registry, 7)
-            start = trio.current_time()
-            assert await SERVER.handle(cancel_note(7, "user pressed stop"), caller) is None
-        assert replies == [
-            {
-                "jsonrpc": "2.0",
-                "id": 7,
-                "error": {
-                    "code": REQUEST_CANCELLED,
-                    "message": "Request cancelled",
-                    "data": {"reason": "user pressed stop"},
-                },
-            }
-        ]
+        reply, elapsed = await call_and_cancel(registry, 7, "count", "user pressed stop")
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "error": {
+                "code": REQUEST_CANCELLED,
+                "message": "Request cancelled",
+                "data": {"reason": "user pressed stop"},
+            },
+        }
         # The tool stopped by itself at its next checkpoint, not at the hard cancel.
-        assert trio.current_time() - start <= 1.0 + 1e-6
+        assert elapsed <= 1.0 + 1e-6
         assert events.of_type(HardCancelEvent) == []
         [cancelled] = events.of_type(RequestCancelledEvent)
         assert (cancelled.request_id, cancelled.scope, cancelled.kind) == (7, SCOPE, "client")
@@ -537,19 +547,12 @@ async def test_cancel_by_notification_answers_request_cancelled(
 
 async def test_cancel_without_reason_has_no_data(autojump_clock: MockClock) -> None:
     async with open_registry(grace_period=5) as registry:
-        caller = Caller(SCOPE, registry)
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, SERVER, call("c", "count"), caller, replies)
-            await wait_in_flight(registry, "c")
-            await SERVER.handle(cancel_note("c"), caller)
-        assert replies == [
-            {
-                "jsonrpc": "2.0",
-                "id": "c",
-                "error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"},
-            }
-        ]
+        reply, _ = await call_and_cancel(registry, "c", "count")
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": "c",
+            "error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"},
+        }
         assert_no_leaks(registry)
 
 
@@ -558,16 +561,10 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period
 ) -> None:
     async with open_registry(grace_period=5) as registry:
         events = EventRecorder.attach(registry)
-        caller = Caller(SCOPE, registry)
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, SERVER, call(8, "stubborn"), caller, replies)
-            await wait_in_flight(registry, 8)
-            start = trio.current_time()
-            await SERVER.handle(cancel_note(8, "too slow"), caller)
-        assert trio.current_time() - start == pytest.approx(5)
-        assert error_code(replies[0]) == REQUEST_CANCELLED
-        assert replies[0] is not None and replies[0]["error"]["data"] == {"reason": "too slow"}
+        reply, elapsed = await call_and_cancel(registry, 8, "stubborn", "too slow")
+        assert elapsed == pytest.approx(5)
+        assert error_code(reply) == REQUEST_CANCELLED
+        assert reply is not None and reply["error"]["data"] == {"reason": "too slow"}
         [hard] = events.of_type(HardCancelEvent)
         assert (hard.request_id, hard.kind) == (8, "client")
         assert_no_leaks(registry)

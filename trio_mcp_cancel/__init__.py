@@ -49,6 +49,7 @@ from .registry import (
     RegistryConfig,
     TrackedRequest,
     Tracking,
+    UseConfig,
     open_registry,
 )
 from .scope import GLOBAL_SCOPE, client_bucket, scope_for, scope_from_asgi
@@ -88,6 +89,7 @@ __all__ = [
     "RequestLike",
     "TrackedRequest",
     "Tracking",
+    "UseConfig",
     "cancelled",
     "checkpoint_cancelled",
     "client_bucket",

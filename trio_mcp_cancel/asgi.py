@@ -36,7 +36,7 @@ from . import jsonrpc
 from .auth import Authenticator, authenticate
 from .context import current_registry
 from .jsonrpc import INVALID_REQUEST, JsonRpcError, Message
-from .registry import USE_CONFIG, Registry, _UseConfig
+from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
 from .server import SUPPORTED_PROTOCOL_VERSIONS, Caller, Exchange, McpServer
 from .sessions import Session, SessionStore
@@ -103,7 +103,7 @@ class McpHttpApp:
         sessions: bool = True,
         auth: Authenticator | None = None,
         json_response: bool = False,
-        stream_cancel_timeout: float | _UseConfig | None = USE_CONFIG,
+        stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
         max_body_size: int = 1 << 20,
         allowed_origins: Collection[str] | None = None,
         max_sessions: int = 10_000,

@@ -51,6 +51,7 @@ from .validation import RequestId, is_valid_request_id, sanitize_reason, validat
 __all__ = [
     "USE_CONFIG",
     "CancelOutcome",
+    "UseConfig",
     "Cancellation",
     "Registry",
     "RegistryConfig",
@@ -89,12 +90,14 @@ class RegistryConfig:
     """Seconds between janitor passes; ``None`` runs no janitor."""
 
 
-class _UseConfig(Enum):
+class UseConfig(Enum):
+    """The type of :data:`USE_CONFIG` (an enum, so type checkers know its one value)."""
+
     token = 0
 
 
 #: Default for ``grace=`` arguments: use the registry's configured grace period.
-USE_CONFIG: Final = _UseConfig.token
+USE_CONFIG: Final = UseConfig.token
 
 
 class CancelOutcome(Enum):
@@ -410,7 +413,7 @@ class Registry:
         reason: object = None,
         *,
         kind: CancelKind = "server",
-        grace: float | _UseConfig | None = USE_CONFIG,
+        grace: float | UseConfig | None = USE_CONFIG,
     ) -> bool:
         """Cancel one request from the server side: a dropped stream, a time limit.
 

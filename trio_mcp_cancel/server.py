@@ -28,7 +28,7 @@ from .context import checkpoint_cancelled
 from .errors import REQUEST_CANCELLED, RequestCancelled
 from .events import CancelKind
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
-from .registry import USE_CONFIG, Registry, TrackedRequest, _UseConfig
+from .registry import USE_CONFIG, Registry, TrackedRequest, UseConfig
 from .validation import RequestId, is_valid_request_id
 
 __all__ = [
@@ -88,14 +88,14 @@ class Exchange:
 
     progress: ProgressSink | None = None
     request: TrackedRequest | None = None
-    _pending: tuple[str, CancelKind, float | _UseConfig | None] | None = None
+    _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
 
     def cancel(
         self,
         reason: str,
         *,
         kind: CancelKind = "disconnect",
-        grace: float | _UseConfig | None = USE_CONFIG,
+        grace: float | UseConfig | None = USE_CONFIG,
     ) -> None:
         """Cancel this exchange's request server-side, now or as soon as it starts."""
         if self.request is not None:

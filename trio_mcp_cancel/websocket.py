@@ -30,7 +30,7 @@ from . import jsonrpc
 from .auth import Authenticator, authenticate
 from .context import current_registry
 from .jsonrpc import JsonRpcError, Message
-from .registry import USE_CONFIG, Registry, _UseConfig
+from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
 from .server import Caller, Exchange, McpServer
 
@@ -51,7 +51,7 @@ async def serve_mcp_websocket(
     *,
     path: str = "/mcp",
     auth: Authenticator | None = None,
-    stream_cancel_timeout: float | _UseConfig | None = USE_CONFIG,
+    stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
     max_message_size: int = 1 << 20,
     max_concurrent_requests: int = 64,
     task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
@@ -90,7 +90,7 @@ async def _handle(
     registry: Registry,
     path: str,
     auth: Authenticator | None,
-    grace: float | _UseConfig | None,
+    grace: float | UseConfig | None,
     limit: int,
 ) -> None:
     # An exception escaping a handler would tear down the whole server, so
@@ -123,7 +123,7 @@ class _Connection:
         ws: WebSocketConnection,
         server: McpServer,
         caller: Caller,
-        grace: float | _UseConfig | None,
+        grace: float | UseConfig | None,
         limit: int,
     ) -> None:
         self.ws = ws
