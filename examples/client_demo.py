@@ -75,6 +75,10 @@ class McpHttpClient:
 
 
 async def sse_messages(response: httpx.Response) -> Any:
+    """The messages of a reply: an SSE stream, or one JSON body when nothing was streamed."""
+    if response.headers["content-type"] == "application/json":
+        yield json.loads(await response.aread())
+        return
     async for line in response.aiter_lines():
         if line.startswith("data: "):
             yield json.loads(line[6:])

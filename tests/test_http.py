@@ -454,3 +454,33 @@ async def test_non_cancellable_tool_is_not_tracked(
         assert seen == [] and registry.row_count == 0
         odd = await client.post(url, headers=headers, json=call(2, ["not", "a", "name"], {}))  # type: ignore[arg-type]
         assert odd.json()["error"]["code"] == -32602
+
+
+async def test_a_cancel_flood_leaves_no_rows_and_denies_no_one(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT * 2):
+        url, registry = await serve_app(grace=5)
+        victim = await initialize(client, url)
+        flooder = await initialize(client, url)
+        async with trio.open_nursery() as nursery:
+            replies: list[dict[str, Any]] = []
+
+            async def run() -> None:
+                reply = await client.post(url, headers=victim, json=call(1, "count", {"n": 500}))
+                replies.append(reply.json())
+
+            nursery.start_soon(run)
+            while not registry.in_flight_count:
+                await trio.sleep(0.01)
+            # 300 cancels for every id the victim might use, and garbage ids.
+            ids: list[object] = [*range(150), *(str(i) for i in range(100)), 1.5, None, [1]]
+            ids += ["x" * 300] * 47
+            for request_id in ids:
+                reply = await client.post(url, headers=flooder, json=cancel(request_id, "flood"))
+                assert reply.status_code == 202
+            assert registry.row_count == 0
+            assert not registry.requests()[0].cancelled
+            await client.post(url, headers=victim, json=cancel(1, "mine"))
+        assert replies[0]["error"]["data"]["reason"] == "mine"
+        assert registry.row_count == 0
