@@ -484,3 +484,14 @@ async def test_a_cancel_flood_leaves_no_rows_and_denies_no_one(
             await client.post(url, headers=victim, json=cancel(1, "mine"))
         assert replies[0]["error"]["data"]["reason"] == "mine"
         assert registry.row_count == 0
+
+
+async def test_initialize_with_a_stale_session_header_starts_a_new_session(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, _ = await serve_app()
+        first = await initialize(client, url)
+        assert (await client.delete(url, headers=first)).status_code == 204
+        second = await initialize(client, url, **{"mcp-session-id": first["mcp-session-id"]})
+        assert second["mcp-session-id"] != first["mcp-session-id"]

@@ -223,21 +223,22 @@ class McpHttpApp:
         except JsonRpcError as exc:
             await _respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
-        initialize = isinstance(parsed, jsonrpc.Request) and parsed.method == "initialize"
-        session = self._session(headers, principal, required=not initialize)
-        if initialize and self.sessions is not None:
+        session: Session | None = None
+        if not (isinstance(parsed, jsonrpc.Request) and parsed.method == "initialize"):
+            session = self._session(headers, principal, required=True)
+        elif self.sessions is not None:
+            # initialize always starts a new session, whatever header it carries.
             session, evicted = self.sessions.create(principal, trio.current_time())
             for old in evicted:
                 self._cancel_session(old, "session evicted")
+        session_id = session.id if session else None
         caller = Caller(
-            scope_for(
-                session_id=session and session.id, principal=principal, client=scope.get("client")
-            ),
+            scope_for(session_id=session_id, principal=principal, client=scope.get("client")),
             self.registry,
-            session.id if session else None,
+            session_id,
             principal,
         )
-        extra = [(_SESSION_HEADER, session.id.encode())] if session else []
+        extra = [(_SESSION_HEADER, session_id.encode())] if session_id else []
         if not isinstance(parsed, jsonrpc.Request):
             if isinstance(parsed, jsonrpc.Notification):
                 self.server.notify(parsed, caller)
