@@ -73,12 +73,13 @@ Regenerate with `python3 dev.py bench` (`--quick` for a smoke test, `--only NAME
 
 Every comparison is measured in one run (the end-to-end server in a child
 process of it), the variants interleaved round by round; values are medians
-over the rounds, ratios are medians of the per-round ratios.  Absolute times depend on the machine and are context only:
-the targets are ratios, a missed one reads MISS and fails nothing.  Rows marked
-"asserted" are hard bounds the benchmark checks.  The end-to-end overhead
-moves by several percent between runs on a 2-core machine (here: from -3% to
-+6%): the tracked and untracked rates are within noise of each other.  See `benchmarks/__init__.py`
-and each module's docstring for what exactly is timed.
+over the rounds, ratios are medians of the per-round ratios.  Absolute times
+depend on the machine and are context only: the targets are ratios, a missed
+one reads MISS and fails nothing.  Rows marked "asserted" are hard bounds the
+benchmark checks.  The end-to-end overhead moves by several percent between
+runs on a 2-core machine (here: from -3% to +6%): the tracked and untracked
+rates are within noise of each other.  See `benchmarks/__init__.py` and each
+module's docstring for what exactly is timed.
 
 {table(rows)}
 """
