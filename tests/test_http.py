@@ -495,3 +495,41 @@ async def test_initialize_with_a_stale_session_header_starts_a_new_session(
         assert (await client.delete(url, headers=first)).status_code == 204
         second = await initialize(client, url, **{"mcp-session-id": first["mcp-session-id"]})
         assert second["mcp-session-id"] != first["mcp-session-id"]
+
+
+async def test_max_request_time_cancels_from_the_server(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(grace=5, max_request_time=0.2)
+        events = EventRecorder.attach(registry)
+        headers = await initialize(client, url)
+        reply = await client.post(url, headers=headers, json=call(1, "count", {}))
+        assert reply.json()["error"]["data"] == {"reason": "request time limit reached"}
+        [event] = events.of_type(RequestCancelledEvent)
+        assert event.kind == "server"
+        quick = await client.post(url, headers=headers, json=call(2, "count", {"n": 2}))
+        assert quick.json()["result"]["content"][0]["text"] == "counted to 2"
+
+
+async def test_a_session_runs_at_most_max_concurrent_requests(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app(max_concurrent_requests=2)
+        headers = await initialize(client, url)
+        other = await initialize(client, url)
+        async with trio.open_nursery() as nursery:
+            for request_id in (1, 2):
+                nursery.start_soon(
+                    partial(client.post, url, headers=headers, json=call(request_id, "count", {}))
+                )
+            while registry.in_flight_count < 2:
+                await trio.sleep(0.01)
+            refused = await client.post(url, headers=headers, json=call(3, "count", {}))
+            assert refused.json()["error"]["code"] == -32001
+            # Another session is not affected by this one's limit.
+            fine = await client.post(url, headers=other, json=call(1, "echo", {"text": "ok"}))
+            assert fine.json()["result"]["content"][0]["text"] == "ok"
+            for request_id in (1, 2):
+                await client.post(url, headers=headers, json=cancel(request_id))

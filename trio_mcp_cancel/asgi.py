@@ -26,6 +26,7 @@ principal from the ``auth`` hook, else the client address, so a
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ from .context import current_registry
 from .jsonrpc import INVALID_REQUEST, JsonRpcError, Message
 from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
-from .server import SUPPORTED_PROTOCOL_VERSIONS, Caller, Exchange, McpServer
+from .server import SUPPORTED_PROTOCOL_VERSIONS, TOO_MANY_REQUESTS, Caller, Exchange, McpServer
 from .sessions import Session, SessionStore
 
 __all__ = ["McpHttpApp"]
@@ -92,6 +93,11 @@ class McpHttpApp:
         allowed_origins: ``Origin`` values accepted (``403`` otherwise, the
             DNS-rebinding guard MCP asks for).  ``None``: no ``Origin``
             header, or a localhost one.
+        max_concurrent_requests: cancellable tool calls one session may run
+            at once; more are answered with error ``-32001``.
+        max_request_time: seconds after which a tool call is cancelled by
+            the server (kind ``"server"``, the flag and then the grace
+            period); ``None``: no limit.
     """
 
     def __init__(
@@ -108,6 +114,8 @@ class McpHttpApp:
         allowed_origins: Collection[str] | None = None,
         max_sessions: int = 10_000,
         session_idle_timeout: float | None = 3600.0,
+        max_concurrent_requests: int = 64,
+        max_request_time: float | None = None,
     ) -> None:
         self.server = server
         self._registry = registry
@@ -116,6 +124,8 @@ class McpHttpApp:
         self.auth = auth
         self.json_response = json_response
         self.stream_cancel_timeout = stream_cancel_timeout
+        self.max_concurrent_requests = max_concurrent_requests
+        self.max_request_time = max_request_time
         self.max_body_size = max_body_size
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
 
@@ -249,6 +259,12 @@ class McpHttpApp:
             assert reply is not None
             await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
             return
+        if session is not None and len(session.exchanges) >= self.max_concurrent_requests:
+            error = jsonrpc.error_message(
+                parsed.id, TOO_MANY_REQUESTS, "Too many concurrent requests"
+            )
+            await _respond(send, 200, jsonrpc.encode(error), extra, json=True)
+            return
         sse = not self.json_response and ("text/event-stream" in accept or wildcard)
         await self._call_tool(parsed, caller, session, receive, send, extra, sse=sse)
 
@@ -308,8 +324,20 @@ class McpHttpApp:
     async def _watch_disconnect(
         self, receive: Receive, exchange: Exchange, answered: list[bool]
     ) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass  # trailing body chunks; the body was already read whole
+        """Cancel the exchange when its client goes (and at ``max_request_time``).
+
+        The time limit is a timeout on this same wait, so it costs no task.
+        """
+        deadline = trio.current_time() + (
+            math.inf if self.max_request_time is None else self.max_request_time
+        )
+        while True:
+            with trio.move_on_at(deadline):
+                if (await receive())["type"] == "http.disconnect":
+                    break
+                continue  # trailing body chunks; the body was already read whole
+            deadline = math.inf
+            exchange.cancel("request time limit reached", kind="server")
         if not answered:
             exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
 

@@ -34,6 +34,7 @@ from .validation import RequestId, is_valid_request_id
 __all__ = [
     "LATEST_PROTOCOL_VERSION",
     "SUPPORTED_PROTOCOL_VERSIONS",
+    "TOO_MANY_REQUESTS",
     "Caller",
     "Exchange",
     "McpServer",
@@ -45,6 +46,10 @@ __all__ = [
 logger = logging.getLogger("trio_mcp_cancel.server")
 
 LATEST_PROTOCOL_VERSION: Final = "2025-06-18"
+
+#: JSON-RPC error code (implementation-defined range) for a caller that
+#: already runs its transport's ``max_concurrent_requests`` tool calls.
+TOO_MANY_REQUESTS: Final = -32001
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 #: What a cancelled request is answered with: ``"error"`` sends JSON-RPC

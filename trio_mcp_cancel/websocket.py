@@ -32,15 +32,11 @@ from .context import current_registry
 from .jsonrpc import JsonRpcError, Message
 from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
-from .server import Caller, Exchange, McpServer
+from .server import TOO_MANY_REQUESTS, Caller, Exchange, McpServer
 
 __all__ = ["TOO_MANY_REQUESTS", "serve_mcp_websocket"]
 
 logger = logging.getLogger("trio_mcp_cancel.websocket")
-
-#: JSON-RPC error code (implementation-defined range) for a connection that
-#: already runs ``max_concurrent_requests`` requests.
-TOO_MANY_REQUESTS = -32001
 
 
 async def serve_mcp_websocket(
