@@ -101,6 +101,12 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def wait_in_flight(registry: Registry, count: int = 1) -> None:
+    """Poll until the server is running *count* tracked requests."""
+    while registry.in_flight_count < count:
+        await trio.sleep(0.01)
+
+
 def call(
     request_id: object, name: str, arguments: dict[str, Any], token: object = None
 ) -> dict[str, Any]:
@@ -269,8 +275,7 @@ async def test_cross_scope_cancel_is_refused(serve_app: Serve, client: httpx.Asy
 
             nursery.start_soon(run, "alice", alice)
             nursery.start_soon(run, "mallory", mallory)
-            while registry.in_flight_count < 2:
-                await trio.sleep(0.01)
+            await wait_in_flight(registry, 2)
             # Mallory can only cancel her own request 1; Alice's runs to completion.
             assert (
                 await client.post(url, headers=mallory, json=cancel(1, "gotcha"))
@@ -332,8 +337,7 @@ async def test_delete_session_cancels_its_requests(
                     replies.extend([m async for m in sse(response)])
 
             nursery.start_soon(run)
-            while not registry.in_flight_count:
-                await trio.sleep(0.01)
+            await wait_in_flight(registry)
             assert (await client.delete(url, headers=headers)).status_code == 204
         assert replies[-1]["error"]["data"]["reason"] == "session terminated"
 
@@ -352,8 +356,7 @@ async def test_json_response_mode(serve_app: Serve, client: httpx.AsyncClient) -
                 replies.append(await client.post(url, headers=headers, json=call(2, "count", {})))
 
             nursery.start_soon(run)
-            while not registry.in_flight_count:
-                await trio.sleep(0.01)
+            await wait_in_flight(registry)
             await client.post(url, headers=headers, json=cancel(2, "json mode"))
         assert replies[0].json()["error"]["code"] == REQUEST_CANCELLED
 
@@ -471,8 +474,7 @@ async def test_a_cancel_flood_leaves_no_rows_and_denies_no_one(
                 replies.append(reply.json())
 
             nursery.start_soon(run)
-            while not registry.in_flight_count:
-                await trio.sleep(0.01)
+            await wait_in_flight(registry)
             # 300 cancels for every id the victim might use, and garbage ids.
             ids: list[object] = [*range(150), *(str(i) for i in range(100)), 1.5, None, [1]]
             ids += ["x" * 300] * 47
@@ -524,8 +526,7 @@ async def test_a_session_runs_at_most_max_concurrent_requests(
                 nursery.start_soon(
                     partial(client.post, url, headers=headers, json=call(request_id, "count", {}))
                 )
-            while registry.in_flight_count < 2:
-                await trio.sleep(0.01)
+            await wait_in_flight(registry, 2)
             refused = await client.post(url, headers=headers, json=call(3, "count", {}))
             assert refused.json()["error"]["code"] == -32001
             # Another session is not affected by this one's limit.
