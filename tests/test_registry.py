@@ -582,3 +582,19 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(autojump_clock: MockC
         with pytest.raises(CancellationLimitReached):
             reg.cancel(2, Expensive(), "s")
         assert reg.reason(1, "s") == "first"
+
+
+async def test_many_requests_sharing_one_key_untrack_independently(
+    autojump_clock: MockClock,
+) -> None:
+    async with open_registry(grace_period=None) as reg:
+        requests = [reg.track("same", "s") for _ in range(2000)]
+        for request in requests[::2]:
+            reg.untrack(request)
+        assert reg.in_flight_count == 1000 and reg.in_flight("same", "s")
+        reg.notify_cancelled("s", "same", "all of them")
+        assert all(r.cancelled for r in requests[1::2])
+        assert not any(r.cancelled for r in requests[::2])
+        for request in requests[1::2]:
+            reg.untrack(request)
+        assert_no_leaks(reg)

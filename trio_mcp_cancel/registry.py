@@ -225,7 +225,9 @@ class Registry:
         self.config: Final = config
         self.events: Final = EventHub()
         self._table = CancellationTable(config.max_rows_per_scope, config.max_rows)
-        self._in_flight: dict[Key, list[TrackedRequest]] = {}
+        # key -> {token: request}: duplicates of one key each have an entry,
+        # and removing one is O(1) however many share the key.
+        self._in_flight: dict[Key, dict[int, TrackedRequest]] = {}
         self._by_token: dict[int, TrackedRequest] = {}
         self._tokens = itertools.count(1)
         self._running = False
@@ -301,9 +303,9 @@ class Registry:
         key = (scope, request_id)
         siblings = self._in_flight.get(key)
         if siblings is None:
-            self._in_flight[key] = [request]
+            self._in_flight[key] = {request.token: request}
         else:
-            siblings.append(request)
+            siblings[request.token] = request
         if not self._by_token and self._idle.is_set():
             self._idle = trio.Event()
         self._by_token[request.token] = request
@@ -322,14 +324,13 @@ class Registry:
             self._idle.set()
         key = (request.scope, request.request_id)
         siblings = self._in_flight[key]
-        if len(siblings) == 1:
+        del siblings[request.token]
+        if not siblings:
             del self._in_flight[key]
             # Read before write: the common, never-cancelled request finds no
             # row and writes nothing.
             if key in self._table:
                 self._table.remove(key)
-        else:
-            siblings.remove(request)
 
     async def wait_idle(self) -> None:
         """Wait until no request is in flight (for draining on shutdown, and tests).
@@ -403,7 +404,7 @@ class Registry:
         if not inserted:
             return
         cancellation = Cancellation(row.reason, "client", row.at)
-        for request in self._in_flight.get((scope, request_id), ()):
+        for request in self._in_flight.get((scope, request_id), {}).values():
             self._flag(request, cancellation, self.config.grace_period)
         self.events.emit(RequestCancelledEvent(request_id, scope, row.reason, "client"))
 
@@ -478,7 +479,7 @@ class Registry:
         row = self._table.get(key)
         if row is not None:
             return row
-        for request in self._in_flight.get(key, ()):
+        for request in self._in_flight.get(key, {}).values():
             if request.cancellation is not None and request.cancellation.kind == "client":
                 return request.cancellation
         return None
