@@ -534,3 +534,16 @@ async def test_a_session_runs_at_most_max_concurrent_requests(
             assert fine.json()["result"]["content"][0]["text"] == "ok"
             for request_id in (1, 2):
                 await client.post(url, headers=headers, json=cancel(request_id))
+
+
+async def test_scopes_never_contain_the_session_secret(
+    serve_app: Serve, client: httpx.AsyncClient
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        url, registry = await serve_app()
+        events = EventRecorder.attach(registry)
+        headers = await initialize(client, url)
+        await stream_and_cancel(client, url, headers, 1, "bye")
+        [event] = events.of_type(RequestCancelledEvent)
+        assert event.scope.startswith("session:")
+        assert headers["mcp-session-id"] not in event.scope

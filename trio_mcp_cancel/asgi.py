@@ -241,14 +241,16 @@ class McpHttpApp:
             session, evicted = self.sessions.create(principal, trio.current_time())
             for old in evicted:
                 self._cancel_session(old, "session evicted")
-        session_id = session.id if session else None
+        # The scope names the session by its public id: scopes end up in
+        # events and logs, and the session id itself is a credential.
+        public_id = session.public_id if session else None
         caller = Caller(
-            scope_for(session_id=session_id, principal=principal, client=scope.get("client")),
+            scope_for(session_id=public_id, principal=principal, client=scope.get("client")),
             self.registry,
-            session_id,
+            public_id,
             principal,
         )
-        extra = [(_SESSION_HEADER, session_id.encode())] if session_id else []
+        extra = [(_SESSION_HEADER, session.id.encode())] if session else []
         if not isinstance(parsed, jsonrpc.Request):
             if isinstance(parsed, jsonrpc.Notification):
                 self.server.notify(parsed, caller)

@@ -72,7 +72,11 @@ _JSON_TYPES: Final[dict[Any, tuple[str, tuple[type, ...]]]] = {
 
 @attrs.define(eq=False)
 class Caller:
-    """Who is calling: the scope their ids live in, and the registry to use."""
+    """Who is calling: the scope their ids live in, and the registry to use.
+
+    ``session_id`` is a name for the session that is safe to show (over HTTP,
+    not the ``Mcp-Session-Id`` secret itself).
+    """
 
     scope: str
     registry: Registry

@@ -22,8 +22,11 @@ __all__ = ["Session", "SessionStore"]
 @attrs.define(eq=False)
 class Session:
     id: str
+    """The secret the client presents; never logged, never part of a scope."""
     principal: str | None
     last_seen: float
+    public_id: str = attrs.field(factory=lambda: secrets.token_urlsafe(12))
+    """Names the session in its scope, events and logs without revealing ``id``."""
     exchanges: set[Exchange] = attrs.field(factory=set)
     """Requests of this session still running, to cancel when it ends."""
 
