@@ -755,7 +755,7 @@ async def test_no_progress_without_a_valid_token(
 async def test_progress_must_increase() -> None:
     sink = Sink()
     async with open_registry() as registry:
-        ctx = ToolContext(1, SCOPE, registry, Caller(SCOPE, registry), "t", Exchange(sink))
+        ctx = ToolContext(1, Caller(SCOPE, registry), "t", Exchange(sink))
         await ctx.report_progress(1)
         await ctx.report_progress(1.5, total=3)
         for bad in (1.5, 1, float("nan")):
@@ -787,7 +787,7 @@ async def test_progress_going_backwards_in_a_tool_is_a_tool_error() -> None:
 
 async def test_tool_context_outside_a_running_tool() -> None:
     async with open_registry() as registry:
-        ctx = ToolContext(1, SCOPE, registry, Caller(SCOPE, registry))
+        ctx = ToolContext(1, Caller(SCOPE, registry))
         with pytest.raises(RuntimeError, match="not running"):
             _ = ctx.request
         assert ctx.cancelled is False

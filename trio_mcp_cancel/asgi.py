@@ -34,12 +34,18 @@ from urllib.parse import urlsplit
 import trio
 
 from . import jsonrpc
-from .auth import Authenticator, authenticate
+from .auth import Authenticator, authenticate, header_map
 from .context import current_registry
 from .jsonrpc import INVALID_REQUEST, JsonRpcError, Message
 from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
-from .server import SUPPORTED_PROTOCOL_VERSIONS, TOO_MANY_REQUESTS, Caller, Exchange, McpServer
+from .server import (
+    SUPPORTED_PROTOCOL_VERSIONS,
+    Caller,
+    Exchange,
+    McpServer,
+    too_many_requests,
+)
 from .sessions import Session, SessionStore
 
 __all__ = ["McpHttpApp"]
@@ -143,7 +149,7 @@ class McpHttpApp:
             await send({"type": "websocket.close", "code": 1008})
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = _headers(scope)
+        headers = header_map(scope["headers"])
         try:
             if scope["path"] != self.path:
                 raise _HttpError(404, "Not Found")
@@ -262,10 +268,9 @@ class McpHttpApp:
             await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
             return
         if session is not None and len(session.exchanges) >= self.max_concurrent_requests:
-            error = jsonrpc.error_message(
-                parsed.id, TOO_MANY_REQUESTS, "Too many concurrent requests"
+            await _respond(
+                send, 200, jsonrpc.encode(too_many_requests(parsed.id)), extra, json=True
             )
-            await _respond(send, 200, jsonrpc.encode(error), extra, json=True)
             return
         sse = not self.json_response and ("text/event-stream" in accept or wildcard)
         await self._call_tool(parsed, caller, session, receive, send, extra, sse=sse)
@@ -301,14 +306,12 @@ class McpHttpApp:
     ) -> None:
         stream = _SseStream(send, extra) if sse else None
         exchange = Exchange(progress=stream.send_message if stream else None)
-        answered: list[bool] = []
         if session is not None:
             session.exchanges.add(exchange)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_disconnect, receive, exchange, answered)
+                nursery.start_soon(self._watch_disconnect, receive, exchange)
                 reply = await self.server.respond(request, caller, exchange, allow_silence=sse)
-                answered.append(True)
                 if reply is not None and (stream is None or not stream.started):
                     # Nothing was streamed yet: one JSON body is simpler for the client.
                     await _respond(send, 200, jsonrpc.encode(reply), extra, json=True)
@@ -323,12 +326,13 @@ class McpHttpApp:
             if session is not None:
                 session.exchanges.discard(exchange)
 
-    async def _watch_disconnect(
-        self, receive: Receive, exchange: Exchange, answered: list[bool]
-    ) -> None:
+    async def _watch_disconnect(self, receive: Receive, exchange: Exchange) -> None:
         """Cancel the exchange when its client goes (and at ``max_request_time``).
 
         The time limit is a timeout on this same wait, so it costs no task.
+        The ``http.disconnect`` that ASGI delivers once the response is sent
+        comes after the tool finished, when cancelling the exchange does
+        nothing.
         """
         deadline = trio.current_time() + (
             math.inf if self.max_request_time is None else self.max_request_time
@@ -340,8 +344,7 @@ class McpHttpApp:
                 continue  # trailing body chunks; the body was already read whole
             deadline = math.inf
             exchange.cancel("request time limit reached", kind="server")
-        if not answered:
-            exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
+        exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
 
 
 class _SseStream:
@@ -377,10 +380,6 @@ class _SseStream:
             await self.send_message(final)
         await self._start()
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 async def _respond(

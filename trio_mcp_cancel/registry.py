@@ -396,13 +396,11 @@ class Registry:
             self.events.emit(LimitReachedEvent(request_id, scope))
             raise
         text = sanitize_reason(reason, self.config.max_reason_length)
-        row, inserted, evicted = self._table.insert(scope, request_id, text, trio.current_time())
+        row, _, evicted = self._table.insert(scope, request_id, text, trio.current_time())
         if evicted:
             self.events.emit(
                 EvictionEvent(len(evicted), tuple(dict.fromkeys(r.scope for r in evicted)))
             )
-        if not inserted:
-            return
         cancellation = Cancellation(row.reason, "client", row.at)
         for request in self._in_flight.get((scope, request_id), {}).values():
             self._flag(request, cancellation, self.config.grace_period)

@@ -35,6 +35,7 @@ __all__ = [
     "LATEST_PROTOCOL_VERSION",
     "SUPPORTED_PROTOCOL_VERSIONS",
     "TOO_MANY_REQUESTS",
+    "too_many_requests",
     "Caller",
     "Exchange",
     "McpServer",
@@ -50,6 +51,13 @@ LATEST_PROTOCOL_VERSION: Final = "2025-06-18"
 #: JSON-RPC error code (implementation-defined range) for a caller that
 #: already runs its transport's ``max_concurrent_requests`` tool calls.
 TOO_MANY_REQUESTS: Final = -32001
+
+
+def too_many_requests(request_id: RequestId) -> Message:
+    """The answer to a tool call over the caller's concurrency limit."""
+    return jsonrpc.error_message(request_id, TOO_MANY_REQUESTS, "Too many concurrent requests")
+
+
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 #: What a cancelled request is answered with: ``"error"`` sends JSON-RPC
@@ -106,7 +114,11 @@ class Exchange:
         kind: CancelKind = "disconnect",
         grace: float | UseConfig | None = USE_CONFIG,
     ) -> None:
-        """Cancel this exchange's request server-side, now or as soon as it starts."""
+        """Cancel this exchange's request server-side, now or as soon as it starts.
+
+        After the tool has finished there is nothing left to cancel, and
+        this does nothing observable (the kept cancel is never applied).
+        """
         if self.request is not None:
             self.request.registry.cancel_request(self.request, reason, kind=kind, grace=grace)
         elif self._pending is None:
@@ -124,12 +136,18 @@ class ToolContext:
     """The first argument of every tool: identity, cancellation and progress."""
 
     request_id: RequestId
-    scope: str
-    registry: Registry
     caller: Caller
     progress_token: str | int | None = None
     _exchange: Exchange = attrs.field(factory=Exchange)
     _last_progress: float = -math.inf
+
+    @property
+    def scope(self) -> str:
+        return self.caller.scope
+
+    @property
+    def registry(self) -> Registry:
+        return self.caller.registry
 
     @property
     def request(self) -> TrackedRequest:
@@ -340,11 +358,12 @@ class McpServer:
         Transports use it to decide whether to watch the stream for a
         disconnect; everything else is answered at once.
         """
-        if request.method != "tools/call":
-            return False
-        name = request.params.get("name")
-        tool = self.tools.get(name) if isinstance(name, str) else None
+        tool = self._tool_for(request) if request.method == "tools/call" else None
         return tool is not None and tool.cancellable
+
+    def _tool_for(self, request: jsonrpc.Request) -> Tool | None:
+        name = request.params.get("name")
+        return self.tools.get(name) if isinstance(name, str) else None
 
     async def handle(
         self, message: object, caller: Caller, exchange: Exchange | None = None
@@ -432,20 +451,15 @@ class McpServer:
     async def _call_tool(
         self, request: jsonrpc.Request, caller: Caller, exchange: Exchange
     ) -> dict[str, Any]:
-        name = request.params.get("name")
-        tool = self.tools.get(name) if isinstance(name, str) else None
+        tool = self._tool_for(request)
         if tool is None:
+            name = request.params.get("name")
             raise JsonRpcError(INVALID_PARAMS, "Unknown tool", {"name": str(name)[:100]})
         arguments = tool.bind(request.params.get("arguments"))
         meta = request.params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         ctx = ToolContext(
-            request.id,
-            caller.scope,
-            caller.registry,
-            caller,
-            token if is_valid_request_id(token) else None,
-            exchange,
+            request.id, caller, token if is_valid_request_id(token) else None, exchange
         )
         try:
             if tool.cancellable:

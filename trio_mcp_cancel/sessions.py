@@ -1,8 +1,9 @@
 """MCP sessions for the HTTP transport: issue, look up, expire, end.
 
-A session id is the caller's ``session:`` scope, so it must be unguessable
-(``secrets``) and bound to the principal that created it: a session id
-presented by another principal is "unknown" (404), never shared.  The store
+A session id is a credential: it is unguessable (``secrets``), bound to the
+principal that created it (presented by another principal it is "unknown",
+404, never shared), and never shown; the ``session:`` scope uses the
+session's separate ``public_id``.  The store
 is bounded: past ``max_sessions`` the least recently used session is
 dropped, and sessions idle for ``idle_timeout`` expire when next looked at.
 """

@@ -27,12 +27,12 @@ from trio_websocket import (
 )
 
 from . import jsonrpc
-from .auth import Authenticator, authenticate
+from .auth import Authenticator, authenticate, header_map
 from .context import current_registry
 from .jsonrpc import JsonRpcError, Message
 from .registry import USE_CONFIG, Registry, UseConfig
 from .scope import scope_for
-from .server import TOO_MANY_REQUESTS, Caller, Exchange, McpServer
+from .server import TOO_MANY_REQUESTS, Caller, Exchange, McpServer, too_many_requests
 
 __all__ = ["TOO_MANY_REQUESTS", "serve_mcp_websocket"]
 
@@ -97,8 +97,7 @@ async def _handle(
             return
         principal = None
         if auth is not None:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-            principal = await authenticate(auth, headers)
+            principal = await authenticate(auth, header_map(request.headers))
             if principal is None:
                 await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
                 return
@@ -162,11 +161,7 @@ class _Connection:
                 if reply is not None:
                     await self.send(reply)
             elif len(self.exchanges) >= self.limit:
-                await self.send(
-                    jsonrpc.error_message(
-                        parsed.id, TOO_MANY_REQUESTS, "Too many concurrent requests"
-                    )
-                )
+                await self.send(too_many_requests(parsed.id))
             else:
                 exchange = Exchange(progress=self.send)
                 self.exchanges.add(exchange)
