@@ -31,7 +31,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel.asgi import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._common import Row, Timer, interleave, paired_ratio

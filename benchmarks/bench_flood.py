@@ -1,22 +1,22 @@
 """Benchmark 3: cancellation floods, the rows they leave, and cost growth.
 
-Floods (default bounds: 256 rows per scope, 10,000 rows in all):
+Floods (default bounds: 256 rows per namespace, 10,000 rows in all):
 
-* 100k ``notify_cancelled`` with random ids, from one scope and from 1k
-  scopes, with nothing in flight and with requests in flight (about half
+* 100k ``notify_cancelled`` with random ids, from one namespace and from 1k
+  namespaces, with nothing in flight and with requests in flight (about half
   of the ids hit one);
-* 100k direct ``reg.cancel`` with random ids from one scope and from 1k
-  scopes (``CancellationLimitReached`` caught).
+* 100k direct ``reg.cancel`` with random ids from one namespace and from 1k
+  namespaces (``CancellationLimitReached`` caught).
 
 Each flood runs on a fresh registry; the rows it leaves are asserted to be
-within the per-scope quota and the global cap, and printed.  The library's
+within the per-namespace quota and the global cap, and printed.  The library's
 logger stays at its default level with a handler that only counts records,
 so the cost of the warnings a flood provokes is part of the measurement
 (and their number is reported: it is the flood's log amplification).
 
 Growth: the per-operation cost of ``cancel()`` (a new row), ``clear()``
 (removing one) and ``cancel()`` at the global cap (amortised batch
-eviction) with 1k, 10k and 100k rows in the table, ten rows per scope.  The
+eviction) with 1k, 10k and 100k rows in the table, ten rows per namespace.  The
 table is ``O(log n)`` per operation by design; the target is a cost ratio
 of at most 3x between the largest and the smallest table (linear growth
 would be 100x).  A control row does the same with a plain ``dict``: part of
@@ -93,7 +93,7 @@ def _quiet_logger() -> Iterator[None]:
 class Flood:
     label: str
     op: str  # "notify" or "cancel"
-    scopes: int
+    namespaces: int
     in_flight_per_scope: int = 0
     quiet_log: bool = False
 
@@ -108,17 +108,19 @@ class FloodResult:
     outcomes: Counter[str] | None = None
 
 
-async def _park(reg: Registry, request_id: int, scope: str) -> None:
-    async with reg.tracked(request_id, scope):
+async def _park(reg: Registry, request_id: int, namespace: str) -> None:
+    async with reg.tracked(request_id, namespace):
         await trio.sleep_forever()
 
 
 def _flood_ops(flood: Flood, n: int, rng: random.Random) -> list[tuple[str, int]]:
-    scopes = [f"tenant:{s}" for s in range(flood.scopes)]
+    namespaces = [f"tenant:{s}" for s in range(flood.namespaces)]
     # Half the ids hit an in-flight request when there are some; otherwise
     # they are random 31-bit ids, as an attacker's would be.
     id_space = 2 * flood.in_flight_per_scope or 2**31
-    return [(scopes[rng.randrange(flood.scopes)], rng.randrange(id_space)) for _ in range(n)]
+    return [
+        (namespaces[rng.randrange(flood.namespaces)], rng.randrange(id_space)) for _ in range(n)
+    ]
 
 
 def _flood_timer(
@@ -127,12 +129,12 @@ def _flood_timer(
     async def timer(n: int) -> float:
         assert n == len(ops)
         async with open_registry(FLOOD_CONFIG) as reg, trio.open_nursery() as nursery:
-            for s in range(flood.scopes):
+            for s in range(flood.namespaces):
                 for request_id in range(flood.in_flight_per_scope):
                     nursery.start_soon(_park, reg, request_id, f"tenant:{s}")
             await trio.testing.wait_all_tasks_blocked()
             in_flight = reg.in_flight_count
-            assert in_flight == flood.scopes * flood.in_flight_per_scope
+            assert in_flight == flood.namespaces * flood.in_flight_per_scope
             logs_before = handler.count
             refused = 0
             outcomes: list[CancelOutcome] = []
@@ -140,31 +142,33 @@ def _flood_timer(
                 notify = reg.notify_cancelled
                 record = outcomes.append
                 start = time.perf_counter()
-                for scope, request_id in ops:
-                    record(notify(scope, request_id, "flood"))
+                for namespace, request_id in ops:
+                    record(notify(namespace, request_id, "flood"))
                 elapsed = time.perf_counter() - start
             else:
                 cancel = reg.cancel
                 with _quiet_logger() if flood.quiet_log else nullcontext():
                     start = time.perf_counter()
-                    for scope, request_id in ops:
+                    for namespace, request_id in ops:
                         try:
-                            cancel(request_id, "flood", scope)
+                            cancel(request_id, "flood", namespace)
                         except CancellationLimitReached:
                             refused += 1
                     elapsed = time.perf_counter() - start
             # The bounds hold whatever the flood did.
-            quota = FLOOD_CONFIG.max_rows_per_scope
+            quota = FLOOD_CONFIG.max_rows_per_namespace
             cap = FLOOD_CONFIG.max_rows
             assert quota is not None and cap is not None
-            scope_rows = max(reg.scope_row_count(f"tenant:{s}") for s in range(flood.scopes))
+            namespace_rows = max(
+                reg.namespace_row_count(f"tenant:{s}") for s in range(flood.namespaces)
+            )
             assert reg.row_count <= cap, (flood.label, reg.row_count)
-            assert scope_rows <= quota, (flood.label, scope_rows)
+            assert namespace_rows <= quota, (flood.label, namespace_rows)
             if flood.op == "notify":
                 # Notifications only ever record rows for requests in flight.
                 assert reg.row_count <= in_flight, (flood.label, reg.row_count)
             result.rows_held = max(result.rows_held, reg.row_count)
-            result.max_scope_rows = max(result.max_scope_rows, scope_rows)
+            result.max_scope_rows = max(result.max_scope_rows, namespace_rows)
             result.in_flight = in_flight
             result.refused = refused
             result.log_records = handler.count - logs_before
@@ -183,7 +187,7 @@ def _describe(flood: Flood, result: FloodResult, n: int) -> str:
     else:
         done = f"{n - result.refused:,} accepted, {result.refused:,} refused by the quota"
     return (
-        f"{done}; rows held {result.rows_held:,} (largest scope {result.max_scope_rows:,});"
+        f"{done}; rows held {result.rows_held:,} (largest namespace {result.max_scope_rows:,});"
         f" {result.log_records:,} log records"
     )
 
@@ -193,24 +197,27 @@ async def _floods(quick: bool) -> list[Row]:
     many = 100 if quick else 1_000
     repeats = 1 if quick else 3
     floods = {
-        "notify-1-idle": Flood("`notify_cancelled`, 1 scope, nothing in flight", "notify", 1),
+        "notify-1-idle": Flood("`notify_cancelled`, 1 namespace, nothing in flight", "notify", 1),
         "notify-many-idle": Flood(
-            f"`notify_cancelled`, {many:,} scopes, nothing in flight", "notify", many
+            f"`notify_cancelled`, {many:,} namespaces, nothing in flight", "notify", many
         ),
         "notify-1-busy": Flood(
-            "`notify_cancelled`, 1 scope, 1,000 in flight", "notify", 1, in_flight_per_scope=1000
+            "`notify_cancelled`, 1 namespace, 1,000 in flight",
+            "notify",
+            1,
+            in_flight_per_scope=1000,
         ),
         "notify-many-busy": Flood(
-            f"`notify_cancelled`, {many:,} scopes, 10 in flight each",
+            f"`notify_cancelled`, {many:,} namespaces, 10 in flight each",
             "notify",
             many,
             in_flight_per_scope=10,
         ),
-        "cancel-1": Flood("`reg.cancel`, 1 scope", "cancel", 1),
+        "cancel-1": Flood("`reg.cancel`, 1 namespace", "cancel", 1),
         "cancel-1-quiet": Flood(
-            "`reg.cancel`, 1 scope, library logger at ERROR", "cancel", 1, quiet_log=True
+            "`reg.cancel`, 1 namespace, library logger at ERROR", "cancel", 1, quiet_log=True
         ),
-        "cancel-many": Flood(f"`reg.cancel`, {many:,} scopes", "cancel", many),
+        "cancel-many": Flood(f"`reg.cancel`, {many:,} namespaces", "cancel", many),
     }
     rng = random.Random(SEED)
     results = {key: FloodResult() for key in floods}
@@ -221,7 +228,7 @@ async def _floods(quick: bool) -> list[Row]:
         }
         samples = await interleave(timers, n, repeats, warmup=0)
     cap = FLOOD_CONFIG.max_rows
-    quota = FLOOD_CONFIG.max_rows_per_scope
+    quota = FLOOD_CONFIG.max_rows_per_namespace
     rows = []
     for key, flood in floods.items():
         rows.append(
@@ -236,7 +243,7 @@ async def _floods(quick: bool) -> list[Row]:
                 "3 flood",
                 f"{n:,} x {flood.label}: outcome",
                 _describe(flood, results[key], n),
-                f"rows <= {cap:,}, scope <= {quota}",
+                f"rows <= {cap:,}, namespace <= {quota}",
                 "PASS (asserted)",
             )
         )
@@ -248,36 +255,38 @@ async def _filled(size: int, capped: bool) -> AsyncIterator[tuple[Registry, list
     async with open_registry(
         grace_period=3600.0,
         cleanup_interval=None,
-        max_rows_per_scope=None,
+        max_rows_per_namespace=None,
         max_rows=size if capped else None,
     ) as reg:
-        scopes = [f"tenant:{s}" for s in range(max(1, size // 10))]
+        namespaces = [f"tenant:{s}" for s in range(max(1, size // 10))]
         for i in range(size):
-            reg.cancel(i, None, scopes[i % len(scopes)])
+            reg.cancel(i, None, namespaces[i % len(namespaces)])
         assert reg.row_count == size
-        yield reg, scopes
+        yield reg, namespaces
 
 
 def _growth_timers(
-    reg: Registry, capped: Registry, scopes: list[str], size: int, rng: random.Random
+    reg: Registry, capped: Registry, namespaces: list[str], size: int, rng: random.Random
 ) -> tuple[Timer, Timer, Timer, Timer]:
     ids = iter(range(10**9, 10**12))
     batch = 500
     # Control: a plain dict of the same size and keys, no library code.  Its
     # growth is what the memory hierarchy alone costs at these sizes.
-    plain: dict[tuple[str, int], object] = {(scopes[i % len(scopes)], i): None for i in range(size)}
+    plain: dict[tuple[str, int], object] = {
+        (namespaces[i % len(namespaces)], i): None for i in range(size)
+    }
 
     async def insert(n: int) -> float:
         elapsed = 0.0
         cancel, clear = reg.cancel, reg.clear
         for _ in range(n // batch):
-            keys = [(next(ids), scopes[rng.randrange(len(scopes))]) for _ in range(batch)]
+            keys = [(next(ids), namespaces[rng.randrange(len(namespaces))]) for _ in range(batch)]
             start = time.perf_counter()
-            for request_id, scope in keys:
-                cancel(request_id, None, scope)
+            for request_id, namespace in keys:
+                cancel(request_id, None, namespace)
             elapsed += time.perf_counter() - start
-            for request_id, scope in keys:
-                clear(request_id, scope)
+            for request_id, namespace in keys:
+                clear(request_id, namespace)
         assert reg.row_count == size
         return elapsed
 
@@ -285,22 +294,22 @@ def _growth_timers(
         elapsed = 0.0
         cancel, clear = reg.cancel, reg.clear
         for _ in range(n // batch):
-            keys = [(next(ids), scopes[rng.randrange(len(scopes))]) for _ in range(batch)]
-            for request_id, scope in keys:
-                cancel(request_id, None, scope)
+            keys = [(next(ids), namespaces[rng.randrange(len(namespaces))]) for _ in range(batch)]
+            for request_id, namespace in keys:
+                cancel(request_id, None, namespace)
             start = time.perf_counter()
-            for request_id, scope in keys:
-                clear(request_id, scope)
+            for request_id, namespace in keys:
+                clear(request_id, namespace)
             elapsed += time.perf_counter() - start
         assert reg.row_count == size
         return elapsed
 
     async def evict(n: int) -> float:
         cancel = capped.cancel
-        keys = [(next(ids), scopes[rng.randrange(len(scopes))]) for _ in range(n)]
+        keys = [(next(ids), namespaces[rng.randrange(len(namespaces))]) for _ in range(n)]
         start = time.perf_counter()
-        for request_id, scope in keys:
-            cancel(request_id, None, scope)
+        for request_id, namespace in keys:
+            cancel(request_id, None, namespace)
         elapsed = time.perf_counter() - start
         assert capped.row_count <= size
         return elapsed
@@ -308,7 +317,7 @@ def _growth_timers(
     async def control(n: int) -> float:
         elapsed = 0.0
         for _ in range(n // batch):
-            keys = [(scopes[rng.randrange(len(scopes))], next(ids)) for _ in range(batch)]
+            keys = [(namespaces[rng.randrange(len(namespaces))], next(ids)) for _ in range(batch)]
             start = time.perf_counter()
             for key in keys:
                 plain[key] = None
@@ -331,9 +340,9 @@ async def _growth(quick: bool) -> list[Row]:
     with _counted_logs():
         async with AsyncExitStack() as stack:
             for size in sizes:
-                reg, scopes = await stack.enter_async_context(_filled(size, capped=False))
+                reg, namespaces = await stack.enter_async_context(_filled(size, capped=False))
                 capped, _ = await stack.enter_async_context(_filled(size, capped=True))
-                insert, remove, evict, control = _growth_timers(reg, capped, scopes, size, rng)
+                insert, remove, evict, control = _growth_timers(reg, capped, namespaces, size, rng)
                 timers[f"insert@{size}"] = insert
                 timers[f"clear@{size}"] = remove
                 timers[f"evict@{size}"] = evict

@@ -3,7 +3,7 @@
 ``cancelled()`` is meant to be called in a tool's tight loop, so it should
 cost about what the cheapest "is this request cancelled?" test a server
 could write costs: one lookup in a dict keyed like the registry's,
-``d[(scope, request_id)]``.  Both loops are unrolled ten times so the loop
+``d[(namespace, request_id)]``.  Both loops are unrolled ten times so the loop
 itself is a small share of either measurement.
 
 ``checkpoint_cancelled()`` is also compared with the bare Trio checkpoint it
@@ -47,7 +47,7 @@ async def _poll(n: int) -> float:
 
 
 async def _dict_lookup(n: int) -> float:
-    # The shape of the registry's own index: (scope, id) -> per-request object.
+    # The shape of the registry's own index: (namespace, id) -> per-request object.
     d = {(f"session:{i:016x}", i): object() for i in range(REQUEST_ID - 500, REQUEST_ID + 500)}
     key = (SCOPE, REQUEST_ID)
     d[key] = object()
@@ -102,7 +102,7 @@ async def run(quick: bool) -> list[Row]:
             "`cancelled()` in `tracked()`, per call",
             fmt_time(median(samples["cancelled"])),
         ),
-        Row("1 poll", "`d[(scope, id)]`, per lookup", fmt_time(median(samples["dict"]))),
+        Row("1 poll", "`d[(namespace, id)]`, per lookup", fmt_time(median(samples["dict"]))),
         Row(
             "1 poll",
             "ratio `cancelled()` / `d[key]`",

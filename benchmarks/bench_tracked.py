@@ -1,6 +1,6 @@
 """Benchmark 2: the per-request cost of ``tracked()``.
 
-``async with reg.tracked(i, scope): pass`` is every request's fixed
+``async with reg.tracked(i, namespace): pass`` is every request's fixed
 overhead: filing the request, entering and leaving its own cancel scope,
 publishing it in a context variable, and untracking it.  It is compared
 with the one thing no server can skip, a bare ``with trio.CancelScope():
@@ -31,7 +31,7 @@ SCOPE = "session:0123456789abcdef"
 async def _bare_cancel_scope(n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
-        with trio.CancelScope():  # noqa: ASYNC100 - the empty scope is what is measured
+        with trio.CancelScope():  # noqa: ASYNC100 - the empty namespace is what is measured
             pass
     return time.perf_counter() - start
 
@@ -48,23 +48,23 @@ async def run(quick: bool) -> list[Row]:
                     pass
             return time.perf_counter() - start
 
-        variants: dict[str, Timer] = {"tracked": tracked, "scope": _bare_cancel_scope}
+        variants: dict[str, Timer] = {"tracked": tracked, "namespace": _bare_cancel_scope}
         if sdk is not None:
             variants["mcp"] = sdk.timer
         samples = await interleave(variants, n, repeats)
         assert reg.in_flight_count == 0 and reg.row_count == 0
 
-    ratio = paired_ratio(samples["tracked"], samples["scope"])
+    ratio = paired_ratio(samples["tracked"], samples["namespace"])
     rows = [
         Row(
             "2 tracked",
-            "`async with reg.tracked(i, scope): pass`, per request",
+            "`async with reg.tracked(i, namespace): pass`, per request",
             fmt_time(median(samples["tracked"])),
         ),
         Row(
             "2 tracked",
             "`with trio.CancelScope(): pass`, per request",
-            fmt_time(median(samples["scope"])),
+            fmt_time(median(samples["namespace"])),
         ),
         Row(
             "2 tracked",

@@ -21,7 +21,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry
-from trio_mcp_cancel.asgi import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 

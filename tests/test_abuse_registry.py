@@ -3,7 +3,7 @@
 Three angles, none of them timed in real seconds (the mock clock carries the
 grace periods):
 
-* cancellation floods from many scopes must not deny another tenant its
+* cancellation floods from many namespaces must not deny another tenant its
   own cancellations;
 * a thousand concurrent requests, with duplicate ids, cancelled in every
   way the registry offers, must each end in a way consistent with what was
@@ -30,7 +30,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, rule
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
-    USE_CONFIG,
     CancellationLimitReached,
     CancelOutcome,
     EvictionEvent,
@@ -45,10 +44,11 @@ from trio_mcp_cancel import (
     is_valid_request_id,
     open_registry,
 )
+from trio_mcp_cancel._core.registry import USE_CONFIG
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 # ---------------------------------------------------------------------------
-# Floods across scopes: no cross-tenant denial
+# Floods across namespaces: no cross-tenant denial
 # ---------------------------------------------------------------------------
 
 QUOTA = 16
@@ -59,14 +59,14 @@ GRACE = 5.0
 async def park(
     reg: Registry,
     request_id: RequestId,
-    scope: str,
+    namespace: str,
     outcome: list[object],
     *,
     task_status: trio.TaskStatus[TrackedRequest] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """A tool that never finishes by itself; records how it ended."""
     try:
-        async with reg.tracked(request_id, scope) as request:
+        async with reg.tracked(request_id, namespace) as request:
             task_status.started(request)
             await trio.sleep_forever()
     except RequestCancelled as exc:
@@ -76,19 +76,19 @@ async def park(
 
 
 def flood(reg: Registry, shape: str, round_: int, rng: random.Random) -> int:
-    """Fill the table from attacker scopes; return how many inserts were refused.
+    """Fill the table from attacker namespaces; return how many inserts were refused.
 
-    ``deep``: 50 scopes each pushed past its quota (800 rows asked, cap 400).
-    ``wide``: 600 scopes of one row each, so every row is the same size and
+    ``deep``: 50 namespaces each pushed past its quota (800 rows asked, cap 400).
+    ``wide``: 600 namespaces of one row each, so every row is the same size and
     eviction goes purely by age.
     """
     refused = 0
     if shape == "deep":
         for s in range(50):
-            scope = f"flood:{round_}:{s}"
+            namespace = f"flood:{round_}:{s}"
             for _ in range(QUOTA + 4):
                 try:
-                    reg.cancel(rng.randrange(2**31), "flood", scope)
+                    reg.cancel(rng.randrange(2**31), "flood", namespace)
                 except CancellationLimitReached:
                     refused += 1
     else:
@@ -98,18 +98,18 @@ def flood(reg: Registry, shape: str, round_: int, rng: random.Random) -> int:
     return refused
 
 
-def refill(reg: Registry, scope: str, round_: int) -> bool:
-    """Cancel new ids in *scope* until its quota refuses one; return whether it did.
+def refill(reg: Registry, namespace: str, round_: int) -> bool:
+    """Cancel new ids in *namespace* until its quota refuses one; return whether it did.
 
-    At the cap, a scope that is the largest evicts its own rows as it
+    At the cap, a namespace that is the largest evicts its own rows as it
     inserts, so it may never get there: a flooder mostly churns itself.
     """
     for i in range(4 * QUOTA):
         try:
-            reg.cancel(f"a-{round_}-{i}", "a", scope)
+            reg.cancel(f"a-{round_}-{i}", "a", namespace)
         except CancellationLimitReached:
             return True
-        assert reg.scope_row_count(scope) <= QUOTA
+        assert reg.namespace_row_count(namespace) <= QUOTA
     return False
 
 
@@ -117,7 +117,7 @@ def refill(reg: Registry, scope: str, round_: int) -> bool:
 async def test_cancel_floods_deny_no_other_tenant(autojump_clock: MockClock, shape: str) -> None:
     rng = random.Random(f"flood-{shape}")
     async with (
-        open_registry(max_rows_per_scope=QUOTA, max_rows=CAP, grace_period=GRACE) as reg,
+        open_registry(max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE) as reg,
         trio.open_nursery() as nursery,
     ):
         events = EventRecorder.attach(reg)
@@ -129,7 +129,7 @@ async def test_cancel_floods_deny_no_other_tenant(autojump_clock: MockClock, sha
         a_outcome: list[object] = []
         a_request = await nursery.start(park, reg, "a-live", "tenant:a", a_outcome)
         # A at its quota cannot even cancel its own request: the quota binds
-        # the scope that owns it.
+        # the namespace that owns it.
         assert reg.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
 
         refused = 0
@@ -141,10 +141,10 @@ async def test_cancel_floods_deny_no_other_tenant(autojump_clock: MockClock, sha
             outcome: list[object] = []
             request = await nursery.start(park, reg, f"b-{round_}", "tenant:b", outcome)
             refused += flood(reg, shape, round_ + 100, rng)
-            # The cap evicts the largest scopes first, A's among them: A
+            # The cap evicts the largest namespaces first, A's among them: A
             # floods again, up to its quota if it can get there.
             if refill(reg, "tenant:a", round_):
-                assert reg.scope_row_count("tenant:a") == QUOTA
+                assert reg.namespace_row_count("tenant:a") == QUOTA
                 assert (
                     reg.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
                 )
@@ -167,19 +167,19 @@ async def test_cancel_floods_deny_no_other_tenant(autojump_clock: MockClock, sha
             assert isinstance(exc, RequestCancelled)
             assert exc.kind == "client" and exc.reason == f"stop {round_}"
             assert not reg.in_flight(f"b-{round_}", "tenant:b")
-            # B's early cancel was never refused; the largest scopes pay for
+            # B's early cancel was never refused; the largest namespaces pay for
             # the cap first, so in the deep flood it is even still there.
             if shape == "deep":
                 assert reg.cancelled(f"b-pre-{round_}", "tenant:b")
             reg.clear(f"b-pre-{round_}", "tenant:b")
-            assert reg.scope_row_count("tenant:b") == 0
+            assert reg.namespace_row_count("tenant:b") == 0
             assert reg.row_count <= CAP
 
         # The cap was hit, attackers were refused at their own quotas, and
         # nobody's quota was ever charged to B.
         assert events.of_type(EvictionEvent)
         assert shape == "wide" or refused > 0
-        limited = {limit.scope for limit in events.of_type(LimitReachedEvent)}
+        limited = {limit.namespace for limit in events.of_type(LimitReachedEvent)}
         assert "tenant:b" not in limited and "tenant:a" in limited
         assert not a_request.cancelled and a_outcome == []
         nursery.cancel_scope.cancel()
@@ -198,7 +198,7 @@ SWEEP_AT = 80.0
 @dataclass(eq=False)
 class Req:
     index: int
-    scope: str
+    namespace: str
     request_id: RequestId
     tool: Tool
     start: float
@@ -235,7 +235,7 @@ class Model:
             req.hard_deadline = min(req.hard_deadline, at + grace)
 
     def enter(self, req: Req) -> None:
-        key = (req.scope, req.request_id)
+        key = (req.namespace, req.request_id)
         members = self.members.setdefault(key, set())
         members.add(req)
         self.most_siblings = max(self.most_siblings, len(members))
@@ -246,7 +246,7 @@ class Model:
             self.flag(req, "client", self.row_at[key], self.config_grace)
 
     def exit(self, req: Req) -> None:
-        key = (req.scope, req.request_id)
+        key = (req.namespace, req.request_id)
         members = self.members[key]
         members.discard(req)
         req.exited = True
@@ -255,8 +255,8 @@ class Model:
             del self.members[key]
             self.row_at.pop(key, None)
 
-    def notify(self, scope: str, request_id: RequestId) -> CancelOutcome:
-        key = (scope, request_id)
+    def notify(self, namespace: str, request_id: RequestId) -> CancelOutcome:
+        key = (namespace, request_id)
         if key not in self.members:
             return CancelOutcome.NOT_IN_FLIGHT
         if key not in self.row_at:  # a repeated cancel changes nothing
@@ -268,7 +268,7 @@ class Model:
 
 
 def make_requests(rng: random.Random, count: int) -> list[Req]:
-    scopes = [f"session:{s}" for s in range(20)]
+    namespaces = [f"session:{s}" for s in range(20)]
     ids: list[RequestId] = [*range(25), *(f"r{i}" for i in range(8))]
     tools: list[Tool] = ["finish", "poll", "forever"]
     actions: list[Action] = ["none", "notify", "disconnect"]
@@ -279,7 +279,7 @@ def make_requests(rng: random.Random, count: int) -> list[Req]:
         requests.append(
             Req(
                 index=index,
-                scope=rng.choice(scopes),
+                namespace=rng.choice(namespaces),
                 request_id=rng.choice(ids),
                 tool=rng.choice(tools),
                 start=start,
@@ -295,7 +295,7 @@ def make_requests(rng: random.Random, count: int) -> list[Req]:
 async def run_request(reg: Registry, model: Model, req: Req) -> None:
     await trio.sleep(req.start)
     try:
-        async with reg.tracked(req.request_id, req.scope) as handle:
+        async with reg.tracked(req.request_id, req.namespace) as handle:
             req.handle = handle
             model.enter(req)
             if req.tool == "finish":
@@ -320,8 +320,8 @@ async def run_request(reg: Registry, model: Model, req: Req) -> None:
 async def act(reg: Registry, model: Model, req: Req) -> None:
     await trio.sleep(req.action_at)
     if req.action == "notify":
-        expected = model.notify(req.scope, req.request_id)
-        assert reg.notify_cancelled(req.scope, req.request_id, f"stop {req.index}") is expected
+        expected = model.notify(req.namespace, req.request_id)
+        assert reg.notify_cancelled(req.namespace, req.request_id, f"stop {req.index}") is expected
     else:
         in_flight = req.entered and not req.exited
         assert req.handle is not None  # action_at is after the start
@@ -435,14 +435,14 @@ reasons = st.one_of(
     st.integers(),
     st.binary(max_size=4),
 )
-scopes = st.sampled_from(SCOPES)
+namespaces = st.sampled_from(SCOPES)
 graces = st.sampled_from([USE_CONFIG, None, 0.0, 1.0])
 kinds = st.sampled_from(["server", "disconnect", "client"])
 
 configs = st.builds(
     RegistryConfig,
     grace_period=st.sampled_from([None, 0.0, 1.0]),
-    max_rows_per_scope=st.sampled_from([2, 1, 4, None]),
+    max_rows_per_namespace=st.sampled_from([2, 1, 4, None]),
     max_rows=st.sampled_from([5, 1, 10, None]),
     max_reason_length=st.sampled_from([0, 5, 256]),
     ttl=st.sampled_from([0.0, 1.0, 100.0]),
@@ -454,15 +454,15 @@ def check_invariants(reg: Registry, live: list[TrackedRequest]) -> None:
     config = reg.config
     if config.max_rows is not None:
         assert reg.row_count <= config.max_rows
-    for scope in SCOPES:
-        if config.max_rows_per_scope is not None:
-            assert reg.scope_row_count(scope) <= config.max_rows_per_scope
-    assert sum(reg.scope_row_count(scope) for scope in SCOPES) == reg.row_count
+    for namespace in SCOPES:
+        if config.max_rows_per_namespace is not None:
+            assert reg.namespace_row_count(namespace) <= config.max_rows_per_namespace
+    assert sum(reg.namespace_row_count(namespace) for namespace in SCOPES) == reg.row_count
     assert reg.in_flight_count == len(live)
-    live_keys = {(request.scope, request.request_id) for request in live}
-    for scope in SCOPES:
+    live_keys = {(request.namespace, request.request_id) for request in live}
+    for namespace in SCOPES:
         for request_id in COMMON_IDS:
-            assert reg.in_flight(request_id, scope) is ((scope, request_id) in live_keys)
+            assert reg.in_flight(request_id, namespace) is ((namespace, request_id) in live_keys)
     for row in reg.rows():
         assert is_valid_request_id(row.request_id)
         assert row.reason is None or len(row.reason) <= config.max_reason_length
@@ -480,9 +480,9 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
         for op in ops:
             name = op[0]
             if name == "track":
-                _, scope, request_id = op
+                _, namespace, request_id = op
                 try:
-                    request = reg.track(request_id, scope)
+                    request = reg.track(request_id, namespace)
                 except InvalidRequestId:
                     event("track refused an invalid id")
                     assert not is_valid_request_id(request_id)
@@ -497,37 +497,37 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                     if request in live:
                         live.remove(request)
             elif name == "notify":
-                _, scope, request_id, reason = op
-                outcome = reg.notify_cancelled(scope, request_id, reason)
+                _, namespace, request_id, reason = op
+                outcome = reg.notify_cancelled(namespace, request_id, reason)
                 event(f"notify: {outcome.value}")
                 if not is_valid_request_id(request_id):
                     assert outcome is CancelOutcome.INVALID_REQUEST_ID
                 elif outcome is CancelOutcome.CANCELLED:
-                    assert reg.in_flight(request_id, scope)
-                    assert reg.cancelled(request_id, scope)
+                    assert reg.in_flight(request_id, namespace)
+                    assert reg.cancelled(request_id, namespace)
             elif name == "cancel":
-                _, scope, request_id, reason = op
+                _, namespace, request_id, reason = op
                 try:
-                    reg.cancel(request_id, reason, scope)
+                    reg.cancel(request_id, reason, namespace)
                 except InvalidRequestId:
                     assert not is_valid_request_id(request_id)
                 except CancellationLimitReached as exc:
                     event("cancel refused by the quota")
-                    assert exc.scope == scope
-                    assert reg.scope_row_count(scope) == config.max_rows_per_scope
+                    assert exc.namespace == namespace
+                    assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
                 else:
-                    assert reg.cancelled(request_id, scope)
+                    assert reg.cancelled(request_id, namespace)
             elif name == "flood":
-                _, scope, count = op
+                _, namespace, count = op
                 for _ in range(count):
                     flood_id = f"flood-{next(fresh)}"
                     try:
-                        reg.cancel(flood_id, "flood", scope)
+                        reg.cancel(flood_id, "flood", namespace)
                     except CancellationLimitReached:
                         event("flood refused by the quota")
-                        assert reg.scope_row_count(scope) == config.max_rows_per_scope
+                        assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
                     else:
-                        assert reg.cancelled(flood_id, scope)
+                        assert reg.cancelled(flood_id, namespace)
                     if config.max_rows is not None:
                         assert reg.row_count <= config.max_rows
             elif name == "cancel_request":
@@ -538,13 +538,13 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                     assert done is (request in live)
                     assert not done or request.cancelled
             elif name == "clear":
-                _, scope, request_id = op
-                reg.clear(request_id, scope)
+                _, namespace, request_id = op
+                reg.clear(request_id, namespace)
             elif name == "query":
-                _, scope, request_id = op
-                reg.cancelled(request_id, scope)
-                reg.reason(request_id, scope)
-                reg.in_flight(request_id, scope)
+                _, namespace, request_id = op
+                reg.cancelled(request_id, namespace)
+                reg.reason(request_id, namespace)
+                reg.in_flight(request_id, namespace)
             elif name == "cleanup":
                 reg.cleanup(op[1])
             else:
@@ -579,18 +579,18 @@ class RandomOperations(RuleBasedStateMachine):
     def configure(self, config: RegistryConfig) -> None:
         self.config = config
 
-    @rule(target=keys, scope=scopes, request_id=common_ids)
-    def track(self, scope: str, request_id: RequestId) -> tuple[str, RequestId]:
-        self.ops.append(("track", scope, request_id))
-        return (scope, request_id)
+    @rule(target=keys, namespace=namespaces, request_id=common_ids)
+    def track(self, namespace: str, request_id: RequestId) -> tuple[str, RequestId]:
+        self.ops.append(("track", namespace, request_id))
+        return (namespace, request_id)
 
     @rule(key=keys)
     def track_again(self, key: tuple[str, RequestId]) -> None:
         self.ops.append(("track", *key))
 
-    @rule(scope=scopes, request_id=hostile_ids)
-    def track_hostile(self, scope: str, request_id: object) -> None:
-        self.ops.append(("track", scope, request_id))
+    @rule(namespace=namespaces, request_id=hostile_ids)
+    def track_hostile(self, namespace: str, request_id: object) -> None:
+        self.ops.append(("track", namespace, request_id))
 
     @rule(index=st.integers(0, 50))
     def untrack(self, index: int) -> None:
@@ -600,21 +600,21 @@ class RandomOperations(RuleBasedStateMachine):
     def notify(self, key: tuple[str, RequestId], reason: object) -> None:
         self.ops.append(("notify", *key, reason))
 
-    @rule(scope=scopes, request_id=hostile_ids, reason=reasons)
-    def notify_hostile(self, scope: str, request_id: object, reason: object) -> None:
-        self.ops.append(("notify", scope, request_id, reason))
+    @rule(namespace=namespaces, request_id=hostile_ids, reason=reasons)
+    def notify_hostile(self, namespace: str, request_id: object, reason: object) -> None:
+        self.ops.append(("notify", namespace, request_id, reason))
 
     @rule(key=keys, reason=reasons)
     def cancel(self, key: tuple[str, RequestId], reason: object) -> None:
         self.ops.append(("cancel", *key, reason))
 
-    @rule(scope=scopes, request_id=hostile_ids, reason=reasons)
-    def cancel_hostile(self, scope: str, request_id: object, reason: object) -> None:
-        self.ops.append(("cancel", scope, request_id, reason))
+    @rule(namespace=namespaces, request_id=hostile_ids, reason=reasons)
+    def cancel_hostile(self, namespace: str, request_id: object, reason: object) -> None:
+        self.ops.append(("cancel", namespace, request_id, reason))
 
-    @rule(scope=scopes, count=st.integers(1, 12))
-    def flood(self, scope: str, count: int) -> None:
-        self.ops.append(("flood", scope, count))
+    @rule(namespace=namespaces, count=st.integers(1, 12))
+    def flood(self, namespace: str, count: int) -> None:
+        self.ops.append(("flood", namespace, count))
 
     @rule(index=st.integers(0, 50), reason=reasons, kind=kinds, grace=graces)
     def cancel_request(self, index: int, reason: object, kind: str, grace: object) -> None:
@@ -624,13 +624,13 @@ class RandomOperations(RuleBasedStateMachine):
     def clear(self, key: tuple[str, RequestId]) -> None:
         self.ops.append(("clear", *key))
 
-    @rule(scope=scopes, request_id=hostile_hashable_ids)
-    def clear_hostile(self, scope: str, request_id: object) -> None:
-        self.ops.append(("clear", scope, request_id))
+    @rule(namespace=namespaces, request_id=hostile_hashable_ids)
+    def clear_hostile(self, namespace: str, request_id: object) -> None:
+        self.ops.append(("clear", namespace, request_id))
 
-    @rule(scope=scopes, request_id=hashable_ids)
-    def query(self, scope: str, request_id: object) -> None:
-        self.ops.append(("query", scope, request_id))
+    @rule(namespace=namespaces, request_id=hashable_ids)
+    def query(self, namespace: str, request_id: object) -> None:
+        self.ops.append(("query", namespace, request_id))
 
     @rule(ttl=st.sampled_from([None, 0.0, 1.0, 50.0]))
     def cleanup(self, ttl: float | None) -> None:

@@ -32,7 +32,7 @@ from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no
 @attrs.frozen
 class ToolContext:
     request_id: int | str
-    scope: str
+    namespace: str
 
 
 async def test_tracked_with_a_request_object_uses_the_current_registry() -> None:
@@ -42,7 +42,7 @@ async def test_tracked_with_a_request_object_uses_the_current_registry() -> None
             assert request.registry is reg
             assert reg.in_flight(3, "session:x")
         async with tracked(4) as bare:
-            assert bare.scope == "global"
+            assert bare.namespace == "global"
         assert_no_leaks(reg)
 
 
@@ -98,7 +98,7 @@ async def test_hard_cancel_emits_an_event_and_raises_request_cancelled(
         assert info.value.reason == "slow"
         assert events.names() == ["request.cancelled", "request.hard_cancelled"]
         first = events.of_type(RequestCancelledEvent)[0]
-        assert (first.request_id, first.scope, first.reason, first.kind) == (
+        assert (first.request_id, first.namespace, first.reason, first.kind) == (
             "job",
             "s",
             "slow",
@@ -208,13 +208,13 @@ async def test_assert_no_leaks_reports_what_leaked() -> None:
 
 @pytest.fixture
 def mcp_registry_config() -> RegistryConfig:
-    return RegistryConfig(grace_period=1, max_rows_per_scope=2)
+    return RegistryConfig(grace_period=1, max_rows_per_namespace=2)
 
 
 async def test_registry_fixture_uses_the_overridable_config(
     mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    assert mcp_registry.running and mcp_registry.config.max_rows_per_scope == 2
+    assert mcp_registry.running and mcp_registry.config.max_rows_per_namespace == 2
     mcp_registry.cleanup()
     assert mcp_events.of_type(CleanupEvent) == [CleanupEvent(0, 0)]
 
@@ -222,7 +222,7 @@ async def test_registry_fixture_uses_the_overridable_config(
 async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with open_registry(max_rows_per_scope=1) as reg:
+    async with open_registry(max_rows_per_namespace=1) as reg:
         recorder = EventRecorder.attach(reg)
         reg.cancel(0, None, "flood")
         with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
@@ -236,9 +236,9 @@ async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
 
 
 async def test_eviction_log_line_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
-    async with open_registry(max_rows_per_scope=None, max_rows=400) as reg:
+    async with open_registry(max_rows_per_namespace=None, max_rows=400) as reg:
         with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
             for i in range(401):
-                reg.cancel(1, None, f"scope-{i:04d}-" + "x" * 50)
+                reg.cancel(1, None, f"namespace-{i:04d}-" + "x" * 50)
         (line,) = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
-        assert "20 rows from 20 scopes" in line and len(line) < 600
+        assert "20 rows from 20 namespaces" in line and len(line) < 600

@@ -25,8 +25,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel.asgi import McpHttpApp
-from trio_mcp_cancel.auth import bearer_auth
+from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 

@@ -22,7 +22,7 @@ from hypercorn.trio import serve
 from test_http import call, server
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
-from trio_mcp_cancel.asgi import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 TIMEOUT = 10

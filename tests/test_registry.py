@@ -31,14 +31,14 @@ from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no
 async def park(
     reg: Registry,
     request_id: object,
-    scope: str,
+    namespace: str,
     *,
     task_status: trio.TaskStatus[TrackedRequest] = trio.TASK_STATUS_IGNORED,
     outcome: list[object] | None = None,
 ) -> None:
     """A tool that never finishes by itself: it waits to be hard-cancelled."""
     try:
-        async with reg.tracked(request_id, scope) as request:  # type: ignore[arg-type]
+        async with reg.tracked(request_id, namespace) as request:  # type: ignore[arg-type]
             task_status.started(request)
             await trio.sleep_forever()
     except RequestCancelled as exc:
@@ -78,7 +78,7 @@ async def test_outer_cancellation_propagates_as_cancelled_and_untracks(
                 reg.notify_cancelled("s", 1, "client gave up")
                 await trio.sleep_forever()
         # The outer deadline (1 s) came before the grace period (5 s): the
-        # outer scope caught its own Cancelled, nothing turned it into
+        # outer namespace caught its own Cancelled, nothing turned it into
         # RequestCancelled, and the request is gone.
         assert outer.cancelled_caught
         assert_no_leaks(reg)
@@ -187,11 +187,11 @@ async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
 async def test_checkpoint_cancelled_is_a_checkpoint(autojump_clock: MockClock) -> None:
     async with open_registry() as reg:
         async with reg.tracked(1, "s"):
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                await checkpoint_cancelled()  # raises Cancelled, caught by scope
+            with trio.CancelScope() as namespace:
+                namespace.cancel()
+                await checkpoint_cancelled()  # raises Cancelled, caught by namespace
                 pytest.fail("checkpoint_cancelled did not checkpoint")
-            assert scope.cancelled_caught
+            assert namespace.cancelled_caught
 
 
 async def test_tool_that_finishes_despite_the_flag_returns_normally(
@@ -301,7 +301,7 @@ async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     async with open_registry(grace_period=0) as reg:
         tracking = reg.tracked(1, "s")
         await tracking.__aenter__()
-        reg.notify_cancelled("s", 1, "between")  # cancels the scope we are leaving
+        reg.notify_cancelled("s", 1, "between")  # cancels the namespace we are leaving
         # The body finished without a checkpoint, so nothing was interrupted.
         assert await tracking.__aexit__(None, None, None) is False
         assert_no_leaks(reg)
@@ -400,7 +400,7 @@ async def test_reason_is_sanitised(autojump_clock: MockClock) -> None:
 
 
 async def test_quota_is_the_only_rejection(autojump_clock: MockClock) -> None:
-    async with open_registry(max_rows_per_scope=3, max_rows=None) as reg:
+    async with open_registry(max_rows_per_namespace=3, max_rows=None) as reg:
         events = EventRecorder.attach(reg)
         for i in range(3):
             reg.cancel(i, None, "greedy")
@@ -416,21 +416,21 @@ async def test_quota_is_the_only_rejection(autojump_clock: MockClock) -> None:
 
 
 async def test_global_cap_never_rejects_and_evicts_the_flooder(autojump_clock: MockClock) -> None:
-    async with open_registry(max_rows_per_scope=256, max_rows=1000) as reg:
+    async with open_registry(max_rows_per_namespace=256, max_rows=1000) as reg:
         events = EventRecorder.attach(reg)
-        for scope in range(4):
+        for namespace in range(4):
             for i in range(256):
-                reg.cancel(i, None, f"flood{scope}")
+                reg.cancel(i, None, f"flood{namespace}")
         assert reg.row_count == 1000 - 50 + 24  # one eviction happened
         reg.cancel(1, "mine", "victim")  # under its own quota: always served
         assert reg.cancelled(1, "victim")
         evictions = [e for e in events.events if e.name == "cancellation.evicted"]
-        assert evictions and all("victim" not in e.scopes for e in evictions)  # type: ignore[union-attr]
+        assert evictions and all("victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
         assert reg.row_count <= 1000
 
 
 async def test_eviction_never_unflags_a_running_request(autojump_clock: MockClock) -> None:
-    async with open_registry(max_rows_per_scope=None, max_rows=20, grace_period=None) as reg:
+    async with open_registry(max_rows_per_namespace=None, max_rows=20, grace_period=None) as reg:
         async with reg.tracked(1, "me") as request:
             reg.notify_cancelled("me", 1, "stop")
             for i in range(100):
@@ -534,18 +534,21 @@ async def test_config_validation_and_overrides(autojump_clock: MockClock) -> Non
 async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
     autojump_clock: MockClock,
 ) -> None:
-    n, scopes = 10_000, 100
+    n, namespaces = 10_000, 100
     async with open_registry(grace_period=1) as reg:
         outcome: list[object] = []
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(
-                    partial(park, reg, i // scopes, f"session:{i % scopes}", outcome=outcome)
+                    partial(
+                        park, reg, i // namespaces, f"session:{i % namespaces}", outcome=outcome
+                    )
                 )
             await trio.testing.wait_all_tasks_blocked()
             assert reg.in_flight_count == n
             results = [
-                reg.notify_cancelled(f"session:{i % scopes}", i // scopes, "bulk") for i in range(n)
+                reg.notify_cancelled(f"session:{i % namespaces}", i // namespaces, "bulk")
+                for i in range(n)
             ]
             assert set(results) == {CancelOutcome.CANCELLED}
             assert reg.row_count == n
@@ -576,7 +579,7 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(autojump_clock: MockC
         def __repr__(self) -> str:
             raise AssertionError("the reason was rendered")
 
-    async with open_registry(max_rows_per_scope=1) as reg:
+    async with open_registry(max_rows_per_namespace=1) as reg:
         reg.cancel(1, "first", "s")
         reg.cancel(1, Expensive(), "s")  # a repeat: first reason wins, nothing rendered
         with pytest.raises(CancellationLimitReached):

@@ -24,10 +24,10 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     checkpoint_cancelled,
     is_valid_request_id,
-    jsonrpc,
     open_registry,
 )
-from trio_mcp_cancel.jsonrpc import (
+from trio_mcp_cancel._protocol import jsonrpc
+from trio_mcp_cancel._protocol.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,

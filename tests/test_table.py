@@ -7,22 +7,22 @@ import random
 import pytest
 
 from trio_mcp_cancel import CancellationLimitReached
-from trio_mcp_cancel.table import CancellationTable
+from trio_mcp_cancel._core.table import CancellationTable
 
 
-def fill(table: CancellationTable, scope: str, count: int, start: int = 0) -> None:
+def fill(table: CancellationTable, namespace: str, count: int, start: int = 0) -> None:
     for i in range(start, start + count):
-        table.insert(scope, i, None, now=float(len(table)))
+        table.insert(namespace, i, None, now=float(len(table)))
 
 
 def test_quota_rejects_and_only_that_scope() -> None:
-    table = CancellationTable(max_rows_per_scope=3, max_rows=None)
+    table = CancellationTable(max_rows_per_namespace=3, max_rows=None)
     fill(table, "a", 3)
     with pytest.raises(CancellationLimitReached) as info:
         table.insert("a", 99, None, 0.0)
-    assert info.value.scope == "a" and info.value.limit == 3
+    assert info.value.namespace == "a" and info.value.limit == 3
     table.insert("b", 99, None, 0.0)
-    assert table.scope_size("a") == 3 and table.scope_size("b") == 1
+    assert table.namespace_size("a") == 3 and table.namespace_size("b") == 1
 
 
 def test_repeat_insert_keeps_first_row() -> None:
@@ -35,47 +35,47 @@ def test_repeat_insert_keeps_first_row() -> None:
 
 
 def test_global_cap_evicts_a_batch_from_the_largest_scope_oldest_first() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=100)
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=100)
     assert table.batch_size == 5
     fill(table, "small", 10)
     fill(table, "big", 60, start=100)
     fill(table, "medium", 30, start=200)
     assert len(table) == 100
     _, _, evicted = table.insert("new", 1, None, 1000.0)
-    assert [(r.scope, r.request_id) for r in evicted] == [("big", i) for i in range(100, 105)]
+    assert [(r.namespace, r.request_id) for r in evicted] == [("big", i) for i in range(100, 105)]
     assert len(table) == 96
-    assert table.scope_size("big") == 55 and table.scope_size("small") == 10
+    assert table.namespace_size("big") == 55 and table.namespace_size("small") == 10
 
 
 def test_eviction_moves_on_to_the_next_largest_scope() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=40)  # batch of 2
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=40)  # batch of 2
     fill(table, "a", 1)
     fill(table, "b", 1, start=10)
     fill(table, "c", 38, start=20)
     _, _, first = table.insert("z", 0, None, 100.0)
-    assert [r.scope for r in first] == ["c", "c"]
+    assert [r.namespace for r in first] == ["c", "c"]
     # Shrink c below b: c's rows go, then a and b tie at one row each.
-    table2 = CancellationTable(max_rows_per_scope=None, max_rows=20)  # batch of 1
+    table2 = CancellationTable(max_rows_per_namespace=None, max_rows=20)  # batch of 1
     fill(table2, "x", 1)
     fill(table2, "y", 2, start=10)
     for i in range(17):
         table2.insert(f"solo{i}", 0, None, 50.0 + i)
     _, _, evicted = table2.insert("late", 0, None, 99.0)
-    assert [r.scope for r in evicted] == ["y"]  # largest first, even though x is older
+    assert [r.namespace for r in evicted] == ["y"]  # largest first, even though x is older
 
 
 def test_ties_fall_back_to_age_whoever_owns_the_rows() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=40)  # batch of 2
-    scopes = [f"s{i}" for i in range(40)]
-    random.Random(7).shuffle(scopes)
-    for t, scope in enumerate(scopes):
-        table.insert(scope, 1, None, float(t))
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=40)  # batch of 2
+    namespaces = [f"s{i}" for i in range(40)]
+    random.Random(7).shuffle(namespaces)
+    for t, namespace in enumerate(namespaces):
+        table.insert(namespace, 1, None, float(t))
     _, _, evicted = table.insert("newcomer", 1, None, 100.0)
-    assert [r.scope for r in evicted] == scopes[:2]
+    assert [r.namespace for r in evicted] == namespaces[:2]
 
 
 def test_batch_is_always_full_even_across_many_scopes() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=200)  # batch of 10
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=200)  # batch of 10
     for i in range(200):
         table.insert(f"s{i % 50}", i, None, float(i))
     _, _, evicted = table.insert("new", 0, None, 500.0)
@@ -85,7 +85,7 @@ def test_batch_is_always_full_even_across_many_scopes() -> None:
 
 
 def test_removed_rows_change_the_eviction_order() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=20)  # batch of 1
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=20)  # batch of 1
     fill(table, "a", 10)
     fill(table, "b", 10, start=100)
     for i in range(5):
@@ -93,7 +93,7 @@ def test_removed_rows_change_the_eviction_order() -> None:
     table.insert("c", 0, None, 0.0)
     fill(table, "d", 4, start=300)
     _, _, evicted = table.insert("e", 0, None, 0.0)
-    assert [(r.scope, r.request_id) for r in evicted] == [("b", 100)]
+    assert [(r.namespace, r.request_id) for r in evicted] == [("b", 100)]
 
 
 def test_remove_is_idempotent_and_forgets_empty_scopes() -> None:
@@ -101,19 +101,19 @@ def test_remove_is_idempotent_and_forgets_empty_scopes() -> None:
     table.insert("a", 1, None, 0.0)
     assert table.remove(("a", 1)) is not None
     assert table.remove(("a", 1)) is None
-    assert table.scope_count() == 0 and len(table) == 0
+    assert table.namespace_count() == 0 and len(table) == 0
 
 
 def test_scope_that_empties_and_returns_is_not_confused_by_stale_entries() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=20)  # batch of 1
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=20)  # batch of 1
     for round_ in range(5):
         table.insert("flappy", round_, None, 0.0)
         table.remove(("flappy", round_))
     fill(table, "a", 12)
     fill(table, "flappy", 8, start=50)
     _, _, evicted = table.insert("z", 0, None, 0.0)
-    assert [r.scope for r in evicted] == ["a"]
-    assert table.scope_size("flappy") == 8
+    assert [r.namespace for r in evicted] == ["a"]
+    assert table.namespace_size("flappy") == 8
 
 
 def test_expire_removes_only_old_rows() -> None:
@@ -127,30 +127,30 @@ def test_expire_removes_only_old_rows() -> None:
 
 
 def test_heap_stays_linear_in_scopes_under_churn() -> None:
-    table = CancellationTable(max_rows_per_scope=None, max_rows=1000)
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=1000)
     rng = random.Random(1)
     for i in range(20_000):
-        scope = f"s{rng.randrange(30)}"
+        namespace = f"s{rng.randrange(30)}"
         if rng.random() < 0.5:
-            table.insert(scope, i, None, float(i))
+            table.insert(namespace, i, None, float(i))
         else:
             rows = table.rows()
             if rows:
                 victim = rows[rng.randrange(len(rows))]
-                table.remove((victim.scope, victim.request_id))
-    assert len(table._heap) <= 2 * table.scope_count() + 65
+                table.remove((victim.namespace, victim.request_id))
+    assert len(table._heap) <= 2 * table.namespace_count() + 65
     assert len(table) <= 1000
 
 
 def test_eviction_matches_a_brute_force_model() -> None:
     """Random inserts and removals against a slow but obvious reference."""
     rng = random.Random(42)
-    table = CancellationTable(max_rows_per_scope=None, max_rows=60)  # batch of 3
+    table = CancellationTable(max_rows_per_namespace=None, max_rows=60)  # batch of 3
     model: dict[tuple[str, int], int] = {}  # key -> seq
     seq = 0
     for step in range(3000):
-        scope = f"s{rng.randrange(8)}"
-        key = (scope, rng.randrange(40))
+        namespace = f"s{rng.randrange(8)}"
+        key = (namespace, rng.randrange(40))
         if rng.random() < 0.3 and model:
             victim = rng.choice(sorted(model))
             table.remove(victim)
@@ -169,7 +169,7 @@ def test_eviction_matches_a_brute_force_model() -> None:
                     if len(expected) < 3:
                         expected.append(k)
         _, _, evicted = table.insert(key[0], key[1], None, float(step))
-        assert [(r.scope, r.request_id) for r in evicted] == expected
+        assert [(r.namespace, r.request_id) for r in evicted] == expected
         for k in expected:
             del model[k]
         model[key] = seq

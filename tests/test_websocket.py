@@ -25,14 +25,14 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     open_registry,
 )
-from trio_mcp_cancel.auth import bearer_auth
-from trio_mcp_cancel.jsonrpc import (
+from trio_mcp_cancel._protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
 )
+from trio_mcp_cancel.http import bearer_auth
 from trio_mcp_cancel.server import LATEST_PROTOCOL_VERSION, McpServer, OnCancel, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.websocket import TOO_MANY_REQUESTS, serve_mcp_websocket

@@ -9,21 +9,21 @@ Quick start::
                 await checkpoint_cancelled()  # raises RequestCancelled
                 ...
 
-See README.md for the transports and the full configuration.
+The core lives here; the MCP server is in :mod:`trio_mcp_cancel.server`,
+the transports in :mod:`.http`, :mod:`.websocket` and :mod:`.stdio`, and the
+test helpers in :mod:`.testing`.  See README.md for the configuration.
 """
 
 from __future__ import annotations
 
-from .context import (
+from ._core.context import (
     RequestLike,
     cancelled,
     checkpoint_cancelled,
-    current_registry,
     current_request,
     reason,
-    tracked,
 )
-from .errors import (
+from ._core.errors import (
     REQUEST_CANCELLED,
     CancellationError,
     CancellationLimitReached,
@@ -31,29 +31,31 @@ from .errors import (
     RegistryClosed,
     RequestCancelled,
 )
-from .events import (
+from ._core.events import (
     CancelKind,
     CleanupEvent,
     Event,
-    EventHub,
     EvictionEvent,
     HardCancelEvent,
     LimitReachedEvent,
     RequestCancelledEvent,
 )
-from .registry import (
-    USE_CONFIG,
-    Cancellation,
+from ._core.namespace import (
+    GLOBAL_NAMESPACE,
+    client_bucket,
+    namespace_for,
+    namespace_from_asgi,
+)
+from ._core.registry import (
     CancelOutcome,
     Registry,
     RegistryConfig,
-    TrackedRequest,
-    Tracking,
-    UseConfig,
+    current_registry,
     open_registry,
+    tracked,
 )
-from .scope import GLOBAL_SCOPE, client_bucket, scope_for, scope_from_asgi
-from .validation import (
+from ._core.request import Cancellation, TrackedRequest
+from ._core.validation import (
     MAX_ID_BYTES,
     RequestId,
     is_valid_request_id,
@@ -61,13 +63,12 @@ from .validation import (
     validate_request_id,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "GLOBAL_SCOPE",
+    "GLOBAL_NAMESPACE",
     "MAX_ID_BYTES",
     "REQUEST_CANCELLED",
-    "USE_CONFIG",
     "CancelKind",
     "CancelOutcome",
     "Cancellation",
@@ -75,7 +76,6 @@ __all__ = [
     "CancellationLimitReached",
     "CleanupEvent",
     "Event",
-    "EventHub",
     "EvictionEvent",
     "HardCancelEvent",
     "InvalidRequestId",
@@ -88,19 +88,17 @@ __all__ = [
     "RequestId",
     "RequestLike",
     "TrackedRequest",
-    "Tracking",
-    "UseConfig",
     "cancelled",
     "checkpoint_cancelled",
     "client_bucket",
     "current_registry",
     "current_request",
     "is_valid_request_id",
+    "namespace_for",
+    "namespace_from_asgi",
     "open_registry",
     "reason",
     "sanitize_reason",
-    "scope_for",
-    "scope_from_asgi",
     "tracked",
     "validate_request_id",
 ]

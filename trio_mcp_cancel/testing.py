@@ -29,8 +29,8 @@ import pytest
 import trio
 import trio.testing
 
-from .events import Event
-from .registry import Registry, RegistryConfig, open_registry
+from ._core.events import Event
+from ._core.registry import Registry, RegistryConfig, open_registry
 
 __all__ = [
     "EventRecorder",

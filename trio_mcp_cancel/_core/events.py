@@ -46,7 +46,7 @@ class RequestCancelledEvent:
 
     name: ClassVar[str] = "request.cancelled"
     request_id: RequestId
-    scope: str
+    namespace: str
     reason: str | None
     kind: CancelKind
 
@@ -58,17 +58,17 @@ class HardCancelEvent:
 
     name: ClassVar[str] = "request.hard_cancelled"
     request_id: RequestId
-    scope: str
+    namespace: str
     kind: CancelKind
 
 
 @attrs.frozen
 class LimitReachedEvent:
-    """``cancellation.limit_reached``: a scope's quota refused a row."""
+    """``cancellation.limit_reached``: a namespace's quota refused a row."""
 
     name: ClassVar[str] = "cancellation.limit_reached"
     request_id: RequestId
-    scope: str
+    namespace: str
 
 
 @attrs.frozen
@@ -77,7 +77,7 @@ class EvictionEvent:
 
     name: ClassVar[str] = "cancellation.evicted"
     evicted: int
-    scopes: tuple[str, ...]
+    namespaces: tuple[str, ...]
 
 
 @attrs.frozen
@@ -166,11 +166,11 @@ class EventHub:
             if isinstance(event, EvictionEvent):
                 logger.log(
                     level,
-                    "%s %d rows from %d scopes, largest first: %r",
+                    "%s %d rows from %d namespaces, largest first: %r",
                     event.name,
                     event.evicted,
-                    len(event.scopes),
-                    event.scopes[:5],
+                    len(event.namespaces),
+                    event.namespaces[:5],
                 )
             else:
                 logger.log(level, "%s %r", event.name, event)

@@ -1,23 +1,23 @@
 """The bounded table of client cancellation rows: quota, global cap, eviction.
 
-Rows are keyed ``(scope, request_id)``.  Two bounds apply, in this order:
+Rows are keyed ``(namespace, request_id)``.  Two bounds apply, in this order:
 
-* the **per-scope quota** rejects an insert (:class:`CancellationLimitReached`)
-  once a scope holds ``max_rows_per_scope`` rows.  It is the only bound that
+* the **per-namespace quota** rejects an insert (:class:`CancellationLimitReached`)
+  once a namespace holds ``max_rows_per_namespace`` rows.  It is the only bound that
   rejects, because a global bound that rejected would let one client deny
   every other client's cancellations;
 * the **global cap** never rejects.  An insert that would exceed
   ``max_rows`` first evicts a batch of ``max(1, max_rows // 20)`` rows:
-  oldest first from the largest scope, then from the next largest.  Scopes of
-  equal size are taken oldest-row first, so when every scope holds one row
+  oldest first from the largest namespace, then from the next largest.  Scopes of
+  equal size are taken oldest-row first, so when every namespace holds one row
   eviction is simply by age, whoever owns the rows.
 
-Finding "the largest scope" must not cost a sort per insert.  Scopes sit in
-a heap ordered by ``(-size, oldest row)``; a scope whose size changes pushes
+Finding "the largest namespace" must not cost a sort per insert.  Scopes sit in
+a heap ordered by ``(-size, oldest row)``; a namespace whose size changes pushes
 a fresh entry and bumps its version, and stale entries are skipped when
 popped (lazy deletion).  Each insert or removal is ``O(log n)``, and a batch
 eviction is ``O(batch log n)``.  The heap is rebuilt when stale entries
-outnumber live ones, which keeps its size linear in the number of scopes.
+outnumber live ones, which keeps its size linear in the number of namespaces.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ Key = tuple[str, RequestId]
 class Row:
     """One recorded client cancellation."""
 
-    scope: str
+    namespace: str
     request_id: RequestId
     reason: str | None
     at: float
@@ -54,12 +54,12 @@ class Row:
 class CancellationTable:
     """Rows of client cancellations, bounded by quota and cap."""
 
-    max_rows_per_scope: int | None = 256
+    max_rows_per_namespace: int | None = 256
     max_rows: int | None = 10_000
     # Global insertion order, oldest first: TTL expiry pops from the front.
     _rows: OrderedDict[Key, Row] = attrs.field(init=False, factory=OrderedDict)
-    # Per scope, also oldest first: eviction pops from the front.
-    _by_scope: dict[str, OrderedDict[RequestId, Row]] = attrs.field(init=False, factory=dict)
+    # Per namespace, also oldest first: eviction pops from the front.
+    _by_namespace: dict[str, OrderedDict[RequestId, Row]] = attrs.field(init=False, factory=dict)
     _heap: list[tuple[int, int, int, str]] = attrs.field(init=False, factory=list)
     _versions: dict[str, int] = attrs.field(init=False, factory=dict)
     _seq: Iterator[int] = attrs.field(init=False, factory=itertools.count)
@@ -79,66 +79,66 @@ class CancellationTable:
     def get(self, key: Key) -> Row | None:
         return self._rows.get(key)
 
-    def scope_size(self, scope: str) -> int:
-        rows = self._by_scope.get(scope)
+    def namespace_size(self, namespace: str) -> int:
+        rows = self._by_namespace.get(namespace)
         return 0 if rows is None else len(rows)
 
-    def scope_count(self) -> int:
-        return len(self._by_scope)
+    def namespace_count(self) -> int:
+        return len(self._by_namespace)
 
     def rows(self) -> list[Row]:
         """A snapshot of every row, oldest first (for tests and debugging)."""
         return list(self._rows.values())
 
-    def admit(self, scope: str, request_id: RequestId) -> Row | None:
+    def admit(self, namespace: str, request_id: RequestId) -> Row | None:
         """Return the key's existing row, or ``None`` if a new row would be accepted.
 
-        Raises :class:`CancellationLimitReached` when the scope is at its
+        Raises :class:`CancellationLimitReached` when the namespace is at its
         quota.  Lets a caller refuse before it does any work on the row.
         """
-        existing = self._rows.get((scope, request_id))
+        existing = self._rows.get((namespace, request_id))
         if existing is not None:
             return existing
         if (
-            self.max_rows_per_scope is not None
-            and self.scope_size(scope) >= self.max_rows_per_scope
+            self.max_rows_per_namespace is not None
+            and self.namespace_size(namespace) >= self.max_rows_per_namespace
         ):
-            raise CancellationLimitReached(scope, self.max_rows_per_scope)
+            raise CancellationLimitReached(namespace, self.max_rows_per_namespace)
         return None
 
     def insert(
-        self, scope: str, request_id: RequestId, reason: str | None, now: float
+        self, namespace: str, request_id: RequestId, reason: str | None, now: float
     ) -> tuple[Row, bool, list[Row]]:
         """Record a row; return ``(row, inserted, evicted_rows)``.
 
         A key that already has a row keeps it (first cancellation wins, and a
         repeated cancel cannot refresh its TTL or move it to the back of the
         eviction order).  Raises :class:`CancellationLimitReached` when the
-        scope is at its quota.
+        namespace is at its quota.
         """
-        existing = self.admit(scope, request_id)
+        existing = self.admit(namespace, request_id)
         if existing is not None:
             return existing, False, []
-        scope_rows = self._by_scope.get(scope)
+        namespace_rows = self._by_namespace.get(namespace)
         evicted: list[Row] = []
         if self.max_rows is not None and len(self._rows) >= self.max_rows:
             evicted = self._evict(self.batch_size)
-            scope_rows = self._by_scope.get(scope)
-        row = Row(scope, request_id, reason, now, next(self._seq))
-        if scope_rows is None:
-            scope_rows = self._by_scope[scope] = OrderedDict()
-        scope_rows[request_id] = row
-        self._rows[(scope, request_id)] = row
-        self._touch(scope, scope_rows)
+            namespace_rows = self._by_namespace.get(namespace)
+        row = Row(namespace, request_id, reason, now, next(self._seq))
+        if namespace_rows is None:
+            namespace_rows = self._by_namespace[namespace] = OrderedDict()
+        namespace_rows[request_id] = row
+        self._rows[(namespace, request_id)] = row
+        self._touch(namespace, namespace_rows)
         return row, True, evicted
 
     def remove(self, key: Key) -> Row | None:
         """Remove and return the row for *key*; ``None`` (and no write) if absent."""
         row = self._rows.pop(key, None)
         if row is not None:
-            scope_rows = self._by_scope[row.scope]
-            del scope_rows[row.request_id]
-            self._touch(row.scope, scope_rows)
+            namespace_rows = self._by_namespace[row.namespace]
+            del namespace_rows[row.request_id]
+            self._touch(row.namespace, namespace_rows)
         return row
 
     def expire(self, cutoff: float) -> list[Row]:
@@ -150,25 +150,25 @@ class CancellationTable:
             if row.at >= cutoff:
                 break
             self._rows.popitem(last=False)
-            del self._by_scope[row.scope][row.request_id]
-            touched.add(row.scope)
+            del self._by_namespace[row.namespace][row.request_id]
+            touched.add(row.namespace)
             expired.append(row)
-        for scope in touched:
-            self._touch(scope, self._by_scope[scope])
+        for namespace in touched:
+            self._touch(namespace, self._by_namespace[namespace])
         return expired
 
-    def _touch(self, scope: str, scope_rows: OrderedDict[RequestId, Row]) -> None:
-        """Re-file *scope* in the heap after its size or oldest row changed."""
-        if not scope_rows:
-            del self._by_scope[scope]
-            self._versions.pop(scope, None)
+    def _touch(self, namespace: str, namespace_rows: OrderedDict[RequestId, Row]) -> None:
+        """Re-file *namespace* in the heap after its size or oldest row changed."""
+        if not namespace_rows:
+            del self._by_namespace[namespace]
+            self._versions.pop(namespace, None)
             return
-        # Versions come from one counter so a scope that empties and comes
+        # Versions come from one counter so a namespace that empties and comes
         # back can never match a stale entry of its earlier life.
-        version = self._versions[scope] = next(self._seq)
-        oldest = next(iter(scope_rows.values())).seq
-        heapq.heappush(self._heap, (-len(scope_rows), oldest, version, scope))
-        if len(self._heap) > 2 * len(self._by_scope) + 64:
+        version = self._versions[namespace] = next(self._seq)
+        oldest = next(iter(namespace_rows.values())).seq
+        heapq.heappush(self._heap, (-len(namespace_rows), oldest, version, namespace))
+        if len(self._heap) > 2 * len(self._by_namespace) + 64:
             self._compact()
 
     def _compact(self) -> None:
@@ -178,14 +178,14 @@ class CancellationTable:
     def _evict(self, count: int) -> list[Row]:
         evicted: list[Row] = []
         while len(evicted) < count and self._heap:
-            _, _, version, scope = heapq.heappop(self._heap)
-            if self._versions.get(scope) != version:
+            _, _, version, namespace = heapq.heappop(self._heap)
+            if self._versions.get(namespace) != version:
                 continue  # stale entry
-            scope_rows = self._by_scope[scope]
-            while scope_rows and len(evicted) < count:
-                request_id, row = scope_rows.popitem(last=False)
-                del self._rows[(scope, request_id)]
+            namespace_rows = self._by_namespace[namespace]
+            while namespace_rows and len(evicted) < count:
+                request_id, row = namespace_rows.popitem(last=False)
+                del self._rows[(namespace, request_id)]
                 evicted.append(row)
-            self._touch(scope, scope_rows)
+            self._touch(namespace, namespace_rows)
         self.evicted_total += len(evicted)
         return evicted

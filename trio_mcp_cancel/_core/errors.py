@@ -35,15 +35,15 @@ class InvalidRequestId(CancellationError, ValueError):
 
 
 class CancellationLimitReached(CancellationError):
-    """The scope already holds its quota of cancellation rows.
+    """The namespace already holds its quota of cancellation rows.
 
     This is the *only* bound that rejects: the global cap evicts instead, so
     that one client filling the table cannot stop other clients' cancels.
     """
 
-    def __init__(self, scope: str, limit: int) -> None:
-        super().__init__(f"scope {scope!r} already holds {limit} cancellation rows")
-        self.scope = scope
+    def __init__(self, namespace: str, limit: int) -> None:
+        super().__init__(f"namespace {namespace!r} already holds {limit} cancellation rows")
+        self.namespace = namespace
         self.limit = limit
 
 

@@ -1,4 +1,4 @@
-"""The current request and registry, found through context variables.
+"""The current request, found through a context variable.
 
 Tool code should not have to thread a handle through every call just to ask
 "was I cancelled?", so :func:`tracked` publishes the request in a
@@ -10,28 +10,23 @@ same request too.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Protocol, overload
+from typing import Protocol, overload
 
 import trio
 
 from .errors import RequestCancelled
-
-if TYPE_CHECKING:
-    from .registry import Registry, TrackedRequest, Tracking
-    from .validation import RequestId
+from .request import TrackedRequest
+from .validation import RequestId
 
 __all__ = [
     "RequestLike",
     "cancelled",
     "checkpoint_cancelled",
-    "current_registry",
     "current_request",
     "reason",
-    "tracked",
 ]
 
 _current_request: ContextVar[TrackedRequest] = ContextVar("trio_mcp_cancel.request")
-_current_registry: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
 _get_request = _current_request.get
 
 
@@ -42,7 +37,7 @@ class RequestLike(Protocol):
     def request_id(self) -> RequestId: ...
 
     @property
-    def scope(self) -> str: ...
+    def namespace(self) -> str: ...
 
 
 _MISSING = object()
@@ -65,17 +60,6 @@ def current_request(default: object = _MISSING) -> TrackedRequest | None:
             raise RuntimeError("not inside a tracked() request")
         return None
     return request
-
-
-def current_registry() -> Registry:
-    """Return the registry of the innermost enclosing ``open_registry()`` block."""
-    registry = _current_registry.get(None)
-    if registry is None:
-        raise RuntimeError(
-            "no registry is running here: use 'async with open_registry() as reg'"
-            " or pass registry= explicitly"
-        )
-    return registry
 
 
 def cancelled() -> bool:
@@ -111,30 +95,3 @@ async def checkpoint_cancelled() -> None:
     cancellation = request.cancellation
     if cancellation is not None:
         raise RequestCancelled(cancellation.reason, cancellation.kind)
-
-
-def tracked(
-    request: RequestLike | RequestId,
-    scope: str | None = None,
-    *,
-    registry: Registry | None = None,
-) -> Tracking:
-    """Track a request for the duration of an ``async with`` block.
-
-    *request* is either an object with ``request_id`` and ``scope``
-    attributes (a transport's tool context) or a bare id, with *scope*
-    (default ``"global"``).  The registry is *registry*, else the request's
-    own ``registry`` attribute, else the one of the enclosing
-    ``open_registry()``.  See :meth:`Registry.tracked`.
-    """
-    if isinstance(request, (int, str)):
-        request_id: RequestId = request
-        scope = "global" if scope is None else scope
-    else:
-        request_id = request.request_id
-        scope = request.scope if scope is None else scope
-        if registry is None:
-            registry = getattr(request, "registry", None)
-    if registry is None:
-        registry = current_registry()
-    return registry.tracked(request_id, scope)

@@ -1,8 +1,8 @@
-"""The cancellation registry: in-flight requests, their cancel scopes, and rows.
+"""The cancellation registry: in-flight requests, their cancel namespaces, and rows.
 
-A request is a Trio task running inside ``async with reg.tracked(id, scope)``.
+A request is a Trio task running inside ``async with reg.tracked(id, namespace)``.
 Tracking gives it a :class:`trio.CancelScope` of its own and files it under
-``(scope, id)``; several tasks may track the same key (clients reuse ids, and
+``(namespace, id)``; several tasks may track the same key (clients reuse ids, and
 a retry can overlap the original), each with its own entry, so one finishing
 leaves the others cancellable.
 
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from enum import Enum
 from types import TracebackType
 from typing import Any, Final
@@ -32,7 +34,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .context import _current_registry, _current_request
+from .context import RequestLike, _current_request
 from .errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from .events import (
     CancelKind,
@@ -44,18 +46,19 @@ from .events import (
     LimitReachedEvent,
     RequestCancelledEvent,
 )
-from .scope import GLOBAL_SCOPE
+from .namespace import GLOBAL_NAMESPACE, is_private
+from .request import Cancellation, TrackedRequest
 from .table import CancellationTable, Key, Row
 from .validation import RequestId, is_valid_request_id, sanitize_reason, validate_request_id
 
 __all__ = [
+    "current_registry",
+    "tracked",
     "USE_CONFIG",
     "CancelOutcome",
     "UseConfig",
-    "Cancellation",
     "Registry",
     "RegistryConfig",
-    "TrackedRequest",
     "Tracking",
     "open_registry",
 ]
@@ -78,8 +81,8 @@ class RegistryConfig:
     grace_period: float | None = attrs.field(default=5.0, validator=_non_negative)
     """Seconds between the polled flag and the hard cancel.  ``0`` cancels at
     once; ``None`` never hard-cancels (the tool must poll)."""
-    max_rows_per_scope: int | None = attrs.field(default=256, validator=_positive)
-    """Per-scope quota of cancellation rows; the only bound that rejects."""
+    max_rows_per_namespace: int | None = attrs.field(default=256, validator=_positive)
+    """Per-namespace quota of cancellation rows; the only bound that rejects."""
     max_rows: int | None = attrs.field(default=10_000, validator=_positive)
     """Global cap; reaching it evicts ``max_rows // 20`` rows.  ``None``: unbounded."""
     max_reason_length: int = attrs.field(default=256, validator=_non_negative)
@@ -88,6 +91,10 @@ class RegistryConfig:
     """Age after which the janitor removes a cancellation row."""
     cleanup_interval: float | None = attrs.field(default=60.0, validator=_positive)
     """Seconds between janitor passes; ``None`` runs no janitor."""
+    early_cancel_ttl: float | None = attrs.field(default=5.0, validator=_non_negative)
+    """Seconds a client's cancel of a request that has not started yet is kept
+    (legacy HTTP: the cancel's POST can overtake the call's), in session and
+    principal namespaces only; ``None``: such cancels are ignored."""
 
 
 class UseConfig(Enum):
@@ -109,58 +116,13 @@ class CancelOutcome(Enum):
     CANCELLED = "cancelled"
     """At least one in-flight request was flagged (or already was)."""
     NOT_IN_FLIGHT = "not_in_flight"
-    """No such request in this scope: unknown, finished, or someone else's."""
+    """No such request in this namespace: unknown, finished, or someone else's."""
     LIMIT_REACHED = "limit_reached"
-    """The scope is at its quota; nothing was recorded."""
+    """The namespace is at its quota; nothing was recorded."""
     INVALID_REQUEST_ID = "invalid_request_id"
     """The id was not an int or a short string."""
-
-
-@attrs.frozen
-class Cancellation:
-    """Why and how a request was cancelled; the value behind the polled flag."""
-
-    reason: str | None
-    kind: CancelKind
-    at: float
-
-
-@attrs.define(eq=False, repr=False)
-class TrackedRequest:
-    """One tracked request: its key, its private token and its cancel scope.
-
-    ``token`` is private: it is assigned here, never derived from or shown to
-    the client, so a server-side cancellation keyed to it cannot be seen or
-    cleared by another client that shares the scope and reuses the id.
-    """
-
-    request_id: RequestId
-    scope: str
-    token: int
-    cancel_scope: trio.CancelScope
-    started_at: float
-    registry: Registry
-    cancellation: Cancellation | None = None
-    _task: weakref.ref[trio.lowlevel.Task] | None = None
-
-    def __repr__(self) -> str:
-        state = "cancelled" if self.cancellation is not None else "running"
-        return f"<TrackedRequest {self.request_id!r} in {self.scope!r} {state}>"
-
-    @property
-    def cancelled(self) -> bool:
-        """The polled flag."""
-        return self.cancellation is not None
-
-    @property
-    def reason(self) -> str | None:
-        return None if self.cancellation is None else self.cancellation.reason
-
-    @property
-    def task_alive(self) -> bool:
-        """Whether the task that tracked this request can still untrack it."""
-        task = None if self._task is None else self._task()
-        return task is not None and getattr(task.coro, "cr_frame", True) is not None
+    PENDING = "pending"
+    """Not in flight yet: kept for ``early_cancel_ttl``, applied if it starts."""
 
 
 class Tracking:
@@ -172,18 +134,18 @@ class Tracking:
     checkpoint (like ``open_nursery()``'s entry): tracking never blocks.
     """
 
-    __slots__ = ("_registry", "_request", "_request_id", "_scope", "_token")
+    __slots__ = ("_namespace", "_registry", "_request", "_request_id", "_token")
 
-    def __init__(self, registry: Registry, request_id: RequestId, scope: str) -> None:
+    def __init__(self, registry: Registry, request_id: RequestId, namespace: str) -> None:
         self._registry = registry
         self._request_id = request_id
-        self._scope = scope
+        self._namespace = namespace
         self._request: TrackedRequest | None = None
 
     async def __aenter__(self) -> TrackedRequest:
         if self._request is not None:
             raise RuntimeError("a tracked() block cannot be entered twice")
-        request = self._request = self._registry.track(self._request_id, self._scope)
+        request = self._request = self._registry.track(self._request_id, self._namespace)
         request.cancel_scope.__enter__()
         self._token = _current_request.set(request)
         return request
@@ -205,7 +167,7 @@ class Tracking:
             # Our own scope caught its own Cancelled: the grace period ran out.
             cancellation = request.cancellation
             kind: CancelKind = "server" if cancellation is None else cancellation.kind
-            self._registry.events.emit(HardCancelEvent(request.request_id, request.scope, kind))
+            self._registry.events.emit(HardCancelEvent(request.request_id, request.namespace, kind))
             raise RequestCancelled(None if cancellation is None else cancellation.reason, kind)
         return False
 
@@ -224,12 +186,14 @@ class Registry:
             config = attrs.evolve(config, **overrides)
         self.config: Final = config
         self.events: Final = EventHub()
-        self._table = CancellationTable(config.max_rows_per_scope, config.max_rows)
+        self._table = CancellationTable(config.max_rows_per_namespace, config.max_rows)
         # key -> {token: request}: duplicates of one key each have an entry,
         # and removing one is O(1) however many share the key.
         self._in_flight: dict[Key, dict[int, TrackedRequest]] = {}
         self._by_token: dict[int, TrackedRequest] = {}
         self._tokens = itertools.count(1)
+        # (expires at, key, row seq) of cancels kept for requests not yet started.
+        self._early: deque[tuple[float, Key, int]] = deque()
         self._running = False
         self._idle = trio.Event()
         self._idle.set()
@@ -264,8 +228,8 @@ class Registry:
 
     # -- tracking ----------------------------------------------------------
 
-    def tracked(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> Tracking:
-        """Track ``(scope, request_id)`` for an ``async with`` block.
+    def tracked(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> Tracking:
+        """Track ``(namespace, request_id)`` for an ``async with`` block.
 
         Inside the block the request is current (see :func:`cancelled`).
         On exit it is untracked, in a ``finally``, however the block ends.
@@ -275,9 +239,9 @@ class Registry:
         request for a finished one.  Cancellation from an enclosing scope
         propagates untouched.
         """
-        return Tracking(self, request_id, scope)
+        return Tracking(self, request_id, namespace)
 
-    def track(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> TrackedRequest:
+    def track(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> TrackedRequest:
         """Low-level: file a request for the calling task; pair with :meth:`untrack`.
 
         The caller must enter ``request.cancel_scope`` itself.  A request
@@ -292,15 +256,14 @@ class Registry:
         now = trio.current_time()
         request = TrackedRequest(
             request_id,
-            scope,
+            namespace,
             next(self._tokens),
             trio.CancelScope(),
             now,
-            self,
             None,
             weakref.ref(trio.lowlevel.current_task()),
         )
-        key = (scope, request_id)
+        key = (namespace, request_id)
         siblings = self._in_flight.get(key)
         if siblings is None:
             self._in_flight[key] = {request.token: request}
@@ -309,6 +272,8 @@ class Registry:
         if not self._by_token and self._idle.is_set():
             self._idle = trio.Event()
         self._by_token[request.token] = request
+        if self._early:
+            self._expire_early(now)
         row = self._table.get(key)
         if row is not None:
             self._flag(
@@ -322,7 +287,7 @@ class Registry:
             return
         if not self._by_token:
             self._idle.set()
-        key = (request.scope, request.request_id)
+        key = (request.namespace, request.request_id)
         siblings = self._in_flight[key]
         del siblings[request.token]
         if not siblings:
@@ -341,9 +306,9 @@ class Registry:
         while self._by_token:
             await self._idle.wait()
 
-    def in_flight(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> bool:
-        """Whether some task is tracking ``(scope, request_id)`` right now."""
-        return is_valid_request_id(request_id) and (scope, request_id) in self._in_flight
+    def in_flight(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> bool:
+        """Whether some task is tracking ``(namespace, request_id)`` right now."""
+        return is_valid_request_id(request_id) and (namespace, request_id) in self._in_flight
 
     def requests(self) -> list[TrackedRequest]:
         """A snapshot of every in-flight request."""
@@ -355,56 +320,79 @@ class Registry:
     # -- cancelling --------------------------------------------------------
 
     def notify_cancelled(
-        self, scope: str, request_id: object, reason: object = None
+        self, namespace: str, request_id: object, reason: object = None
     ) -> CancelOutcome:
-        """Handle a client's ``notifications/cancelled`` for *request_id* in *scope*.
+        """Handle a client's ``notifications/cancelled`` for *request_id* in *namespace*.
 
-        Recorded only when that request is in flight in that scope; ignored
+        Recorded only when that request is in flight in that namespace; ignored
         otherwise, as MCP permits (the request may have finished already,
         or belong to somebody else).  Never raises for bad input: the
         transport has nobody to report an error to.
         """
         if not is_valid_request_id(request_id):
             return CancelOutcome.INVALID_REQUEST_ID
-        if (scope, request_id) not in self._in_flight:
+        key = (namespace, request_id)
+        early = key not in self._in_flight
+        ttl = self.config.early_cancel_ttl
+        if early and (ttl is None or not is_private(namespace)):
             return CancelOutcome.NOT_IN_FLIGHT
         try:
-            self.cancel(request_id, reason, scope)
+            self.cancel(request_id, reason, namespace)
         except CancellationLimitReached:
             return CancelOutcome.LIMIT_REACHED
-        return CancelOutcome.CANCELLED
+        if not early:
+            return CancelOutcome.CANCELLED
+        assert ttl is not None
+        row = self._table.get(key)
+        if row is not None:
+            self._expire_early(trio.current_time())
+            self._early.append((row.at + ttl, key, row.seq))
+        return CancelOutcome.PENDING
+
+    def _expire_early(self, now: float) -> None:
+        """Drop kept early cancels whose request never started in time.
+
+        The deque is in expiry order (one TTL for all), so this costs one
+        comparison when nothing is due.
+        """
+        early = self._early
+        while early and early[0][0] <= now:
+            _, key, seq = early.popleft()
+            row = self._table.get(key)
+            if row is not None and row.seq == seq and key not in self._in_flight:
+                self._table.remove(key)
 
     def cancel(
-        self, request_id: RequestId, reason: object = None, scope: str = GLOBAL_SCOPE
+        self, request_id: RequestId, reason: object = None, namespace: str = GLOBAL_NAMESPACE
     ) -> None:
-        """Record a client cancellation of ``(scope, request_id)``, in flight or not.
+        """Record a client cancellation of ``(namespace, request_id)``, in flight or not.
 
         In-flight requests with that key are flagged at once and
         hard-cancelled after the grace period; a request tracked later with
         the key starts out cancelled.  Idempotent: the first reason wins.
 
-        Raises :class:`InvalidRequestId` and, when *scope* is at its quota,
+        Raises :class:`InvalidRequestId` and, when *namespace* is at its quota,
         :class:`CancellationLimitReached`.  The global cap never raises.
         """
         validate_request_id(request_id)
         # Refuse a repeat or an over-quota cancel before any work on the reason:
         # a flood of them must stay cheap.
         try:
-            if self._table.admit(scope, request_id) is not None:
+            if self._table.admit(namespace, request_id) is not None:
                 return
         except CancellationLimitReached:
-            self.events.emit(LimitReachedEvent(request_id, scope))
+            self.events.emit(LimitReachedEvent(request_id, namespace))
             raise
         text = sanitize_reason(reason, self.config.max_reason_length)
-        row, _, evicted = self._table.insert(scope, request_id, text, trio.current_time())
+        row, _, evicted = self._table.insert(namespace, request_id, text, trio.current_time())
         if evicted:
             self.events.emit(
-                EvictionEvent(len(evicted), tuple(dict.fromkeys(r.scope for r in evicted)))
+                EvictionEvent(len(evicted), tuple(dict.fromkeys(r.namespace for r in evicted)))
             )
         cancellation = Cancellation(row.reason, "client", row.at)
-        for request in self._in_flight.get((scope, request_id), {}).values():
+        for request in self._in_flight.get((namespace, request_id), {}).values():
             self._flag(request, cancellation, self.config.grace_period)
-        self.events.emit(RequestCancelledEvent(request_id, scope, row.reason, "client"))
+        self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
 
     def cancel_request(
         self,
@@ -417,7 +405,7 @@ class Registry:
         """Cancel one request from the server side: a dropped stream, a time limit.
 
         Keyed to the request's private token (a :class:`TrackedRequest` or
-        its ``token``), never to ``(scope, id)``, so it touches exactly this
+        its ``token``), never to ``(namespace, id)``, so it touches exactly this
         request.  Returns ``False``, doing nothing, when it is not in flight.
         *grace* overrides the configured grace period (a transport passes its
         ``stream_cancel_timeout`` for disconnects).
@@ -437,7 +425,7 @@ class Registry:
         first = target.cancellation is None
         self._flag(target, Cancellation(text, kind, trio.current_time()), grace)
         if first:
-            self.events.emit(RequestCancelledEvent(target.request_id, target.scope, text, kind))
+            self.events.emit(RequestCancelledEvent(target.request_id, target.namespace, text, kind))
         return True
 
     def _flag(
@@ -456,24 +444,24 @@ class Registry:
 
     # -- queries -----------------------------------------------------------
 
-    def cancelled(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> bool:
-        """Whether ``(scope, request_id)`` has a client cancellation.
+    def cancelled(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> bool:
+        """Whether ``(namespace, request_id)`` has a client cancellation.
 
         True while a row exists, and also while a flagged request with that
         key is still running after its row was evicted or expired: a flag,
         once set, is never taken back.
         """
-        return self._lookup(request_id, scope) is not None
+        return self._lookup(request_id, namespace) is not None
 
-    def reason(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> str | None:
-        """The recorded reason for ``(scope, request_id)``, or ``None``."""
-        found = self._lookup(request_id, scope)
+    def reason(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> str | None:
+        """The recorded reason for ``(namespace, request_id)``, or ``None``."""
+        found = self._lookup(request_id, namespace)
         return None if found is None else found.reason
 
-    def _lookup(self, request_id: RequestId, scope: str) -> Row | Cancellation | None:
+    def _lookup(self, request_id: RequestId, namespace: str) -> Row | Cancellation | None:
         if not is_valid_request_id(request_id):
             return None  # never stored, and 1.0 or True must not match the row of 1
-        key = (scope, request_id)
+        key = (namespace, request_id)
         row = self._table.get(key)
         if row is not None:
             return row
@@ -482,14 +470,14 @@ class Registry:
                 return request.cancellation
         return None
 
-    def clear(self, request_id: RequestId, scope: str = GLOBAL_SCOPE) -> None:
-        """Remove the cancellation row of ``(scope, request_id)``; idempotent.
+    def clear(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> None:
+        """Remove the cancellation row of ``(namespace, request_id)``; idempotent.
 
         Flags already set on in-flight requests stay set.
         """
         if not is_valid_request_id(request_id):
             return
-        key = (scope, request_id)
+        key = (namespace, request_id)
         if key in self._table:
             self._table.remove(key)
 
@@ -505,8 +493,8 @@ class Registry:
     def in_flight_count(self) -> int:
         return len(self._by_token)
 
-    def scope_row_count(self, scope: str) -> int:
-        return self._table.scope_size(scope)
+    def namespace_row_count(self, namespace: str) -> int:
+        return self._table.namespace_size(namespace)
 
     # -- housekeeping ------------------------------------------------------
 
@@ -519,7 +507,9 @@ class Registry:
         """
         if ttl is None:
             ttl = self.config.ttl
-        removed = len(self._table.expire(trio.current_time() - ttl))
+        now = trio.current_time()
+        self._expire_early(now)
+        removed = len(self._table.expire(now - ttl))
         dead = [request for request in self._by_token.values() if not request.task_alive]
         for request in dead:
             self.untrack(request)
@@ -547,3 +537,44 @@ async def open_registry(
         finally:
             _current_registry.reset(token)
             nursery.cancel_scope.cancel()
+
+
+_current_registry: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
+
+
+def current_registry() -> Registry:
+    """Return the registry of the innermost enclosing ``open_registry()`` block."""
+    registry = _current_registry.get(None)
+    if registry is None:
+        raise RuntimeError(
+            "no registry is running here: use 'async with open_registry() as reg'"
+            " or pass registry= explicitly"
+        )
+    return registry
+
+
+def tracked(
+    request: RequestLike | RequestId,
+    namespace: str | None = None,
+    *,
+    registry: Registry | None = None,
+) -> Tracking:
+    """Track a request for the duration of an ``async with`` block.
+
+    *request* is either an object with ``request_id`` and ``namespace``
+    attributes (a transport's tool context) or a bare id, with *namespace*
+    (default ``"global"``).  The registry is *registry*, else the request's
+    own ``registry`` attribute, else the one of the enclosing
+    ``open_registry()``.  See :meth:`Registry.tracked`.
+    """
+    if isinstance(request, (int, str)):
+        request_id: RequestId = request
+        namespace = "global" if namespace is None else namespace
+    else:
+        request_id = request.request_id
+        namespace = request.namespace if namespace is None else namespace
+        if registry is None:
+            registry = getattr(request, "registry", None)
+    if registry is None:
+        registry = current_registry()
+    return registry.tracked(request_id, namespace)

@@ -2,8 +2,9 @@
 
 A session id is a credential: it is unguessable (``secrets``), bound to the
 principal that created it (presented by another principal it is "unknown",
-404, never shared), and never shown; the ``session:`` scope uses the
-session's separate ``public_id``.  The store
+404, never shared), and never shown; the ``session:`` namespace uses the
+session's separate ``public_id``.  Each session is a legacy-era
+:class:`Channel`.  The store
 is bounded: past ``max_sessions`` the least recently used session is
 dropped, and sessions idle for ``idle_timeout`` expire when next looked at.
 """
@@ -15,7 +16,7 @@ from collections import OrderedDict
 
 import attrs
 
-from .server import Exchange
+from ..._protocol.dispatch import Channel
 
 __all__ = ["Session", "SessionStore"]
 
@@ -23,13 +24,14 @@ __all__ = ["Session", "SessionStore"]
 @attrs.define(eq=False)
 class Session:
     id: str
-    """The secret the client presents; never logged, never part of a scope."""
+    """The secret the client presents; never logged, never part of a namespace."""
     principal: str | None
     last_seen: float
     public_id: str = attrs.field(factory=lambda: secrets.token_urlsafe(12))
-    """Names the session in its scope, events and logs without revealing ``id``."""
-    exchanges: set[Exchange] = attrs.field(factory=set)
-    """Requests of this session still running, to cancel when it ends."""
+    """Names the session in its namespace, events and logs without revealing ``id``."""
+    channel: Channel = attrs.field(factory=Channel)
+    """The session's calls still running (cancelled when it ends), its
+    concurrency limit and what ``initialize`` negotiated."""
 
 
 @attrs.define(eq=False)
@@ -41,12 +43,14 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, principal: str | None, now: float) -> tuple[Session, list[Session]]:
+    def create(
+        self, principal: str | None, now: float, channel: Channel
+    ) -> tuple[Session, list[Session]]:
         """Issue a new session; return it and any sessions evicted to make room."""
         evicted: list[Session] = []
         while len(self._sessions) >= self.max_sessions:
             evicted.append(self._sessions.popitem(last=False)[1])
-        session = Session(secrets.token_urlsafe(24), principal, now)
+        session = Session(secrets.token_urlsafe(24), principal, now, channel=channel)
         self._sessions[session.id] = session
         return session, evicted
 

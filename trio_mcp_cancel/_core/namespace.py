@@ -1,8 +1,8 @@
-"""Derivation of the cancellation scope: *whose* request id is this?
+"""Derivation of the cancellation namespace: *whose* request id is this?
 
 JSON-RPC ids are chosen by the client and are usually small integers, so an
 id alone names nothing: every client has a request ``1``.  Cancellations are
-therefore keyed by ``(scope, id)``, with the scope derived from the caller,
+therefore keyed by ``(namespace, id)``, with the namespace derived from the caller,
 most specific first:
 
 1. ``session:<id>`` - the MCP session the transport issued;
@@ -14,7 +14,7 @@ most specific first:
 
 The prefixes keep the namespaces apart: a principal whose id happens to be
 an IP address string does not share that client's rows.  The same request
-shape must produce the same scope on the request being cancelled and on the
+shape must produce the same namespace on the request being cancelled and on the
 notification that cancels it, which is why every component is per-client
 and none is per-request.
 """
@@ -25,11 +25,17 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["GLOBAL_SCOPE", "client_bucket", "scope_for", "scope_from_asgi"]
+__all__ = [
+    "GLOBAL_NAMESPACE",
+    "client_bucket",
+    "is_private",
+    "namespace_for",
+    "namespace_from_asgi",
+]
 
-GLOBAL_SCOPE: Final = "global"
+GLOBAL_NAMESPACE: Final = "global"
 
-# Longest session/principal id that becomes part of a scope.  Longer ones are
+# Longest session/principal id that becomes part of a namespace.  Longer ones are
 # not truncated (that would merge distinct callers) but refused, and the next
 # component is tried.
 _MAX_COMPONENT: Final = 256
@@ -61,19 +67,28 @@ def client_bucket(address: object) -> str | None:
     return None
 
 
+def is_private(namespace: str) -> bool:
+    """Whether *namespace* belongs to one client: a session or an authenticated principal.
+
+    An ``ip:`` or ``global`` namespace may be shared by strangers (behind a
+    NAT or proxy), so nothing is kept there on a client's word alone.
+    """
+    return namespace.startswith(("session:", "principal:"))
+
+
 def _component(value: object) -> str | None:
     if isinstance(value, str) and 0 < len(value) <= _MAX_COMPONENT:
         return value
     return None
 
 
-def scope_for(
+def namespace_for(
     *,
     session_id: object = None,
     principal: object = None,
     client: object = None,
 ) -> str:
-    """Derive the scope from plain values; see the module docstring for the order.
+    """Derive the namespace from plain values; see the module docstring for the order.
 
     ``principal`` may be a string id or an object with a string ``id``
     attribute.  Non-string ids are ignored rather than stringified: ``1`` and
@@ -89,16 +104,16 @@ def scope_for(
     bucket = client_bucket(client)
     if bucket is not None:
         return f"ip:{bucket}"
-    return GLOBAL_SCOPE
+    return GLOBAL_NAMESPACE
 
 
-def scope_from_asgi(
+def namespace_from_asgi(
     asgi_scope: Mapping[str, Any],
     *,
     session_id: object = None,
     principal: object = None,
 ) -> str:
-    """Derive the scope of an ASGI ``http``/``websocket`` connection.
+    """Derive the namespace of an ASGI ``http``/``websocket`` connection.
 
     ``session_id`` and ``principal`` are the *verified* values (a session the
     server issued, a principal its auth hook returned); when they are not
@@ -111,4 +126,6 @@ def scope_from_asgi(
         session_id = state.get("mcp_session_id")
     if principal is None:
         principal = state.get("principal")
-    return scope_for(session_id=session_id, principal=principal, client=asgi_scope.get("client"))
+    return namespace_for(
+        session_id=session_id, principal=principal, client=asgi_scope.get("client")
+    )

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from .validation import RequestId, is_valid_request_id
+from .._core.validation import RequestId, is_valid_request_id
 
 __all__ = [
     "INTERNAL_ERROR",

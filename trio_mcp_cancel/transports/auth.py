@@ -1,6 +1,6 @@
 """Authentication hooks: turn request headers into a principal id.
 
-A principal gives a caller the ``principal:`` scope, so clients behind one
+A principal gives a caller the ``principal:`` namespace, so clients behind one
 address stop sharing a cancellation namespace.  A hook receives the request
 headers (names lower-cased) and returns the principal's string id, or
 ``None`` for "not authenticated" (answered with 401).  It may be sync or

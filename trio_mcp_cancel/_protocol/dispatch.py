@@ -1,0 +1,703 @@
+"""The dispatch core: one path from a decoded message to its answer, for every transport.
+
+A transport frames a message and describes who sent it (:class:`Caller`)
+and how to reach that request's stream (:class:`Exchange`); everything else
+happens here, in this order:
+
+1. :meth:`McpServer.prepare` *classifies* the message (JSON-RPC shape, era,
+   modern envelope), finds its handler in the **method table** and, for
+   ``tools/call``, the tool, once.  It never awaits, so a transport can decide
+   from the result (``call.tracked``) whether to watch the stream, stream
+   SSE, or answer at once, without parsing anything twice.
+2. :meth:`McpServer.run` applies the **admission policy** (concurrency limit
+   of the caller's channel), runs the handler (tools inside ``tracked()``)
+   and turns every exception into a JSON-RPC error in exactly one place.
+   It reports ``task_status.started()`` once the request is registered, so
+   a stream transport using ``nursery.start`` never reads the next message
+   (a ``notifications/cancelled`` for this one, say) before this request can
+   be cancelled.
+3. The answer follows MCP's cancellation rules: after a **client** cancel
+   (``notifications/cancelled`` or a closed stream) nothing more is sent for
+   the request, neither the response nor progress; after a **server**
+   cancel (a time limit, a session ending, shutdown) the client gets
+   ``-32800`` with the reason, so it never waits forever.
+
+:meth:`McpServer.handle` is ``prepare`` + ``run`` in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+import trio
+
+from .._core.context import checkpoint_cancelled
+from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._core.events import CancelKind
+from .._core.registry import USE_CONFIG, Registry, UseConfig
+from .._core.request import TrackedRequest
+from .._core.validation import RequestId, is_valid_request_id
+from . import jsonrpc
+from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
+from .tools import Tool, ToolArgumentError, error_result, make_tool, tool_result
+from .versions import (
+    LEGACY_VERSIONS,
+    LOG_LEVELS,
+    META_SERVER_INFO,
+    MISSING_CLIENT_CAPABILITY,
+    MODERN_VERSIONS,
+    Envelope,
+    Era,
+    has_modern_meta,
+    missing_capabilities,
+    negotiate_legacy_version,
+    read_envelope,
+)
+
+__all__ = [
+    "TOO_MANY_REQUESTS",
+    "Call",
+    "Caller",
+    "Channel",
+    "Exchange",
+    "LegacyState",
+    "McpServer",
+    "OnCancel",
+    "ToolContext",
+    "too_many_requests",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.server")
+
+#: JSON-RPC error code (implementation-defined) for a caller that already
+#: runs its channel's ``max_concurrent_requests`` calls.
+TOO_MANY_REQUESTS: Final = -32001
+
+#: What a request the *client* cancelled is answered with: ``"silent"`` (the
+#: default) sends nothing, as MCP requires; ``"error"`` sends ``-32800``
+#: "Request cancelled", for clients that wait for an answer regardless.
+#: Server-side cancels are always answered ``-32800``.
+OnCancel = Literal["silent", "error"]
+
+SendMessage = Callable[[Message], Awaitable[None]]
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+_CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
+
+
+def too_many_requests(request_id: RequestId) -> Message:
+    """The answer to a call over the caller's concurrency limit."""
+    return jsonrpc.error_message(request_id, TOO_MANY_REQUESTS, "Too many concurrent requests")
+
+
+@attrs.define(eq=False)
+class LegacyState:
+    """What a legacy ``initialize`` negotiated, for the rest of its session."""
+
+    protocol_version: str
+    client_capabilities: Mapping[str, Any]
+    client_info: Mapping[str, Any] | None = None
+    log_level: str | None = None
+    """Set by ``logging/setLevel``; ``None`` sends every level."""
+
+
+@attrs.define(eq=False)
+class Channel:
+    """What one client holds open across requests: a legacy HTTP session or a
+    stream connection (stdio, WebSocket, memory).  Modern HTTP has none.
+
+    It bounds how many calls the client runs at once, and knows them all so
+    that ending the channel cancels them.
+    """
+
+    max_concurrent_requests: int = 64
+    exchanges: set[Exchange] = attrs.field(factory=set)
+    legacy: LegacyState | None = None
+    """Set by ``initialize``: this channel speaks the legacy era."""
+
+    def cancel_all(
+        self,
+        reason: str,
+        *,
+        kind: CancelKind = "server",
+        grace: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel every call still running on this channel."""
+        for exchange in list(self.exchanges):
+            exchange.cancel(reason, kind=kind, grace=grace)
+
+
+@attrs.define(eq=False)
+class Caller:
+    """Who is calling: the namespace their ids live in, and the registry to use.
+
+    ``session_id`` is a name for the session that is safe to show (over HTTP,
+    not the ``Mcp-Session-Id`` secret itself).
+    """
+
+    namespace: str
+    registry: Registry
+    channel: Channel | None = None
+    principal: str | None = None
+    session_id: str | None = None
+
+
+@attrs.define(eq=False)
+class Exchange:
+    """One request/response exchange as the transport sees it.
+
+    ``send`` writes a request-related notification (progress, log) on the
+    request's own stream (``None``: the transport cannot stream, and they are
+    dropped).  ``request`` is set once the tool runs, so the transport can
+    cancel exactly this request (by its private token) when its stream goes
+    away; a cancel that comes before the tool started is kept and applied
+    when it starts.
+    """
+
+    send: SendMessage | None = None
+    request: TrackedRequest | None = None
+    _registry: Registry | None = None
+    _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
+
+    def cancel(
+        self,
+        reason: str,
+        *,
+        kind: CancelKind = "disconnect",
+        grace: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel this exchange's request server-side, now or as soon as it starts."""
+        if self.request is not None and self._registry is not None:
+            self._registry.cancel_request(self.request, reason, kind=kind, grace=grace)
+        elif self._pending is None:
+            self._pending = (reason, kind, grace)
+
+    def _started(self, request: TrackedRequest, registry: Registry) -> None:
+        self.request = request
+        self._registry = registry
+        if self._pending is not None:
+            reason, kind, grace = self._pending
+            self.cancel(reason, kind=kind, grace=grace)
+
+    @property
+    def cancel_kind(self) -> CancelKind | None:
+        """Who cancelled this request, if anybody did."""
+        if self.request is not None and self.request.cancellation is not None:
+            return self.request.cancellation.kind
+        return None if self._pending is None else self._pending[1]
+
+    @property
+    def silenced(self) -> bool:
+        """The client cancelled: nothing more may be sent for this request."""
+        return self.cancel_kind in _CLIENT_KINDS
+
+    async def notify(self, message: Message) -> None:
+        """Send a request-related notification, unless the client cancelled."""
+        if self.send is not None and not self.silenced:
+            await self.send(message)
+
+
+@attrs.define(eq=False)
+class ToolContext:
+    """The first argument of every tool: identity, cancellation, progress and logging."""
+
+    request_id: RequestId
+    caller: Caller
+    progress_token: str | int | None = None
+    _exchange: Exchange = attrs.field(factory=Exchange)
+    log_level: str | None = None
+    """The least severe level the client wants logged for this request (``None``: none)."""
+    era: Era = "legacy"
+    _last_progress: float = -math.inf
+
+    @property
+    def namespace(self) -> str:
+        return self.caller.namespace
+
+    @property
+    def registry(self) -> Registry:
+        return self.caller.registry
+
+    @property
+    def request(self) -> TrackedRequest:
+        """The tracked request (available inside a cancellable tool's body)."""
+        request = self._exchange.request
+        if request is None:
+            raise RuntimeError("the tool is not running, or is not cancellable")
+        return request
+
+    @property
+    def cancelled(self) -> bool:
+        """The polled flag of this request (always false for a non-cancellable tool)."""
+        request = self._exchange.request
+        return request is not None and request.cancelled
+
+    async def checkpoint(self) -> None:
+        """``await checkpoint_cancelled()``: a checkpoint that raises once cancelled.
+
+        For a tool registered with ``cancellable=False`` it is a plain checkpoint.
+        """
+        if self._exchange.request is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await checkpoint_cancelled()
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Send ``notifications/progress`` if the client asked for progress.
+
+        MCP requires progress to increase; a value that does not is a bug in
+        the tool and raises :class:`ValueError`.  Nothing is sent once the
+        client cancelled the request.
+        """
+        if not progress > self._last_progress:
+            raise ValueError(f"progress must increase ({progress} after {self._last_progress})")
+        if not math.isfinite(progress) or (total is not None and not math.isfinite(total)):
+            raise ValueError("progress and total must be finite numbers")
+        self._last_progress = progress
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self._exchange.notify(
+            {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+        )
+
+    async def log(self, level: str, data: object, logger: str | None = None) -> None:
+        """Send ``notifications/message`` on this request's stream.
+
+        Sent only when the client asked for *level* or a less severe one:
+        per request in the modern era (``_meta`` ``logLevel``; no level, no
+        messages), by ``logging/setLevel`` in the legacy era (every level
+        until the client sets one).  Never sent after the client cancelled.
+        """
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}")
+        if self.log_level is None or LOG_LEVELS.index(level) < LOG_LEVELS.index(self.log_level):
+            return
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        await self._exchange.notify(
+            {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
+        )
+
+
+Handler = Callable[["McpServer", "Call", Caller, Exchange, Callable[[], None]], Awaitable[Any]]
+
+
+@attrs.frozen
+class _Method:
+    handler: Handler
+    eras: frozenset[Era] = frozenset({"modern", "legacy"})
+
+
+@attrs.define(eq=False, slots=True)
+class Call:
+    """One classified message, bound to what answers it.
+
+    ``error`` is set when the message is answered at once with an error (bad
+    shape, unknown method, bad envelope); ``request`` is ``None`` for
+    notifications and client responses.
+    """
+
+    era: Era
+    request: jsonrpc.Request | None = None
+    notification: jsonrpc.Notification | None = None
+    method: _Method | None = None
+    tool: Tool | None = None
+    envelope: Envelope | None = None
+    error: JsonRpcError | None = None
+
+    @property
+    def tracked(self) -> bool:
+        """Whether running it runs a cancellable tool (so it can be cancelled)."""
+        return self.tool is not None and self.tool.cancellable and self.error is None
+
+
+class _Starter:
+    """Calls ``task_status.started()`` exactly once."""
+
+    __slots__ = ("_status",)
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status: trio.TaskStatus[None] | None = status
+
+    def __call__(self) -> None:
+        status, self._status = self._status, None
+        if status is not None:
+            status.started()
+
+
+class McpServer:
+    """Tools plus the MCP methods around them, independent of the transport.
+
+    Serves both eras: a request carrying the modern ``_meta`` envelope is
+    served statelessly; ``initialize`` starts a legacy channel.  See the
+    module docstring for the path every message takes.
+    """
+
+    def __init__(
+        self,
+        name: str = "trio-mcp-cancel",
+        version: str = "0.1.0",
+        *,
+        instructions: str | None = None,
+        on_cancel: OnCancel = "silent",
+        list_ttl_ms: int = 300_000,
+    ) -> None:
+        if on_cancel not in ("error", "silent"):
+            raise ValueError("on_cancel must be 'silent' or 'error'")
+        self.name = name
+        self.version = version
+        self.instructions = instructions
+        self.on_cancel: OnCancel = on_cancel
+        self.list_ttl_ms = list_ttl_ms
+        self.tools: dict[str, Tool] = {}
+        self._methods: dict[str, _Method] = dict(_METHODS)
+
+    @property
+    def info(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        cancellable: bool = True,
+        client_capabilities: Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
+
+        The input schema comes from the annotations of the named parameters
+        after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
+        ``dict``) and their defaults; the description from *description* or
+        the docstring.  ``cancellable=False`` skips tracking for tools that
+        finish in microseconds, where a cancellation would come after the
+        response anyway.  *client_capabilities* (a ``ClientCapabilities``
+        shape) are what the client must declare to call it (``-32021``).
+        """
+
+        def register(fn: F) -> F:
+            tool_name = name or fn.__name__
+            if tool_name in self.tools:
+                raise ValueError(f"tool {tool_name!r} is already registered")
+            self.tools[tool_name] = make_tool(
+                fn, tool_name, description, cancellable, client_capabilities
+            )
+            return fn
+
+        return register
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        return [tool.describe() for tool in self.tools.values()]
+
+    def capabilities(self) -> dict[str, Any]:
+        return {"tools": {"listChanged": False}, "logging": {}}
+
+    # -- the path of one message -------------------------------------------
+
+    def prepare(self, message: object, caller: Caller, *, envelope: Envelope | None = None) -> Call:
+        """Classify *message* and bind it to its handler; never awaits, never raises.
+
+        The era is modern when the request carries the modern envelope (a
+        transport that already read it passes *envelope*), else legacy.
+        """
+        try:
+            parsed = jsonrpc.classify(message)
+        except JsonRpcError as exc:
+            return Call("legacy", error=exc)
+        if isinstance(parsed, jsonrpc.Notification):
+            return Call("legacy", notification=parsed)
+        if isinstance(parsed, jsonrpc.ClientResponse):
+            return Call("legacy")  # we send no requests, so there is nothing to match
+        call = Call("legacy", request=parsed)
+        try:
+            if envelope is None and has_modern_meta(parsed.params):
+                envelope = read_envelope(parsed.params)
+            if envelope is not None:
+                call.era, call.envelope = "modern", envelope
+            method = self._methods.get(parsed.method)
+            if method is None or call.era not in method.eras:
+                raise JsonRpcError(
+                    METHOD_NOT_FOUND, "Method not found", {"method": parsed.method[:100]}
+                )
+            call.method = method
+            if parsed.method == "tools/call":
+                call.tool = self._find_tool(parsed.params)
+                self._check_capabilities(call, caller)
+        except JsonRpcError as exc:
+            exc.request_id = parsed.id
+            call.error = exc
+        return call
+
+    def _find_tool(self, params: Mapping[str, Any]) -> Tool:
+        name = params.get("name")
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            raise JsonRpcError(INVALID_PARAMS, "Unknown tool", {"name": str(name)[:100]})
+        return tool
+
+    def _check_capabilities(self, call: Call, caller: Caller) -> None:
+        assert call.tool is not None
+        if not call.tool.client_capabilities:
+            return
+        if call.envelope is not None:
+            declared: Mapping[str, Any] = call.envelope.client_capabilities
+        elif caller.channel is not None and caller.channel.legacy is not None:
+            declared = caller.channel.legacy.client_capabilities
+        else:
+            return  # a legacy caller without a session: nothing to check against
+        missing = missing_capabilities(declared, call.tool.client_capabilities)
+        if missing:
+            raise JsonRpcError(
+                MISSING_CLIENT_CAPABILITY,
+                "Missing required client capability",
+                {"requiredCapabilities": missing},
+            )
+
+    async def handle(
+        self, message: object, caller: Caller, exchange: Exchange | None = None
+    ) -> Message | None:
+        """Answer one decoded JSON-RPC message; ``None`` means "send nothing".
+
+        Never raises for bad input: shape errors become JSON-RPC errors.
+        ``trio.Cancelled`` (the transport shutting down) propagates.
+        """
+        call = self.prepare(message, caller)
+        if call.notification is not None:
+            self.notify(call.notification, caller)
+            return None
+        return await self.run(call, caller, exchange or Exchange())
+
+    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> None:
+        """Handle a notification; only ``notifications/cancelled`` does anything."""
+        if notification.method != "notifications/cancelled":
+            return
+        params = notification.params
+        request_id = params.get("requestId")
+        outcome = caller.registry.notify_cancelled(
+            caller.namespace, request_id, params.get("reason")
+        )
+        logger.debug(
+            "notifications/cancelled %r in %r: %s",
+            request_id if is_valid_request_id(request_id) else "<invalid>",
+            caller.namespace,
+            outcome.value,
+        )
+
+    async def run(
+        self,
+        call: Call,
+        caller: Caller,
+        exchange: Exchange,
+        *,
+        allow_silence: bool = True,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> Message | None:
+        """Answer one prepared request: the one place errors become JSON-RPC errors.
+
+        ``None`` only when the client cancelled the request (see
+        :data:`OnCancel`) and *allow_silence* (a plain JSON HTTP response
+        must carry something, so that transport passes ``False`` and gets
+        ``-32800``).  ``task_status.started()`` is reported once the request
+        can be cancelled, at the latest when the answer is ready.
+        """
+        started = _Starter(task_status)
+        request = call.request
+        try:
+            if request is None or call.error is not None or call.method is None:
+                if call.error is not None:
+                    return call.error.to_message()
+                return None
+            channel = caller.channel
+            if call.tracked and channel is not None:
+                if len(channel.exchanges) >= channel.max_concurrent_requests:
+                    return too_many_requests(request.id)
+                channel.exchanges.add(exchange)
+            try:
+                result = await call.method.handler(self, call, caller, exchange, started)
+            finally:
+                if channel is not None:
+                    channel.exchanges.discard(exchange)
+            if exchange.silenced:
+                raise RequestCancelled(None, exchange.cancel_kind or "client")
+            return jsonrpc.result_message(request.id, self._finish(call, result))
+        except JsonRpcError as exc:
+            assert request is not None
+            return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
+        except RequestCancelled as exc:
+            assert request is not None
+            if exchange.silenced and self.on_cancel == "silent" and allow_silence:
+                return None
+            data = {"reason": exc.reason} if exc.reason else None
+            return jsonrpc.error_message(request.id, REQUEST_CANCELLED, "Request cancelled", data)
+        except Exception:
+            # A bug in the server or a tool (a result that is not JSON, say)
+            # fails this request, never the transport and its other requests.
+            assert request is not None
+            logger.exception("%s %r failed", request.method[:100], request.id)
+            return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
+        finally:
+            started()
+
+    def _finish(self, call: Call, result: Any) -> Any:
+        """Modern results carry ``resultType`` and the server's identity."""
+        if call.era != "modern" or not isinstance(result, dict):
+            return result
+        result.setdefault("resultType", "complete")
+        meta = result.get("_meta")
+        result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: self.info}
+        return result
+
+
+# -- the method table ------------------------------------------------------
+
+
+async def _initialize(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    assert call.request is not None
+    params = call.request.params
+    version = negotiate_legacy_version(params.get("protocolVersion"))
+    capabilities = params.get("capabilities")
+    info = params.get("clientInfo")
+    if caller.channel is not None:
+        caller.channel.legacy = LegacyState(
+            version,
+            capabilities if isinstance(capabilities, dict) else {},
+            info if isinstance(info, dict) else None,
+        )
+    result: dict[str, Any] = {
+        "protocolVersion": version,
+        "capabilities": server.capabilities(),
+        "serverInfo": server.info,
+    }
+    if server.instructions:
+        result["instructions"] = server.instructions
+    return result
+
+
+async def _empty(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    return {}
+
+
+async def _set_level(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    assert call.request is not None
+    level = call.request.params.get("level")
+    if level not in LOG_LEVELS:
+        raise JsonRpcError(INVALID_PARAMS, "Invalid params: unknown log level")
+    if caller.channel is not None and caller.channel.legacy is not None:
+        caller.channel.legacy.log_level = level
+    return {}
+
+
+async def _discover(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "supportedVersions": list(MODERN_VERSIONS),
+        "capabilities": server.capabilities(),
+        "ttlMs": server.list_ttl_ms,
+        "cacheScope": "public",
+    }
+    if call.era == "legacy":
+        result["supportedVersions"] += list(reversed(LEGACY_VERSIONS))
+    if server.instructions:
+        result["instructions"] = server.instructions
+    return result
+
+
+async def _list_tools(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"tools": server.list_tools()}
+    if call.era == "modern":
+        result["ttlMs"] = server.list_ttl_ms
+        result["cacheScope"] = "public"
+    return result
+
+
+def _log_level(call: Call, caller: Caller) -> str | None:
+    if call.envelope is not None:
+        return call.envelope.log_level
+    legacy = caller.channel.legacy if caller.channel is not None else None
+    return LOG_LEVELS[0] if legacy is None or legacy.log_level is None else legacy.log_level
+
+
+async def _call_tool(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    request, tool = call.request, call.tool
+    assert request is not None and tool is not None
+    try:
+        arguments = tool.bind(request.params.get("arguments"))
+    except ToolArgumentError as exc:
+        return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
+    meta = request.params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    ctx = ToolContext(
+        request.id,
+        caller,
+        token if is_valid_request_id(token) else None,
+        exchange,
+        _log_level(call, caller),
+        call.era,
+    )
+    try:
+        if tool.cancellable:
+            registry = caller.registry
+            async with registry.tracked(request.id, caller.namespace) as tracked_request:
+                exchange._started(tracked_request, registry)
+                started()
+                value = await tool.fn(ctx, **arguments)
+        else:
+            started()
+            value = await tool.fn(ctx, **arguments)
+        return tool_result(value)
+    except (RequestCancelled, trio.Cancelled):
+        raise
+    except Exception as exc:
+        cancelled = _find_cancellation(exc)
+        if cancelled is not None:
+            # A helper task of the tool stopped at checkpoint_cancelled().
+            raise cancelled from exc
+        # A failing tool is a tool result, not a protocol error (MCP "isError").
+        logger.exception("tool %r failed", tool.name)
+        return error_result(f"{type(exc).__name__}: {exc}")
+
+
+def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
+    """The first :class:`RequestCancelled` inside an exception group, if any."""
+    if isinstance(exc, RequestCancelled):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find_cancellation(inner)
+            if found is not None:
+                return found
+    return None
+
+
+_LEGACY: Final[frozenset[Era]] = frozenset({"legacy"})
+
+_METHODS: Final[dict[str, _Method]] = {
+    "initialize": _Method(_initialize, _LEGACY),
+    "ping": _Method(_empty, _LEGACY),
+    "logging/setLevel": _Method(_set_level, _LEGACY),
+    "server/discover": _Method(_discover),
+    "tools/list": _Method(_list_tools),
+    "tools/call": _Method(_call_tool),
+}

@@ -1,0 +1,228 @@
+"""Streamable HTTP rules as pure functions: no sockets, no ASGI, no awaits.
+
+Everything the HTTP app decides from a request's headers and body (which
+era it speaks, which status answers which JSON-RPC error, whether the
+modern routing headers agree with the body) lives here, so it is tested
+directly and the ASGI app stays a thin shell (the sans-IO shape of h11).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Collection, Mapping
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ..._protocol import jsonrpc
+from ..._protocol.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    JsonRpcError,
+)
+from ..._protocol.versions import (
+    HEADER_MISMATCH,
+    LEGACY_VERSIONS,
+    MISSING_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Envelope,
+    Era,
+    has_modern_meta,
+    read_envelope,
+)
+
+__all__ = [
+    "HttpError",
+    "accepts",
+    "check_accept",
+    "check_content_length",
+    "check_content_type",
+    "check_origin",
+    "decode_header_value",
+    "is_initialize",
+    "is_notification",
+    "modern_envelope",
+    "select_era",
+    "status_for",
+]
+
+LOCAL_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+#: Methods whose name (or uri) is mirrored in the ``Mcp-Name`` header.
+NAME_BEARING: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+# The modern era's table: which JSON-RPC error codes are which HTTP status.
+_MODERN_STATUS: Final = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_CLIENT_CAPABILITY: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+_B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
+
+
+class HttpError(Exception):
+    """An answer decided before any JSON-RPC dispatch: a status and an error body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: int = INVALID_REQUEST,
+        headers: Collection[tuple[bytes, bytes]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.headers = list(headers)
+
+    def body(self) -> bytes:
+        return jsonrpc.encode(jsonrpc.error_message(None, self.code, str(self)))
+
+
+def check_origin(headers: Mapping[str, str], allowed: Collection[str] | None) -> None:
+    """403 for an ``Origin`` that is not allowed (MCP's DNS-rebinding guard).
+
+    ``allowed=None`` accepts no ``Origin`` at all, or a localhost one.
+    """
+    origin = headers.get("origin")
+    if origin is None:
+        return
+    if allowed is not None:
+        ok = origin in allowed
+    else:
+        try:
+            ok = (urlsplit(origin).hostname or "") in LOCAL_HOSTS
+        except ValueError:
+            ok = False
+    if not ok:
+        raise HttpError(403, "Forbidden: Origin not allowed")
+
+
+def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:
+    """``(json, sse)``: which response types the client's ``Accept`` allows."""
+    accept = headers.get("accept", "").lower()
+    if "*/*" in accept:
+        return True, True
+    return "application/json" in accept, "text/event-stream" in accept
+
+
+def check_accept(headers: Mapping[str, str]) -> None:
+    """406 unless the client accepts both response types, as MCP requires of it."""
+    json_ok, sse_ok = accepts(headers)
+    if not (json_ok and sse_ok):
+        raise HttpError(406, "Not Acceptable: accept application/json and text/event-stream")
+
+
+def check_content_type(headers: Mapping[str, str]) -> None:
+    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != "application/json":
+        raise HttpError(415, "Unsupported Media Type: expected application/json")
+
+
+def check_content_length(headers: Mapping[str, str], limit: int) -> None:
+    length = headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise HttpError(413, "Payload Too Large")
+
+
+def _params(message: object) -> Mapping[str, Any] | None:
+    if isinstance(message, dict):
+        params = message.get("params")
+        if isinstance(params, dict):
+            return params
+    return None
+
+
+def select_era(headers: Mapping[str, str], message: object) -> Era:
+    """Which era serves this POST.
+
+    Any ``MCP-Protocol-Version`` that is not a legacy version selects the
+    modern era (an unknown one then gets ``-32022``, which tells a probing
+    client exactly what we serve), and so does a body carrying the modern
+    ``_meta`` envelope.  Everything else is legacy: ``initialize``, and
+    requests of a legacy session.
+    """
+    version = headers.get("mcp-protocol-version")
+    if version is not None and version not in LEGACY_VERSIONS:
+        return "modern"
+    params = _params(message)
+    if params is not None and has_modern_meta(params):
+        return "modern"
+    return "legacy"
+
+
+def is_notification(message: object) -> bool:
+    return isinstance(message, dict) and "method" in message and "id" not in message
+
+
+def is_initialize(message: object) -> bool:
+    return isinstance(message, dict) and message.get("method") == "initialize" and "id" in message
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """A header value as sent: verbatim, or the ``=?base64?...?=`` form decoded.
+
+    A malformed encoded value decodes to ``None``, so it matches nothing.
+    """
+    if value is None:
+        return None
+    match = _B64.fullmatch(value)
+    if match is None:
+        return value
+    try:
+        raw = base64.b64decode(match.group("payload"), validate=True)
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> Envelope:
+    """Check a modern request's envelope and routing headers, in the spec's order.
+
+    ``-32602`` for a missing envelope, then ``-32020`` when
+    ``MCP-Protocol-Version``, ``Mcp-Method`` or ``Mcp-Name`` is missing or
+    disagrees with the body (a client that disagrees with itself is told
+    so first), then ``-32022`` for a version we do not serve.
+    """
+    params = _params(message) or {}
+    unsupported: JsonRpcError | None = None
+    try:
+        envelope: Envelope | None = read_envelope(params)
+    except JsonRpcError as exc:
+        if exc.code != UNSUPPORTED_PROTOCOL_VERSION:
+            raise
+        envelope, unsupported = None, exc
+    meta = params["_meta"]
+    method = message.get("method")
+    if headers.get("mcp-protocol-version") != meta.get("io.modelcontextprotocol/protocolVersion"):
+        raise JsonRpcError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta")
+    if headers.get("mcp-method") != method:
+        raise JsonRpcError(HEADER_MISMATCH, "Mcp-Method header does not match the method")
+    name_key = NAME_BEARING.get(method) if isinstance(method, str) else None
+    if name_key is not None:
+        expected = params.get(name_key)
+        if decode_header_value(headers.get("mcp-name")) != expected:
+            raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Name header does not match {name_key!r}")
+    if unsupported is not None:
+        raise unsupported
+    assert envelope is not None
+    return envelope
+
+
+def status_for(code: int, era: Era) -> int:
+    """The HTTP status of a JSON response carrying JSON-RPC error *code*.
+
+    The modern era maps protocol errors to 400/404 (clients tell a modern
+    server from a legacy one by them); the legacy era answers 400 only for
+    messages it could not read at all, and 200 otherwise.
+    """
+    if era == "modern":
+        return _MODERN_STATUS.get(code, 200)
+    return 400 if code in (PARSE_ERROR, INVALID_REQUEST) else 200

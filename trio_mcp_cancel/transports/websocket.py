@@ -1,0 +1,141 @@
+"""MCP over WebSocket (trio-websocket): one connection is one session.
+
+Each connection gets a fresh ``session:ws-<random>`` namespace, so a
+``notifications/cancelled`` only reaches requests sent on the same
+connection.  Requests run concurrently in the connection's nursery (at most
+``max_concurrent_requests``; more are answered with an error, not queued
+without bound).  The framing is MCP's stdio rules on a bidirectional
+stream (one JSON-RPC message per text frame; cancellation is
+``notifications/cancelled``, in both eras), served by the shared
+:class:`~trio_mcp_cancel.transports._connection.MessageConnection`.
+When the peer closes the socket, or it breaks, every
+request still running is cancelled by its private token (kind
+``"disconnect"``): the flag at once, the hard cancel ``stream_cancel_timeout``
+later.  The handler returns only when all of them have finished, so a
+closed connection leaves no task and no row behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from functools import partial
+
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    WebSocketServer,
+    serve_websocket,
+)
+
+from .._core.namespace import namespace_for
+from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
+from .._protocol.dispatch import Caller, Channel, McpServer
+from ._connection import _GONE, MessageConnection
+from .auth import Authenticator, authenticate, header_map
+
+__all__ = ["serve_mcp_websocket"]
+
+logger = logging.getLogger("trio_mcp_cancel.websocket")
+
+
+async def serve_mcp_websocket(
+    server: McpServer,
+    registry: Registry | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    path: str = "/mcp",
+    auth: Authenticator | None = None,
+    stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
+    max_message_size: int = 1 << 20,
+    max_concurrent_requests: int = 64,
+    max_request_time: float | None = None,
+    task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve *server* over WebSocket until cancelled; for ``nursery.start``.
+
+    ``task_status.started`` receives the :class:`trio_websocket.WebSocketServer`
+    (its ``port`` is the bound port when *port* is 0).  Oversized messages
+    close the connection (code 1009), as trio-websocket does.
+    """
+    if registry is None:
+        registry = current_registry()
+    handler = partial(
+        _handle,
+        server=server,
+        registry=registry,
+        path=path,
+        auth=auth,
+        grace=stream_cancel_timeout,
+        limit=max_concurrent_requests,
+        max_request_time=max_request_time,
+    )
+    await serve_websocket(
+        handler,
+        host,
+        port,
+        None,
+        max_message_size=max_message_size,
+        task_status=task_status,
+    )
+
+
+async def _handle(
+    request: WebSocketRequest,
+    *,
+    server: McpServer,
+    registry: Registry,
+    path: str,
+    auth: Authenticator | None,
+    grace: float | UseConfig | None,
+    limit: int,
+    max_request_time: float | None,
+) -> None:
+    # An exception escaping a handler would tear down the whole server, so
+    # everything but cancellation stops here.
+    try:
+        if request.path.split("?", 1)[0] != path:
+            await request.reject(404)
+            return
+        principal = None
+        if auth is not None:
+            principal = await authenticate(auth, header_map(request.headers))
+            if principal is None:
+                await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
+                return
+        subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
+        ws = await request.accept(subprotocol=subprotocol)
+        session_id = "ws-" + secrets.token_urlsafe(16)
+        caller = Caller(
+            namespace_for(session_id=session_id),
+            registry,
+            Channel(max_concurrent_requests=limit),
+            principal,
+            session_id,
+        )
+        connection = MessageConnection(
+            server,
+            caller,
+            ws.send_message,
+            grace=grace,
+            max_request_time=max_request_time,
+            gone=(ConnectionClosed, *_GONE),
+        )
+        await connection.serve(_messages(ws))
+    except (ConnectionClosed, trio.BrokenResourceError):
+        pass
+    except Exception:
+        logger.exception("WebSocket connection failed")
+
+
+async def _messages(ws: WebSocketConnection) -> AsyncIterator[str | bytes]:
+    """The connection's messages until the peer closes it."""
+    try:
+        while True:
+            yield await ws.get_message()
+    except ConnectionClosed:
+        return
