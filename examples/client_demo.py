@@ -1,9 +1,12 @@
-"""End-to-end demo: start the slow server on 127.0.0.1 and cancel its tool four ways.
+"""End-to-end demo: start the slow server on 127.0.0.1 and cancel its tool every way.
 
-1. HTTP, by notification: a streamed ``tools/call``, then ``notifications/cancelled``
-   on another POST; the stream ends with error -32800.
-2. HTTP, by disconnect: the client drops the SSE stream; the server sees
-   ``http.disconnect`` and cancels the tool.
+0. Modern HTTP (2026-07-28, stateless): the client closes the request's
+   stream, the only way to cancel on that wire.
+1. Legacy HTTP (a 2025-11-25 session), by notification: a streamed
+   ``tools/call``, then ``notifications/cancelled`` on another POST; the
+   stream ends with no response, as MCP requires.
+2. Legacy HTTP, by disconnect: the client drops the SSE stream; the server
+   sees ``http.disconnect`` and cancels the tool.
 3. WebSocket, by notification.
 4. WebSocket, by closing the socket.
 5. A stubborn tool that ignores the flag is hard-cancelled after the grace period.
@@ -49,14 +52,14 @@ class McpHttpClient:
             json=self.request(
                 "initialize",
                 {
-                    "protocolVersion": "2025-06-18",
+                    "protocolVersion": "2025-11-25",
                     "capabilities": {},
                     "clientInfo": {"name": "client-demo", "version": "1"},
                 },
             ),
         )
         self.headers["mcp-session-id"] = reply.headers["mcp-session-id"]
-        self.headers["mcp-protocol-version"] = "2025-06-18"
+        self.headers["mcp-protocol-version"] = "2025-11-25"
         say(f"[client] initialized, session {reply.headers['mcp-session-id'][:8]}…")
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +112,51 @@ async def http_by_notification(mcp: McpHttpClient) -> None:
                     say(f"[client] sent notifications/cancelled -> HTTP {status}")
             else:
                 say(f"[client] final message: {json.dumps(message)}")
+    say("[client] the stream ended with no response, as MCP requires after a cancel")
+
+
+async def modern_by_stream_close(url: str, client: httpx.AsyncClient, registry: Registry) -> None:
+    say("\n== 0. Modern HTTP (2026-07-28): cancel by closing the request's stream")
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "client-demo", "version": "1"},
+        "progressToken": "m1",
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "count", "arguments": {"n": 50, "delay": 0.1}, "_meta": meta},
+    }
+    headers = {
+        **HEADERS,
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "count",
+    }
+    async with trio.open_nursery() as nursery:
+        seen: list[RequestCancelledEvent] = []
+        done = trio.Event()
+
+        async def watch() -> None:
+            seen.append(await wait_for_event(registry, "disconnect"))
+            done.set()
+
+        nursery.start_soon(watch)
+        async with client.stream("POST", url, headers=headers, json=call) as response:
+            say(f"[client] no session: mcp-session-id={response.headers.get('mcp-session-id')}")
+            async for message in sse_messages(response):
+                say(f"[client] progress {message['params']['progress']}/50")
+                if message["params"]["progress"] == 2:
+                    say("[client] closing the stream")
+                    break
+        with trio.fail_after(5):
+            await done.wait()
+    say(f"[client] server recorded: kind={seen[0].kind} reason={seen[0].reason!r}")
+    with trio.fail_after(5):
+        await registry.wait_idle()
+    say("[client] the tool has stopped; nothing is left in flight")
 
 
 async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
@@ -159,21 +207,23 @@ async def websocket_demo(ws_url: str, registry: Registry) -> None:
         )
         while True:
             message = json.loads(await ws.get_message())
-            if message.get("method") == "notifications/progress":
-                if message["params"]["progress"] == 2:
-                    say("[client] progress 2/50, sending notifications/cancelled")
-                    await ws.send_message(
-                        json.dumps(
-                            {
-                                "jsonrpc": "2.0",
-                                "method": "notifications/cancelled",
-                                "params": {"requestId": 1, "reason": "changed my mind"},
-                            }
-                        )
+            if message["params"]["progress"] == 2:
+                say("[client] progress 2/50, sending notifications/cancelled")
+                await ws.send_message(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/cancelled",
+                            "params": {"requestId": 1, "reason": "changed my mind"},
+                        }
                     )
-                continue
-            say(f"[client] final message: {json.dumps(message)}")
-            break
+                )
+                break
+        with trio.fail_after(5):
+            await registry.wait_idle()
+        with trio.move_on_after(0.2):  # anything for request 1 now would break MCP's rule
+            say(f"[client] unexpected message: {await ws.get_message()}")
+        say("[client] the tool has stopped, and no response followed the cancel")
         say("\n== 4. WebSocket: cancel by closing the socket")
         await ws.send_message(
             json.dumps(
@@ -206,8 +256,9 @@ async def stubborn_demo(mcp: McpHttpClient) -> None:
         start = trio.current_time()
         async with mcp.client.stream("POST", mcp.url, headers=mcp.headers, json=call) as response:
             async for message in sse_messages(response):
-                elapsed = trio.current_time() - start
-                say(f"[client] after {elapsed:.1f}s: {json.dumps(message)}")
+                say(f"[client] unexpected message: {json.dumps(message)}")
+        elapsed = trio.current_time() - start
+        say(f"[client] after {elapsed:.1f}s the stream ended, with no response")
 
 
 async def main() -> None:
@@ -219,6 +270,7 @@ async def main() -> None:
         http_url, ws_url = await nursery.start(run_demo_server, registry)
         say(f"server up: {http_url} and {ws_url}")
         async with httpx.AsyncClient(timeout=10) as client:
+            await modern_by_stream_close(http_url, client, registry)
             mcp = McpHttpClient(client, http_url)
             await mcp.initialize()
             await http_by_notification(mcp)

@@ -19,14 +19,19 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     )
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:]
-    # 1. and 3.: cancelled by notification, answered -32800 with the reason.
-    assert '"data": {"reason": "user pressed stop"}' in out
-    assert '"data": {"reason": "changed my mind"}' in out
-    # 2. and 4.: cancelled by disconnect, on HTTP and on WebSocket.
-    assert "reason='client disconnected', kind='disconnect'" in out
+    # 0.: modern HTTP, cancelled by closing the stream; no session minted.
+    assert "no session: mcp-session-id=None" in out
+    # 1. and 3.: cancelled by notification; no response follows (MCP).
+    assert "reason='user pressed stop', kind='client'" in out
+    assert "reason='changed my mind', kind='client'" in out
+    assert "final message" not in out and "unexpected message" not in out
+    assert "the stream ended with no response" in out
+    assert "no response followed the cancel" in out
+    # 0., 2. and 4.: cancelled by disconnect, on HTTP (both eras) and on WebSocket.
+    assert out.count("reason='client disconnected', kind='disconnect'") == 2
     assert "reason='connection closed', kind='disconnect'" in out
-    assert out.count("nothing is left in flight") == 2
-    # 5.: the stubborn tool was hard-cancelled and still answered.
+    assert out.count("nothing is left in flight") == 3
+    # 5.: the stubborn tool was hard-cancelled, and its stream ended unanswered.
     assert "request.hard_cancelled: request_id=4" in out
-    assert '"data": {"reason": "too slow"}' in out
+    assert "the stream ended, with no response" in out
     assert out.rstrip().endswith("done: 0 requests in flight, 0 rows left")

@@ -18,6 +18,7 @@ from trio_mcp_cancel import (
     RegistryClosed,
     RegistryConfig,
     RequestCancelled,
+    RequestCancelledEvent,
     TrackedRequest,
     cancelled,
     checkpoint_cancelled,
@@ -235,7 +236,7 @@ async def test_same_id_twice_in_one_scope(autojump_clock: MockClock) -> None:
         first_done.set()
         await trio.testing.wait_all_tasks_blocked()
         # One finishing leaves the other in flight and cancellable.
-        assert first.registry is reg and reg.in_flight(1, "s")
+        assert reg.in_flight(1, "s")
         assert reg.notify_cancelled("s", 1, "second one") is CancelOutcome.CANCELLED
         await trio.testing.wait_all_tasks_blocked()
         assert second.reason == "second one" and len(outcome) == 1
@@ -601,3 +602,67 @@ async def test_many_requests_sharing_one_key_untrack_independently(
         for request in requests[1::2]:
             reg.untrack(request)
         assert_no_leaks(reg)
+
+
+# -- early cancels ----------------------------------------------------------
+
+
+async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request_starts(
+    autojump_clock: MockClock,
+) -> None:
+    async with open_registry(grace_period=1.0, early_cancel_ttl=5.0) as reg:
+        events = EventRecorder.attach(reg)
+        # The cancel's POST overtook its call's: nothing runs yet.
+        assert reg.notify_cancelled("session:a", 7, "too slow") is CancelOutcome.PENDING
+        assert events.events == []  # announced only if it cancels something
+        await trio.sleep(0.5)  # within the grace, counted from the cancel
+        outcome: list[object] = []
+        async with reg.tracked(7, "session:a") as request:
+            assert request.cancelled and request.reason == "too slow"
+            try:
+                await checkpoint_cancelled()
+            except RequestCancelled as exc:
+                outcome.append(exc.reason)
+        assert outcome == ["too slow"]
+        [event] = events.of_type(RequestCancelledEvent)
+        assert (event.request_id, event.namespace, event.kind) == (7, "session:a", "client")
+        # Applied once: the row went with the request, a new call with the id is not cancelled.
+        async with reg.tracked(7, "session:a") as again:
+            assert not again.cancelled
+        assert_no_leaks(reg)
+
+
+async def test_an_early_cancel_expires_unused(autojump_clock: MockClock) -> None:
+    async with open_registry(early_cancel_ttl=5.0) as reg:
+        assert reg.notify_cancelled("principal:bob", "x", None) is CancelOutcome.PENDING
+        assert reg.row_count == 1
+        await trio.sleep(5.0)
+        async with reg.tracked("x", "principal:bob") as request:
+            assert not request.cancelled
+        assert_no_leaks(reg)
+        # Expiry without a request starting: the janitor's pass drops it.
+        reg.notify_cancelled("principal:bob", "y", None)
+        await trio.sleep(5.0)
+        reg.cleanup()
+        assert_no_leaks(reg)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "ttl"),
+    [("ip:192.0.2.1", 5.0), ("global", 5.0), ("session:a", None)],
+)
+async def test_early_cancels_are_kept_only_in_private_namespaces(
+    namespace: str, ttl: float | None
+) -> None:
+    # An address or the global namespace may be shared by strangers: nothing
+    # is kept there on a client's word alone.
+    async with open_registry(early_cancel_ttl=ttl) as reg:
+        assert reg.notify_cancelled(namespace, 1, None) is CancelOutcome.NOT_IN_FLIGHT
+        assert_no_leaks(reg)
+
+
+async def test_early_cancels_count_against_the_namespace_quota() -> None:
+    async with open_registry(max_rows_per_namespace=3) as reg:
+        outcomes = [reg.notify_cancelled("session:a", i, None) for i in range(5)]
+        assert outcomes == [CancelOutcome.PENDING] * 3 + [CancelOutcome.LIMIT_REACHED] * 2
+        assert reg.notify_cancelled("session:b", 1, None) is CancelOutcome.PENDING

@@ -33,9 +33,15 @@ from trio_mcp_cancel._protocol.jsonrpc import (
     PARSE_ERROR,
 )
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.server import LATEST_PROTOCOL_VERSION, McpServer, OnCancel, ToolContext
+from trio_mcp_cancel.server import (
+    LATEST_LEGACY_VERSION,
+    TOO_MANY_REQUESTS,
+    McpServer,
+    OnCancel,
+    ToolContext,
+)
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
-from trio_mcp_cancel.websocket import TOO_MANY_REQUESTS, serve_mcp_websocket
+from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 Message = dict[str, Any]
 TIMEOUT = 10
@@ -48,7 +54,7 @@ class Record:
 
     tool: str
     request_id: object
-    scope: str
+    namespace: str
     kind: str
     reason: str | None
     at: float
@@ -60,7 +66,7 @@ class Probe:
 
     def record(self, tool: str, ctx: ToolContext, kind: str, reason: str | None) -> None:
         self.records.append(
-            Record(tool, ctx.request_id, ctx.scope, kind, reason, trio.current_time())
+            Record(tool, ctx.request_id, ctx.namespace, kind, reason, trio.current_time())
         )
 
 
@@ -101,7 +107,11 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
     @server.tool()
     async def whoami(ctx: ToolContext) -> dict[str, Any]:
         caller = ctx.caller
-        return {"scope": ctx.scope, "session": caller.session_id, "principal": caller.principal}
+        return {
+            "namespace": ctx.namespace,
+            "session": caller.session_id,
+            "principal": caller.principal,
+        }
 
     @server.tool()
     async def not_json(ctx: ToolContext) -> dict[str, Any]:
@@ -180,7 +190,10 @@ async def test_initialize_ping_and_tools_list() -> None:
                 assert reply["id"] == 1
                 assert reply["result"]["protocolVersion"] == "2025-03-26"
                 assert reply["result"]["serverInfo"] == {"name": "ws-test", "version": "1.2.3"}
-                assert reply["result"]["capabilities"] == {"tools": {"listChanged": False}}
+                assert reply["result"]["capabilities"] == {
+                    "tools": {"listChanged": False},
+                    "logging": {},
+                }
                 await send(ws, {"jsonrpc": "2.0", "method": "notifications/initialized"})
                 assert await rpc(ws, request("p", "ping")) == {
                     "jsonrpc": "2.0",
@@ -194,7 +207,7 @@ async def test_initialize_ping_and_tools_list() -> None:
             async with open_websocket_url(url + "/mcp?x=1") as ws:
                 assert ws.subprotocol is None
                 reply = await rpc(ws, request(1, "initialize", {}))
-                assert reply["result"]["protocolVersion"] == LATEST_PROTOCOL_VERSION
+                assert reply["result"]["protocolVersion"] == LATEST_LEGACY_VERSION
             assert_no_leaks(registry)
 
 
@@ -243,7 +256,7 @@ async def test_cancel_by_notification() -> None:
                 "client",
                 "user pressed stop",
             )
-            assert record.scope.startswith("session:ws-")
+            assert record.namespace.startswith("session:ws-")
             assert [e.kind for e in events.of_type(RequestCancelledEvent)] == ["client"]
             assert events.of_type(HardCancelEvent) == []
             assert_no_leaks(registry)
@@ -303,7 +316,7 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection() -> 
                     "disconnect",
                     "connection closed",
                 )
-                assert polite.scope == stubborn.scope
+                assert polite.namespace == stubborn.namespace
                 assert polite.at < closed_at + STREAM_CANCEL_TIMEOUT
                 assert closed_at + STREAM_CANCEL_TIMEOUT <= stubborn.at < closed_at + 5
                 assert done_at - closed_at >= STREAM_CANCEL_TIMEOUT
@@ -315,7 +328,7 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection() -> 
 
                 # The other connection's request 1 was not touched.
                 [survivor] = registry.requests()
-                assert survivor.request_id == 1 and survivor.scope != polite.scope
+                assert survivor.request_id == 1 and survivor.namespace != polite.namespace
                 assert not survivor.cancelled
                 await send(bystander, cancel_note(1, "now me"))
                 assert await receive(bystander) == cancelled_reply(1, "now me")
@@ -389,7 +402,9 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
                 )
                 assert error(await rpc(ws, request(4, "resources/list"))) == (4, METHOD_NOT_FOUND)
                 assert error(await rpc(ws, call(5, "no-such-tool"))) == (5, INVALID_PARAMS)
-                assert error(await rpc(ws, call(6, "count", {"n": "3"}))) == (6, INVALID_PARAMS)
+                # Bad arguments are a tool error the model can read (SEP-1303).
+                reply = await rpc(ws, call(6, "count", {"n": "3"}))
+                assert reply["result"]["isError"] is True
                 # A lone surrogate ("\ud800" is valid JSON) echoed in the error
                 # data used to crash the connection when encoding the reply.
                 await ws.send_message('{"jsonrpc":"2.0","id":7,"method":"\\ud800"}')
@@ -488,7 +503,7 @@ async def test_bearer_auth() -> None:
             assert who["session"].startswith("ws-")
             # The scope is the connection's session, not the principal: two
             # connections of one principal do not share ids.
-            assert who["scope"] == f"session:{who['session']}"
+            assert who["namespace"] == f"session:{who['session']}"
             # The path is checked before the credentials.
             with pytest.raises(ConnectionRejected) as rejected:
                 async with open_websocket_url(url + "/other", extra_headers=good):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections import deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -192,8 +192,9 @@ class Registry:
         self._in_flight: dict[Key, dict[int, TrackedRequest]] = {}
         self._by_token: dict[int, TrackedRequest] = {}
         self._tokens = itertools.count(1)
-        # (expires at, key, row seq) of cancels kept for requests not yet started.
-        self._early: deque[tuple[float, Key, int]] = deque()
+        # key -> (expires at, row seq) of cancels kept for requests not yet
+        # started, in expiry order.
+        self._early: OrderedDict[Key, tuple[float, int]] = OrderedDict()
         self._running = False
         self._idle = trio.Event()
         self._idle.set()
@@ -264,6 +265,10 @@ class Registry:
             weakref.ref(trio.lowlevel.current_task()),
         )
         key = (namespace, request_id)
+        early = None
+        if self._early:  # before the key is in flight, so expired ones can go
+            self._expire_early(now)
+            early = self._early.pop(key, None)
         siblings = self._in_flight.get(key)
         if siblings is None:
             self._in_flight[key] = {request.token: request}
@@ -272,13 +277,15 @@ class Registry:
         if not self._by_token and self._idle.is_set():
             self._idle = trio.Event()
         self._by_token[request.token] = request
-        if self._early:
-            self._expire_early(now)
         row = self._table.get(key)
         if row is not None:
             self._flag(
                 request, Cancellation(row.reason, "client", row.at), self.config.grace_period
             )
+            if early is not None:  # announced now that it cancels something
+                self.events.emit(
+                    RequestCancelledEvent(request_id, namespace, row.reason, "client")
+                )
         return request
 
     def untrack(self, request: TrackedRequest) -> None:
@@ -320,44 +327,51 @@ class Registry:
     # -- cancelling --------------------------------------------------------
 
     def notify_cancelled(
-        self, namespace: str, request_id: object, reason: object = None
+        self, namespace: str, request_id: object, reason: object = None, *, early: bool = True
     ) -> CancelOutcome:
         """Handle a client's ``notifications/cancelled`` for *request_id* in *namespace*.
 
-        Recorded only when that request is in flight in that namespace; ignored
-        otherwise, as MCP permits (the request may have finished already,
-        or belong to somebody else).  Never raises for bad input: the
-        transport has nobody to report an error to.
+        Recorded when that request is in flight in that namespace.  When it
+        is not, and *early* is true (messages may arrive out of order, as
+        separate HTTP POSTs do), a session or principal namespace keeps the
+        cancel for ``early_cancel_ttl`` and applies it if the request starts
+        in time (``PENDING``); otherwise it is ignored, as MCP permits (the
+        request finished already, or is somebody else's).  Never raises for
+        bad input: the transport has nobody to report an error to.
         """
         if not is_valid_request_id(request_id):
             return CancelOutcome.INVALID_REQUEST_ID
         key = (namespace, request_id)
-        early = key not in self._in_flight
+        allow_early, early = early, key not in self._in_flight
         ttl = self.config.early_cancel_ttl
-        if early and (ttl is None or not is_private(namespace)):
+        if early and (ttl is None or not is_private(namespace) or not allow_early):
             return CancelOutcome.NOT_IN_FLIGHT
         try:
-            self.cancel(request_id, reason, namespace)
+            if not early:
+                self.cancel(request_id, reason, namespace)
+                return CancelOutcome.CANCELLED
+            # Announced when (if) it starts and is flagged; see track().
+            row = self._record(request_id, reason, namespace)
         except CancellationLimitReached:
             return CancelOutcome.LIMIT_REACHED
-        if not early:
-            return CancelOutcome.CANCELLED
         assert ttl is not None
-        row = self._table.get(key)
         if row is not None:
             self._expire_early(trio.current_time())
-            self._early.append((row.at + ttl, key, row.seq))
+            self._early[key] = (row.at + ttl, row.seq)
         return CancelOutcome.PENDING
 
     def _expire_early(self, now: float) -> None:
         """Drop kept early cancels whose request never started in time.
 
-        The deque is in expiry order (one TTL for all), so this costs one
-        comparison when nothing is due.
+        Kept in expiry order (one TTL for all), so this costs one comparison
+        when nothing is due.
         """
         early = self._early
-        while early and early[0][0] <= now:
-            _, key, seq = early.popleft()
+        while early:
+            key, (expires_at, seq) = next(iter(early.items()))
+            if expires_at > now:
+                return
+            del early[key]
             row = self._table.get(key)
             if row is not None and row.seq == seq and key not in self._in_flight:
                 self._table.remove(key)
@@ -374,12 +388,18 @@ class Registry:
         Raises :class:`InvalidRequestId` and, when *namespace* is at its quota,
         :class:`CancellationLimitReached`.  The global cap never raises.
         """
+        row = self._record(request_id, reason, namespace)
+        if row is not None:
+            self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
+
+    def _record(self, request_id: RequestId, reason: object, namespace: str) -> Row | None:
+        """:meth:`cancel` without its event; the new row, or ``None`` for a repeat."""
         validate_request_id(request_id)
         # Refuse a repeat or an over-quota cancel before any work on the reason:
         # a flood of them must stay cheap.
         try:
             if self._table.admit(namespace, request_id) is not None:
-                return
+                return None
         except CancellationLimitReached:
             self.events.emit(LimitReachedEvent(request_id, namespace))
             raise
@@ -392,7 +412,7 @@ class Registry:
         cancellation = Cancellation(row.reason, "client", row.at)
         for request in self._in_flight.get((namespace, request_id), {}).values():
             self._flag(request, cancellation, self.config.grace_period)
-        self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
+        return row
 
     def cancel_request(
         self,

@@ -117,6 +117,10 @@ class Channel:
     exchanges: set[Exchange] = attrs.field(factory=set)
     legacy: LegacyState | None = None
     """Set by ``initialize``: this channel speaks the legacy era."""
+    ordered: bool = False
+    """Messages arrive in order (one stream), so a cancel of a request that is
+    not running refers to one that already ended, never to one still on its
+    way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
 
     def cancel_all(
         self,
@@ -297,6 +301,10 @@ Handler = Callable[["McpServer", "Call", Caller, Exchange, Callable[[], None]], 
 class _Method:
     handler: Handler
     eras: frozenset[Era] = frozenset({"modern", "legacy"})
+    ordered: bool = False
+    """It changes the channel's state (``initialize``, ``logging/setLevel``),
+    so a stream transport finishes it before reading the next message; any
+    other request that is not a tracked tool runs concurrently with the reads."""
 
 
 @attrs.define(eq=False, slots=True)
@@ -484,8 +492,9 @@ class McpServer:
             return
         params = notification.params
         request_id = params.get("requestId")
+        ordered = caller.channel is not None and caller.channel.ordered
         outcome = caller.registry.notify_cancelled(
-            caller.namespace, request_id, params.get("reason")
+            caller.namespace, request_id, params.get("reason"), early=not ordered
         )
         logger.debug(
             "notifications/cancelled %r in %r: %s",
@@ -528,7 +537,9 @@ class McpServer:
             finally:
                 if channel is not None:
                     channel.exchanges.discard(exchange)
-            if exchange.silenced:
+            if call.tracked and exchange.silenced:
+                # The client cancelled, but the tool finished anyway: MCP
+                # forbids sending its result (or anything else) now.
                 raise RequestCancelled(None, exchange.cancel_kind or "client")
             return jsonrpc.result_message(request.id, self._finish(call, result))
         except JsonRpcError as exc:
@@ -694,9 +705,9 @@ def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
 _LEGACY: Final[frozenset[Era]] = frozenset({"legacy"})
 
 _METHODS: Final[dict[str, _Method]] = {
-    "initialize": _Method(_initialize, _LEGACY),
+    "initialize": _Method(_initialize, _LEGACY, ordered=True),
     "ping": _Method(_empty, _LEGACY),
-    "logging/setLevel": _Method(_set_level, _LEGACY),
+    "logging/setLevel": _Method(_set_level, _LEGACY, ordered=True),
     "server/discover": _Method(_discover),
     "tools/list": _Method(_list_tools),
     "tools/call": _Method(_call_tool),

@@ -6,11 +6,14 @@ run requests concurrently in the connection's nursery, and when the stream
 ends cancel everything still running.  A transport only supplies the
 framing: an async iterator of incoming texts and a function that writes one.
 
-**Ordering.**  Each request is started with ``nursery.start``, which returns
-once the dispatcher has registered it (see :meth:`McpServer.run`), so a
-``notifications/cancelled`` read right after its request always finds it.
-Requests that are not tools are spawned the same way, so a slow one never
-blocks the read loop behind it.
+**Ordering.**  A tracked tool call is started with ``nursery.start``, which
+returns once the dispatcher has registered it (see :meth:`McpServer.run`),
+so a ``notifications/cancelled`` read right after its request always finds
+it.  A request that changes the connection's state (``initialize``,
+``logging/setLevel``: the method's ``ordered`` flag) is finished before the
+next message is read, so the request after it sees its effect.  Every other
+request is spawned with ``start_soon``: nothing can cancel it, so there is
+nothing to wait for, and a slow one never blocks the read loop behind it.
 
 **Writes** go through one lock: two tasks must never interleave bytes on a
 stream (Trio refuses concurrent ``send_all`` anyway), and a peer that went
@@ -76,6 +79,7 @@ class MessageConnection:
     def __attrs_post_init__(self) -> None:
         if self.caller.channel is None:
             self.caller.channel = Channel()
+        self.caller.channel.ordered = True
 
     @property
     def channel(self) -> Channel:
@@ -124,10 +128,14 @@ class MessageConnection:
                 await self.send(call.error.to_message())
         elif call.error is not None:
             await self.send(call.error.to_message())
-        else:
+        elif call.tracked or (call.method is not None and call.method.ordered):
             await nursery.start(self._run, call)
+        else:
+            nursery.start_soon(self._run, call)
 
-    async def _run(self, call: Call, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _run(
+        self, call: Call, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         exchange = Exchange(send=self.send)
         run = partial(self.server.run, call, self.caller, exchange, task_status=task_status)
         if self.max_request_time is None or not call.tracked:
