@@ -135,6 +135,26 @@ async def modern_by_stream_close(url: str, client: httpx.AsyncClient, registry: 
         "mcp-method": "tools/call",
         "mcp-name": "count",
     }
+    await close_after_progress(client, url, headers, call, registry)
+
+
+async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
+    say("\n== 2. HTTP: cancel by dropping the SSE stream")
+    call = mcp.request(
+        "tools/call",
+        {"name": "count", "arguments": {"n": 50, "delay": 0.1}, "_meta": {"progressToken": "p2"}},
+    )
+    await close_after_progress(mcp.client, mcp.url, mcp.headers, call, registry)
+
+
+async def close_after_progress(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    call: dict[str, Any],
+    registry: Registry,
+) -> None:
+    """Stream *call*, close the stream at progress 2, and show the server's cancel."""
     async with trio.open_nursery() as nursery:
         seen: list[RequestCancelledEvent] = []
         done = trio.Event()
@@ -145,36 +165,9 @@ async def modern_by_stream_close(url: str, client: httpx.AsyncClient, registry: 
 
         nursery.start_soon(watch)
         async with client.stream("POST", url, headers=headers, json=call) as response:
-            say(f"[client] no session: mcp-session-id={response.headers.get('mcp-session-id')}")
-            async for message in sse_messages(response):
-                say(f"[client] progress {message['params']['progress']}/50")
-                if message["params"]["progress"] == 2:
-                    say("[client] closing the stream")
-                    break
-        with trio.fail_after(5):
-            await done.wait()
-    say(f"[client] server recorded: kind={seen[0].kind} reason={seen[0].reason!r}")
-    with trio.fail_after(5):
-        await registry.wait_idle()
-    say("[client] the tool has stopped; nothing is left in flight")
-
-
-async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
-    say("\n== 2. HTTP: cancel by dropping the SSE stream")
-    call = mcp.request(
-        "tools/call",
-        {"name": "count", "arguments": {"n": 50, "delay": 0.1}, "_meta": {"progressToken": "p2"}},
-    )
-    async with trio.open_nursery() as nursery:
-        seen: list[RequestCancelledEvent] = []
-        done = trio.Event()
-
-        async def watch() -> None:
-            seen.append(await wait_for_event(registry, "disconnect"))
-            done.set()
-
-        nursery.start_soon(watch)
-        async with mcp.client.stream("POST", mcp.url, headers=mcp.headers, json=call) as response:
+            if "mcp-session-id" not in headers:
+                session = response.headers.get("mcp-session-id")
+                say(f"[client] no session: mcp-session-id={session}")
             async for message in sse_messages(response):
                 say(f"[client] progress {message['params']['progress']}/50")
                 if message["params"]["progress"] == 2:

@@ -6,7 +6,9 @@ Run it on its own::
 
 then POST JSON-RPC to http://127.0.0.1:8000/mcp (Streamable HTTP) or connect
 to ws://127.0.0.1:8001/mcp.  ``examples/client_demo.py`` starts it in-process
-and drives it.
+and drives it.  With ``--stdio`` it is a stdio server instead, for a host
+that launches it as a subprocess: JSON-RPC lines on stdin/stdout, events on
+stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hypercorn.trio import serve
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 server = McpServer("slow-demo", instructions="Call 'count' and cancel it whenever you like.")
@@ -76,8 +79,14 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--ws-port", type=int, default=8001)
     parser.add_argument("--grace", type=float, default=2.0, help="grace period in seconds")
+    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
+    if args.stdio:
+        # stdout carries only protocol messages; registry events are logged to stderr.
+        async with open_registry(grace_period=args.grace) as registry:
+            await serve_mcp_stdio(server, registry, handle_signals=True)
+        return
     async with open_registry(grace_period=args.grace) as registry, trio.open_nursery() as nursery:
         http_url, ws_url = await nursery.start(
             partial(run_demo_server, registry, host=args.host, port=args.port, ws_port=args.ws_port)

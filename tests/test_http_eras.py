@@ -48,11 +48,9 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     open_registry,
 )
-from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
-
-pytestmark = pytest.mark.usefixtures("autojump_clock")
 
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
@@ -235,7 +233,7 @@ async def settle() -> None:
 # -- modern era: results ------------------------------------------------------------
 
 
-async def test_modern_discover_shape() -> None:
+async def test_modern_discover_shape(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_request(1, "server/discover"))
         assert exchange.status == 200
@@ -252,7 +250,9 @@ async def test_modern_discover_shape() -> None:
         assert len(s.app.sessions or ()) == 0
 
 
-async def test_modern_tools_list_shape_and_descriptions() -> None:
+async def test_modern_tools_list_shape_and_descriptions(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_request("list", "tools/list"))
         assert exchange.status == 200
@@ -271,7 +271,9 @@ async def test_modern_tools_list_shape_and_descriptions() -> None:
         assert tools["echo"]["inputSchema"]["required"] == ["text"]
 
 
-async def test_legacy_tools_list_has_no_modern_fields() -> None:
+async def test_legacy_tools_list_has_no_modern_fields(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), request(2, "tools/list"))
@@ -281,7 +283,9 @@ async def test_legacy_tools_list_has_no_modern_fields() -> None:
         assert "_meta" not in result
 
 
-async def test_modern_call_results_carry_result_type_and_server_info() -> None:
+async def test_modern_call_results_carry_result_type_and_server_info(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         # A non-cancellable tool answers with one JSON body.
         exchange = await post_modern(s.client, modern_call(1, "instant"))
@@ -302,7 +306,9 @@ async def test_modern_call_results_carry_result_type_and_server_info() -> None:
         assert final["result"]["_meta"][SERVER_INFO]["version"] == "1.2.3"
 
 
-async def test_modern_ignores_and_never_mints_session_ids() -> None:
+async def test_modern_ignores_and_never_mints_session_ids(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         message = modern_call(1, "echo", {"text": "x"})
         headers = {**headers_of(message), "mcp-session-id": "no-such-session"}
@@ -339,7 +345,10 @@ def _mismatches() -> list[tuple[str, dict[str, str], dict[str, Any]]]:
 
 @pytest.mark.parametrize(("case", "headers", "message"), _mismatches(), ids=lambda v: str(v)[:20])
 async def test_modern_header_mismatch(
-    case: str, headers: dict[str, str], message: dict[str, Any]
+    case: str,
+    headers: dict[str, str],
+    message: dict[str, Any],
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with serving() as s:
         exchange = await s.client.post(headers, message)
@@ -350,7 +359,7 @@ async def test_modern_header_mismatch(
         assert s.events.events == []
 
 
-async def test_modern_base64_mcp_name_is_decoded() -> None:
+async def test_modern_base64_mcp_name_is_decoded(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         message = modern_call(1, "echo", {"text": "y"})
         headers = {**headers_of(message), "mcp-name": b64_header("echo")}
@@ -367,7 +376,7 @@ async def test_modern_base64_mcp_name_is_decoded() -> None:
     ],
 )
 async def test_modern_missing_required_meta_is_400_invalid_params(
-    meta: dict[str, Any] | None,
+    meta: dict[str, Any] | None, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving() as s:
         params: dict[str, Any] = {} if meta is None else {"_meta": meta}
@@ -379,19 +388,17 @@ async def test_modern_missing_required_meta_is_400_invalid_params(
         assert exchange.json()["id"] == 3
 
 
-async def test_modern_unsupported_version() -> None:
+async def test_modern_unsupported_version(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         message = modern_request(4, "tools/list", version="2099-01-01")
-        exchange = await s.client.post(
-            modern_headers("tools/list", version="2099-01-01"), message
-        )
+        exchange = await s.client.post(modern_headers("tools/list", version="2099-01-01"), message)
         assert exchange.status == 400
         error = error_of(exchange)
         assert error["code"] == UNSUPPORTED_PROTOCOL_VERSION
         assert error["data"] == {"supported": [MODERN], "requested": "2099-01-01"}
 
 
-async def test_modern_missing_client_capability() -> None:
+async def test_modern_missing_client_capability(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_call(5, "samples"))
         assert exchange.status == 400
@@ -407,7 +414,9 @@ async def test_modern_missing_client_capability() -> None:
         assert error_of(exchange)["code"] == MISSING_CLIENT_CAPABILITY
 
 
-async def test_legacy_missing_client_capability_uses_initialize() -> None:
+async def test_legacy_missing_client_capability_uses_initialize(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         without = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(without), legacy_call(1, "samples"))
@@ -427,7 +436,9 @@ async def test_legacy_missing_client_capability_uses_initialize() -> None:
         ("logging/setLevel", {"level": "debug"}),
     ],
 )
-async def test_modern_unknown_method_is_404(method: str, params: dict[str, Any]) -> None:
+async def test_modern_unknown_method_is_404(
+    method: str, params: dict[str, Any], autojump_clock: trio.testing.MockClock
+) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_request(8, method, params))
         assert exchange.status == 404
@@ -436,7 +447,9 @@ async def test_modern_unknown_method_is_404(method: str, params: dict[str, Any])
         assert len(s.app.sessions or ()) == 0  # a modern "initialize" opened nothing
 
 
-async def test_legacy_methods_are_served_in_the_legacy_era() -> None:
+async def test_legacy_methods_are_served_in_the_legacy_era(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), request(1, "ping"))
@@ -447,14 +460,16 @@ async def test_legacy_methods_are_served_in_the_legacy_era() -> None:
 
 
 @pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
-async def test_modern_get_and_delete_are_405(method: str) -> None:
+async def test_modern_get_and_delete_are_405(
+    method: str, autojump_clock: trio.testing.MockClock
+) -> None:
     async with serving() as s:
         exchange = await s.client.request(method, modern_headers(None))
         assert exchange.status == 405
         assert exchange.headers["allow"] == "POST"
 
 
-async def test_get_is_405_in_the_legacy_era_too() -> None:
+async def test_get_is_405_in_the_legacy_era_too(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = await s.client.request("GET", legacy_headers(session))
@@ -463,7 +478,7 @@ async def test_get_is_405_in_the_legacy_era_too() -> None:
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-async def test_origin_is_checked(era: str) -> None:
+async def test_origin_is_checked(era: str, autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         if era == "modern":
             message = modern_request(1, "tools/list")
@@ -483,7 +498,9 @@ async def test_origin_is_checked(era: str) -> None:
         assert exchange.status == 200
 
 
-async def test_modern_tool_argument_errors_are_tool_results() -> None:
+async def test_modern_tool_argument_errors_are_tool_results(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         for request_id, arguments in enumerate([{"text": 5}, {}, {"text": "x", "extra": 1}]):
             exchange = await post_modern(s.client, modern_call(request_id, "echo", arguments))
@@ -495,7 +512,9 @@ async def test_modern_tool_argument_errors_are_tool_results() -> None:
             assert "echo" in result["content"][0]["text"]
 
 
-async def test_legacy_tool_argument_errors_are_tool_results() -> None:
+async def test_legacy_tool_argument_errors_are_tool_results(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = await s.client.post(
@@ -508,7 +527,9 @@ async def test_legacy_tool_argument_errors_are_tool_results() -> None:
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-async def test_unknown_tool_is_invalid_params(era: str) -> None:
+async def test_unknown_tool_is_invalid_params(
+    era: str, autojump_clock: trio.testing.MockClock
+) -> None:
     async with serving() as s:
         if era == "modern":
             message = modern_call(9, "nope")
@@ -526,7 +547,9 @@ async def test_unknown_tool_is_invalid_params(era: str) -> None:
 # -- modern era: cancellation is the stream closing ------------------------------------
 
 
-async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing() -> None:
+async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(stream_cancel_timeout=2.0) as s:
         exchange = start_modern(s.client, modern_call(5, "stubborn", progress_token="p"))
         first = await exchange.next_message()
@@ -554,7 +577,9 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
         assert not exchange.complete
 
 
-async def test_modern_stream_close_polite_tool_stops_at_its_next_checkpoint() -> None:
+async def test_modern_stream_close_polite_tool_stops_at_its_next_checkpoint(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         exchange = start_modern(s.client, modern_call(1, "polite", progress_token=1))
         await exchange.next_message()
@@ -567,7 +592,9 @@ async def test_modern_stream_close_polite_tool_stops_at_its_next_checkpoint() ->
         assert exchange.after_disconnect == []
 
 
-async def test_modern_stream_close_cancels_only_that_request() -> None:
+async def test_modern_stream_close_cancels_only_that_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         # Same id, same client address: the disconnect is keyed to the stream.
         one = start_modern(s.client, modern_call(1, "polite", {"steps": 5}))
@@ -582,7 +609,9 @@ async def test_modern_stream_close_cancels_only_that_request() -> None:
 
 
 @pytest.mark.parametrize("with_meta", [True, False])
-async def test_modern_cancelled_notification_is_202_and_ignored(with_meta: bool) -> None:
+async def test_modern_cancelled_notification_is_202_and_ignored(
+    with_meta: bool, autojump_clock: trio.testing.MockClock
+) -> None:
     async with serving() as s:
         exchange = start_modern(s.client, modern_call(3, "polite", {"steps": 5}))
         await trio.sleep(1.5)
@@ -603,9 +632,13 @@ async def test_modern_cancelled_notification_is_202_and_ignored(with_meta: bool)
         final = await final_of(exchange)
         assert final["result"]["content"][0]["text"] == "counted to 5"
         assert s.cancels() == []
+        # Modern requests live in a namespace no notification can name.
+        assert s.registry.rows() == []
 
 
-async def test_modern_json_response_disconnect_writes_nothing() -> None:
+async def test_modern_json_response_disconnect_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(json_response=True, stream_cancel_timeout=1.0) as s:
         exchange = start_modern(s.client, modern_call(1, "stubborn"))
         await trio.sleep(2.5)
@@ -621,11 +654,16 @@ async def test_modern_json_response_disconnect_writes_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("requested", "answered"),
-    [(LEGACY, LEGACY), ("2025-06-18", "2025-06-18"), ("2024-11-05", "2024-11-05"),
-     ("1999-01-01", LEGACY), (MODERN, LEGACY)],
+    [
+        (LEGACY, LEGACY),
+        ("2025-06-18", "2025-06-18"),
+        ("2024-11-05", "2024-11-05"),
+        ("1999-01-01", LEGACY),
+        (MODERN, LEGACY),
+    ],
 )
 async def test_legacy_initialize_negotiates_and_creates_a_session(
-    requested: str, answered: str
+    requested: str, answered: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving() as s:
         exchange = await s.client.post(legacy_headers(version=None), initialize_message(requested))
@@ -642,7 +680,7 @@ async def test_legacy_initialize_negotiates_and_creates_a_session(
         assert listing.headers["mcp-session-id"] == session
 
 
-async def test_legacy_session_required_and_checked() -> None:
+async def test_legacy_session_required_and_checked(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         exchange = await s.client.post(legacy_headers(), request(1, "tools/list"))
         assert exchange.status == 400
@@ -650,10 +688,14 @@ async def test_legacy_session_required_and_checked() -> None:
         assert exchange.status == 404
 
 
-async def test_legacy_cancelled_notification_cancels_and_the_stream_ends_without_response() -> None:
+async def test_legacy_cancelled_notification_cancels_and_the_stream_ends_without_response(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
-        exchange = s.client.start("POST", legacy_headers(session), legacy_call(3, "polite", token="t"))
+        exchange = s.client.start(
+            "POST", legacy_headers(session), legacy_call(3, "polite", token="t")
+        )
         await exchange.next_message()
         await trio.sleep(2.5)
         sent_at = trio.current_time()
@@ -669,7 +711,7 @@ async def test_legacy_cancelled_notification_cancels_and_the_stream_ends_without
         assert exchange.after_disconnect == []
 
 
-async def test_legacy_no_progress_after_cancel() -> None:
+async def test_legacy_no_progress_after_cancel(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = s.client.start(
@@ -689,21 +731,31 @@ async def test_legacy_no_progress_after_cancel() -> None:
         assert [(e.request_id, e.kind) for e in s.hard_cancels()] == [(4, "client")]
 
 
-async def test_legacy_cancel_from_another_session_does_nothing() -> None:
+async def test_legacy_cancel_from_another_session_does_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         mine = await initialize(s.client)
         theirs = await initialize(s.client)
-        exchange = s.client.start("POST", legacy_headers(mine), legacy_call(1, "polite", {"steps": 3}))
+        exchange = s.client.start(
+            "POST", legacy_headers(mine), legacy_call(1, "polite", {"steps": 3})
+        )
         await trio.sleep(0.5)
         notified = await s.client.post(legacy_headers(theirs), cancelled(1))
         assert notified.status == 202
         final = await final_of(exchange)
         assert final["result"]["content"][0]["text"] == "counted to 3"
         assert s.cancels() == []
-        assert s.registry.row_count == 0  # the other session's request 1 never starts
+        # Kept as an early cancel for the other session's request 1, which
+        # never starts: the janitor drops it once early_cancel_ttl is over.
+        assert s.registry.row_count == 1
+        await trio.sleep(s.registry.config.cleanup_interval or 0)
+        assert s.registry.row_count == 0
 
 
-async def test_legacy_json_response_cancel_answers_32800() -> None:
+async def test_legacy_json_response_cancel_answers_32800(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(json_response=True) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(5, "polite"))
@@ -718,7 +770,9 @@ async def test_legacy_json_response_cancel_answers_32800() -> None:
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
-async def test_max_request_time_answers_32800_with_reason(era: str) -> None:
+async def test_max_request_time_answers_32800_with_reason(
+    era: str, autojump_clock: trio.testing.MockClock
+) -> None:
     async with serving(max_request_time=10.0) as s:
         if era == "legacy":
             session = await initialize(s.client)
@@ -735,7 +789,9 @@ async def test_max_request_time_answers_32800_with_reason(era: str) -> None:
         assert event.kind == "server"
 
 
-async def test_max_request_time_hard_cancel_still_answers() -> None:
+async def test_max_request_time_hard_cancel_still_answers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(max_request_time=10.0) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(7, "stubborn"))
@@ -747,12 +803,16 @@ async def test_max_request_time_hard_cancel_still_answers() -> None:
         assert [e.kind for e in s.hard_cancels()] == ["server"]
 
 
-async def test_delete_session_cancels_its_calls_with_32800() -> None:
+async def test_delete_session_cancels_its_calls_with_32800(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         other = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(8, "polite"))
-        survivor = s.client.start("POST", legacy_headers(other), legacy_call(8, "polite", {"steps": 4}))
+        survivor = s.client.start(
+            "POST", legacy_headers(other), legacy_call(8, "polite", {"steps": 4})
+        )
         await trio.sleep(1.5)
         deleted = await s.client.request("DELETE", legacy_headers(session))
         assert deleted.status == 204
@@ -765,7 +825,7 @@ async def test_delete_session_cancels_its_calls_with_32800() -> None:
         assert (await final_of(survivor))["result"]["content"][0]["text"] == "counted to 4"
 
 
-async def test_legacy_disconnect_cancels_by_default() -> None:
+async def test_legacy_disconnect_cancels_by_default(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(1, "polite"))
@@ -777,7 +837,9 @@ async def test_legacy_disconnect_cancels_by_default() -> None:
         assert exchange.after_disconnect == []
 
 
-async def test_legacy_disconnect_does_not_cancel_when_disabled() -> None:
+async def test_legacy_disconnect_does_not_cancel_when_disabled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(legacy_disconnect_cancels=False) as s:
         session = await initialize(s.client)
         exchange = s.client.start(
@@ -799,7 +861,9 @@ async def test_legacy_disconnect_does_not_cancel_when_disabled() -> None:
         assert exchange.after_disconnect == []  # progress had nowhere to go
 
 
-async def test_modern_disconnect_cancels_even_when_legacy_disconnects_do_not() -> None:
+async def test_modern_disconnect_cancels_even_when_legacy_disconnects_do_not(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(legacy_disconnect_cancels=False) as s:
         exchange = start_modern(s.client, modern_call(1, "polite"))
         await trio.sleep(1.5)
@@ -811,7 +875,9 @@ async def test_modern_disconnect_cancels_even_when_legacy_disconnects_do_not() -
 # -- early cancels (legacy) ----------------------------------------------------------
 
 
-async def test_early_cancel_is_applied_when_the_request_starts() -> None:
+async def test_early_cancel_is_applied_when_the_request_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         notified = await s.client.post(legacy_headers(session), cancelled(9, "changed my mind"))
@@ -830,7 +896,7 @@ async def test_early_cancel_is_applied_when_the_request_starts() -> None:
         assert s.registry.row_count == 0  # used up by the request it cancelled
 
 
-async def test_early_cancel_expires() -> None:
+async def test_early_cancel_expires(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         await s.client.post(legacy_headers(session), cancelled(9))
@@ -843,7 +909,7 @@ async def test_early_cancel_expires() -> None:
         assert s.registry.row_count == 0
 
 
-async def test_early_cancel_disabled_is_lost() -> None:
+async def test_early_cancel_disabled_is_lost(autojump_clock: trio.testing.MockClock) -> None:
     async with serving(RegistryConfig(grace_period=GRACE, early_cancel_ttl=None)) as s:
         session = await initialize(s.client)
         await s.client.post(legacy_headers(session), cancelled(9))
@@ -855,7 +921,9 @@ async def test_early_cancel_disabled_is_lost() -> None:
         assert (await final_of(exchange))["result"]["content"][0]["text"] == "counted to 2"
 
 
-async def test_early_cancel_not_kept_without_a_session() -> None:
+async def test_early_cancel_not_kept_without_a_session(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     # sessions=False: the namespace is the client's address, shared by
     # strangers behind one NAT, so an early cancel is not kept there.
     async with serving(sessions=False) as s:
@@ -872,7 +940,7 @@ async def test_early_cancel_not_kept_without_a_session() -> None:
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_keepalive_comments_for_a_silent_tool_then_none_after_the_response(
-    era: str,
+    era: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving() as s:
         if era == "modern":
@@ -899,7 +967,9 @@ async def test_keepalive_comments_for_a_silent_tool_then_none_after_the_response
         assert len(exchange.items) == 3
 
 
-async def test_keepalive_interval_is_configurable_and_can_be_off() -> None:
+async def test_keepalive_interval_is_configurable_and_can_be_off(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(keepalive_interval=4.0) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 10}))
         t0 = trio.current_time()
@@ -911,7 +981,9 @@ async def test_keepalive_interval_is_configurable_and_can_be_off() -> None:
         assert exchange.comments() == []
 
 
-async def test_keepalive_stops_when_the_stream_closes() -> None:
+async def test_keepalive_stops_when_the_stream_closes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving(keepalive_interval=1.0, stream_cancel_timeout=30.0) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 20}))
         await trio.sleep(2.5)
@@ -921,7 +993,9 @@ async def test_keepalive_stops_when_the_stream_closes() -> None:
         assert exchange.after_disconnect == []
 
 
-async def test_non_cancellable_tool_answers_json_without_keepalive() -> None:
+async def test_non_cancellable_tool_answers_json_without_keepalive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_call(1, "instant"))
         assert exchange.headers["content-type"] == "application/json"
@@ -939,7 +1013,9 @@ def logged(exchange: HttpExchange) -> list[str]:
     ]
 
 
-async def test_modern_log_level_absent_sends_no_log_messages() -> None:
+async def test_modern_log_level_absent_sends_no_log_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty"))
         final = await final_of(exchange)
@@ -947,7 +1023,7 @@ async def test_modern_log_level_absent_sends_no_log_messages() -> None:
         assert logged(exchange) == []
 
 
-async def test_modern_log_level_filters_per_request() -> None:
+async def test_modern_log_level_filters_per_request(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty", log_level="warning"))
         await final_of(exchange)
@@ -961,14 +1037,14 @@ async def test_modern_log_level_filters_per_request() -> None:
         assert logged(exchange) == []
 
 
-async def test_modern_invalid_log_level_is_400() -> None:
+async def test_modern_invalid_log_level_is_400(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty", log_level="loud"))
         assert exchange.status == 400
         assert error_of(exchange)["code"] == INVALID_PARAMS
 
 
-async def test_legacy_log_level_follows_set_level() -> None:
+async def test_legacy_log_level_follows_set_level(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), legacy_call(1, "chatty"))
@@ -996,14 +1072,14 @@ async def test_legacy_log_level_follows_set_level() -> None:
 # -- odds and ends ------------------------------------------------------------------------
 
 
-async def test_unknown_path_is_404() -> None:
+async def test_unknown_path_is_404(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         message = modern_request(1, "tools/list")
         exchange = await s.client.request("POST", headers_of(message), message, path="/other")
         assert exchange.status == 404
 
 
-async def test_a_chunked_body_is_read_whole() -> None:
+async def test_a_chunked_body_is_read_whole(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
         message = modern_call(1, "echo", {"text": "z" * 100})
         exchange = s.client.start("POST", headers_of(message), message, chunk_size=7)
@@ -1011,24 +1087,77 @@ async def test_a_chunked_body_is_read_whole() -> None:
         assert final["result"]["content"][0]["text"] == "z" * 100
 
 
-async def test_client_gone_while_the_body_is_read() -> None:
+async def test_client_gone_while_the_body_is_read(autojump_clock: trio.testing.MockClock) -> None:
     async with serving() as s:
-        exchange = s.client.start("POST", legacy_headers(), b"")
-        exchange.body = b""
-        exchange.disconnect()
+        message = modern_call(1, "polite")
+        exchange = s.client.start("POST", headers_of(message), message, chunk_size=5)
+        exchange.disconnect()  # before the app read a byte
         await exchange.done.wait()
-        # Either nothing was sent, or it was sent into the void.
         assert exchange.status is None
+        assert exchange.after_disconnect == []  # it gave up without answering
+        assert s.probe.started_cancelled == {}
 
 
-async def test_legacy_initialize_ignores_a_session_header_and_starts_a_new_one() -> None:
+async def test_legacy_initialize_ignores_a_session_header_and_starts_a_new_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         first = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(first, version=None), initialize_message())
         assert exchange.headers["mcp-session-id"] != first
 
 
-async def test_notification_without_session_in_legacy_is_400() -> None:
+async def test_notification_without_session_in_legacy_is_400(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with serving() as s:
         exchange = await s.client.post(legacy_headers(), notification("notifications/cancelled"))
         assert exchange.status == 400
+
+
+async def test_max_request_time_holds_after_a_legacy_disconnect_that_does_not_cancel(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The client went away without cancelling: the call goes on, but no
+    # longer than the server's time limit allows.
+    async with serving(legacy_disconnect_cancels=False, max_request_time=10.0) as s:
+        session = await initialize(s.client)
+        exchange = s.client.start("POST", legacy_headers(session), legacy_call(1, "polite"))
+        started_at = trio.current_time()
+        await trio.sleep(1.5)
+        exchange.disconnect()
+        await exchange.done.wait()
+        assert s.probe.at("polite 1 stopped (server)") == started_at + 10.0
+        assert [(e.kind, e.reason) for e in s.cancels()] == [
+            ("server", "request time limit reached")
+        ]
+        assert exchange.after_disconnect == []
+
+
+async def test_early_cancel_kept_in_a_principal_namespace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    auth = bearer_auth({"secret-token": "alice"})
+    async with serving(sessions=False, auth=auth) as s:
+        alice = legacy_headers(authorization="Bearer secret-token")
+        assert (await s.client.post(legacy_headers(), cancelled(9))).status == 401
+        notified = await s.client.post(alice, cancelled(9, "early"))
+        assert notified.status == 202
+        assert [row.namespace for row in s.registry.rows()] == ["principal:alice"]
+        exchange = await s.client.post(alice, legacy_call(9, "polite", {"steps": 2}))
+        assert s.probe.started_cancelled[9] is True
+        assert exchange.complete and exchange.messages() == []
+        assert [(e.namespace, e.kind) for e in s.cancels()] == [("principal:alice", "client")]
+
+
+async def test_a_legacy_notification_cannot_cancel_a_modern_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with serving(sessions=False) as s:
+        exchange = start_modern(s.client, modern_call(1, "polite", {"steps": 5}))
+        await trio.sleep(1.5)
+        notified = await s.client.post(legacy_headers(version=None), cancelled(1, "stranger"))
+        assert notified.status == 202
+        final = await final_of(exchange)
+        assert final["result"]["content"][0]["text"] == "counted to 5"
+        assert s.cancels() == []

@@ -233,6 +233,7 @@ async def test_same_id_twice_in_one_scope(autojump_clock: MockClock) -> None:
         outcome: list[object] = []
         first = await nursery.start(quick)
         second = await nursery.start(partial(park, reg, 1, "s", outcome=outcome))
+        assert first is not second and reg.requests() == [first, second]
         first_done.set()
         await trio.testing.wait_all_tasks_blocked()
         # One finishing leaves the other in flight and cancellable.

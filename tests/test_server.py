@@ -985,9 +985,7 @@ other_params = st.fixed_dictionaries(
     optional={
         "requestId": ids,
         "reason": json_values,
-        "protocolVersion": weighted(
-            (1, st.sampled_from(LEGACY_VERSIONS)), (1, json_values)
-        ),
+        "protocolVersion": weighted((1, st.sampled_from(LEGACY_VERSIONS)), (1, json_values)),
     },
 )
 near_misses = st.fixed_dictionaries(

@@ -29,6 +29,7 @@ __all__ = [
     "GLOBAL_NAMESPACE",
     "client_bucket",
     "is_private",
+    "stateless",
     "namespace_for",
     "namespace_from_asgi",
 ]
@@ -65,6 +66,18 @@ def client_bucket(address: object) -> str | None:
     if isinstance(address, ipaddress.IPv4Address):
         return str(address)
     return None
+
+
+#: Prefix of the namespaces of stateless (modern HTTP) requests.  No client
+#: message can name a request there: on that wire a client cancels by closing
+#: its own stream, and a legacy ``notifications/cancelled`` from the same
+#: address or principal must not reach a stateless request by its id.
+STATELESS_PREFIX: Final = "stateless:"
+
+
+def stateless(namespace: str) -> str:
+    """The namespace of a stateless request from the caller *namespace* names."""
+    return STATELESS_PREFIX + namespace
 
 
 def is_private(namespace: str) -> bool:

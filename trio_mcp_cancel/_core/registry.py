@@ -283,9 +283,7 @@ class Registry:
                 request, Cancellation(row.reason, "client", row.at), self.config.grace_period
             )
             if early is not None:  # announced now that it cancels something
-                self.events.emit(
-                    RequestCancelledEvent(request_id, namespace, row.reason, "client")
-                )
+                self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
         return request
 
     def untrack(self, request: TrackedRequest) -> None:

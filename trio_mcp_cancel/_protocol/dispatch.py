@@ -411,6 +411,12 @@ class McpServer:
     def capabilities(self) -> dict[str, Any]:
         return {"tools": {"listChanged": False}, "logging": {}}
 
+    def describe(self, result: dict[str, Any]) -> dict[str, Any]:
+        """*result* (``initialize``'s or ``server/discover``'s) with the instructions, if any."""
+        if self.instructions:
+            result["instructions"] = self.instructions
+        return result
+
     # -- the path of one message -------------------------------------------
 
     def prepare(self, message: object, caller: Caller, *, envelope: Envelope | None = None) -> Call:
@@ -587,14 +593,13 @@ async def _initialize(
             capabilities if isinstance(capabilities, dict) else {},
             info if isinstance(info, dict) else None,
         )
-    result: dict[str, Any] = {
-        "protocolVersion": version,
-        "capabilities": server.capabilities(),
-        "serverInfo": server.info,
-    }
-    if server.instructions:
-        result["instructions"] = server.instructions
-    return result
+    return server.describe(
+        {
+            "protocolVersion": version,
+            "capabilities": server.capabilities(),
+            "serverInfo": server.info,
+        }
+    )
 
 
 async def _empty(
@@ -618,17 +623,17 @@ async def _set_level(
 async def _discover(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "supportedVersions": list(MODERN_VERSIONS),
-        "capabilities": server.capabilities(),
-        "ttlMs": server.list_ttl_ms,
-        "cacheScope": "public",
-    }
+    versions = list(MODERN_VERSIONS)
     if call.era == "legacy":
-        result["supportedVersions"] += list(reversed(LEGACY_VERSIONS))
-    if server.instructions:
-        result["instructions"] = server.instructions
-    return result
+        versions += reversed(LEGACY_VERSIONS)
+    return server.describe(
+        {
+            "supportedVersions": versions,
+            "capabilities": server.capabilities(),
+            "ttlMs": server.list_ttl_ms,
+            "cacheScope": "public",
+        }
+    )
 
 
 async def _list_tools(

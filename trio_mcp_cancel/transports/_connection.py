@@ -23,18 +23,20 @@ away makes writes no-ops rather than errors in the tool.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterable, Awaitable, Callable
 from functools import partial
 
 import attrs
 import trio
 
-from .._core.registry import USE_CONFIG, UseConfig
+from .._core.namespace import namespace_for
+from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._protocol import jsonrpc
 from .._protocol.dispatch import Call, Caller, Channel, Exchange, McpServer
 from .._protocol.jsonrpc import JsonRpcError, Message
 
-__all__ = ["MessageConnection", "WriteText"]
+__all__ = ["MessageConnection", "WriteText", "connection_caller"]
 
 logger = logging.getLogger("trio_mcp_cancel.connection")
 
@@ -47,6 +49,28 @@ _GONE: tuple[type[BaseException], ...] = (
     BrokenPipeError,
     ConnectionError,
 )
+
+
+def connection_caller(
+    kind: str,
+    registry: Registry,
+    *,
+    max_concurrent_requests: int = 64,
+    principal: str | None = None,
+) -> Caller:
+    """The identity of a new connection: a fresh ``session:<kind>-<random>`` namespace.
+
+    One connection is one client, so a ``notifications/cancelled`` reaches
+    only the requests sent on it, however its peer authenticated.
+    """
+    session_id = f"{kind}-{secrets.token_urlsafe(16)}"
+    return Caller(
+        namespace_for(session_id=session_id),
+        registry,
+        Channel(max_concurrent_requests=max_concurrent_requests),
+        principal,
+        session_id,
+    )
 
 
 @attrs.define(eq=False)

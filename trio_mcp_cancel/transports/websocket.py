@@ -18,7 +18,6 @@ closed connection leaves no task and no row behind.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -31,10 +30,9 @@ from trio_websocket import (
     serve_websocket,
 )
 
-from .._core.namespace import namespace_for
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
-from .._protocol.dispatch import Caller, Channel, McpServer
-from ._connection import _GONE, MessageConnection
+from .._protocol.dispatch import McpServer
+from ._connection import _GONE, MessageConnection, connection_caller
 from .auth import Authenticator, authenticate, header_map
 
 __all__ = ["serve_mcp_websocket"]
@@ -109,13 +107,8 @@ async def _handle(
                 return
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         ws = await request.accept(subprotocol=subprotocol)
-        session_id = "ws-" + secrets.token_urlsafe(16)
-        caller = Caller(
-            namespace_for(session_id=session_id),
-            registry,
-            Channel(max_concurrent_requests=limit),
-            principal,
-            session_id,
+        caller = connection_caller(
+            "ws", registry, max_concurrent_requests=limit, principal=principal
         )
         connection = MessageConnection(
             server,

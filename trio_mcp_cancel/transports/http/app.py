@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import trio
 
-from ..._core.namespace import namespace_for
+from ..._core.namespace import namespace_for, stateless
 from ..._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
@@ -234,7 +234,7 @@ class McpHttpApp:
             # No client-to-server notification acts on this wire; see the module docstring.
             await _respond(send, 202, b"")
             return
-        caller = Caller(namespace_for(principal=principal, client=client), self.registry)
+        caller = Caller(stateless(namespace_for(principal=principal, client=client)), self.registry)
         try:
             if not isinstance(message, dict) or "id" not in message:
                 raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
@@ -370,6 +370,10 @@ class McpHttpApp:
         stream.closed = True
         if era == "modern" or self.legacy_disconnect_cancels:
             exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
+        elif limit_at < math.inf and not stream.finished:
+            # The call goes on without its client, but within the time limit.
+            await trio.sleep_until(limit_at)
+            exchange.cancel("request time limit reached", kind="server")
 
 
 class _Stream:
@@ -393,6 +397,11 @@ class _Stream:
                 return
             self._done = not more
             await self._send({"type": "http.response.body", "body": data, "more_body": more})
+
+    @property
+    def finished(self) -> bool:
+        """The response was sent whole."""
+        return self._done
 
     async def start(self) -> None:
         headers = [*sse.SSE_HEADERS, *self._extra]

@@ -1,0 +1,90 @@
+"""MCP over Trio memory channels: a whole session in one process, no sockets.
+
+This is the transport behind :func:`trio_mcp_cancel.testing.open_test_client`.
+It exists so that tests of a server (the library's and its users') exercise
+the *real* message path, :class:`~trio_mcp_cancel.transports._connection.MessageConnection`
+with its ordering, concurrency limit and cancel-on-close, rather than calling
+the dispatcher directly, while staying entirely in Trio's scheduler: nothing
+waits on the operating system, so ``trio.testing.MockClock`` (pytest-trio's
+``autojump_clock``) can skip every grace period and every ``trio.sleep``.
+
+Messages cross as encoded JSON text, exactly as on stdio or WebSocket, so a
+result that does not serialise fails here as it would in production.
+Closing the client's send channel is the client disconnecting: every request
+still running is cancelled (kind ``"disconnect"``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+
+from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
+from .._protocol.dispatch import Caller, McpServer
+from ._connection import MessageConnection, connection_caller
+
+__all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
+
+logger = logging.getLogger("trio_mcp_cancel.memory")
+
+
+@attrs.define(eq=False)
+class MemoryEnd:
+    """One side of an in-memory connection: what it sends and what it receives."""
+
+    send: trio.MemorySendChannel[str]
+    receive: trio.MemoryReceiveChannel[str]
+
+    async def aclose(self) -> None:
+        """Close both channels: the peer sees the end of the stream."""
+        await self.send.aclose()
+        await self.receive.aclose()
+
+
+def memory_transport_pair(max_buffer_size: int | float = 256) -> tuple[MemoryEnd, MemoryEnd]:
+    """A connected ``(client_end, server_end)`` pair.
+
+    *max_buffer_size* bounds each direction (``math.inf`` for unbounded);
+    a full buffer makes the sender wait, as a full socket would.
+    """
+    to_server_send, to_server_receive = trio.open_memory_channel[str](max_buffer_size)
+    to_client_send, to_client_receive = trio.open_memory_channel[str](max_buffer_size)
+    return MemoryEnd(to_server_send, to_client_receive), MemoryEnd(
+        to_client_send, to_server_receive
+    )
+
+
+async def serve_mcp_memory(
+    server: McpServer,
+    end: MemoryEnd,
+    registry: Registry | None = None,
+    *,
+    namespace: str | None = None,
+    grace: float | UseConfig | None = USE_CONFIG,
+    max_concurrent_requests: int = 64,
+    max_request_time: float | None = None,
+    task_status: trio.TaskStatus[Caller] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve one client on *end* (the server's side) until the client closes its side.
+
+    ``task_status.started`` receives the connection's :class:`Caller`.  The
+    namespace is a fresh ``session:memory-<random>`` unless *namespace* is
+    given (to test what two connections sharing one would do, say).  When
+    the client closes its send channel every request still running is
+    cancelled (the flag at once, the hard cancel *grace* later); this returns
+    once they have all finished, and then closes *end*, so the client's
+    receive loop ends too.
+    """
+    if registry is None:
+        registry = current_registry()
+    caller = connection_caller("memory", registry, max_concurrent_requests=max_concurrent_requests)
+    if namespace is not None:
+        caller.namespace = namespace
+    connection = MessageConnection(
+        server, caller, end.send.send, grace=grace, max_request_time=max_request_time
+    )
+    async with end.send, end.receive:
+        task_status.started(caller)
+        await connection.serve(end.receive)
