@@ -6,7 +6,9 @@ and the timeouts are kept small.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -509,4 +511,48 @@ async def test_bearer_auth() -> None:
                 async with open_websocket_url(url + "/other", extra_headers=good):
                     pass  # pragma: no cover
             assert rejected.value.status_code == 404
+            assert_no_leaks(registry)
+
+
+def _masked_text_frame(text: str) -> bytes:
+    """One client-to-server WebSocket text frame (clients must mask; RFC 6455 5.3)."""
+    payload = text.encode()
+    mask = os.urandom(4)
+    if len(payload) < 126:
+        head = bytes([0x81, 0x80 | len(payload)])
+    else:
+        head = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancelled() -> None:
+    # A raw client: it completes the handshake and sends one call, then never
+    # reads again, so the server's pings go unanswered (a vanished peer).
+    with trio.fail_after(TIMEOUT):
+        probe = Probe()
+        async with (
+            open_registry(grace_period=5) as registry,
+            serving(make_server(probe), registry, keepalive_interval=0.2) as url,
+        ):
+            events = EventRecorder.attach(registry)
+            port = int(url.rsplit(":", 1)[1])
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            key = base64.b64encode(os.urandom(16))
+            await stream.send_all(
+                b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Key: " + key + b"\r\n\r\n"
+            )
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive_some()
+            assert head.startswith(b"HTTP/1.1 101")
+            await stream.send_all(_masked_text_frame(json.dumps(call(1, "polite"))))
+            while registry.in_flight_count == 0:
+                await trio.sleep(0.01)
+            await registry.wait_idle()  # ended by the missed pong, not by the peer
+            [cancelled] = events.of_type(RequestCancelledEvent)
+            assert (cancelled.request_id, cancelled.kind) == (1, "disconnect")
+            assert [record.tool for record in probe.records] == ["polite"]
+            await stream.aclose()
             assert_no_leaks(registry)

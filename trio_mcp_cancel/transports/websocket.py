@@ -52,6 +52,7 @@ async def serve_mcp_websocket(
     max_message_size: int = 1 << 20,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
+    keepalive_interval: float | None = 15.0,
     task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve *server* over WebSocket until cancelled; for ``nursery.start``.
@@ -71,6 +72,7 @@ async def serve_mcp_websocket(
         grace=stream_cancel_timeout,
         limit=max_concurrent_requests,
         max_request_time=max_request_time,
+        keepalive=keepalive_interval,
     )
     await serve_websocket(
         handler,
@@ -92,6 +94,7 @@ async def _handle(
     grace: float | UseConfig | None,
     limit: int,
     max_request_time: float | None,
+    keepalive: float | None,
 ) -> None:
     # An exception escaping a handler would tear down the whole server, so
     # everything but cancellation stops here.
@@ -118,11 +121,36 @@ async def _handle(
             max_request_time=max_request_time,
             gone=(ConnectionClosed, *_GONE),
         )
-        await connection.serve(_messages(ws))
+        async with trio.open_nursery() as nursery:
+            if keepalive is not None:
+                nursery.start_soon(_keepalive, ws, keepalive)
+            await connection.serve(_messages(ws))
+            nursery.cancel_scope.cancel()
     except (ConnectionClosed, trio.BrokenResourceError):
         pass
     except Exception:
         logger.exception("WebSocket connection failed")
+
+
+async def _keepalive(ws: WebSocketConnection, interval: float) -> None:
+    """Ping the peer every *interval*; close the connection when a pong is late.
+
+    A peer that vanished without a close (a sleeping laptop, a dead NAT
+    entry) or that stopped reading would otherwise pin its requests until
+    TCP gives up; closing ends the read loop, which cancels them (kind
+    ``"disconnect"``).  The traffic also keeps proxies from timing out an
+    idle connection.
+    """
+    while True:
+        await trio.sleep(interval)
+        with trio.move_on_after(interval) as waited:
+            await ws.ping()
+        if waited.cancelled_caught:
+            logger.info("WebSocket peer answered no ping within %ss; closing", interval)
+            with trio.move_on_after(interval) as closing:
+                closing.shield = True
+                await ws.aclose(1011, "keep-alive timeout")
+            return
 
 
 async def _messages(ws: WebSocketConnection) -> AsyncIterator[str | bytes]:
