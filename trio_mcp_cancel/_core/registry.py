@@ -325,12 +325,12 @@ class Registry:
     # -- cancelling --------------------------------------------------------
 
     def notify_cancelled(
-        self, namespace: str, request_id: object, reason: object = None, *, early: bool = True
+        self, namespace: str, request_id: object, reason: object = None, *, keep_early: bool = True
     ) -> CancelOutcome:
         """Handle a client's ``notifications/cancelled`` for *request_id* in *namespace*.
 
         Recorded when that request is in flight in that namespace.  When it
-        is not, and *early* is true (messages may arrive out of order, as
+        is not, and *keep_early* is true (messages may arrive out of order, as
         separate HTTP POSTs do), a session or principal namespace keeps the
         cancel for ``early_cancel_ttl`` and applies it if the request starts
         in time (``PENDING``); otherwise it is ignored, as MCP permits (the
@@ -340,9 +340,9 @@ class Registry:
         if not is_valid_request_id(request_id):
             return CancelOutcome.INVALID_REQUEST_ID
         key = (namespace, request_id)
-        allow_early, early = early, key not in self._in_flight
+        early = key not in self._in_flight
         ttl = self.config.early_cancel_ttl
-        if early and (ttl is None or not is_private(namespace) or not allow_early):
+        if early and (ttl is None or not is_private(namespace) or not keep_early):
             return CancelOutcome.NOT_IN_FLIGHT
         try:
             if not early:

@@ -500,7 +500,7 @@ class McpServer:
         request_id = params.get("requestId")
         ordered = caller.channel is not None and caller.channel.ordered
         outcome = caller.registry.notify_cancelled(
-            caller.namespace, request_id, params.get("reason"), early=not ordered
+            caller.namespace, request_id, params.get("reason"), keep_early=not ordered
         )
         logger.debug(
             "notifications/cancelled %r in %r: %s",
@@ -527,19 +527,18 @@ class McpServer:
         can be cancelled, at the latest when the answer is ready.
         """
         started = _Starter(task_status)
-        request = call.request
+        request, method = call.request, call.method
+        if call.error is not None or request is None or method is None:
+            started()
+            return None if call.error is None else call.error.to_message()
         try:
-            if request is None or call.error is not None or call.method is None:
-                if call.error is not None:
-                    return call.error.to_message()
-                return None
             channel = caller.channel
             if call.tracked and channel is not None:
                 if len(channel.exchanges) >= channel.max_concurrent_requests:
                     return too_many_requests(request.id)
                 channel.exchanges.add(exchange)
             try:
-                result = await call.method.handler(self, call, caller, exchange, started)
+                result = await method.handler(self, call, caller, exchange, started)
             finally:
                 if channel is not None:
                     channel.exchanges.discard(exchange)
@@ -549,10 +548,8 @@ class McpServer:
                 raise RequestCancelled(None, exchange.cancel_kind or "client")
             return jsonrpc.result_message(request.id, self._finish(call, result))
         except JsonRpcError as exc:
-            assert request is not None
             return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
         except RequestCancelled as exc:
-            assert request is not None
             if exchange.silenced and self.on_cancel == "silent" and allow_silence:
                 return None
             data = {"reason": exc.reason} if exc.reason else None
@@ -560,7 +557,6 @@ class McpServer:
         except Exception:
             # A bug in the server or a tool (a result that is not JSON, say)
             # fails this request, never the transport and its other requests.
-            assert request is not None
             logger.exception("%s %r failed", request.method[:100], request.id)
             return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
         finally:

@@ -147,11 +147,10 @@ class MessageConnection:
         call = self.server.prepare(message, self.caller)
         if call.notification is not None:
             self.server.notify(call.notification, self.caller)
-        elif call.request is None:
-            if call.error is not None:
-                await self.send(call.error.to_message())
         elif call.error is not None:
             await self.send(call.error.to_message())
+        elif call.request is None:
+            return  # a client's response: we send no requests, nothing to match
         elif call.tracked or (call.method is not None and call.method.ordered):
             await nursery.start(self._run, call)
         else:

@@ -37,6 +37,7 @@ import math
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any, Final
 
+import attrs
 import trio
 
 from ..._core.namespace import namespace_for, stateless
@@ -215,26 +216,23 @@ class McpHttpApp:
         except JsonRpcError as exc:
             await _respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
-        client = scope.get("client")
+        post = _Post(send, headers, principal, scope.get("client"), message)
         if rules.select_era(headers, message) == "modern":
-            await self._modern(receive, send, headers, principal, client, message)
+            routed = await self._modern(post)
         else:
-            await self._legacy(receive, send, headers, principal, client, message)
+            routed = await self._legacy(post)
+        if routed is not None:
+            await self._answer(routed, receive, send)
 
-    async def _modern(
-        self,
-        receive: Receive,
-        send: Send,
-        headers: dict[str, str],
-        principal: str | None,
-        client: object,
-        message: object,
-    ) -> None:
+    async def _modern(self, post: _Post) -> _Routed | None:
+        """Check a modern POST; ``None`` when it was answered already."""
+        send, headers, message = post.send, post.headers, post.message
         if rules.is_notification(message):
             # No client-to-server notification acts on this wire; see the module docstring.
             await _respond(send, 202, b"")
-            return
-        caller = Caller(stateless(namespace_for(principal=principal, client=client)), self.registry)
+            return None
+        namespace = namespace_for(principal=post.principal, client=post.client)
+        caller = Caller(stateless(namespace), self.registry)
         try:
             if not isinstance(message, dict) or "id" not in message:
                 raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
@@ -243,22 +241,16 @@ class McpHttpApp:
             if isinstance(message, dict):
                 exc.request_id = _valid_id(message.get("id"))
             await _respond_error(send, exc, "modern")
-            return
+            return None
         call = self.server.prepare(message, caller, envelope=envelope)
-        await self._answer(call, caller, receive, send, [], "modern")
+        return _Routed(call, caller, [], "modern")
 
-    async def _legacy(
-        self,
-        receive: Receive,
-        send: Send,
-        headers: dict[str, str],
-        principal: str | None,
-        client: object,
-        message: object,
-    ) -> None:
+    async def _legacy(self, post: _Post) -> _Routed | None:
+        """Find (or, for ``initialize``, start) the session; ``None`` when answered already."""
+        send, principal, message = post.send, post.principal, post.message
         session: Session | None = None
         if not rules.is_initialize(message):
-            session = self._session(headers, principal)
+            session = self._session(post.headers, principal)
         elif self.sessions is not None:
             # initialize always starts a new session, whatever header it carries.
             channel = Channel(self.max_concurrent_requests)
@@ -269,7 +261,7 @@ class McpHttpApp:
         # in events and logs, and the session id itself is a credential.
         public_id = session.public_id if session else None
         caller = Caller(
-            namespace_for(session_id=public_id, principal=principal, client=client),
+            namespace_for(session_id=public_id, principal=principal, client=post.client),
             self.registry,
             session.channel if session else None,
             principal,
@@ -281,12 +273,12 @@ class McpHttpApp:
             self.server.notify(call.notification, caller)
         if call.request is None and call.error is None:
             await _respond(send, 202, b"", extra)
-            return
+            return None
         if call.request is None:
             assert call.error is not None
             await _respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
-            return
-        await self._answer(call, caller, receive, send, extra, "legacy")
+            return None
+        return _Routed(call, caller, extra, "legacy")
 
     async def _read_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
@@ -303,36 +295,22 @@ class McpHttpApp:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _answer(
-        self,
-        call: Call,
-        caller: Caller,
-        receive: Receive,
-        send: Send,
-        extra: Headers,
-        era: Era,
-    ) -> None:
+    async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
+        call, caller = routed.call, routed.caller
         if call.tracked:
-            await self._stream(call, caller, receive, send, extra, era)
+            await self._stream(routed, receive, send)
             return
         reply = await self.server.run(call, caller, Exchange(), allow_silence=False)
         assert reply is not None
         status = 200
         if "error" in reply:
-            status = rules.status_for(reply["error"]["code"], era)
-        await _respond(send, status, jsonrpc.encode(reply), extra, json=True)
+            status = rules.status_for(reply["error"]["code"], routed.era)
+        await _respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
 
-    async def _stream(
-        self,
-        call: Call,
-        caller: Caller,
-        receive: Receive,
-        send: Send,
-        extra: Headers,
-        era: Era,
-    ) -> None:
+    async def _stream(self, routed: _Routed, receive: Receive, send: Send) -> None:
         """Run a cancellable call, watching its stream; see the module docstring."""
-        stream = _Stream(send, extra, not self.json_response)
+        call, caller, era = routed.call, routed.caller, routed.era
+        stream = _Stream(send, routed.extra, not self.json_response)
         exchange = Exchange(send=stream.send_message if stream.sse else None)
         if stream.sse:
             await stream.start()
@@ -374,6 +352,27 @@ class McpHttpApp:
             # The call goes on without its client, but within the time limit.
             await trio.sleep_until(limit_at)
             exchange.cancel("request time limit reached", kind="server")
+
+
+@attrs.frozen
+class _Post:
+    """One POST's message and who sent it, once its body is read."""
+
+    send: Send
+    headers: dict[str, str]
+    principal: str | None
+    client: object
+    message: object
+
+
+@attrs.frozen
+class _Routed:
+    """A request its era's rules accepted: the call, its caller, and the extra headers."""
+
+    call: Call
+    caller: Caller
+    extra: Headers
+    era: Era
 
 
 class _Stream:
