@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+from cancellation_tools import add_cancellation_tools
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
@@ -21,7 +22,6 @@ from trio_mcp_cancel import (
     HardCancelEvent,
     RequestCancelled,
     RequestCancelledEvent,
-    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
@@ -51,49 +51,16 @@ def make_server(on_cancel: OnCancel = "silent") -> McpServer:
         return text
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
-        """Polls the flag between steps: stops by itself once cancelled."""
-        for i in range(1, n + 1):
-            await ctx.checkpoint()
-            await trio.sleep(delay)
-            await ctx.report_progress(i, total=n, message=f"step {i}")
-        return f"counted {n}"
-
-    @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
-        """Ignores the flag: only the hard cancel stops it."""
-        await trio.sleep(1000)
-        return "finished anyway"
-
-    @server.tool()
-    async def helpers(ctx: ToolContext) -> str:
-        """Polls the flag in a helper task, not in the tool's own task."""
-
-        async def helper() -> None:
-            while True:
-                await checkpoint_cancelled()
-                await trio.sleep(1)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(helper)
-            await trio.sleep_forever()
-        return "unreachable"
-
-    @server.tool()
     async def chatty(ctx: ToolContext) -> str:
         for level in ("debug", "info", "error"):
             await ctx.log(level, f"a {level} line")
         return "logged"
 
-    @server.tool()
-    async def whoami(ctx: ToolContext) -> dict[str, Any]:
-        return {"namespace": ctx.namespace, "era": ctx.era}
-
     @server.tool(client_capabilities={"elicitation": {}})
     async def needs_elicitation(ctx: ToolContext) -> str:
         return "ok"
 
-    return server
+    return add_cancellation_tools(server)
 
 
 SERVER = make_server()

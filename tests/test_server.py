@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+from cancellation_tools import add_cancellation_tools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
@@ -22,7 +23,6 @@ from trio_mcp_cancel import (
     HardCancelEvent,
     Registry,
     RequestCancelledEvent,
-    checkpoint_cancelled,
     is_valid_request_id,
     open_registry,
 )
@@ -91,35 +91,6 @@ def make_server(on_cancel: OnCancel = "error") -> McpServer:
         raise RuntimeError("kaput")
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
-        """Poll the flag between steps: stops cooperatively."""
-        for i in range(1, n + 1):
-            await ctx.checkpoint()
-            await trio.sleep(delay)
-            await ctx.report_progress(i, total=n, message=f"step {i}")
-        return f"counted {n}"
-
-    @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
-        """Ignore the flag: only the hard cancel stops it."""
-        await trio.sleep(1000)
-        return "finished anyway"
-
-    @server.tool()
-    async def helpers(ctx: ToolContext) -> str:
-        """Poll the flag in a helper task, not in the tool's own task."""
-
-        async def helper() -> None:
-            while True:
-                await checkpoint_cancelled()
-                await trio.sleep(1)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(helper)
-            await trio.sleep_forever()
-        return "unreachable"
-
-    @server.tool()
     async def not_json(ctx: ToolContext, what: str) -> object:
         return {"set": {1, 2}} if what == "set" else [float("nan")]
 
@@ -133,7 +104,7 @@ def make_server(on_cancel: OnCancel = "error") -> McpServer:
         await ctx.report_progress(1)
         return "unreachable"
 
-    return server
+    return add_cancellation_tools(server)
 
 
 SERVER = make_server()

@@ -26,6 +26,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from cancellation_tools import add_cancellation_tools
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from trio.testing import MockClock
@@ -53,24 +54,7 @@ def make_server() -> McpServer:
     async def echo(ctx: ToolContext, text: str) -> str:
         return text
 
-    @server.tool()
-    async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
-        for i in range(1, n + 1):
-            await ctx.checkpoint()
-            await trio.sleep(delay)
-            await ctx.report_progress(i, total=n)
-        return f"counted {n}"
-
-    @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
-        await trio.sleep(1000)
-        return "finished anyway"
-
-    @server.tool()
-    async def whoami(ctx: ToolContext) -> dict[str, Any]:
-        return {"namespace": ctx.namespace, "era": ctx.era}
-
-    return server
+    return add_cancellation_tools(server)
 
 
 SERVER = make_server()

@@ -1,0 +1,55 @@
+"""The tools that cancellation tests run, shared by the server, test-client and stdio tests.
+
+``count`` polls the flag (stops by itself), ``stubborn`` ignores it (only
+the hard cancel stops it), ``helpers`` polls it in a helper task (the
+cancellation comes back out of an exception group), ``whoami`` reports
+the caller's namespace and era.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from trio_mcp_cancel import checkpoint_cancelled
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+
+def add_cancellation_tools(server: McpServer) -> McpServer:
+    """Register ``count``, ``stubborn``, ``helpers`` and ``whoami`` on *server*."""
+
+    @server.tool()
+    async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
+        """Poll the flag between steps: stops cooperatively."""
+        for i in range(1, n + 1):
+            await ctx.checkpoint()
+            await trio.sleep(delay)
+            await ctx.report_progress(i, total=n, message=f"step {i}")
+        return f"counted {n}"
+
+    @server.tool()
+    async def stubborn(ctx: ToolContext) -> str:
+        """Ignore the flag: only the hard cancel stops it."""
+        await trio.sleep(1000)
+        return "finished anyway"
+
+    @server.tool()
+    async def helpers(ctx: ToolContext) -> str:
+        """Poll the flag in a helper task, not in the tool's own task."""
+
+        async def helper() -> None:
+            while True:
+                await checkpoint_cancelled()
+                await trio.sleep(1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(helper)
+            await trio.sleep_forever()
+        return "unreachable"
+
+    @server.tool()
+    async def whoami(ctx: ToolContext) -> dict[str, Any]:
+        return {"namespace": ctx.namespace, "era": ctx.era}
+
+    return server
