@@ -18,7 +18,14 @@ from pathlib import Path
 
 import trio
 
-from . import bench_e2e, bench_early_cancel, bench_flood, bench_poll, bench_tracked
+from . import (
+    bench_e2e,
+    bench_early_cancel,
+    bench_flood,
+    bench_hostile,
+    bench_poll,
+    bench_tracked,
+)
 from ._common import Row
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
@@ -27,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_flood.NAME: bench_flood.run,
     bench_e2e.NAME: bench_e2e.run,
     bench_early_cancel.NAME: bench_early_cancel.rows,
+    bench_hostile.NAME: bench_hostile.rows,
 }
 
 HERE = Path(__file__).resolve().parent

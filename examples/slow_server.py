@@ -6,7 +6,9 @@ Run it on its own::
 
 then POST JSON-RPC to http://127.0.0.1:8000/mcp (Streamable HTTP) or connect
 to ws://127.0.0.1:8001/mcp.  ``examples/client_demo.py`` starts it in-process
-and drives it.  With ``--stdio`` it is a stdio server instead, for a host
+and drives it.  Ctrl-C or SIGTERM stops it gracefully: requests in flight
+get hypercorn's ``graceful_timeout`` (5 s) to finish, a second Ctrl-C stops
+at once.  With ``--stdio`` it is a stdio server instead, for a host
 that launches it as a subprocess: JSON-RPC lines on stdin/stdout, events on
 stderr.
 """
@@ -20,10 +22,9 @@ from functools import partial
 import attrs
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry
-from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -53,23 +54,42 @@ def describe(event: Event) -> str:
     return f"[server] {event.name}: {fields}"
 
 
+def demo_config(host: str = "127.0.0.1", port: int = 0) -> Config:
+    """The example's hypercorn settings: the library's safe defaults.
+
+    hypercorn's error log goes through :mod:`logging` (the root handler that
+    ``main()`` sets up writes to stderr), so server errors are never hidden.
+    """
+    return server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
+
+
 async def run_demo_server(
     registry: Registry,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
     ws_port: int = 0,
+    handle_signals: bool = False,
     task_status: trio.TaskStatus[tuple[str, str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve HTTP and WebSocket until cancelled; report ``(http_url, ws_url)``."""
-    config = Config()
-    config.bind = [f"{host}:{port}"]
-    config.errorlog = None
-    config.graceful_timeout = 1.0
+    """Serve HTTP and WebSocket; report ``(http_url, ws_url)``.
+
+    Serves until cancelled.  With *handle_signals*, the first SIGINT or
+    SIGTERM also ends it: HTTP shuts down gracefully (requests in flight get
+    up to ``graceful_timeout`` seconds), then the WebSocket server, which has
+    no graceful shutdown of its own, is cancelled (its calls are cancelled as
+    on a disconnect) and this returns.  A second signal stops at once.
+    """
+    config = demo_config(host, port)
     app = McpHttpApp(server, registry)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
         ws = await nursery.start(partial(serve_mcp_websocket, server, registry, host, ws_port))
+
+        async def serve_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve(app, config, handle_signals=handle_signals, task_status=task_status)
+            nursery.cancel_scope.cancel()  # HTTP is done: stop the WebSocket server too
+
+        binds = await nursery.start(serve_http)
         task_status.started((f"{binds[0]}/mcp", f"ws://{host}:{ws.port}/mcp"))
 
 
@@ -88,8 +108,17 @@ async def main() -> None:
             await serve_mcp_stdio(server, registry, handle_signals=True)
         return
     async with open_registry(grace_period=args.grace) as registry, trio.open_nursery() as nursery:
+        # Ctrl-C / SIGTERM: graceful HTTP shutdown, then the WebSocket server
+        # stops and run_demo_server returns, so main() just finishes (status 0).
         http_url, ws_url = await nursery.start(
-            partial(run_demo_server, registry, host=args.host, port=args.port, ws_port=args.ws_port)
+            partial(
+                run_demo_server,
+                registry,
+                host=args.host,
+                port=args.port,
+                ws_port=args.ws_port,
+                handle_signals=True,
+            )
         )
         print(
             f"MCP over Streamable HTTP: {http_url}\nMCP over WebSocket:       {ws_url}", flush=True
@@ -99,5 +128,7 @@ async def main() -> None:
 if __name__ == "__main__":
     try:
         trio.run(main)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:
+        # Only a Ctrl-C outside serving (while starting up or after the graceful
+        # shutdown) gets here; during serving it is a graceful shutdown instead.
         pass

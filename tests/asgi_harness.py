@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -75,6 +76,14 @@ class HttpExchange:
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _gone: trio.Event = attrs.field(factory=trio.Event)
     _fed: bool = False
+    _stalled_body: bool = False
+    reading: bool = True
+    """Whether the client reads its response (see :meth:`stop_reading`)."""
+    blocked_sends: int = 0
+    """Sends blocked right now on a client that does not read."""
+    closed_at: float | None = None
+    """When the server closed the connection (the app returned)."""
+    _closed: trio.Event = attrs.field(factory=trio.Event)
     _pending: list[bytes] = attrs.field(factory=list)
     _buffer: bytes = b""
     _items: list[SseItem] = attrs.field(factory=list)
@@ -98,12 +107,35 @@ class HttpExchange:
         if self._pending:
             piece = self._pending.pop(0)
             await trio.lowlevel.checkpoint()
+            if self._stalled_body and not self._pending:
+                await self._gone.wait()  # the last piece never comes
+                return {"type": "http.disconnect"}
             return {"type": "http.request", "body": piece, "more_body": bool(self._pending)}
         await self._gone.wait()
         return {"type": "http.disconnect"}
 
+    def stall_body(self) -> None:
+        """Send every body piece but the last, then nothing (a slow-body client)."""
+        self._stalled_body = True
+
+    def stop_reading(self) -> None:
+        """From now on, a send blocks until the server closes the connection.
+
+        That is what hypercorn does with a client that stopped reading: its
+        socket write waits inside a shielded cancel scope, so nothing but the
+        connection closing (which happens once the app returned) ends it.
+        """
+        self.reading = False
+
     async def send(self, message: Message) -> None:
         await trio.lowlevel.checkpoint()
+        if not self.reading and not self._closed.is_set():
+            self.blocked_sends += 1
+            with trio.CancelScope(shield=True):
+                await self._closed.wait()
+            self.blocked_sends -= 1
+        if self._closed.is_set():
+            return  # written to a closed socket: silently lost, as in hypercorn
         now = trio.current_time()
         if self.disconnected_at is not None:
             self.after_disconnect.append(message)
@@ -261,6 +293,11 @@ class AsgiClient:
             try:
                 await self.app(scope, exchange.receive, exchange.send)
             finally:
+                if not exchange.complete:
+                    # The server closes a connection whose response the app
+                    # left unfinished, which releases any blocked write.
+                    exchange.closed_at = trio.current_time()
+                    exchange._closed.set()
                 exchange.done.set()
                 exchange._touch()
 
@@ -281,6 +318,28 @@ class AsgiClient:
 
     async def post(self, headers: dict[str, str], body: object) -> HttpExchange:
         return await self.request("POST", headers, body)
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Run the app's ASGI lifespan around the block, as a server does."""
+        to_app, app_receive = trio.open_memory_channel[Message](1)
+        from_app, app_events = trio.open_memory_channel[Message](1)
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
+
+        async def run() -> None:
+            await self.app(scope, app_receive.receive, from_app.send)
+
+        self.nursery.start_soon(run)
+        await to_app.send({"type": "lifespan.startup"})
+        started = await app_events.receive()
+        assert started["type"] == "lifespan.startup.complete", started
+        try:
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await to_app.send({"type": "lifespan.shutdown"})
+                done = await app_events.receive()
+                assert done["type"] == "lifespan.shutdown.complete", done
 
     async def wait_all_done(self) -> None:
         for exchange in list(self.exchanges):

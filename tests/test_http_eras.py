@@ -180,9 +180,10 @@ async def serving(
         app = McpHttpApp(server, registry, **app_options)
         async with trio.open_nursery() as nursery:
             client = AsgiClient(app, nursery)
-            yield Served(client, registry, events, probe, app)
-            with trio.fail_after(3600):
-                await client.wait_all_done()
+            async with client.lifespan():
+                yield Served(client, registry, events, probe, app)
+                with trio.fail_after(3600):
+                    await client.wait_all_done()
         client.check()
         assert_no_leaks(registry)
 

@@ -450,7 +450,11 @@ async def test_too_many_concurrent_requests() -> None:
                 assert await rpc(ws, call(3, "count")) == {
                     "jsonrpc": "2.0",
                     "id": 3,
-                    "error": {"code": TOO_MANY_REQUESTS, "message": "Too many concurrent requests"},
+                    "error": {
+                        "code": TOO_MANY_REQUESTS,
+                        "message": "Too many concurrent requests",
+                        "data": {"limit": "channel", "max": 2},
+                    },
                 }
                 assert registry.in_flight_count == 2
                 # Other methods are not limited.

@@ -38,6 +38,7 @@ from ._core.events import (
     EvictionEvent,
     HardCancelEvent,
     LimitReachedEvent,
+    OverrunEvent,
     RequestCancelledEvent,
 )
 from ._core.namespace import (
@@ -80,6 +81,7 @@ __all__ = [
     "HardCancelEvent",
     "InvalidRequestId",
     "LimitReachedEvent",
+    "OverrunEvent",
     "Registry",
     "RegistryClosed",
     "RegistryConfig",

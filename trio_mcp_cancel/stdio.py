@@ -27,9 +27,20 @@ import trio
 
 from ._core.registry import RegistryConfig, open_registry
 from ._protocol.dispatch import McpServer
-from .transports.stdio import DEFAULT_MAX_MESSAGE_SIZE, serve_mcp_stdio
+from .transports.stdio import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_WRITE_TIMEOUT,
+    serve_mcp_stdio,
+)
 
-__all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "run_stdio", "serve_mcp_stdio"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_WRITE_TIMEOUT",
+    "run_stdio",
+    "serve_mcp_stdio",
+]
 
 
 def run_stdio(
@@ -39,6 +50,8 @@ def run_stdio(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
     **registry_config: Any,
 ) -> None:
     """Serve *server* on this process's stdin/stdout until the host is done.
@@ -50,6 +63,12 @@ def run_stdio(
     with no traceback: a host that closes stdin, or terminates the server,
     is ending the session, not reporting a failure.  Logs go to stderr;
     stdout carries only protocol messages.
+
+    A host that keeps the pipes open but stops reading stdout ends the
+    session too, once a write has waited *write_timeout* seconds or
+    *max_buffered_bytes* of notifications wait behind it (see
+    :func:`serve_mcp_stdio`): its calls are cancelled and the script exits
+    rather than its tools hanging on a full pipe.
     """
 
     async def main() -> None:
@@ -60,6 +79,8 @@ def run_stdio(
                 max_message_size=max_message_size,
                 max_concurrent_requests=max_concurrent_requests,
                 max_request_time=max_request_time,
+                write_timeout=write_timeout,
+                max_buffered_bytes=max_buffered_bytes,
                 handle_signals=True,
             )
 

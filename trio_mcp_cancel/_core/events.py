@@ -30,6 +30,7 @@ __all__ = [
     "EvictionEvent",
     "HardCancelEvent",
     "LimitReachedEvent",
+    "OverrunEvent",
     "RequestCancelledEvent",
 ]
 
@@ -63,6 +64,24 @@ class HardCancelEvent:
 
 
 @attrs.frozen
+class OverrunEvent:
+    """``request.overran``: a request is still running ``late_by`` seconds after
+    its hard cancel was due.
+
+    The tool shields itself from cancellation (``CancelScope(shield=True)``)
+    or runs blocking code that never reaches a checkpoint: Trio semantics,
+    but the client's cancellation is not taking effect, so it is reported
+    (once per request) rather than left to look like a slow tool.
+    """
+
+    name: ClassVar[str] = "request.overran"
+    request_id: RequestId
+    namespace: str
+    kind: CancelKind
+    late_by: float
+
+
+@attrs.frozen
 class LimitReachedEvent:
     """``cancellation.limit_reached``: a namespace's quota refused a row."""
 
@@ -90,7 +109,12 @@ class CleanupEvent:
 
 
 Event: TypeAlias = (
-    RequestCancelledEvent | HardCancelEvent | LimitReachedEvent | EvictionEvent | CleanupEvent
+    RequestCancelledEvent
+    | HardCancelEvent
+    | OverrunEvent
+    | LimitReachedEvent
+    | EvictionEvent
+    | CleanupEvent
 )
 Subscriber = Callable[[Event], object]
 
@@ -99,6 +123,7 @@ _LOG_BURST = 10
 _LOG_LEVELS: dict[str, int] = {
     RequestCancelledEvent.name: logging.INFO,
     HardCancelEvent.name: logging.INFO,
+    OverrunEvent.name: logging.WARNING,
     LimitReachedEvent.name: logging.WARNING,
     EvictionEvent.name: logging.WARNING,
     CleanupEvent.name: logging.DEBUG,

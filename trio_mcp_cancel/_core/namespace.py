@@ -32,6 +32,7 @@ __all__ = [
     "stateless",
     "namespace_for",
     "namespace_from_asgi",
+    "tenant_for",
 ]
 
 GLOBAL_NAMESPACE: Final = "global"
@@ -118,6 +119,16 @@ def namespace_for(
     if bucket is not None:
         return f"ip:{bucket}"
     return GLOBAL_NAMESPACE
+
+
+def tenant_for(principal: object = None, client: object = None) -> str | None:
+    """Who a caller is for per-tenant limits: ``principal:<id>``, ``ip:<bucket>`` or ``None``.
+
+    The namespace rules without the session: a tenant opening many sessions
+    (or connections) is still one tenant.
+    """
+    namespace = namespace_for(principal=principal, client=client)
+    return None if namespace == GLOBAL_NAMESPACE else namespace
 
 
 def namespace_from_asgi(

@@ -21,7 +21,9 @@ lives in a nursery: ``async with open_registry() as reg`` or
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +46,7 @@ from .events import (
     EvictionEvent,
     HardCancelEvent,
     LimitReachedEvent,
+    OverrunEvent,
     RequestCancelledEvent,
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
@@ -95,6 +98,10 @@ class RegistryConfig:
     """Seconds a client's cancel of a request that has not started yet is kept
     (legacy HTTP: the cancel's POST can overtake the call's), in session and
     principal namespaces only; ``None``: such cancels are ignored."""
+    overrun_margin: float | None = attrs.field(default=1.0, validator=_non_negative)
+    """Seconds a request may outlive its hard cancel before a
+    ``request.overran`` event (and a warning) reports it: a tool that shields
+    itself, or blocks without a checkpoint.  ``None``: no such check."""
 
 
 class UseConfig(Enum):
@@ -163,12 +170,16 @@ class Tracking:
         finally:
             _current_request.reset(self._token)
             self._registry.untrack(request)
+        cancellation = request.cancellation
         if request.cancel_scope.cancelled_caught:
             # Our own scope caught its own Cancelled: the grace period ran out.
-            cancellation = request.cancellation
             kind: CancelKind = "server" if cancellation is None else cancellation.kind
             self._registry.events.emit(HardCancelEvent(request.request_id, request.namespace, kind))
             raise RequestCancelled(None if cancellation is None else cancellation.reason, kind)
+        if exc is None and cancellation is not None and trio.current_time() > request.hard_deadline:
+            # The block ran past its hard cancel without seeing it (a shield,
+            # or no checkpoint): it was cancelled, whatever it returned.
+            raise RequestCancelled(cancellation.reason, cancellation.kind)
         return False
 
 
@@ -198,6 +209,9 @@ class Registry:
         self._running = False
         self._idle = trio.Event()
         self._idle.set()
+        # (hard deadline + margin, token) of requests to check for overrun.
+        self._overrun_checks: list[tuple[float, int]] = []
+        self._wake: trio.CancelScope | None = None
 
     # -- service -----------------------------------------------------------
 
@@ -215,13 +229,40 @@ class Registry:
         try:
             task_status.started(self)
             interval = self.config.cleanup_interval
-            if interval is None:
-                await trio.sleep_forever()
+            next_cleanup = math.inf if interval is None else trio.current_time() + interval
             while True:
-                await trio.sleep(interval)
-                self.cleanup()
+                checks = self._overrun_checks
+                with trio.CancelScope(
+                    deadline=min(next_cleanup, checks[0][0] if checks else math.inf)
+                ) as self._wake:
+                    await trio.sleep_forever()
+                self._wake = None
+                now = trio.current_time()
+                self._check_overruns(now)
+                if interval is not None and now >= next_cleanup:
+                    self.cleanup()
+                    next_cleanup = now + interval
         finally:
             self._running = False
+            self._wake = None
+
+    def _check_overruns(self, now: float) -> None:
+        """Report requests still running ``overrun_margin`` past their hard cancel."""
+        margin = self.config.overrun_margin
+        checks = self._overrun_checks
+        while checks and checks[0][0] <= now:
+            _, token = heapq.heappop(checks)
+            request = self._by_token.get(token)
+            if request is None or request.overran or margin is None:
+                continue
+            late_by = now - request.hard_deadline
+            if late_by < margin:
+                continue  # re-armed later by a second cancellation
+            request.overran = True
+            kind: CancelKind = (
+                "server" if request.cancellation is None else request.cancellation.kind
+            )
+            self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Shorthand for ``reg.events.subscribe``."""
@@ -455,10 +496,19 @@ class Registry:
         if grace is None:
             return
         deadline = cancellation.at + grace
+        if deadline >= request.hard_deadline:
+            return
+        request.hard_deadline = deadline
         if deadline <= trio.current_time():
             request.cancel_scope.cancel()
-        elif deadline < request.cancel_scope.deadline:
+        else:
             request.cancel_scope.deadline = deadline
+        margin = self.config.overrun_margin
+        if margin is not None:
+            check_at = deadline + margin
+            heapq.heappush(self._overrun_checks, (check_at, request.token))
+            if self._wake is not None and check_at < self._wake.deadline:
+                self._wake.deadline = check_at
 
     # -- queries -----------------------------------------------------------
 

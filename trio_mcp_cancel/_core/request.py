@@ -6,6 +6,7 @@ polling loop imports) depends on these types only, never on the registry.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import attrs
@@ -42,6 +43,10 @@ class TrackedRequest:
     started_at: float
     cancellation: Cancellation | None = None
     _task: weakref.ref[trio.lowlevel.Task] | None = None
+    hard_deadline: float = math.inf
+    """When the hard cancel is (or was) due; ``inf`` while none is armed."""
+    overran: bool = False
+    """An :class:`~.events.OverrunEvent` was emitted for it."""
 
     def __repr__(self) -> str:
         state = "cancelled" if self.cancellation is not None else "running"

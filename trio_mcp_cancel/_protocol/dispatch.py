@@ -61,6 +61,7 @@ from .versions import (
 __all__ = [
     "TOO_MANY_REQUESTS",
     "Call",
+    "Limit",
     "Caller",
     "Channel",
     "Exchange",
@@ -88,9 +89,18 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 _CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
 
-def too_many_requests(request_id: RequestId) -> Message:
-    """The answer to a call over the caller's concurrency limit."""
-    return jsonrpc.error_message(request_id, TOO_MANY_REQUESTS, "Too many concurrent requests")
+#: Which admission limit a refused call hit, in the error's ``data.limit``.
+Limit = Literal["server", "tenant", "channel"]
+
+
+def too_many_requests(request_id: RequestId, limit: Limit = "channel", cap: int = 0) -> Message:
+    """The answer to a call over one of the admission limits (see :meth:`McpServer.admit`)."""
+    return jsonrpc.error_message(
+        request_id,
+        TOO_MANY_REQUESTS,
+        "Too many concurrent requests",
+        {"limit": limit, "max": cap},
+    )
 
 
 @attrs.define(eq=False)
@@ -139,7 +149,10 @@ class Caller:
     """Who is calling: the namespace their ids live in, and the registry to use.
 
     ``session_id`` is a name for the session that is safe to show (over HTTP,
-    not the ``Mcp-Session-Id`` secret itself).
+    not the ``Mcp-Session-Id`` secret itself).  ``tenant`` is who the
+    server-wide admission policy counts the call against: the principal when
+    authenticated, else the client's address bucket (``ip:...``); ``None``
+    (stdio, tests): only the server-wide cap applies.
     """
 
     namespace: str
@@ -147,6 +160,7 @@ class Caller:
     channel: Channel | None = None
     principal: str | None = None
     session_id: str | None = None
+    tenant: str | None = None
 
 
 @attrs.define(eq=False)
@@ -350,6 +364,15 @@ class McpServer:
     Serves both eras: a request carrying the modern ``_meta`` envelope is
     served statelessly; ``initialize`` starts a legacy channel.  See the
     module docstring for the path every message takes.
+
+    Admission: tool calls in flight are bounded server-wide
+    (*max_concurrent_calls*, across every transport and session) and per
+    tenant (*max_calls_per_tenant*: a principal, or a client address bucket
+    when unauthenticated, however many sessions or connections it opens),
+    besides each channel's own ``max_concurrent_requests``.  A call over any
+    of them is answered at once with error ``-32001`` (``data.limit`` says
+    which), never queued: a queue would turn a flood into a hang for
+    everyone behind it.  ``None`` disables a cap.
     """
 
     def __init__(
@@ -360,9 +383,18 @@ class McpServer:
         instructions: str | None = None,
         on_cancel: OnCancel = "silent",
         list_ttl_ms: int = 300_000,
+        max_concurrent_calls: int | None = 4096,
+        max_calls_per_tenant: int | None = 1024,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
+        for limit in (max_concurrent_calls, max_calls_per_tenant):
+            if limit is not None and limit < 1:
+                raise ValueError("concurrency limits must be at least 1 (or None)")
+        self.max_concurrent_calls = max_concurrent_calls
+        self.max_calls_per_tenant = max_calls_per_tenant
+        self._calls = 0
+        self._tenant_calls: dict[str, int] = {}
         self.name = name
         self.version = version
         self.instructions = instructions
@@ -532,16 +564,13 @@ class McpServer:
             started()
             return None if call.error is None else call.error.to_message()
         try:
-            channel = caller.channel
-            if call.tracked and channel is not None:
-                if len(channel.exchanges) >= channel.max_concurrent_requests:
-                    return too_many_requests(request.id)
-                channel.exchanges.add(exchange)
+            refused = self.admit(call, caller, exchange)
+            if refused is not None:
+                return refused
             try:
                 result = await method.handler(self, call, caller, exchange, started)
             finally:
-                if channel is not None:
-                    channel.exchanges.discard(exchange)
+                self._release(call, caller, exchange)
             if call.tracked and exchange.silenced:
                 # The client cancelled, but the tool finished anyway: MCP
                 # forbids sending its result (or anything else) now.
@@ -561,6 +590,63 @@ class McpServer:
             return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
         finally:
             started()
+
+    def refusal(self, call: Call, caller: Caller) -> Message | None:
+        """The error :meth:`admit` would answer *call* with now, without admitting it.
+
+        Lets a transport refuse before it commits to a response (an HTTP
+        ``429`` rather than an SSE stream carrying the error).
+        """
+        request = call.request
+        if call.tool is None or request is None:
+            return None
+        cap = self.max_concurrent_calls
+        if cap is not None and self._calls >= cap:
+            return too_many_requests(request.id, "server", cap)
+        cap = self.max_calls_per_tenant
+        tenant = caller.tenant
+        if cap is not None and tenant is not None and self._tenant_calls.get(tenant, 0) >= cap:
+            return too_many_requests(request.id, "tenant", cap)
+        channel = caller.channel
+        if call.tracked and channel is not None:
+            cap = channel.max_concurrent_requests
+            if len(channel.exchanges) >= cap:
+                return too_many_requests(request.id, "channel", cap)
+        return None
+
+    def admit(self, call: Call, caller: Caller, exchange: Exchange) -> Message | None:
+        """Count a tool call against the admission limits, or return its refusal.
+
+        Only tool calls count: every other method answers from memory at once.
+        """
+        refused = self.refusal(call, caller)
+        if refused is not None or call.tool is None:
+            return refused
+        self._calls += 1
+        if caller.tenant is not None:
+            self._tenant_calls[caller.tenant] = self._tenant_calls.get(caller.tenant, 0) + 1
+        if call.tracked and caller.channel is not None:
+            caller.channel.exchanges.add(exchange)
+        return None
+
+    def _release(self, call: Call, caller: Caller, exchange: Exchange) -> None:
+        if call.tool is None:
+            return
+        self._calls -= 1
+        tenant = caller.tenant
+        if tenant is not None:
+            left = self._tenant_calls[tenant] - 1
+            if left:
+                self._tenant_calls[tenant] = left
+            else:
+                del self._tenant_calls[tenant]
+        if caller.channel is not None:
+            caller.channel.exchanges.discard(exchange)
+
+    @property
+    def calls_in_flight(self) -> int:
+        """Tool calls admitted and not finished, across every transport."""
+        return self._calls
 
     def _finish(self, call: Call, result: Any) -> Any:
         """Modern results carry ``resultType`` and the server's identity."""

@@ -15,32 +15,91 @@ next message is read, so the request after it sees its effect.  Every other
 request is spawned with ``start_soon``: nothing can cancel it, so there is
 nothing to wait for, and a slow one never blocks the read loop behind it.
 
-**Writes** go through one lock: two tasks must never interleave bytes on a
-stream (Trio refuses concurrent ``send_all`` anyway), and a peer that went
-away makes writes no-ops rather than errors in the tool.
+**Writes never wait for the peer.**  :meth:`MessageConnection.send` encodes
+the message and appends it to the connection's *outbox*; one writer task
+drains it in order, one ``write`` at a time, so two messages never
+interleave on the stream, and a tool's ``report_progress`` or a request's
+reply never blocks on a client that reads slowly or not at all (a client
+that keeps its connection open but stopped reading would otherwise pin the
+tool inside its next send, beyond the reach of every cancel that does not
+cancel the tool itself).  ``send`` is still a checkpoint, so a tool that
+does nothing but report progress lets the writer run.
+
+The outbox is bounded and every write has a deadline.  The message being
+written never counts against the bound (so one message of any size always
+goes out), and the rule for the rest depends on what can grow without
+bound:
+
+* **Notifications** (progress, log messages) are what a tool can produce
+  without end, so they carry the bound: a notification that would make the
+  notifications waiting behind the message being written exceed
+  ``max_buffered_bytes`` stalls the peer.
+* **Replies** are always accepted, whatever their size, and are not counted
+  with the notifications: there is one per request, and a large final
+  result queued behind another request's progress must not make a client
+  that reads look stalled.  Instead, while everything waiting behind the
+  message being written exceeds ``max_buffered_bytes``, the connection
+  reads no new message, so a client that sends requests without reading
+  the replies cannot make the outbox grow either.
+
+So a client that does not read costs at most the message being written,
+``max_buffered_bytes`` of notifications and the replies of the requests it
+had sent.  The peer is **stalled** when a notification overflows as above,
+or when one ``write`` does not complete within ``write_timeout`` seconds
+(the client stopped reading: a zero receive window, a paused process).
+
+A stalled peer is a disconnected one: what is queued is dropped and nothing
+more is written, the read loop stops, every request of the connection is
+cancelled (kind ``"disconnect"``: the flag at once, the hard cancel
+``grace`` later), and :meth:`~MessageConnection.serve` returns once they
+have all finished.  The transport sees :attr:`~MessageConnection.stalled`
+(or awaits :meth:`~MessageConnection.wait_stalled`) and closes the
+connection without waiting on the peer.  A peer that went away (a write
+raises one of ``gone``) makes writes no-ops rather than errors in a tool.
+
+When the incoming stream ends (end of file, a closed socket) nothing new is
+queued; what was queued before is still written while the requests wind
+down, and once they have all finished the rest gets at most
+``write_timeout`` seconds in total.  Cancelling ``serve`` (server shutdown)
+stops the writer at once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from functools import partial
+from typing import Final
 
 import attrs
 import trio
 
-from .._core.namespace import namespace_for
+from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._protocol import jsonrpc
 from .._protocol.dispatch import Call, Caller, Channel, Exchange, McpServer
 from .._protocol.jsonrpc import JsonRpcError, Message
 
-__all__ = ["MessageConnection", "WriteText", "connection_caller"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_WRITE_TIMEOUT",
+    "MessageConnection",
+    "WriteText",
+    "connection_caller",
+]
 
 logger = logging.getLogger("trio_mcp_cancel.connection")
 
 WriteText = Callable[[str], Awaitable[None]]
+
+#: Seconds one write to the peer may take before the peer counts as stalled.
+DEFAULT_WRITE_TIMEOUT: Final = 30.0
+
+#: Bytes that may wait for the peer behind the message being written.
+DEFAULT_MAX_BUFFERED_BYTES: Final = 1 << 20
 
 #: What writing to a peer that went away raises, per framing.
 _GONE: tuple[type[BaseException], ...] = (
@@ -57,11 +116,14 @@ def connection_caller(
     *,
     max_concurrent_requests: int = 64,
     principal: str | None = None,
+    client: object = None,
 ) -> Caller:
     """The identity of a new connection: a fresh ``session:<kind>-<random>`` namespace.
 
     One connection is one client, so a ``notifications/cancelled`` reaches
-    only the requests sent on it, however its peer authenticated.
+    only the requests sent on it, however its peer authenticated.  Its
+    tenant (for the server-wide admission caps) is the principal, else the
+    address bucket of *client* (a ``(host, port)`` pair), else none.
     """
     session_id = f"{kind}-{secrets.token_urlsafe(16)}"
     return Caller(
@@ -70,6 +132,7 @@ def connection_caller(
         Channel(max_concurrent_requests=max_concurrent_requests),
         principal,
         session_id,
+        tenant_for(principal, client),
     )
 
 
@@ -82,12 +145,22 @@ class MessageConnection:
         caller: the connection's identity; its ``channel`` (created when
             missing) bounds concurrency and remembers a legacy
             ``initialize``.
-        write: writes one encoded message (a line, a WebSocket frame).
-        grace: seconds from the stream closing to the hard cancel of what
-            still runs (``USE_CONFIG``: the registry's grace period).
+        write: writes one encoded message (a line, a WebSocket frame).  It
+            must be cancellable: a write that outlives ``write_timeout`` is
+            cancelled, and the stream is not written to again.
+        grace: seconds from the stream closing (or the peer stalling) to the
+            hard cancel of what still runs (``USE_CONFIG``: the registry's
+            grace period).
         max_request_time: seconds after which the server cancels a call
             itself (kind ``"server"``: the flag, then the grace period).
         gone: exception types that mean "the peer is gone" when writing.
+        write_timeout: seconds one ``write`` may take before the peer
+            counts as stalled (``None``: no deadline; then only
+            *max_buffered_bytes* detects a client that stopped reading).
+        max_buffered_bytes: bytes of notifications that may wait behind the
+            message being written (one more stalls the peer); also the
+            backlog of everything waiting beyond which no new message is
+            read.
     """
 
     server: McpServer
@@ -96,11 +169,29 @@ class MessageConnection:
     grace: float | UseConfig | None = USE_CONFIG
     max_request_time: float | None = None
     gone: tuple[type[BaseException], ...] = _GONE
-    _lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     closed: bool = attrs.field(init=False, default=False)
-    """The peer is gone: nothing more is written."""
+    """Nothing more is queued: the stream ended, the peer is gone or stalled."""
+    stalled: bool = attrs.field(init=False, default=False)
+    """The peer stopped reading (see the module docstring): close it abruptly."""
+    _outbox: deque[tuple[str, bool]] = attrs.field(init=False, factory=deque)
+    """Encoded messages not yet written, oldest first, each with "is a notification"."""
+    _outbox_bytes: int = attrs.field(init=False, default=0)
+    _notification_bytes: int = attrs.field(init=False, default=0)
+    _wakeup: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
+    _room: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
+    _stalled_event: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _writer: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
+    _writing: trio.CancelScope | None = attrs.field(init=False, default=None)
+    _reading: trio.CancelScope | None = attrs.field(init=False, default=None)
+    _draining: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.write_timeout is not None and not self.write_timeout > 0:
+            raise ValueError("write_timeout must be positive (or None)")
+        if self.max_buffered_bytes < 0:
+            raise ValueError("max_buffered_bytes must not be negative")
         if self.caller.channel is None:
             self.caller.channel = Channel()
         self.caller.channel.ordered = True
@@ -110,32 +201,179 @@ class MessageConnection:
         assert self.caller.channel is not None
         return self.caller.channel
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes queued for the peer and not yet written (the oldest message included)."""
+        return self._outbox_bytes
+
+    # -- writing -----------------------------------------------------------
+
     async def send(self, message: Message) -> None:
-        """Write one message, or nothing once the peer is gone."""
+        """Queue one message for the peer; never waits for the peer.
+
+        Nothing is queued once the connection is closed.  A notification
+        that overflows the outbox stalls the peer instead (see the module
+        docstring); a reply is always queued.  This is a checkpoint, so
+        that a task that does nothing but send lets the writer run.
+        """
+        self.send_nowait(message)
+        await trio.lowlevel.checkpoint()
+
+    def send_nowait(self, message: Message) -> None:
+        """:meth:`send` without the checkpoint."""
         if self.closed:
             return
         text = jsonrpc.encode(message).decode("ascii")
-        async with self._lock:
-            if self.closed:
+        notification = "id" not in message
+        if notification and self._outbox:
+            waiting = self._notification_bytes
+            head, head_is_notification = self._outbox[0]
+            if head_is_notification:
+                waiting -= len(head)
+            if waiting + len(text) > self.max_buffered_bytes:
+                self._stall(f"more than {self.max_buffered_bytes} bytes of notifications waiting")
                 return
-            try:
-                await self.write(text)
-            except self.gone:
-                self.closed = True
+        self._outbox.append((text, notification))
+        self._outbox_bytes += len(text)
+        if notification:
+            self._notification_bytes += len(text)
+        self._wakeup.unpark_all()
+
+    def _backlogged(self) -> bool:
+        """More than ``max_buffered_bytes`` wait behind the message being written."""
+        return bool(self._outbox) and (
+            self._outbox_bytes - len(self._outbox[0][0]) > self.max_buffered_bytes
+        )
+
+    async def wait_stalled(self) -> None:
+        """Return once the peer is found stalled (never, if it does not stall)."""
+        await self._stalled_event.wait()
+
+    async def _write_outbox(self) -> None:
+        """The writer task: write the outbox in order, each write under its deadline."""
+        with self._writer:
+            while True:
+                if not self._outbox:
+                    if self._draining or self.stalled:
+                        return
+                    await self._wakeup.park()
+                    continue
+                text, notification = self._outbox[0]
+                deadline = math.inf
+                if self.write_timeout is not None:
+                    deadline = trio.current_time() + self.write_timeout
+                self._writing = scope = trio.CancelScope(deadline=deadline)
+                try:
+                    with scope:
+                        await self.write(text)
+                except self.gone:
+                    self._lose()
+                    return
+                except Exception:
+                    # A transport bug; the stream is in an unknown state.
+                    logger.exception("%s: writing to the peer failed", self.caller.namespace)
+                    self._lose()
+                    return
+                finally:
+                    self._writing = None
+                if self.stalled:
+                    return  # the write was cut short: the stream is not written again
+                if scope.cancelled_caught:
+                    self._stall(f"no write completed within {self.write_timeout}s")
+                    return
+                self._outbox.popleft()
+                self._outbox_bytes -= len(text)
+                if notification:
+                    self._notification_bytes -= len(text)
+                self._room.unpark_all()
+        if self._writer.cancelled_caught and self._outbox:
+            logger.info(
+                "%s: dropped %d unwritten message(s) after the connection ended",
+                self.caller.namespace,
+                len(self._outbox),
+            )
+            self._lose()
+
+    def _lose(self) -> None:
+        """The stream cannot be written any more: drop what is queued."""
+        self.closed = True
+        self._outbox.clear()
+        self._outbox_bytes = self._notification_bytes = 0
+        self._wakeup.unpark_all()
+        self._room.unpark_all()
+
+    def _stall(self, why: str) -> None:
+        """The peer stopped reading: treat it as disconnected (see the module docstring)."""
+        if self.stalled:
+            return
+        self.stalled = True
+        self._lose()
+        if self._writing is not None:
+            self._writing.cancel()
+        if self._reading is not None:
+            self._reading.cancel()
+        self._stalled_event.set()
+        logger.info(
+            "%s: the client stopped reading (%s); cancelling its requests",
+            self.caller.namespace,
+            why,
+        )
+        self.channel.cancel_all("client stopped reading", kind="disconnect", grace=self.grace)
+
+    def _finish_writing(self) -> None:
+        """Every request has finished: write what is left, within ``write_timeout``."""
+        self._draining = True
+        if self.write_timeout is not None:
+            self._writer.deadline = min(
+                self._writer.deadline, trio.current_time() + self.write_timeout
+            )
+        self._wakeup.unpark_all()
+
+    # -- reading -----------------------------------------------------------
 
     async def serve(self, incoming: AsyncIterable[str | bytes]) -> None:
-        """Serve until *incoming* ends (or raises); then cancel what still runs.
+        """Serve until *incoming* ends (or raises) or the peer stalls; then
+        cancel what still runs.
 
         Returns once every request of the connection has finished (the hard
-        cancel bounds how long that takes), so nothing outlives it.
+        cancel bounds how long that takes), and the writer with them, so
+        nothing outlives it.
         """
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_outbox)
             try:
-                async for data in incoming:
-                    await self.dispatch(data, nursery)
+                async with trio.open_nursery() as requests:
+                    try:
+                        await self._read(aiter(incoming), requests)
+                    finally:
+                        self.closed = True
+                        if not self.stalled:
+                            self.channel.cancel_all(
+                                "connection closed", kind="disconnect", grace=self.grace
+                            )
             finally:
-                self.closed = True
-                self.channel.cancel_all("connection closed", kind="disconnect", grace=self.grace)
+                self._finish_writing()
+
+    async def _read(self, messages: AsyncIterator[str | bytes], nursery: trio.Nursery) -> None:
+        """Dispatch incoming messages until they end or the peer stalls.
+
+        Only the wait for the next message is cancelled by a stall, never a
+        dispatch half done.  No message is read while the outbox is
+        backlogged (see the module docstring).
+        """
+        while not self.stalled:
+            with trio.CancelScope() as self._reading:
+                try:
+                    while self._backlogged():
+                        await self._room.park()
+                    data = await anext(messages)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    self._reading = None
+            if self.stalled:
+                return
+            await self.dispatch(data, nursery)
 
     async def dispatch(self, data: str | bytes, nursery: trio.Nursery) -> None:
         """Handle one incoming message; returns once a request is registered."""

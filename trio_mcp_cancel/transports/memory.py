@@ -11,7 +11,10 @@ waits on the operating system, so ``trio.testing.MockClock`` (pytest-trio's
 Messages cross as encoded JSON text, exactly as on stdio or WebSocket, so a
 result that does not serialise fails here as it would in production.
 Closing the client's send channel is the client disconnecting: every request
-still running is cancelled (kind ``"disconnect"``).
+still running is cancelled (kind ``"disconnect"``).  So is a client that
+stops receiving from a bounded pair (``memory_transport_pair(n)``) for
+longer than ``write_timeout``, or long enough for ``max_buffered_bytes`` of
+notifications to pile up, exactly as on a socket whose peer stopped reading.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ import trio
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol.dispatch import Caller, McpServer
-from ._connection import MessageConnection, connection_caller
+from ._connection import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_WRITE_TIMEOUT,
+    MessageConnection,
+    connection_caller,
+)
 
 __all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
 
@@ -65,6 +73,8 @@ async def serve_mcp_memory(
     grace: float | UseConfig | None = USE_CONFIG,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
     task_status: trio.TaskStatus[Caller] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve one client on *end* (the server's side) until the client closes its side.
@@ -76,6 +86,13 @@ async def serve_mcp_memory(
     cancelled (the flag at once, the hard cancel *grace* later); this returns
     once they have all finished, and then closes *end*, so the client's
     receive loop ends too.
+
+    *write_timeout* and *max_buffered_bytes* bound how long, and how much,
+    the server waits for a client that does not receive (see
+    :class:`~trio_mcp_cancel.transports._connection.MessageConnection`): a
+    tool never blocks on a slow client; past either bound the client counts
+    as disconnected and serving ends.  They matter only with a bounded
+    pair, since an unbounded one never makes the server wait.
     """
     if registry is None:
         registry = current_registry()
@@ -83,7 +100,13 @@ async def serve_mcp_memory(
     if namespace is not None:
         caller.namespace = namespace
     connection = MessageConnection(
-        server, caller, end.send.send, grace=grace, max_request_time=max_request_time
+        server,
+        caller,
+        end.send.send,
+        grace=grace,
+        max_request_time=max_request_time,
+        write_timeout=write_timeout,
+        max_buffered_bytes=max_buffered_bytes,
     )
     async with end.send, end.receive:
         task_status.started(caller)

@@ -15,7 +15,11 @@ Everything beyond the framing is the shared
   is written for that request;
 * end of file on stdin is the client going away: every request still
   running is cancelled (kind ``"disconnect"``), and serving returns once
-  they have finished, at most the grace period later.
+  they have finished, at most the grace period later;
+* so is a host that keeps the pipes open but stops reading stdout (a
+  paused or wedged process): no tool ever blocks writing to it, and once a
+  write has waited ``write_timeout`` seconds, or ``max_buffered_bytes`` of
+  notifications pile up behind it, the session ends the same way.
 
 **Stdout carries nothing but protocol messages.**  When this module opens
 the real stdout itself, it first points file descriptor 1 at stderr for the
@@ -50,9 +54,19 @@ from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol import jsonrpc
 from .._protocol.dispatch import Caller, McpServer
 from .._protocol.jsonrpc import INVALID_REQUEST
-from ._connection import MessageConnection, connection_caller
+from ._connection import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_WRITE_TIMEOUT,
+    MessageConnection,
+    connection_caller,
+)
 
-__all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "serve_mcp_stdio"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_WRITE_TIMEOUT",
+    "serve_mcp_stdio",
+]
 
 logger = logging.getLogger("trio_mcp_cancel.stdio")
 
@@ -192,6 +206,8 @@ async def serve_mcp_stdio(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
     handle_signals: bool = False,
     task_status: trio.TaskStatus[Caller] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -208,6 +224,17 @@ async def serve_mcp_stdio(
         max_message_size: longest line read, in bytes.
         max_concurrent_requests: calls run at once; more are refused.
         max_request_time: seconds after which the server cancels a call.
+        write_timeout: seconds one write to stdout may wait for the host to
+            read (``None``: no deadline).  Tools never wait on stdout
+            themselves; a host that stops reading for this long is treated
+            as gone: every call is cancelled (kind ``"disconnect"``) and
+            serving returns, instead of tools piling up behind a full pipe.
+        max_buffered_bytes: progress and log notifications that may wait
+            for a slow host behind the message being written; more ends the
+            session the same way, so a host that reads too slowly cannot make
+            the server buffer without bound.  Replies (a large result too)
+            are always accepted; while more than this waits in all, no new
+            line is read.
         handle_signals: SIGTERM/SIGINT shut down cleanly (see
             ``_watch_signals``) instead of raising ``KeyboardInterrupt`` or
             killing the process.  Only from the main thread.
@@ -239,6 +266,8 @@ async def serve_mcp_stdio(
             max_message_size=max_message_size,
             max_concurrent_requests=max_concurrent_requests,
             max_request_time=max_request_time,
+            write_timeout=write_timeout,
+            max_buffered_bytes=max_buffered_bytes,
             handle_signals=handle_signals,
             task_status=task_status,
         )
@@ -254,6 +283,8 @@ async def _serve(
     max_message_size: int,
     max_concurrent_requests: int,
     max_request_time: float | None,
+    write_timeout: float | None,
+    max_buffered_bytes: int,
     handle_signals: bool,
     task_status: trio.TaskStatus[Caller],
 ) -> None:
@@ -265,7 +296,13 @@ async def _serve(
         await stdout.send_all(text.encode("ascii") + b"\n")
 
     connection = MessageConnection(
-        server, caller, write_line, grace=grace, max_request_time=max_request_time
+        server,
+        caller,
+        write_line,
+        grace=grace,
+        max_request_time=max_request_time,
+        write_timeout=write_timeout,
+        max_buffered_bytes=max_buffered_bytes,
     )
 
     async def too_large() -> None:
@@ -288,4 +325,7 @@ async def _serve(
         async with contextlib.aclosing(reader.lines()) as lines:
             await connection.serve(lines)
         nursery.cancel_scope.cancel()  # the signal watcher
-    logger.debug("stdio session %s ended", caller.namespace)
+    if connection.stalled:
+        logger.info("stdio session %s ended: the host stopped reading stdout", caller.namespace)
+    else:
+        logger.debug("stdio session %s ended", caller.namespace)

@@ -13,17 +13,29 @@ request still running is cancelled by its private token (kind
 ``"disconnect"``): the flag at once, the hard cancel ``stream_cancel_timeout``
 later.  The handler returns only when all of them have finished, so a
 closed connection leaves no task and no row behind.
+
+A client that keeps the socket open but stops reading (a zero receive
+window, a paused process) is disconnected the same way: tools never wait
+on the socket (their messages queue in a bounded outbox, see
+:class:`~trio_mcp_cancel.transports._connection.MessageConnection`), and
+once one frame has waited ``write_timeout`` seconds to be sent, or
+``max_buffered_bytes`` of notifications pile up behind it, the connection's calls are
+cancelled (kind ``"disconnect"``) and the TCP connection is closed without
+waiting for the peer to take a close frame.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from functools import partial
+from typing import Final
 
 import trio
 from trio_websocket import (
     ConnectionClosed,
+    Endpoint,
     WebSocketConnection,
     WebSocketRequest,
     WebSocketServer,
@@ -32,12 +44,22 @@ from trio_websocket import (
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol.dispatch import McpServer
-from ._connection import _GONE, MessageConnection, connection_caller
+from ._connection import (
+    _GONE,
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_WRITE_TIMEOUT,
+    MessageConnection,
+    connection_caller,
+)
 from .auth import Authenticator, authenticate, header_map
 
 __all__ = ["serve_mcp_websocket"]
 
 logger = logging.getLogger("trio_mcp_cancel.websocket")
+
+#: Seconds a stalled peer gets to take our close frame before the TCP
+#: connection is closed under it (it stopped reading, so it rarely does).
+_STALLED_CLOSE_TIMEOUT: Final = 0.25
 
 
 async def serve_mcp_websocket(
@@ -53,6 +75,8 @@ async def serve_mcp_websocket(
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
     keepalive_interval: float | None = 15.0,
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
     task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve *server* over WebSocket until cancelled; for ``nursery.start``.
@@ -60,6 +84,17 @@ async def serve_mcp_websocket(
     ``task_status.started`` receives the :class:`trio_websocket.WebSocketServer`
     (its ``port`` is the bound port when *port* is 0).  Oversized messages
     close the connection (code 1009), as trio-websocket does.
+
+    *write_timeout* (seconds one frame may wait to be sent; ``None``: no
+    deadline) and *max_buffered_bytes* (bytes of progress and log
+    notifications that may wait behind the frame being sent) bound what a
+    client that stops reading costs: tools never block on its socket, and
+    past either bound it is disconnected (its calls cancelled, kind
+    ``"disconnect"``) rather than pinning them forever.  Replies, large
+    results included, are always accepted; while more than
+    *max_buffered_bytes* wait in all, no new message is read.  The ping
+    keep-alive catches a peer that vanished; these catch one that is there
+    but does not read.
     """
     if registry is None:
         registry = current_registry()
@@ -73,6 +108,8 @@ async def serve_mcp_websocket(
         limit=max_concurrent_requests,
         max_request_time=max_request_time,
         keepalive=keepalive_interval,
+        write_timeout=write_timeout,
+        max_buffered_bytes=max_buffered_bytes,
     )
     await serve_websocket(
         handler,
@@ -95,6 +132,8 @@ async def _handle(
     limit: int,
     max_request_time: float | None,
     keepalive: float | None,
+    write_timeout: float | None,
+    max_buffered_bytes: int,
 ) -> None:
     # An exception escaping a handler would tear down the whole server, so
     # everything but cancellation stops here.
@@ -110,8 +149,13 @@ async def _handle(
                 return
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         ws = await request.accept(subprotocol=subprotocol)
+        remote = request.remote
         caller = connection_caller(
-            "ws", registry, max_concurrent_requests=limit, principal=principal
+            "ws",
+            registry,
+            max_concurrent_requests=limit,
+            principal=principal,
+            client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
         )
         connection = MessageConnection(
             server,
@@ -120,11 +164,15 @@ async def _handle(
             grace=grace,
             max_request_time=max_request_time,
             gone=(ConnectionClosed, *_GONE),
+            write_timeout=write_timeout,
+            max_buffered_bytes=max_buffered_bytes,
         )
         async with trio.open_nursery() as nursery:
             if keepalive is not None:
                 nursery.start_soon(_keepalive, ws, keepalive)
-            await connection.serve(_messages(ws))
+            nursery.start_soon(_close_when_stalled, ws, connection)
+            async with contextlib.aclosing(_messages(ws)) as messages:
+                await connection.serve(messages)
             nursery.cancel_scope.cancel()
     except (ConnectionClosed, trio.BrokenResourceError):
         pass
@@ -141,19 +189,42 @@ async def _keepalive(ws: WebSocketConnection, interval: float) -> None:
     ``"disconnect"``).  The traffic also keeps proxies from timing out an
     idle connection.
     """
-    while True:
-        await trio.sleep(interval)
-        with trio.move_on_after(interval) as waited:
-            await ws.ping()
-        if waited.cancelled_caught:
-            logger.info("WebSocket peer answered no ping within %ss; closing", interval)
-            with trio.move_on_after(interval) as closing:
-                closing.shield = True
-                await ws.aclose(1011, "keep-alive timeout")
-            return
+    try:
+        while True:
+            await trio.sleep(interval)
+            with trio.move_on_after(interval) as waited:
+                await ws.ping()
+            if waited.cancelled_caught:
+                logger.info("WebSocket peer answered no ping within %ss; closing", interval)
+                await _close(ws, 1011, "keep-alive timeout", interval)
+                return
+    except ConnectionClosed:
+        return  # the read loop sees it too, and ends the connection gracefully
 
 
-async def _messages(ws: WebSocketConnection) -> AsyncIterator[str | bytes]:
+async def _close_when_stalled(ws: WebSocketConnection, connection: MessageConnection) -> None:
+    """Close the connection as soon as the peer is found to have stopped reading.
+
+    Its calls are already cancelled; closing the TCP connection now (not
+    after the grace period) frees the socket and its buffers at once.
+    """
+    await connection.wait_stalled()
+    logger.info("WebSocket peer stopped reading; closing the connection")
+    await _close(ws, 1008, "client stopped reading", _STALLED_CLOSE_TIMEOUT)
+
+
+async def _close(ws: WebSocketConnection, code: int, reason: str, patience: float) -> None:
+    """Close *ws*, giving the peer at most *patience* seconds for the close handshake.
+
+    Not shielded: cancelled (the handler ending, the server stopping), or
+    timed out, ``aclose`` still closes the TCP connection under the
+    WebSocket, so nothing waits on a peer that does not answer.
+    """
+    with trio.move_on_after(patience):
+        await ws.aclose(code, reason)
+
+
+async def _messages(ws: WebSocketConnection) -> AsyncGenerator[str | bytes, None]:
     """The connection's messages until the peer closes it."""
     try:
         while True:

@@ -28,29 +28,56 @@ closed connection or a reset HTTP/2 stream there; a ``send()`` to a gone
 client silently does nothing).  The same wait carries the
 ``max_request_time`` limit and the keep-alive timer, so a call costs one
 extra task at most.
+
+**Writes never block a request.**  hypercorn writes to the socket inside a
+shielded cancel scope: a ``send()`` to a client that stopped reading blocks
+until the client reads or the connection closes, and nothing (a cancel, a
+time limit, shutdown) can interrupt it; and hypercorn closes the connection
+only once the application returned.  So no task that must end on time
+calls ``send()``.  Each response's messages are queued in a
+:class:`_Writer` (bounded: ``max_buffered_bytes``) and written by a task of
+its own in the app's service nursery, opened by the ASGI lifespan.  A
+client that leaves a write pending for ``write_timeout``, or lets the queue
+overflow, is treated as gone: its call is cancelled (kind
+``"disconnect"``), the request returns, and hypercorn closes the
+connection, which releases the pending write.
+
+**Lifespan.**  The app opens that service nursery in the ASGI lifespan,
+and, when it was given no registry and none is open around the server, its
+own registry there too, so ``hypercorn module:app`` works with any number
+of workers.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any, Final
 
 import attrs
 import trio
 
-from ..._core.namespace import namespace_for, stateless
-from ..._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
+from ..._core.errors import RegistryClosed
+from ..._core.namespace import namespace_for, stateless, tenant_for
+from ..._core.registry import (
+    USE_CONFIG,
+    Registry,
+    RegistryConfig,
+    UseConfig,
+    current_registry,
+    open_registry,
+)
 from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
-from ..._protocol.dispatch import Call, Caller, Channel, Exchange, McpServer
+from ..._protocol.dispatch import TOO_MANY_REQUESTS, Call, Caller, Channel, Exchange, McpServer
 from ..._protocol.jsonrpc import JsonRpcError, Message
 from ..._protocol.versions import Era
 from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
 from .rules import HttpError
-from .sessions import Session, SessionStore
+from .sessions import Session, SessionLimitReached, SessionStore
 
 __all__ = ["McpHttpApp"]
 
@@ -75,8 +102,10 @@ class McpHttpApp:
 
     Parameters:
         server: the tools and MCP methods.
-        registry: the cancellation registry; ``None`` uses the one of the
-            enclosing ``open_registry()`` at request time.
+        registry: the cancellation registry; ``None`` uses the one of an
+            ``open_registry()`` around the server, else opens one in the ASGI
+            lifespan (configured by *registry_config*).
+        registry_config: settings of the registry the app opens itself.
         path: the MCP endpoint.
         sessions: legacy era: issue ``Mcp-Session-Id`` on ``initialize``
             and require it afterwards (``400`` when missing, ``404`` when
@@ -89,11 +118,24 @@ class McpHttpApp:
         stream_cancel_timeout: seconds from a disconnect to the hard
             cancel; default: the registry's grace period.
         max_body_size: larger bodies get ``413`` before they are read.
+        body_timeout: seconds to receive a request body once its head
+            arrived; a client that trickles or stalls it gets ``408`` and
+            its connection closed.  (Slow heads are bounded by the server's
+            keep-alive timeout; see :func:`~trio_mcp_cancel.http.server_config`.)
         allowed_origins: ``Origin`` values accepted (``403`` otherwise, the
             DNS-rebinding guard MCP asks for).  ``None``: no ``Origin``
             header, or a localhost one.
+        max_sessions: legacy sessions in total; see
+            :mod:`~trio_mcp_cancel.transports.http.sessions` for who makes room.
+        max_sessions_per_tenant: legacy sessions of one principal (or one
+            client address bucket when unauthenticated).  An ``initialize``
+            that cannot be served without ending a busy session is refused:
+            ``429`` (the tenant's bound) or ``503`` (the store's).
+        session_idle_timeout: seconds after which an idle session expires.
         max_concurrent_requests: cancellable tool calls one legacy session
-            may run at once; more are answered with error ``-32001``.
+            may run at once; more are answered ``429`` with error ``-32001``
+            (so are calls over the server's own caps, see
+            :class:`~trio_mcp_cancel.server.McpServer`).
         max_request_time: seconds after which a tool call is cancelled by
             the server (kind ``"server"``: the flag, then the grace period,
             and the client gets ``-32800``); ``None``: no limit.
@@ -101,6 +143,12 @@ class McpHttpApp:
             silent tool call's stream; ``None``: none.
         legacy_disconnect_cancels: whether a legacy client closing its
             stream cancels the call (the modern era always does).
+        write_timeout: seconds a write to the client may stay pending
+            before the client counts as gone (its call is cancelled, kind
+            ``"disconnect"``, and the connection closed); ``None``: no limit.
+        max_buffered_bytes: response bytes (progress, logs, keep-alives)
+            one request may have queued behind a slow client before it
+            counts as gone; the final response is always accepted.
     """
 
     def __init__(
@@ -108,46 +156,99 @@ class McpHttpApp:
         server: McpServer,
         registry: Registry | None = None,
         *,
+        registry_config: RegistryConfig | None = None,
         path: str = "/mcp",
         sessions: bool = True,
         auth: Authenticator | None = None,
         json_response: bool = False,
         stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
         max_body_size: int = 1 << 20,
+        body_timeout: float | None = 10.0,
         allowed_origins: Collection[str] | None = None,
         max_sessions: int = 10_000,
+        max_sessions_per_tenant: int = 100,
         session_idle_timeout: float | None = 3600.0,
         max_concurrent_requests: int = 64,
         max_request_time: float | None = None,
         keepalive_interval: float | None = 15.0,
         legacy_disconnect_cancels: bool = True,
+        write_timeout: float | None = 30.0,
+        max_buffered_bytes: int = 1 << 20,
     ) -> None:
         self.server = server
         self._registry = registry
+        self.registry_config = registry_config
         self.path = path
-        self.sessions = SessionStore(max_sessions, session_idle_timeout) if sessions else None
+        self.sessions = (
+            SessionStore(max_sessions, session_idle_timeout, max_sessions_per_tenant)
+            if sessions
+            else None
+        )
         self.auth = auth
         self.json_response = json_response
         self.stream_cancel_timeout = stream_cancel_timeout
         self.max_concurrent_requests = max_concurrent_requests
         self.max_request_time = max_request_time
         self.max_body_size = max_body_size
+        self.body_timeout = body_timeout
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self.keepalive_interval = keepalive_interval
         self.legacy_disconnect_cancels = legacy_disconnect_cancels
+        self.write_timeout = write_timeout
+        self.max_buffered_bytes = max_buffered_bytes
+        self._own_registry: Registry | None = None
+        self._service: trio.Nursery | None = None
 
     @property
     def registry(self) -> Registry:
-        return self._registry if self._registry is not None else current_registry()
+        if self._registry is not None:
+            return self._registry
+        if self._own_registry is not None:
+            return self._own_registry
+        return current_registry()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await self._lifespan(receive, send)
         elif kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+
+    # -- lifespan ------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """Own the service nursery (and a registry if needed) from startup to shutdown."""
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        if self._service is not None:
+            await send({"type": "lifespan.startup.failed", "message": "already running"})
+            return
+        try:
+            async with trio.open_nursery() as service:
+                if self._registry is None and not _registry_around():
+                    self._own_registry = await service.start(self._run_registry)
+                self._service = service
+                await send({"type": "lifespan.startup.complete"})
+                while (await receive())["type"] != "lifespan.shutdown":
+                    pass
+                self._service = None
+                # Writers still pending belong to connections the server
+                # closed by now (it shuts the lifespan down last).
+                service.cancel_scope.cancel()
+        finally:
+            self._service = None
+            self._own_registry = None
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _run_registry(self, *, task_status: trio.TaskStatus[Registry]) -> None:
+        async with open_registry(self.registry_config) as registry:
+            task_status.started(registry)
+            await trio.sleep_forever()
+
+    # -- requests ------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
@@ -161,14 +262,24 @@ class McpHttpApp:
                 await self._post(scope, receive, send, headers, principal)
             elif method == "DELETE" and self._legacy_headers(headers):
                 self._delete(headers, principal)
-                await _respond(send, 204, b"")
+                await self._respond(send, 204, b"")
             else:
                 allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
                 raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
         except HttpError as exc:
-            await _respond(send, exc.status, exc.body(), exc.headers)
+            await self._respond(send, exc.status, exc.body(), exc.headers)
         except _ClientGone:
             return
+        except (RuntimeError, RegistryClosed):
+            if self._registry is None and self._own_registry is None and not _registry_around():
+                # Served without a lifespan and without open_registry(): say so.
+                logger.error(
+                    "no registry: run the app under an ASGI server with lifespan support,"
+                    " inside open_registry(), or pass registry="
+                )
+                await self._respond(send, 503, b"Service Unavailable: no registry")
+                return
+            raise
 
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
@@ -214,9 +325,10 @@ class McpHttpApp:
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
-            await _respond(send, 400, jsonrpc.encode(exc.to_message()))
+            await self._respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
-        post = _Post(send, headers, principal, scope.get("client"), message)
+        client = scope.get("client")
+        post = _Post(send, headers, principal, client, tenant_for(principal, client), message)
         if rules.select_era(headers, message) == "modern":
             routed = await self._modern(post)
         else:
@@ -229,10 +341,10 @@ class McpHttpApp:
         send, headers, message = post.send, post.headers, post.message
         if rules.is_notification(message):
             # No client-to-server notification acts on this wire; see the module docstring.
-            await _respond(send, 202, b"")
+            await self._respond(send, 202, b"")
             return None
         namespace = namespace_for(principal=post.principal, client=post.client)
-        caller = Caller(stateless(namespace), self.registry)
+        caller = Caller(stateless(namespace), self.registry, tenant=post.tenant)
         try:
             if not isinstance(message, dict) or "id" not in message:
                 raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
@@ -240,7 +352,8 @@ class McpHttpApp:
         except JsonRpcError as exc:
             if isinstance(message, dict):
                 exc.request_id = _valid_id(message.get("id"))
-            await _respond_error(send, exc, "modern")
+            status = rules.status_for(exc.code, "modern")
+            await self._respond(send, status, jsonrpc.encode(exc.to_message()))
             return None
         call = self.server.prepare(message, caller, envelope=envelope)
         return _Routed(call, caller, [], "modern")
@@ -254,7 +367,13 @@ class McpHttpApp:
         elif self.sessions is not None:
             # initialize always starts a new session, whatever header it carries.
             channel = Channel(self.max_concurrent_requests)
-            session, evicted = self.sessions.create(principal, trio.current_time(), channel)
+            try:
+                session, evicted = self.sessions.create(
+                    principal, post.tenant, trio.current_time(), channel
+                )
+            except SessionLimitReached as exc:
+                await self._refuse_session(send, message, exc)
+                return None
             for old in evicted:
                 old.channel.cancel_all("session evicted")
         # The namespace names the session by its public id: namespaces end up
@@ -266,37 +385,58 @@ class McpHttpApp:
             session.channel if session else None,
             principal,
             public_id,
+            post.tenant,
         )
         extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
         call = self.server.prepare(message, caller)
         if call.notification is not None:
             self.server.notify(call.notification, caller)
         if call.request is None and call.error is None:
-            await _respond(send, 202, b"", extra)
+            await self._respond(send, 202, b"", extra)
             return None
         if call.request is None:
             assert call.error is not None
-            await _respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
+            await self._respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
             return None
         return _Routed(call, caller, extra, "legacy")
+
+    async def _refuse_session(self, send: Send, message: object, exc: SessionLimitReached) -> None:
+        """Answer an ``initialize`` that would need a busy session's place."""
+        request_id = _valid_id(message.get("id")) if isinstance(message, dict) else None
+        logger.warning("initialize refused: %s", exc)
+        reply = jsonrpc.error_message(
+            request_id,
+            TOO_MANY_REQUESTS,
+            "Too many sessions",
+            {"limit": exc.limit, "max": exc.cap},
+        )
+        status = 429 if exc.limit == "tenant" else 503
+        await self._respond(send, status, jsonrpc.encode(reply), _RETRY_AFTER, json=True)
 
     async def _read_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_size:
-                raise HttpError(413, "Payload Too Large")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _ClientGone
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_size:
+                    raise HttpError(413, "Payload Too Large")
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
 
     async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
         call, caller = routed.call, routed.caller
+        refused = self.server.refusal(call, caller)
+        if refused is not None:
+            body = jsonrpc.encode(refused)
+            await self._respond(send, 429, body, [*routed.extra, *_RETRY_AFTER], json=True)
+            return
         if call.tracked:
             await self._stream(routed, receive, send)
             return
@@ -305,26 +445,34 @@ class McpHttpApp:
         status = 200
         if "error" in reply:
             status = rules.status_for(reply["error"]["code"], routed.era)
-        await _respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
+        await self._respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
 
     async def _stream(self, routed: _Routed, receive: Receive, send: Send) -> None:
         """Run a cancellable call, watching its stream; see the module docstring."""
         call, caller, era = routed.call, routed.caller, routed.era
-        stream = _Stream(send, routed.extra, not self.json_response)
-        exchange = Exchange(send=stream.send_message if stream.sse else None)
+        writer = _Writer(send, self.max_buffered_bytes)
+        exchange = Exchange()
+        stream = _Stream(writer, routed.extra, not self.json_response, exchange, self)
         if stream.sse:
-            await stream.start()
+            exchange.send = stream.send_message
+            stream.start()
         async with trio.open_nursery() as nursery:
+            self._start_writer(writer, nursery)
             nursery.start_soon(self._watch, receive, exchange, stream, era)
-            reply = await self.server.run(call, caller, exchange, allow_silence=stream.sse)
-            await stream.finish(reply)
+            try:
+                reply = await self.server.run(call, caller, exchange, allow_silence=stream.sse)
+                stream.finish(reply)
+                await self._drain(writer)
+            finally:
+                if not writer.done.is_set():
+                    writer.abandon()  # cancelled (shutdown): leave the client
             # ASGI answers receive() with http.disconnect once the response
             # is sent, so the watcher ends by itself, which is cheaper than
             # cancelling it.  The deadline covers a server that never does.
             nursery.cancel_scope.deadline = trio.current_time() + _WATCHER_LINGER
 
     async def _watch(self, receive: Receive, exchange: Exchange, stream: _Stream, era: Era) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limit.
+        """Wait for the client to go, sending keep-alives and enforcing the time limits.
 
         The ``http.disconnect`` that ASGI delivers once the response is sent
         comes after the call finished, when cancelling it does nothing.
@@ -333,18 +481,24 @@ class McpHttpApp:
         limit_at = math.inf if self.max_request_time is None else now + self.max_request_time
         interval = self.keepalive_interval if stream.sse else None
         keepalive_at = math.inf if interval is None else now + interval
+        writer = stream.writer
         while True:
-            with trio.move_on_at(min(limit_at, keepalive_at)):
+            with trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at)) as wait:
+                writer.wakes = wait
                 if (await receive())["type"] == "http.disconnect":
                     break
                 continue  # trailing body chunks; the body was already read whole
             now = trio.current_time()
+            if now >= writer.stall_at:
+                stream.stall("write timeout")
+                return
             if now >= limit_at:
                 limit_at = math.inf
                 exchange.cancel("request time limit reached", kind="server")
             if interval is not None and now >= keepalive_at:
-                await stream.keepalive()
+                stream.keepalive()
                 keepalive_at = now + interval
+        writer.wakes = None
         stream.closed = True
         if era == "modern" or self.legacy_disconnect_cancels:
             exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
@@ -352,6 +506,78 @@ class McpHttpApp:
             # The call goes on without its client, but within the time limit.
             await trio.sleep_until(limit_at)
             exchange.cancel("request time limit reached", kind="server")
+
+    # -- writing -------------------------------------------------------------
+
+    def _start_writer(self, writer: _Writer, nursery: trio.Nursery) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*)."""
+        writer.timeout = self.write_timeout
+        (self._service or nursery).start_soon(writer.run)
+
+    async def _drain(self, writer: _Writer) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read.
+
+        Giving up means returning with the response unfinished; the server
+        then closes the connection, which releases the pending write.
+        """
+        if writer.stalled:
+            writer.abandon()
+            return
+        timeout = math.inf if self.write_timeout is None else self.write_timeout
+        try:
+            with trio.move_on_after(timeout):
+                await writer.done.wait()
+                return
+            logger.info("client did not read its response for %ss; closing", self.write_timeout)
+        finally:
+            if not writer.done.is_set():
+                writer.abandon()
+
+    async def _respond(
+        self,
+        send: Send,
+        status: int,
+        body: bytes,
+        extra: Any = (),
+        *,
+        json: bool | None = None,
+    ) -> None:
+        """Send a whole response, through a writer (see the module docstring)."""
+        writer = _Writer(send, self.max_buffered_bytes)
+        writer.put(_head(status, body, extra, json=json))
+        writer.put({"type": "http.response.body", "body": body, "more_body": False}, final=True)
+        if self._service is None:
+            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
+            return
+        self._start_writer(writer, self._service)
+        await self._drain(writer)
+
+
+def _head_blocked(send: Send, head: MutableMapping[str, Any]) -> None:
+    """Let hypercorn know a response started whose head write is still pending.
+
+    hypercorn marks a response as started only once its head was written;
+    an app that returns while that write is blocked makes hypercorn try a
+    ``500`` on a connection h11 already sees as sending a body, and the
+    ``LocalProtocolError`` escapes into (and stops) the whole server.
+    Marking it started makes hypercorn close the connection instead, which
+    releases the write.  Servers other than hypercorn are left alone.
+    """
+    stream: Any = getattr(send, "__self__", None)
+    state: Any = getattr(stream, "state", None)
+    if stream is None or getattr(state, "name", None) != "REQUEST":
+        return
+    stream.response = head
+    stream.state = type(state)["RESPONSE"]
+
+
+def _registry_around() -> bool:
+    """Whether an ``open_registry()`` encloses the calling task."""
+    try:
+        current_registry()
+    except RuntimeError:
+        return False
+    return True
 
 
 @attrs.frozen
@@ -362,6 +588,7 @@ class _Post:
     headers: dict[str, str]
     principal: str | None
     client: object
+    tenant: str | None
     message: object
 
 
@@ -375,83 +602,183 @@ class _Routed:
     era: Era
 
 
+class _Writer:
+    """One response's ASGI messages, queued by the request and written by a task of its own.
+
+    ``put`` never blocks.  The writer task (:meth:`run`) may block forever
+    in ``send()`` (see the module docstring); while it is blocked,
+    ``stall_at`` says when the client counts as gone, and the request's
+    watcher (whose cancel scope is ``wakes``) is woken then.
+    """
+
+    __slots__ = (
+        "_final",
+        "_head",
+        "_limit",
+        "_more",
+        "_queue",
+        "_queued",
+        "_send",
+        "abandoned",
+        "done",
+        "stall_at",
+        "stalled",
+        "timeout",
+        "wakes",
+    )
+
+    def __init__(self, send: Send, limit: int) -> None:
+        self._send = send
+        self._limit = limit
+        self._queue: deque[MutableMapping[str, Any]] = deque()
+        self._queued = 0
+        self._more = trio.Event()
+        self._final = False
+        self._head: MutableMapping[str, Any] | None = None
+        """The response head while its write is pending."""
+        self.done = trio.Event()
+        """Set once the last message was written, or the writer gave up."""
+        self.stall_at = math.inf
+        self.stalled = False
+        self.abandoned = False
+        self.timeout: float | None = None
+        self.wakes: trio.CancelScope | None = None
+
+    def put(self, message: MutableMapping[str, Any], *, final: bool = False) -> bool:
+        """Queue *message*; ``False`` when the client is too far behind to take it.
+
+        A message is refused when bytes are already queued and it would take
+        them past the limit; the final one never is (it ends the response, and
+        the request's own wait bounds how long it may take).
+        """
+        if self._final or self.abandoned:
+            return False
+        size = len(message.get("body", b""))
+        if not final and self._queued and self._queued + size > self._limit:
+            return False
+        self._queue.append(message)
+        self._queued += size
+        self._final = final
+        self._more.set()
+        return True
+
+    def close(self) -> None:
+        """No more messages: the writer ends once the queue is written."""
+        self._final = True
+        self._more.set()
+
+    def abandon(self) -> None:
+        """Write nothing more (the response will not be finished)."""
+        self.abandoned = True
+        self.close()
+        if self._head is not None:
+            _head_blocked(self._send, self._head)
+
+    async def run(self) -> None:
+        try:
+            while not self.abandoned:
+                if not self._queue:
+                    if self._final:
+                        return
+                    await self._more.wait()
+                    self._more = trio.Event()
+                    continue
+                message = self._queue.popleft()
+                self._queued -= len(message.get("body", b""))
+                if self.timeout is not None:
+                    self.stall_at = trio.current_time() + self.timeout
+                    wakes = self.wakes
+                    if wakes is not None and self.stall_at < wakes.deadline:
+                        wakes.deadline = self.stall_at
+                if message["type"] == "http.response.start":
+                    self._head = message
+                await self._send(message)
+                self._head = None
+                self.stall_at = math.inf
+        except Exception:
+            # A server may raise once the connection is gone; nothing to deliver to.
+            self.abandoned = True
+        finally:
+            self.stall_at = math.inf
+            self.done.set()
+
+
 class _Stream:
     """The response of one cancellable call: SSE from the first byte, or one JSON body.
 
-    Writes are serialised (progress from the tool and keep-alives from the
-    watcher), and once the client is gone (``closed``) nothing more is sent.
+    Messages go through the request's :class:`_Writer`, so neither the tool
+    nor the watcher ever waits for the client.  Once the client is gone
+    (``closed``) nothing more is queued; a client that falls too far behind
+    is treated as gone (:meth:`stall`).
     """
 
-    def __init__(self, send: Send, extra: Headers, sse_mode: bool) -> None:
-        self._send = send
+    __slots__ = ("_app", "_exchange", "_extra", "closed", "finished", "sse", "writer")
+
+    def __init__(
+        self, writer: _Writer, extra: Headers, sse_mode: bool, exchange: Exchange, app: McpHttpApp
+    ) -> None:
+        self.writer = writer
         self._extra = extra
         self.sse = sse_mode
+        self._exchange = exchange
+        self._app = app
         self.closed = False
-        self._done = False
-        self._lock = trio.Lock()
+        self.finished = False
+        """The response was queued whole."""
 
-    async def _body(self, data: bytes, *, more: bool = True) -> None:
-        async with self._lock:
-            if self.closed or self._done:
-                return
-            self._done = not more
-            await self._send({"type": "http.response.body", "body": data, "more_body": more})
+    def _body(self, data: bytes, *, more: bool = True) -> None:
+        if self.closed or self.finished:
+            return
+        self.finished = not more
+        message = {"type": "http.response.body", "body": data, "more_body": more}
+        if not self.writer.put(message, final=not more):
+            self.stall("too much unread output")
 
-    @property
-    def finished(self) -> bool:
-        """The response was sent whole."""
-        return self._done
-
-    async def start(self) -> None:
-        headers = [*sse.SSE_HEADERS, *self._extra]
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-
-    async def send_message(self, message: Message) -> None:
-        await self._body(sse.event(message))
-
-    async def keepalive(self) -> None:
-        await self._body(sse.KEEPALIVE)
-
-    async def finish(self, reply: Message | None) -> None:
-        """End the response with *reply* (``None``: end an SSE stream without one)."""
+    def stall(self, why: str) -> None:
+        """The client stopped reading: treat it as gone (its call is cancelled)."""
         if self.closed:
             return
+        logger.info("client stopped reading its response (%s); disconnecting it", why)
+        self.closed = True
+        self.writer.stalled = True
+        self._exchange.cancel("client stopped reading", grace=self._app.stream_cancel_timeout)
+
+    def start(self) -> None:
+        headers = [*sse.SSE_HEADERS, *self._extra]
+        self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def send_message(self, message: Message) -> None:
+        self._body(sse.event(message))
+
+    def keepalive(self) -> None:
+        self._body(sse.KEEPALIVE)
+
+    def finish(self, reply: Message | None) -> None:
+        """End the response with *reply* (``None``: end an SSE stream without one)."""
+        if self.closed:
+            self.writer.close()
+            return
         if self.sse:
-            await self._body(b"" if reply is None else sse.event(reply), more=False)
+            self._body(b"" if reply is None else sse.event(reply), more=False)
         else:
             assert reply is not None
-            self._done = True
-            await _respond(self._send, 200, jsonrpc.encode(reply), self._extra, json=True)
+            self.finished = True
+            body = jsonrpc.encode(reply)
+            self.writer.put(_head(200, body, self._extra, json=True))
+            self.writer.put(
+                {"type": "http.response.body", "body": body, "more_body": False}, final=True
+            )
 
 
 def _valid_id(value: object) -> Any:
     return value if is_valid_request_id(value) else None
 
 
-async def _respond_error(send: Send, exc: JsonRpcError, era: Era) -> None:
-    await _respond(send, rules.status_for(exc.code, era), jsonrpc.encode(exc.to_message()))
-
-
-async def _respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: Any = (),
-    *,
-    json: bool | None = None,
-) -> None:
+def _head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None) -> dict[str, Any]:
     headers = [(b"content-length", str(len(body)).encode()), *extra]
     if json or (json is None and body):
         headers.append((b"content-type", b"application/json"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+_RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]

@@ -1,24 +1,49 @@
-"""MCP sessions for the HTTP transport: issue, look up, expire, end.
+"""MCP sessions for the HTTP transport: issue, look up, expire, end, bound.
 
 A session id is a credential: it is unguessable (``secrets``), bound to the
 principal that created it (presented by another principal it is "unknown",
 404, never shared), and never shown; the ``session:`` namespace uses the
 session's separate ``public_id``.  Each session is a legacy-era
-:class:`Channel`.  The store
-is bounded: past ``max_sessions`` the least recently used session is
-dropped, and sessions idle for ``idle_timeout`` expire when next looked at.
+:class:`Channel`.
+
+**Bounds, and who pays for them.**  Sessions are counted per *tenant* (the
+principal, or the client's address bucket when unauthenticated) and in
+total.  Making room never touches a session with calls in flight: that
+would let one client end another's work by opening sessions in a loop.
+
+* A tenant at ``max_sessions_per_tenant`` makes room by dropping its *own*
+  least recently used idle session; when all of its sessions are busy, its
+  ``initialize`` is refused (:class:`SessionLimitReached`, ``"tenant"``).
+* A full store first drops sessions idle past ``idle_timeout``, then the
+  least recently used idle session of the tenant holding the most sessions
+  (the biggest consumer pays, so an attacker spread over many address
+  buckets evicts its own sessions before anyone else's); when every session
+  is busy the ``initialize`` is refused (``"server"``).
+
+Idle sessions expire after ``idle_timeout`` when next looked at (a busy one
+never does: a long call keeps its session).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
+from typing import Literal
 
 import attrs
 
 from ..._protocol.dispatch import Channel
 
-__all__ = ["Session", "SessionStore"]
+__all__ = ["Session", "SessionLimitReached", "SessionStore"]
+
+
+class SessionLimitReached(Exception):
+    """No session can be created without ending one with calls in flight."""
+
+    def __init__(self, limit: Literal["tenant", "server"], cap: int) -> None:
+        super().__init__(f"session limit reached ({limit}: {cap})")
+        self.limit: Literal["tenant", "server"] = limit
+        self.cap = cap
 
 
 @attrs.define(eq=False)
@@ -27,43 +52,125 @@ class Session:
     """The secret the client presents; never logged, never part of a namespace."""
     principal: str | None
     last_seen: float
+    tenant: str | None = None
+    """Who the session counts against (``principal:...``, ``ip:...``)."""
     public_id: str = attrs.field(factory=lambda: secrets.token_urlsafe(12))
     """Names the session in its namespace, events and logs without revealing ``id``."""
     channel: Channel = attrs.field(factory=Channel)
     """The session's calls still running (cancelled when it ends), its
     concurrency limit and what ``initialize`` negotiated."""
 
+    @property
+    def busy(self) -> bool:
+        """It has calls in flight, so nothing but its client or shutdown may end it."""
+        return bool(self.channel.exchanges)
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1")
+
 
 @attrs.define(eq=False)
 class SessionStore:
-    max_sessions: int = 10_000
+    max_sessions: int = attrs.field(default=10_000, validator=_positive)
     idle_timeout: float | None = 3600.0
+    max_sessions_per_tenant: int = attrs.field(default=100, validator=_positive)
+    # Both in least-recently-used-first order.
     _sessions: OrderedDict[str, Session] = attrs.field(init=False, factory=OrderedDict)
+    _tenants: dict[str | None, OrderedDict[str, Session]] = attrs.field(init=False, factory=dict)
 
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def tenant_count(self, tenant: str | None) -> int:
+        return len(self._tenants.get(tenant, ()))
+
     def create(
-        self, principal: str | None, now: float, channel: Channel
+        self, principal: str | None, tenant: str | None, now: float, channel: Channel
     ) -> tuple[Session, list[Session]]:
-        """Issue a new session; return it and any sessions evicted to make room."""
+        """Issue a new session; return it and the idle sessions dropped to make room.
+
+        Raises :class:`SessionLimitReached` when making room would end a
+        session with calls in flight.
+        """
         evicted: list[Session] = []
-        while len(self._sessions) >= self.max_sessions:
-            evicted.append(self._sessions.popitem(last=False)[1])
-        session = Session(secrets.token_urlsafe(24), principal, now, channel=channel)
+        own = self._tenants.get(tenant)
+        if own is not None and len(own) >= self.max_sessions_per_tenant:
+            victim = _least_recent_idle(own)
+            if victim is None:
+                raise SessionLimitReached("tenant", self.max_sessions_per_tenant)
+            evicted.append(self._remove(victim))
+        if len(self._sessions) >= self.max_sessions:
+            evicted += self._expire(now)
+        if len(self._sessions) >= self.max_sessions:
+            victim = self._victim(tenant)
+            if victim is None:
+                raise SessionLimitReached("server", self.max_sessions)
+            evicted.append(self._remove(victim))
+        session = Session(secrets.token_urlsafe(24), principal, now, tenant, channel=channel)
         self._sessions[session.id] = session
+        self._tenants.setdefault(tenant, OrderedDict())[session.id] = session
         return session, evicted
 
     def get(self, session_id: str, principal: str | None, now: float) -> Session | None:
         session = self._sessions.get(session_id)
         if session is None or session.principal != principal:
             return None
-        if self.idle_timeout is not None and now - session.last_seen > self.idle_timeout:
-            del self._sessions[session_id]
+        if self._expired(session, now):
+            self._remove(session)
             return None
         session.last_seen = now
         self._sessions.move_to_end(session_id)
+        self._tenants[session.tenant].move_to_end(session_id)
         return session
 
     def end(self, session_id: str) -> Session | None:
-        return self._sessions.pop(session_id, None)
+        session = self._sessions.get(session_id)
+        return None if session is None else self._remove(session)
+
+    def _expired(self, session: Session, now: float) -> bool:
+        return (
+            self.idle_timeout is not None
+            and now - session.last_seen > self.idle_timeout
+            and not session.busy
+        )
+
+    def _expire(self, now: float) -> list[Session]:
+        """Drop idle-expired sessions (the oldest first, stopping at the first live one)."""
+        expired = []
+        for session in self._sessions.values():
+            if self.idle_timeout is None or now - session.last_seen <= self.idle_timeout:
+                break
+            if not session.busy:
+                expired.append(session)
+        return [self._remove(session) for session in expired]
+
+    def _victim(self, requester: str | None) -> Session | None:
+        """The least recently used idle session of the largest tenant that has one.
+
+        The requesting tenant counts one more (the session it asks for), so
+        it pays on a tie rather than the tenant that was there first.
+        """
+        ranked = sorted(
+            self._tenants.items(),
+            key=lambda item: len(item[1]) + (item[0] == requester),
+            reverse=True,
+        )
+        for _, sessions in ranked:
+            victim = _least_recent_idle(sessions)
+            if victim is not None:
+                return victim
+        return None
+
+    def _remove(self, session: Session) -> Session:
+        del self._sessions[session.id]
+        own = self._tenants[session.tenant]
+        del own[session.id]
+        if not own:
+            del self._tenants[session.tenant]
+        return session
+
+
+def _least_recent_idle(sessions: OrderedDict[str, Session]) -> Session | None:
+    return next((session for session in sessions.values() if not session.busy), None)
