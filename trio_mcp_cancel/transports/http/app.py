@@ -544,8 +544,7 @@ class McpHttpApp:
     ) -> None:
         """Send a whole response, through a writer (see the module docstring)."""
         writer = _Writer(send, self.max_buffered_bytes)
-        writer.put(_head(status, body, extra, json=json))
-        writer.put({"type": "http.response.body", "body": body, "more_body": False}, final=True)
+        writer.put_whole(status, body, extra, json=json)
         if self._service is None:
             await writer.run()  # no lifespan: write inline, as an ASGI app usually does
             return
@@ -662,6 +661,13 @@ class _Writer:
         self._more.set()
         return True
 
+    def put_whole(
+        self, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> None:
+        """Queue a whole response: its head and its one, final body."""
+        self.put(_head(status, body, extra, json=json))
+        self.put({"type": "http.response.body", "body": body, "more_body": False}, final=True)
+
     def close(self) -> None:
         """No more messages: the writer ends once the queue is written."""
         self._final = True
@@ -763,11 +769,7 @@ class _Stream:
         else:
             assert reply is not None
             self.finished = True
-            body = jsonrpc.encode(reply)
-            self.writer.put(_head(200, body, self._extra, json=True))
-            self.writer.put(
-                {"type": "http.response.body", "body": body, "more_body": False}, final=True
-            )
+            self.writer.put_whole(200, jsonrpc.encode(reply), self._extra, json=True)
 
 
 def _valid_id(value: object) -> Any:
