@@ -11,6 +11,15 @@ get hypercorn's ``graceful_timeout`` (5 s) to finish, a second Ctrl-C stops
 at once.  With ``--stdio`` it is a stdio server instead, for a host
 that launches it as a subprocess: JSON-RPC lines on stdin/stdout, events on
 stderr.
+
+Or deploy it like any ASGI app, with as many worker processes as you like::
+
+    hypercorn --worker-class trio --workers 2 examples.slow_server:app
+
+``app`` is configured from ``MCP_*`` environment variables (see
+:func:`trio_mcp_cancel.http.app_from_env`; ``MCP_REDIS_URL=redis://host:port/0``
+shares tasks and cancellations between workers and nodes).  ``count`` runs
+as a task (Tasks extension) when the client declares the extension.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import trio
 from hypercorn.config import Config
 
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry
-from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.http import McpHttpApp, app_from_env, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -32,7 +41,7 @@ from trio_mcp_cancel.websocket import serve_mcp_websocket
 server = McpServer("slow-demo", instructions="Call 'count' and cancel it whenever you like.")
 
 
-@server.tool()
+@server.tool(task="optional")
 async def count(ctx: ToolContext, n: int = 10, delay: float = 0.5) -> str:
     """Count to n, one step every `delay` seconds, reporting progress."""
     for i in range(1, n + 1):
@@ -47,6 +56,11 @@ async def stubborn(ctx: ToolContext, seconds: float = 60.0) -> str:
     """Ignore the cancellation flag; only the grace period's hard cancel stops it."""
     await trio.sleep(seconds)
     return "finished anyway"
+
+
+#: For ``hypercorn examples.slow_server:app``: the lifespan opens the registry
+#: (and the Redis backend, with ``MCP_REDIS_URL``) in each worker.
+app = app_from_env(server)
 
 
 def describe(event: Event) -> str:

@@ -441,8 +441,11 @@ def modern_headers(
 def headers_of(message: dict[str, Any]) -> dict[str, str]:
     """The modern headers that agree with *message*."""
     params = message.get("params") or {}
-    name = params.get("name") if message.get("method") in ("tools/call", "prompts/get") else None
-    return modern_headers(message.get("method"), name)
+    method = message.get("method")
+    name = params.get("name") if method in ("tools/call", "prompts/get") else None
+    if isinstance(method, str) and method.startswith("tasks/"):
+        name = params.get("taskId")  # Tasks extension: Mcp-Name carries the task id
+    return modern_headers(method, name)
 
 
 def legacy_headers(

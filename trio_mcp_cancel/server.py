@@ -20,7 +20,8 @@ from ._protocol.dispatch import (
     ToolContext,
 )
 from ._protocol.jsonrpc import JsonRpcError
-from ._protocol.tools import Tool
+from ._protocol.tasks import TASKS_EXTENSION, TaskManager
+from ._protocol.tools import TaskSupport, Tool
 from ._protocol.versions import (
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
@@ -35,6 +36,7 @@ __all__ = [
     "LATEST_VERSION",
     "LEGACY_VERSIONS",
     "MODERN_VERSIONS",
+    "TASKS_EXTENSION",
     "TOO_MANY_REQUESTS",
     "Call",
     "Caller",
@@ -46,6 +48,8 @@ __all__ = [
     "LegacyState",
     "McpServer",
     "OnCancel",
+    "TaskManager",
+    "TaskSupport",
     "Tool",
     "ToolContext",
 ]

@@ -23,6 +23,7 @@ import trio
 from .validation import RequestId
 
 __all__ = [
+    "BackendEvent",
     "CancelKind",
     "CleanupEvent",
     "Event",
@@ -108,8 +109,23 @@ class CleanupEvent:
     in_flight_removed: int
 
 
+@attrs.frozen
+class BackendEvent:
+    """``backend.unavailable`` / ``backend.recovered``: the shared backend went away or came back.
+
+    While it is away, requests keep running and local cancellation keeps
+    working; cross-process operations fail with a clear error.
+    """
+
+    name: str
+    operation: str
+    """What failed (``"publish"``, ``"tasks.get"``, ``"subscribe"``...), or recovered."""
+    detail: str
+
+
 Event: TypeAlias = (
-    RequestCancelledEvent
+    BackendEvent
+    | RequestCancelledEvent
     | HardCancelEvent
     | OverrunEvent
     | LimitReachedEvent
@@ -127,6 +143,8 @@ _LOG_LEVELS: dict[str, int] = {
     LimitReachedEvent.name: logging.WARNING,
     EvictionEvent.name: logging.WARNING,
     CleanupEvent.name: logging.DEBUG,
+    "backend.unavailable": logging.WARNING,
+    "backend.recovered": logging.INFO,
 }
 
 

@@ -41,9 +41,10 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId, is_valid_request_id
-from . import jsonrpc
+from . import jsonrpc, tasks
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
-from .tools import Tool, ToolArgumentError, error_result, make_tool, tool_result
+from .tasks import TaskManager
+from .tools import TaskSupport, Tool, ToolArgumentError, error_result, make_tool, tool_result
 from .versions import (
     LEGACY_VERSIONS,
     LOG_LEVELS,
@@ -385,6 +386,7 @@ class McpServer:
         list_ttl_ms: int = 300_000,
         max_concurrent_calls: int | None = 4096,
         max_calls_per_tenant: int | None = 1024,
+        tasks: TaskManager | None = None,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
@@ -402,6 +404,8 @@ class McpServer:
         self.list_ttl_ms = list_ttl_ms
         self.tools: dict[str, Tool] = {}
         self._methods: dict[str, _Method] = dict(_METHODS)
+        self.tasks: TaskManager = TaskManager() if tasks is None else tasks
+        """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
 
     @property
     def info(self) -> dict[str, str]:
@@ -414,6 +418,7 @@ class McpServer:
         description: str | None = None,
         cancellable: bool = True,
         client_capabilities: Mapping[str, Any] | None = None,
+        task: TaskSupport = "forbidden",
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
 
@@ -424,14 +429,21 @@ class McpServer:
         finish in microseconds, where a cancellation would come after the
         response anyway.  *client_capabilities* (a ``ClientCapabilities``
         shape) are what the client must declare to call it (``-32021``).
+        *task* (modern era, Tasks extension): ``"optional"`` runs the call as
+        a task when the client declares the extension on the request,
+        ``"required"`` only as a task (``-32021`` otherwise).
         """
+        if task not in ("forbidden", "optional", "required"):
+            raise ValueError("task must be 'forbidden', 'optional' or 'required'")
+        if task != "forbidden" and not cancellable:
+            raise ValueError("a task-capable tool must be cancellable (tasks/cancel stops it)")
 
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
             if tool_name in self.tools:
                 raise ValueError(f"tool {tool_name!r} is already registered")
             self.tools[tool_name] = make_tool(
-                fn, tool_name, description, cancellable, client_capabilities
+                fn, tool_name, description, cancellable, client_capabilities, task
             )
             return fn
 
@@ -708,10 +720,13 @@ async def _discover(
     versions = list(MODERN_VERSIONS)
     if call.era == "legacy":
         versions += reversed(LEGACY_VERSIONS)
+    capabilities = server.capabilities()
+    if any(tool.task_support != "forbidden" for tool in server.tools.values()):
+        capabilities["extensions"] = {tasks.TASKS_EXTENSION: {}}
     return server.describe(
         {
             "supportedVersions": versions,
-            "capabilities": server.capabilities(),
+            "capabilities": capabilities,
             "ttlMs": server.list_ttl_ms,
             "cacheScope": "public",
         }
@@ -746,6 +761,11 @@ async def _call_tool(
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
     meta = request.params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if call.era == "modern" and tool.task_support != "forbidden":
+        envelope = call.envelope
+        declared = envelope.client_capabilities if envelope is not None else None
+        if server.tasks.wanted(tool.task_support, declared):
+            return await _start_task(server, call, caller, tool, arguments)
     ctx = ToolContext(
         request.id,
         caller,
@@ -754,10 +774,41 @@ async def _call_tool(
         _log_level(call, caller),
         call.era,
     )
+    return await _invoke(tool, ctx, arguments, request.id, caller.namespace, started)
+
+
+async def _start_task(
+    server: McpServer, call: Call, caller: Caller, tool: Tool, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663)."""
+    assert call.request is not None
+
+    async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
+        assert call.request is not None
+        ctx = ToolContext(call.request.id, caller, None, exchange, None, call.era)
+        return await _invoke(tool, ctx, arguments, task_id, "task:" + caller.namespace, _no_op)
+
+    return await server.tasks.start(caller.namespace, runner, Exchange())
+
+
+def _no_op() -> None:
+    pass
+
+
+async def _invoke(
+    tool: Tool,
+    ctx: ToolContext,
+    arguments: dict[str, Any],
+    key: RequestId,
+    namespace: str,
+    started: Callable[[], None],
+) -> dict[str, Any]:
+    """Run the tool (tracked under ``(namespace, key)`` when cancellable); its result."""
+    exchange = ctx._exchange
     try:
         if tool.cancellable:
-            registry = caller.registry
-            async with registry.tracked(request.id, caller.namespace) as tracked_request:
+            registry = ctx.registry
+            async with registry.tracked(key, namespace) as tracked_request:
                 exchange._started(tracked_request, registry)
                 started()
                 value = await tool.fn(ctx, **arguments)
@@ -765,7 +816,8 @@ async def _call_tool(
             started()
             value = await tool.fn(ctx, **arguments)
         return tool_result(value)
-    except (RequestCancelled, trio.Cancelled):
+    except (RequestCancelled, trio.Cancelled, JsonRpcError):
+        # A tool raising JsonRpcError asks for a protocol error (a failed task).
         raise
     except Exception as exc:
         cancelled = _find_cancellation(exc)
@@ -798,4 +850,8 @@ _METHODS: Final[dict[str, _Method]] = {
     "server/discover": _Method(_discover),
     "tools/list": _Method(_list_tools),
     "tools/call": _Method(_call_tool),
+    # The Tasks extension (SEP-2663); tasks/result and tasks/list do not exist there.
+    "tasks/get": _Method(tasks.tasks_get, frozenset({"modern"})),
+    "tasks/cancel": _Method(tasks.tasks_cancel, frozenset({"modern"})),
+    "tasks/update": _Method(tasks.tasks_update, frozenset({"modern"})),
 }

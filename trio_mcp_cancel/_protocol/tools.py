@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, get_type_hints
+from typing import Any, Final, Literal, get_type_hints
 
 import attrs
 
 from . import jsonrpc
 
-__all__ = ["Tool", "ToolArgumentError", "make_tool", "tool_result"]
+__all__ = ["TaskSupport", "Tool", "ToolArgumentError", "make_tool", "tool_result"]
+
+#: Whether a tool runs as a task (Tasks extension): never, when the client
+#: declares the extension, or only as a task (``-32021`` for a client that does not).
+TaskSupport = Literal["forbidden", "optional", "required"]
 
 _JSON_TYPES: Final[dict[Any, tuple[str, tuple[type, ...]]]] = {
     int: ("integer", (int,)),
@@ -48,6 +52,8 @@ class Tool:
     """Run inside ``tracked()`` (and, over HTTP, watch for disconnects)."""
     client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
     """Client capabilities the tool needs (``-32021`` when undeclared)."""
+    task_support: TaskSupport = "forbidden"
+    """Tasks extension: ``"forbidden"``, ``"optional"`` or ``"required"``."""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -85,6 +91,7 @@ def make_tool(
     description: str | None,
     cancellable: bool,
     client_capabilities: Mapping[str, Any] | None = None,
+    task_support: TaskSupport = "forbidden",
 ) -> Tool:
     """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``."""
     if not inspect.iscoroutinefunction(fn):
@@ -113,7 +120,9 @@ def make_tool(
     doc = description if description is not None else inspect.getdoc(fn)
     # Clients and models pick tools by their description: never send an empty one.
     doc = doc or f"The {name} tool."
-    return Tool(name, doc, fn, schema, params, cancellable, dict(client_capabilities or {}))
+    return Tool(
+        name, doc, fn, schema, params, cancellable, dict(client_capabilities or {}), task_support
+    )
 
 
 def _is_json(value: object) -> bool:

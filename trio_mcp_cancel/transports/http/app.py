@@ -54,11 +54,13 @@ import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from functools import partial
 from typing import Any, Final
 
 import attrs
 import trio
 
+from ..._core.backend import Backend
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import namespace_for, stateless, tenant_for
 from ..._core.registry import (
@@ -149,6 +151,9 @@ class McpHttpApp:
         max_buffered_bytes: response bytes (progress, logs, keep-alives)
             one request may have queued behind a slow client before it
             counts as gone; the final response is always accepted.
+        backend: what server processes share (task records, cancellation
+            requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
+            process only, in memory.  The lifespan runs it.
     """
 
     def __init__(
@@ -174,8 +179,10 @@ class McpHttpApp:
         legacy_disconnect_cancels: bool = True,
         write_timeout: float | None = 30.0,
         max_buffered_bytes: int = 1 << 20,
+        backend: Backend | None = None,
     ) -> None:
         self.server = server
+        self.backend = backend
         self._registry = registry
         self.registry_config = registry_config
         self.path = path
@@ -227,21 +234,46 @@ class McpHttpApp:
             await send({"type": "lifespan.startup.failed", "message": "already running"})
             return
         try:
-            async with trio.open_nursery() as service:
-                if self._registry is None and not _registry_around():
-                    self._own_registry = await service.start(self._run_registry)
-                self._service = service
-                await send({"type": "lifespan.startup.complete"})
-                while (await receive())["type"] != "lifespan.shutdown":
-                    pass
-                self._service = None
-                # Writers still pending belong to connections the server
-                # closed by now (it shuts the lifespan down last).
-                service.cancel_scope.cancel()
+            # The backend outlives the services that use it, so a task that
+            # is cancelled at shutdown can still record that it failed.
+            async with trio.open_nursery() as outer:
+                if self.backend is not None:
+                    await outer.start(self.backend.run)
+                async with trio.open_nursery() as service:
+                    if self._registry is None and not _registry_around():
+                        self._own_registry = await service.start(self._run_registry)
+                    await self._start_tasks(service)
+                    self._service = service
+                    await send({"type": "lifespan.startup.complete"})
+                    while (await receive())["type"] != "lifespan.shutdown":
+                        pass
+                    self._service = None
+                    # Writers still pending belong to connections the server
+                    # closed by now (it shuts the lifespan down last).
+                    service.cancel_scope.cancel()
+                outer.cancel_scope.cancel()
         finally:
             self._service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
+
+    async def _start_tasks(self, service: trio.Nursery) -> None:
+        """Run the server's task manager here, on the backend, unless it runs already."""
+        tasks = self.server.tasks
+        if tasks.running:
+            return
+        backend = self.backend
+        if backend is None:
+            await service.start(tasks.run)
+        else:
+            await service.start(
+                partial(
+                    tasks.run,
+                    store=backend.tasks,
+                    bus=backend.bus,
+                    instance_id=backend.instance_id,
+                )
+            )
 
     async def _run_registry(self, *, task_status: trio.TaskStatus[Registry]) -> None:
         async with open_registry(self.registry_config) as registry:

@@ -52,7 +52,15 @@ __all__ = [
 LOCAL_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 #: Methods whose name (or uri) is mirrored in the ``Mcp-Name`` header.
-NAME_BEARING: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_BEARING: Final = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # Tasks extension: lets a load balancer route to the instance holding the task.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 # The modern era's table: which JSON-RPC error codes are which HTTP status.
 _MODERN_STATUS: Final = {

@@ -1,0 +1,263 @@
+"""Task records, their state machine, the task store protocol and the in-memory store.
+
+A *task* (MCP Tasks extension, ``io.modelcontextprotocol/tasks``) is a
+durable record of long-running work that outlives the request that started
+it.  The record is what ``tasks/get`` answers from, so it must live where
+every server process can read it: in memory for one process, in a shared
+store (:mod:`trio_mcp_cancel.backends.redis`) for several.  The *work*
+itself (a cancel scope, a Trio task) always stays in the process that runs
+it; see :mod:`trio_mcp_cancel._protocol.tasks`.
+
+**Times are wall-clock** (seconds since the epoch, from the store's
+``clock``), never Trio clock readings: records are shared between
+processes whose Trio clocks have nothing in common.  Tests pass a clock
+derived from ``trio.current_time()`` so that ``MockClock`` still drives
+expiry.
+
+The state machine (:func:`transition`): ``working`` and ``input_required``
+may move to each other or to a terminal state; ``completed``, ``failed``
+and ``cancelled`` are terminal and never change again.  A store applies it
+atomically, so two processes settling one task cannot both win.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol
+
+import attrs
+
+__all__ = [
+    "TERMINAL",
+    "MemoryTaskStore",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskStore",
+    "TaskStoreUnavailable",
+    "iso8601",
+    "new_task_id",
+    "transition",
+]
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+TERMINAL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+_STATUSES: Final[frozenset[str]] = frozenset({"working", "input_required"}) | TERMINAL
+
+Clock = Callable[[], float]
+
+
+class TaskStoreUnavailable(Exception):
+    """The shared store cannot be reached; the operation did not happen."""
+
+
+def new_task_id() -> str:
+    """An unguessable task id (256 random bits): task ids act as bearer handles."""
+    return secrets.token_urlsafe(32)
+
+
+def iso8601(at: float) -> str:
+    """A wall-clock time as the ISO 8601 string MCP uses (UTC, milliseconds)."""
+    stamp = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+@attrs.define(eq=False, kw_only=True)
+class TaskRecord:
+    """One task as stored; :meth:`to_wire` is its ``DetailedTask`` shape."""
+
+    task_id: str
+    owner: str
+    """Who created it (a principal or client namespace); nobody else may see it."""
+    status: TaskStatus = "working"
+    created_at: float
+    updated_at: float
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    """A ``tasks/cancel`` arrived (maybe at another process); the runner obeys it."""
+    instance: str = ""
+    """The server process running the work."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def expires_at(self) -> float:
+        return math.inf if self.ttl_ms is None else self.created_at + self.ttl_ms / 1000
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``Task`` fields, with the status's inlined ``result`` or ``error``."""
+        out: dict[str, Any] = {
+            "taskId": self.task_id,
+            "status": self.status,
+            "createdAt": iso8601(self.created_at),
+            "lastUpdatedAt": iso8601(self.updated_at),
+            "ttlMs": self.ttl_ms,
+        }
+        if self.poll_interval_ms is not None:
+            out["pollIntervalMs"] = self.poll_interval_ms
+        if self.status_message is not None:
+            out["statusMessage"] = self.status_message
+        if self.status == "completed" and self.result is not None:
+            out["result"] = self.result
+        if self.status == "failed" and self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def dumps(self) -> str:
+        """JSON for a shared store."""
+        return json.dumps(attrs.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> TaskRecord:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("status") not in _STATUSES:
+            raise ValueError("not a task record")
+        return cls(**data)
+
+
+def transition(
+    record: TaskRecord,
+    status: TaskStatus,
+    now: float,
+    *,
+    result: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    message: str | None = None,
+) -> bool:
+    """Move *record* to *status* in place; ``False`` (and no change) when it is terminal.
+
+    ``completed`` carries *result*, ``failed`` carries *error* (the JSON-RPC
+    error object), as the extension requires.
+    """
+    if record.terminal:
+        return False
+    if status not in _STATUSES:
+        raise ValueError(f"unknown task status {status!r}")
+    if status == "completed" and result is None:
+        raise ValueError("a completed task needs its result")
+    if status == "failed" and error is None:
+        raise ValueError("a failed task needs its error")
+    record.status = status
+    record.updated_at = now
+    record.result = result if status == "completed" else None
+    record.error = error if status == "failed" else None
+    if message is not None:
+        record.status_message = message
+    return True
+
+
+class TaskStore(Protocol):
+    """Where task records live; every method may raise :class:`TaskStoreUnavailable`.
+
+    ``get`` never returns an expired record (expiry is ``created_at +
+    ttl_ms``, wall-clock); ``settle`` and ``request_cancel`` are atomic
+    read-modify-writes, so concurrent processes see one outcome.
+    """
+
+    clock: Clock
+
+    async def create(self, record: TaskRecord) -> None:
+        """Store a new record; once this returns, ``get`` finds it (durable creation)."""
+
+    async def get(self, task_id: str) -> TaskRecord | None: ...
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> TaskRecord | None:
+        """Apply :func:`transition`; the record after it (``None``: gone)."""
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        """Mark a cancel as requested (no-op on a terminal task); the record, or ``None``."""
+
+    async def purge(self) -> int:
+        """Drop expired records; how many went."""
+
+
+@attrs.define(eq=False)
+class MemoryTaskStore:
+    """Task records in this process's memory: the default, for a single process.
+
+    Bounded by *max_tasks*: when full, the oldest *terminal* record goes
+    first; when every record is still running, :meth:`create` raises
+    :class:`TaskStoreUnavailable` (running tasks are also bounded by the
+    task manager's admission, so this is a last resort).
+    """
+
+    clock: Clock = time.time
+    max_tasks: int = 100_000
+    _records: OrderedDict[str, TaskRecord] = attrs.field(init=False, factory=OrderedDict)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    async def create(self, record: TaskRecord) -> None:
+        if len(self._records) >= self.max_tasks:
+            await self.purge()
+        if len(self._records) >= self.max_tasks:
+            victim = next((r for r in self._records.values() if r.terminal), None)
+            if victim is None:
+                raise TaskStoreUnavailable("task store is full")
+            del self._records[victim.task_id]
+        self._records[record.task_id] = _copy(record)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None:
+            return None
+        if record.expires_at <= self.clock():
+            del self._records[task_id]
+            return None
+        return _copy(record)
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None:
+            return None
+        transition(record, status, self.clock(), result=result, error=error, message=message)
+        return _copy(record)
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None or record.expires_at <= self.clock():
+            return None
+        if not record.terminal and not record.cancel_requested:
+            record.cancel_requested = True
+            record.updated_at = self.clock()
+        return _copy(record)
+
+    async def purge(self) -> int:
+        now = self.clock()
+        expired = [r.task_id for r in self._records.values() if r.expires_at <= now]
+        for task_id in expired:
+            del self._records[task_id]
+        return len(expired)
+
+
+def _copy(record: TaskRecord) -> TaskRecord:
+    """Callers get copies, as from a shared store: nobody mutates the stored record."""
+    return attrs.evolve(record)

@@ -1,0 +1,431 @@
+"""The Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663), modern era.
+
+A tool registered with ``task="optional"`` (or ``"required"``) runs as a
+*task* when the client declares the extension on the ``tools/call``
+request: the server creates the task record durably, answers at once with
+``resultType: "task"``, and runs the tool in the :class:`TaskManager`'s own
+nursery, so the work outlives the POST.  The client polls ``tasks/get``
+and may ``tasks/cancel``.
+
+**Cancellation really stops the work.**  The tool runs inside
+``tracked()`` like any call, under its own key ``("task:<owner>",
+taskId)``.  ``tasks/cancel`` marks the record (so every process sees the
+request) and cancels the running request with the registry's two phases:
+the polled flag at once, the hard cancel after the grace period.  The
+task then settles to ``cancelled``.  When the task runs in another process,
+the cancel is published on the backend's bus and applied there; a
+process also re-reads the records of its running tasks every
+``cancel_poll_interval`` seconds, so a bus message lost while the backend
+was down is still honoured.
+
+**Who may see a task.**  Task ids are unguessable (256 bits) and every
+``tasks/*`` request is checked against the caller that created the task
+(its principal, or its client namespace when unauthenticated); a task of
+somebody else is "not found", exactly like an unknown one.
+
+**Bounds.**  Running tasks are bounded server-wide and per owner
+(``-32001`` when full, like other admission limits); records expire
+``ttl_ms`` after creation (the store drops them, and the janitor purges
+them every ``purge_interval``).  Shutting the manager down cancels what
+still runs and settles it ``failed``, so no task stays ``working`` for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from .._core.backend import BusMessage, CancelBus, LocalBus
+from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._core.tasks import (
+    MemoryTaskStore,
+    TaskRecord,
+    TaskStatus,
+    TaskStore,
+    TaskStoreUnavailable,
+    new_task_id,
+)
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
+from .tools import TaskSupport
+from .versions import MISSING_CLIENT_CAPABILITY
+
+if TYPE_CHECKING:
+    from .dispatch import Call, Caller, Exchange, McpServer
+
+__all__ = [
+    "TASKS_EXTENSION",
+    "TaskManager",
+    "TaskSupport",
+    "client_declares_tasks",
+    "require_tasks_extension",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.tasks")
+
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+
+#: Same code as ``dispatch.TOO_MANY_REQUESTS``: admission refused.
+_TOO_MANY: Final = -32001
+
+Runner = Callable[["Exchange", str], Awaitable[dict[str, Any]]]
+"""Runs the tool with the task's exchange and id (inside ``tracked()``); its ``CallToolResult``."""
+
+
+def client_declares_tasks(capabilities: Mapping[str, Any]) -> bool:
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
+
+
+def require_tasks_extension() -> JsonRpcError:
+    """``-32021`` naming the extension, as SEP-2663 requires."""
+    return JsonRpcError(
+        MISSING_CLIENT_CAPABILITY,
+        "Missing required client capability",
+        {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+    )
+
+
+def _unavailable(exc: Exception) -> JsonRpcError:
+    logger.warning("task store unavailable: %s", exc)
+    return JsonRpcError(INTERNAL_ERROR, "Internal error: the task store is unavailable")
+
+
+def _not_found() -> JsonRpcError:
+    return JsonRpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+
+
+@attrs.define(eq=False)
+class _Running:
+    """A task this process runs: how to reach its request."""
+
+    exchange: Exchange
+    owner: str
+
+
+@attrs.define(eq=False)
+class TaskManager:
+    """Runs tasks in a nursery of its own and answers ``tasks/*``; see the module docstring.
+
+    A service: ``await nursery.start(manager.run)`` (the HTTP app's ASGI
+    lifespan does it).  While it is not running, task-capable tools are
+    called the ordinary way, and ``task="required"`` tools fail with
+    ``-32603``.
+    """
+
+    ttl_ms: int | None = 3_600_000
+    """How long a task record lives after creation (``None``: until purged by hand)."""
+    poll_interval_ms: int = 1000
+    """The ``pollIntervalMs`` clients are asked to respect."""
+    max_running: int = 256
+    max_running_per_owner: int = 32
+    purge_interval: float = 60.0
+    cancel_poll_interval: float = 2.0
+    """With a shared bus: how often running tasks' records are re-read for a
+    cancel that arrived while the bus was down."""
+    store: TaskStore = attrs.field(factory=MemoryTaskStore)
+    bus: CancelBus = attrs.field(factory=LocalBus)
+    instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
+    _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
+    _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
+    _per_owner: dict[str, int] = attrs.field(init=False, factory=dict)
+    _idle: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        self._idle.set()
+
+    @property
+    def running(self) -> bool:
+        return self._nursery is not None
+
+    @property
+    def running_count(self) -> int:
+        """Tasks running in this process."""
+        return len(self._running)
+
+    def running_here(self, task_id: str) -> bool:
+        return task_id in self._running
+
+    async def run(
+        self,
+        *,
+        store: TaskStore | None = None,
+        bus: CancelBus | None = None,
+        instance_id: str | None = None,
+        task_status: trio.TaskStatus[TaskManager] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve tasks until cancelled; *store*/*bus*/*instance_id* come from a backend."""
+        if self._nursery is not None:
+            raise RuntimeError("this task manager is already running")
+        if store is not None:
+            self.store = store
+        if bus is not None:
+            self.bus = bus
+        if instance_id is not None:
+            self.instance_id = instance_id
+        unsubscribe = self.bus.subscribe(self._on_bus)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._janitor)
+                self._nursery = nursery
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            unsubscribe()
+
+    async def _janitor(self) -> None:
+        """Purge expired records; with a shared bus, re-read running tasks for cancels."""
+        now = trio.current_time()
+        next_purge = now + self.purge_interval
+        poll = self.cancel_poll_interval if self.bus.shared else math.inf
+        next_poll = now + poll
+        while True:
+            await trio.sleep_until(min(next_purge, next_poll))
+            now = trio.current_time()
+            try:
+                if now >= next_poll:
+                    next_poll = now + poll
+                    for task_id in list(self._running):
+                        record = await self.store.get(task_id)
+                        if record is not None and record.cancel_requested:
+                            self._cancel_here(task_id)
+                if now >= next_purge:
+                    next_purge = now + self.purge_interval
+                    await self.store.purge()
+            except TaskStoreUnavailable as exc:
+                logger.warning("task janitor: %s", exc)
+
+    def _on_bus(self, message: BusMessage) -> None:
+        if message.get("type") == "task.cancel":
+            task_id = message.get("task")
+            if isinstance(task_id, str):
+                self._cancel_here(task_id)
+
+    def _cancel_here(self, task_id: str) -> bool:
+        running = self._running.get(task_id)
+        if running is None:
+            return False
+        running.exchange.cancel("task cancelled", kind="client")
+        return True
+
+    # -- tools/call --------------------------------------------------------
+
+    def wanted(self, support: TaskSupport, capabilities: Mapping[str, Any] | None) -> bool:
+        """Whether a call of a tool with *support* becomes a task.
+
+        Raises ``-32021`` for a ``"required"`` tool and a client without
+        the extension, ``-32603`` when it is required and tasks are not
+        being served here.
+        """
+        if support == "forbidden":
+            return False
+        declared = capabilities is not None and client_declares_tasks(capabilities)
+        if support == "required":
+            if not declared:
+                raise require_tasks_extension()
+            if not self.running:
+                raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
+        return declared and self.running
+
+    async def start(self, owner: str, runner: Runner, exchange: Exchange) -> dict[str, Any]:
+        """Create the task durably, start its work, and return the ``CreateTaskResult``."""
+        nursery = self._nursery
+        if nursery is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
+        if len(self._running) >= self.max_running:
+            raise JsonRpcError(
+                _TOO_MANY, "Too many running tasks", {"limit": "server", "max": self.max_running}
+            )
+        if self._per_owner.get(owner, 0) >= self.max_running_per_owner:
+            raise JsonRpcError(
+                _TOO_MANY,
+                "Too many running tasks",
+                {"limit": "tenant", "max": self.max_running_per_owner},
+            )
+        now = self.store.clock()
+        record = TaskRecord(
+            task_id=new_task_id(),
+            owner=owner,
+            created_at=now,
+            updated_at=now,
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+            instance=self.instance_id,
+        )
+        # Counted before the await, so concurrent creations cannot overshoot.
+        self._add(record.task_id, _Running(exchange, owner))
+        try:
+            await self.store.create(record)
+        except TaskStoreUnavailable as exc:
+            self._remove(record.task_id)
+            raise _unavailable(exc) from exc
+        except BaseException:
+            self._remove(record.task_id)
+            raise
+        nursery.start_soon(self._work, record.task_id, runner, exchange)
+        return {"resultType": "task", **record.to_wire()}
+
+    def _add(self, task_id: str, running: _Running) -> None:
+        if not self._running:
+            self._idle = trio.Event()
+        self._running[task_id] = running
+        self._per_owner[running.owner] = self._per_owner.get(running.owner, 0) + 1
+
+    def _remove(self, task_id: str) -> None:
+        running = self._running.pop(task_id, None)
+        if running is None:
+            return
+        left = self._per_owner[running.owner] - 1
+        if left:
+            self._per_owner[running.owner] = left
+        else:
+            del self._per_owner[running.owner]
+        if not self._running:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until no task runs here (tests, draining)."""
+        await trio.lowlevel.checkpoint()
+        while self._running:
+            await self._idle.wait()
+
+    async def _work(self, task_id: str, runner: Runner, exchange: Exchange) -> None:
+        """Run one task's tool and settle its record, however it ends."""
+        status: TaskStatus
+        result: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        message: str | None = None
+        try:
+            try:
+                result = await runner(exchange, task_id)
+                if exchange.cancel_kind is not None:
+                    # Cancelled, but it finished before the hard cancel came:
+                    # the client asked to stop, so it does not get a result.
+                    status, message, result = "cancelled", "cancelled by the client", None
+                else:
+                    status = "completed"
+            except RequestCancelled as exc:
+                if exc.kind == "client":
+                    status, message = "cancelled", "cancelled by the client"
+                else:
+                    status, message = "failed", exc.reason or "cancelled by the server"
+                    error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+                    if exc.reason:
+                        error["data"] = {"reason": exc.reason}
+            except JsonRpcError as exc:
+                status, message = "failed", exc.message
+                error = {"code": exc.code, "message": exc.message}
+                if exc.data is not None:
+                    error["data"] = exc.data
+            except Exception:
+                logger.exception("task %s failed", task_id[:8])
+                status, message = "failed", "internal error"
+                error = {"code": INTERNAL_ERROR, "message": "Internal error"}
+        except trio.Cancelled:
+            # The manager is shutting down: record why, then let Cancelled go on.
+            with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                await self._settle(
+                    task_id,
+                    "failed",
+                    error={"code": INTERNAL_ERROR, "message": "The server shut down"},
+                    message="the server shut down before the task finished",
+                )
+            raise
+        finally:
+            self._remove(task_id)
+        await self._settle(task_id, status, result=result, error=error, message=message)
+
+    async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
+        try:
+            await self.store.settle(task_id, status, **fields)
+        except TaskStoreUnavailable as exc:
+            # The record stays "working" until it expires; nothing else leaks.
+            logger.warning("task %s ended %s, not recorded: %s", task_id[:8], status, exc)
+
+    # -- tasks/* -------------------------------------------------------------
+
+    async def _record(self, owner: str, params: Mapping[str, Any]) -> TaskRecord:
+        task_id = params.get("taskId")
+        if not isinstance(task_id, str) or not 0 < len(task_id) <= 256:
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: taskId must be a string")
+        try:
+            record = await self.store.get(task_id)
+        except TaskStoreUnavailable as exc:
+            raise _unavailable(exc) from exc
+        if record is None or not secrets.compare_digest(record.owner, owner):
+            raise _not_found()
+        return record
+
+    async def get(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        record = await self._record(owner, params)
+        return record.to_wire()
+
+    async def cancel(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Ask for the task to stop: here at once, elsewhere through the bus.
+
+        The acknowledgement is empty, and the same for a task that already
+        finished (idempotent).
+        """
+        record = await self._record(owner, params)
+        if record.terminal:
+            return {}
+        if self._cancel_here(record.task_id):
+            # Recorded too, best effort: the flag is already set here.
+            try:
+                await self.store.request_cancel(record.task_id)
+            except TaskStoreUnavailable as exc:
+                logger.warning("task cancel not recorded: %s", exc)
+            return {}
+        try:
+            await self.store.request_cancel(record.task_id)
+            if self.bus.shared:
+                await self.bus.publish(
+                    {"type": "task.cancel", "task": record.task_id, "origin": self.instance_id}
+                )
+        except Exception as exc:
+            # The store or the bus is down: the cancel may not reach the task.
+            raise _unavailable(exc) from exc
+        return {}
+
+    async def update(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``tasks/update``: our tasks never ask for input, so any response is ignored."""
+        await self._record(owner, params)
+        return {}
+
+
+# -- the method handlers (wired into dispatch's method table) ---------------
+
+
+def _owner_and_params(call: Call, caller: Caller) -> tuple[str, Mapping[str, Any]]:
+    envelope, request = call.envelope, call.request
+    assert request is not None
+    if envelope is None or not client_declares_tasks(envelope.client_capabilities):
+        raise require_tasks_extension()
+    return caller.namespace, request.params
+
+
+async def tasks_get(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    owner, params = _owner_and_params(call, caller)
+    return await server.tasks.get(owner, params)
+
+
+async def tasks_cancel(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    owner, params = _owner_and_params(call, caller)
+    return await server.tasks.cancel(owner, params)
+
+
+async def tasks_update(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    owner, params = _owner_and_params(call, caller)
+    return await server.tasks.update(owner, params)

@@ -1,0 +1,379 @@
+"""The Redis backend: task records and cancellation requests shared by every worker and node.
+
+``pip install 'trio-mcp-cancel[redis]'`` (it uses `coredis`_, async and
+typed, which runs on Trio through anyio and speaks to Redis, Redis Cluster
+and Sentinel).  ``McpHttpApp(server, backend=RedisBackend(url))`` and the
+ASGI lifespan connects it.
+
+.. _coredis: https://coredis.readthedocs.io
+
+**What lives in Redis** (keys under *prefix*, ``tmc`` by default):
+
+* ``{prefix}:task:{taskId}``: a hash per task record.  It expires by itself
+  at ``createdAt + ttlMs`` (``PEXPIREAT``, wall-clock milliseconds), so a
+  worker that dies leaves nothing behind for longer than the TTL.  Settling
+  and cancel requests are Lua scripts: one atomic step each, so the first
+  terminal state wins whichever process writes it.
+* ``{prefix}:cancel``: a pub/sub channel.  A ``tasks/cancel`` (or a legacy
+  ``notifications/cancelled``) arriving at the wrong process is published
+  there; the process that runs the work applies it to its local cancel
+  scope, with the registry's two phases.  The request is also written to
+  the task record, which running tasks re-read now and then, so a message
+  lost while Redis was down is honoured once it is back.
+
+**When Redis is down** nothing local stops: requests keep running, a
+cancel of a request running in this process works as before.  What needs
+Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
+store is unavailable"), a ``backend.unavailable`` event is emitted (and
+logged) once per outage, and ``backend.recovered`` when an operation
+succeeds again; coredis reconnects by itself, the subscription too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import attrs
+import trio
+
+try:
+    import coredis
+    import coredis.exceptions
+    from coredis.retry import ExponentialBackoffRetryPolicy
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
+    ) from exc
+
+from .._core.backend import BackendUnavailable, BusMessage
+from .._core.events import BackendEvent, EventHub
+from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreUnavailable
+
+__all__ = ["RedisBackend", "RedisBus", "RedisTaskStore"]
+
+logger = logging.getLogger("trio_mcp_cancel.redis")
+T = TypeVar("T")
+Clock = Callable[[], float]
+
+_REDIS_ERRORS: Final = (coredis.exceptions.RedisError, OSError, TimeoutError)
+
+_CREATE: Final = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+if ARGV[1] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+_SETTLE: Final = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 0 end
+if status == 'completed' or status == 'failed' or status == 'cancelled' then return 1 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'updated_at', ARGV[2],
+           'result', ARGV[3], 'error', ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'status_message', ARGV[5]) end
+return 2
+"""
+
+_REQUEST_CANCEL: Final = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 0 end
+if status == 'completed' or status == 'failed' or status == 'cancelled' then return 1 end
+if redis.call('HGET', KEYS[1], 'cancel_requested') ~= '1' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1', 'updated_at', ARGV[1])
+end
+return 2
+"""
+
+
+@attrs.define(eq=False)
+class _Health:
+    """Turns Redis failures into one clear error type and one event per outage."""
+
+    events: EventHub
+    op_timeout: float
+    down: bool = False
+
+    async def call(
+        self, operation: str, fn: Callable[[], Awaitable[T]], error: type[Exception]
+    ) -> T:
+        try:
+            with trio.fail_after(self.op_timeout):
+                value = await fn()
+        except (*_REDIS_ERRORS, trio.TooSlowError) as exc:
+            if not self.down:
+                self.down = True
+                self.events.emit(BackendEvent("backend.unavailable", operation, str(exc)[:200]))
+            raise error(f"Redis is unavailable ({operation}): {exc}"[:300]) from exc
+        if self.down:
+            self.down = False
+            self.events.emit(BackendEvent("backend.recovered", operation, ""))
+        return value
+
+
+def _dump(value: object) -> str:
+    return "" if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _opt_int(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+def _load(text: str | None) -> Any:
+    return None if not text else json.loads(text)
+
+
+@attrs.define(eq=False)
+class RedisTaskStore:
+    """Task records as Redis hashes; see the module docstring."""
+
+    client: coredis.Redis[str]
+    health: _Health
+    prefix: str = "tmc"
+    clock: Clock = time.time
+    _create: Any = attrs.field(init=False, default=None)
+    _settle: Any = attrs.field(init=False, default=None)
+    _request_cancel: Any = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._create = self.client.register_script(_CREATE)
+        self._settle = self.client.register_script(_SETTLE)
+        self._request_cancel = self.client.register_script(_REQUEST_CANCEL)
+
+    def key(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    async def create(self, record: TaskRecord) -> None:
+        expires = record.expires_at
+        fields = [
+            "owner", record.owner,
+            "status", record.status,
+            "created_at", repr(record.created_at),
+            "updated_at", repr(record.updated_at),
+            "ttl_ms", _opt_int(record.ttl_ms),
+            "poll_interval_ms", _opt_int(record.poll_interval_ms),
+            "status_message", record.status_message or "",
+            "result", _dump(record.result),
+            "error", _dump(record.error),
+            "cancel_requested", "1" if record.cancel_requested else "0",
+            "instance", record.instance,
+        ]  # fmt: skip
+        at = "" if math.isinf(expires) else str(int(expires * 1000))
+        key = self.key(record.task_id)
+        await self.health.call(
+            "tasks.create",
+            lambda: self._create(keys=[key], args=[at, *fields]),
+            TaskStoreUnavailable,
+        )
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        key = self.key(task_id)
+        data = await self.health.call(
+            "tasks.get", lambda: self.client.hgetall(key), TaskStoreUnavailable
+        )
+        if not data or data.get("status") not in TERMINAL | {"working", "input_required"}:
+            return None
+        record = TaskRecord(
+            task_id=task_id,
+            owner=data.get("owner", ""),
+            status=data["status"],  # type: ignore[arg-type]
+            created_at=float(data.get("created_at", "0")),
+            updated_at=float(data.get("updated_at", "0")),
+            ttl_ms=_int_or_none(data.get("ttl_ms")),
+            poll_interval_ms=_int_or_none(data.get("poll_interval_ms")),
+            status_message=data.get("status_message") or None,
+            result=_load(data.get("result")),
+            error=_load(data.get("error")),
+            cancel_requested=data.get("cancel_requested") == "1",
+            instance=data.get("instance", ""),
+        )
+        if record.expires_at <= self.clock():
+            return None
+        return record
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> TaskRecord | None:
+        if status == "completed" and result is None:
+            raise ValueError("a completed task needs its result")
+        if status == "failed" and error is None:
+            raise ValueError("a failed task needs its error")
+        args = [
+            status,
+            repr(self.clock()),
+            _dump(result if status == "completed" else None),
+            _dump(error if status == "failed" else None),
+            message or "",
+        ]
+        key = self.key(task_id)
+        await self.health.call(
+            "tasks.settle", lambda: self._settle(keys=[key], args=args), TaskStoreUnavailable
+        )
+        return await self.get(task_id)
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        key = self.key(task_id)
+        now = repr(self.clock())
+        done: object = await self.health.call(
+            "tasks.cancel",
+            lambda: self._request_cancel(keys=[key], args=[now]),
+            TaskStoreUnavailable,
+        )
+        return None if done == 0 else await self.get(task_id)
+
+    async def purge(self) -> int:
+        """Redis expires task keys by itself (``PEXPIREAT``): nothing to do."""
+        await trio.lowlevel.checkpoint()
+        return 0
+
+
+@attrs.define(eq=False)
+class RedisBus:
+    """Cancellation requests over Redis pub/sub; see the module docstring."""
+
+    client: coredis.Redis[str]
+    health: _Health
+    channel: str
+    instance_id: str
+    shared: bool = True
+    _handlers: list[Callable[[BusMessage], object]] = attrs.field(init=False, factory=list)
+    subscribed: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    async def publish(self, message: BusMessage) -> None:
+        text = json.dumps({**message, "origin": self.instance_id}, separators=(",", ":"))
+        await self.health.call(
+            "publish", lambda: self.client.publish(self.channel, text), BackendUnavailable
+        )
+
+    def subscribe(self, handler: Callable[[BusMessage], object]) -> Callable[[], None]:
+        self._handlers.append(handler)
+
+        def unsubscribe() -> None:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+        return unsubscribe
+
+    def _deliver(self, text: object) -> None:
+        try:
+            message = json.loads(text) if isinstance(text, str | bytes) else None
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or message.get("origin") == self.instance_id:
+            return
+        for handler in list(self._handlers):
+            try:
+                handler(message)
+            except Exception:
+                # One broken handler must not stop cancellation for the others.
+                logger.exception("cancel bus handler failed")
+
+    async def pump(self, reconnect_delay: float) -> None:
+        """Receive messages until cancelled, resubscribing after every failure."""
+        retry = ExponentialBackoffRetryPolicy(
+            (coredis.exceptions.ConnectionError,),
+            retries=None,
+            base_delay=0.05,
+            max_delay=reconnect_delay,
+            jitter=True,
+        )
+        while True:
+            try:
+                async with self.client.pubsub(
+                    channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
+                ) as pubsub:
+                    self.subscribed.set()
+                    async for item in pubsub:
+                        if item.get("type") == "message":
+                            self._deliver(item.get("data"))
+            except _REDIS_ERRORS as exc:
+                if not self.health.down:
+                    self.health.down = True
+                    self.health.events.emit(
+                        BackendEvent("backend.unavailable", "subscribe", str(exc)[:200])
+                    )
+            await trio.sleep(reconnect_delay)
+
+
+class RedisBackend:
+    """Everything shared between server processes, in Redis; see the module docstring.
+
+    Parameters:
+        url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS,
+            ``unix://`` for a socket).
+        prefix: prefix of every key and channel, to share one Redis
+            between deployments.
+        op_timeout: seconds one Redis operation may take before it counts
+            as failed (the caller gets a clear error, never a hang).
+        reconnect_delay: longest pause between reconnection attempts of the
+            subscription.
+        clock: wall-clock time for stored times (tests derive it from Trio's clock).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "tmc",
+        op_timeout: float = 2.0,
+        connect_timeout: float = 1.0,
+        reconnect_delay: float = 1.0,
+        clock: Clock = time.time,
+        instance_id: str | None = None,
+        events: EventHub | None = None,
+    ) -> None:
+        self.url = url
+        self.instance_id = instance_id or secrets.token_hex(8)
+        self.events = EventHub() if events is None else events
+        self.reconnect_delay = reconnect_delay
+        self.client: coredis.Redis[str] = coredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            connect_timeout=connect_timeout,
+            stream_timeout=op_timeout,
+        )
+        health = _Health(self.events, op_timeout)
+        self.tasks = RedisTaskStore(self.client, health, prefix, clock)
+        self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
+        self._running = False
+
+    @property
+    def health_down(self) -> bool:
+        """Whether the last Redis operation failed."""
+        return self.tasks.health.down
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[RedisBackend] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Connect and pump the bus until cancelled; close the connections on the way out.
+
+        Reports started once subscribed, or after ``op_timeout`` when Redis
+        is not reachable yet: the server starts anyway, and everything that
+        needs Redis works as soon as it is there.
+        """
+        if self._running:
+            raise RuntimeError("this backend is already running")
+        self._running = True
+        try:
+            async with self.client, trio.open_nursery() as nursery:
+                nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                with trio.move_on_after(self.tasks.health.op_timeout):
+                    await self.bus.subscribed.wait()
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._running = False

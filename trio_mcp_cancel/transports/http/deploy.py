@@ -1,0 +1,96 @@
+"""Configure an :class:`McpHttpApp` from environment variables, for ``hypercorn module:app``.
+
+An ASGI server imports ``module:app`` in every worker process, so the app
+must be built at import time, without a running Trio: configuration comes
+from the environment, and the registry and backend are opened later, by
+the ASGI lifespan.  :func:`app_from_env` reads:
+
+``MCP_GRACE_PERIOD``
+    seconds from a cancellation's flag to its hard cancel (default ``5``;
+    ``none``: never hard-cancel).
+``MCP_REDIS_URL``
+    ``redis://host:port/db``: share task records and cancellation requests
+    through Redis (extra ``redis``); unset: this process only, in memory.
+``MCP_REDIS_PREFIX``
+    prefix of the Redis keys and channel (default ``tmc``).
+``MCP_PATH``
+    the endpoint (default ``/mcp``).
+``MCP_ALLOWED_ORIGINS``
+    comma-separated ``Origin`` values to accept (default: localhost only).
+``MCP_MAX_REQUEST_TIME``
+    seconds after which a tool call is cancelled by the server (default: none).
+``MCP_TASK_TTL``
+    seconds a task record lives after creation (default ``3600``).
+
+A malformed value raises :class:`ValueError` naming the variable, so a
+worker fails at startup rather than serving with a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..._core.backend import Backend
+from ..._core.registry import RegistryConfig
+from ..._protocol.dispatch import McpServer
+from .app import McpHttpApp
+
+__all__ = ["app_from_env", "backend_from_env"]
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() == "none":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds or 'none', not {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, not {raw!r}")
+    return value
+
+
+def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None:
+    """The Redis backend when ``MCP_REDIS_URL`` is set, else ``None`` (in memory)."""
+    environ = os.environ if environ is None else environ
+    url = environ.get("MCP_REDIS_URL", "").strip()
+    if not url:
+        return None
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"MCP_REDIS_URL must be a redis:// URL, not {url!r}")
+    from ...backends.redis import RedisBackend  # the optional extra, only when asked for
+
+    return RedisBackend(url, prefix=environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc")
+
+
+def app_from_env(
+    server: McpServer, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> McpHttpApp:
+    """An :class:`McpHttpApp` for *server* configured from the environment (see above).
+
+    *overrides* are further :class:`McpHttpApp` keywords; they win over the
+    environment.
+    """
+    environ = os.environ if environ is None else environ
+    grace = _seconds(environ, "MCP_GRACE_PERIOD", 5.0)
+    options: dict[str, Any] = {
+        "registry_config": RegistryConfig(grace_period=grace),
+        "path": environ.get("MCP_PATH", "/mcp") or "/mcp",
+        "max_request_time": _seconds(environ, "MCP_MAX_REQUEST_TIME", None),
+        "backend": backend_from_env(environ),
+    }
+    origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()
+    if origins:
+        options["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
+    if not options["path"].startswith("/"):
+        raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
+    ttl = _seconds(environ, "MCP_TASK_TTL", 3600.0)
+    server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    options.update(overrides)
+    return McpHttpApp(server, **options)
