@@ -37,7 +37,16 @@ import trio
 
 from .tasks import MemoryTaskStore, TaskStore
 
-__all__ = ["Backend", "BackendUnavailable", "BusMessage", "CancelBus", "LocalBus", "MemoryBackend"]
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "BusMessage",
+    "CancelBus",
+    "LocalBus",
+    "LocalSessionRecords",
+    "MemoryBackend",
+    "SessionRecords",
+]
 
 BusMessage = dict[str, Any]
 """A JSON object: ``{"type": "task.cancel" | "notify" | "session.end", ...}``."""
@@ -77,6 +86,44 @@ class LocalBus:
         return lambda: None
 
 
+class SessionRecords(Protocol):
+    """Legacy sessions as records every process can read, keyed by a hash of the session id.
+
+    ``shared=False`` (one process): nothing is stored, ``get`` finds nothing.
+    Every method may raise :class:`BackendUnavailable`.
+    """
+
+    shared: bool
+
+    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None: ...
+
+    async def get(self, key: str) -> dict[str, Any] | None: ...
+
+    async def touch(self, key: str, ttl: float | None) -> None: ...
+
+    async def delete(self, key: str) -> None: ...
+
+
+@attrs.define(eq=False)
+class LocalSessionRecords:
+    """One process: its session store is all there is."""
+
+    shared: bool = False
+
+    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        await trio.lowlevel.checkpoint()
+        return None
+
+    async def touch(self, key: str, ttl: float | None) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def delete(self, key: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+
 class Backend(Protocol):
     """Everything shared between server processes; see the module docstring."""
 
@@ -90,6 +137,9 @@ class Backend(Protocol):
     @property
     def bus(self) -> CancelBus: ...
 
+    @property
+    def sessions(self) -> SessionRecords: ...
+
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve the bus until cancelled, and close cleanly."""
 
@@ -100,6 +150,7 @@ class MemoryBackend:
 
     tasks: TaskStore = attrs.field(factory=MemoryTaskStore)
     bus: CancelBus = attrs.field(factory=LocalBus)
+    sessions: SessionRecords = attrs.field(factory=LocalSessionRecords)
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

@@ -370,17 +370,22 @@ class TaskManager:
         """Ask for the task to stop: here at once, elsewhere through the bus.
 
         The acknowledgement is empty, and the same for a task that already
-        finished (idempotent).
+        finished (idempotent).  A task running in this process is cancelled
+        even while the store is unreachable: local cancellation never
+        depends on the backend.
         """
-        record = await self._record(owner, params)
-        if record.terminal:
-            return {}
-        if self._cancel_here(record.task_id):
-            # Recorded too, best effort: the flag is already set here.
+        task_id = params.get("taskId")
+        running = self._running.get(task_id) if isinstance(task_id, str) else None
+        if running is not None and secrets.compare_digest(running.owner, owner):
+            assert isinstance(task_id, str)
+            self._cancel_here(task_id)
             try:
-                await self.store.request_cancel(record.task_id)
+                await self.store.request_cancel(task_id)  # recorded too, best effort
             except TaskStoreUnavailable as exc:
                 logger.warning("task cancel not recorded: %s", exc)
+            return {}
+        record = await self._record(owner, params)
+        if record.terminal:
             return {}
         try:
             await self.store.request_cancel(record.task_id)

@@ -14,6 +14,9 @@ ASGI lifespan connects it.
   worker that dies leaves nothing behind for longer than the TTL.  Settling
   and cancel requests are Lua scripts: one atomic step each, so the first
   terminal state wins whichever process writes it.
+* ``{prefix}:session:{sha256 of the session id}``: a legacy session (its
+  principal, public id and what ``initialize`` negotiated), with the
+  session idle timeout as its TTL, so any worker can serve the session.
 * ``{prefix}:cancel``: a pub/sub channel.  A ``tasks/cancel`` (or a legacy
   ``notifications/cancelled``) arriving at the wrong process is published
   there; the process that runs the work applies it to its local cancel
@@ -43,6 +46,7 @@ import attrs
 import trio
 
 try:
+    import anyio
     import coredis
     import coredis.exceptions
     from coredis.retry import ExponentialBackoffRetryPolicy
@@ -55,13 +59,29 @@ from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub
 from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreUnavailable
 
-__all__ = ["RedisBackend", "RedisBus", "RedisTaskStore"]
+__all__ = ["RedisBackend", "RedisBus", "RedisSessionRecords", "RedisTaskStore"]
 
 logger = logging.getLogger("trio_mcp_cancel.redis")
 T = TypeVar("T")
 Clock = Callable[[], float]
 
 _REDIS_ERRORS: Final = (coredis.exceptions.RedisError, OSError, TimeoutError)
+#: What coredis's connections raise from their own cleanup when they are
+#: cancelled mid-operation (their anyio streams already closed): harmless
+#: at shutdown, so dropped there, while ``trio.Cancelled`` goes on.
+_SHUTDOWN_NOISE: Final = (
+    *_REDIS_ERRORS,
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.WouldBlock,
+)
+
+
+def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
+    """Re-raise what is left of *group* without :data:`_SHUTDOWN_NOISE` (usually Cancelled)."""
+    _, rest = group.split(_SHUTDOWN_NOISE)
+    if rest is not None:
+        raise rest
 
 _CREATE: Final = """
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
@@ -242,6 +262,54 @@ class RedisTaskStore:
 
 
 @attrs.define(eq=False)
+class RedisSessionRecords:
+    """Legacy session records (JSON strings with an idle TTL), shared by every worker."""
+
+    client: coredis.Redis[str]
+    health: _Health
+    prefix: str = "tmc"
+    shared: bool = True
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}:session:{key}"
+
+    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+        text = json.dumps(record, separators=(",", ":"))
+        px = None if ttl is None else max(1, int(ttl * 1000))
+        redis_key = self._key(key)
+        await self.health.call(
+            "sessions.put", lambda: self.client.set(redis_key, text, px=px), BackendUnavailable
+        )
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        redis_key = self._key(key)
+        text = await self.health.call(
+            "sessions.get", lambda: self.client.get(redis_key), BackendUnavailable
+        )
+        try:
+            record = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    async def touch(self, key: str, ttl: float | None) -> None:
+        if ttl is None:
+            return
+        redis_key = self._key(key)
+        await self.health.call(
+            "sessions.touch",
+            lambda: self.client.pexpire(redis_key, max(1, int(ttl * 1000))),
+            BackendUnavailable,
+        )
+
+    async def delete(self, key: str) -> None:
+        redis_key = self._key(key)
+        await self.health.call(
+            "sessions.delete", lambda: self.client.delete([redis_key]), BackendUnavailable
+        )
+
+
+@attrs.define(eq=False)
 class RedisBus:
     """Cancellation requests over Redis pub/sub; see the module docstring."""
 
@@ -293,20 +361,28 @@ class RedisBus:
         )
         while True:
             try:
-                async with self.client.pubsub(
-                    channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
-                ) as pubsub:
-                    self.subscribed.set()
-                    async for item in pubsub:
-                        if item.get("type") == "message":
-                            self._deliver(item.get("data"))
-            except _REDIS_ERRORS as exc:
+                try:
+                    async with self.client.pubsub(
+                        channels=[self.channel], ignore_subscribe_messages=True, retry_policy=retry
+                    ) as pubsub:
+                        self.subscribed.set()
+                        async for item in pubsub:
+                            if item.get("type") == "message":
+                                self._deliver(item.get("data"))
+                except BaseExceptionGroup as group:
+                    _drop_shutdown_noise(group)
+                    raise _Resubscribe from None
+            except (*_REDIS_ERRORS, _Resubscribe) as exc:
                 if not self.health.down:
                     self.health.down = True
                     self.health.events.emit(
                         BackendEvent("backend.unavailable", "subscribe", str(exc)[:200])
                     )
             await trio.sleep(reconnect_delay)
+
+
+class _Resubscribe(Exception):
+    """The subscription ended with errors only: subscribe again."""
 
 
 class RedisBackend:
@@ -349,6 +425,7 @@ class RedisBackend:
         health = _Health(self.events, op_timeout)
         self.tasks = RedisTaskStore(self.client, health, prefix, clock)
         self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
+        self.sessions = RedisSessionRecords(self.client, health, prefix)
         self._running = False
 
     @property
@@ -375,5 +452,7 @@ class RedisBackend:
                     await self.bus.subscribed.wait()
                 task_status.started(self)
                 await trio.sleep_forever()
+        except BaseExceptionGroup as group:
+            _drop_shutdown_noise(group)
         finally:
             self._running = False

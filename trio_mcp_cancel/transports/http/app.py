@@ -60,7 +60,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._core.backend import Backend
+from ..._core.backend import Backend, BusMessage
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import namespace_for, stateless, tenant_for
 from ..._core.registry import (
@@ -80,6 +80,7 @@ from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
+from .shared import SessionSharing
 
 __all__ = ["McpHttpApp"]
 
@@ -205,6 +206,11 @@ class McpHttpApp:
         self.max_buffered_bytes = max_buffered_bytes
         self._own_registry: Registry | None = None
         self._service: trio.Nursery | None = None
+        self._sharing = (
+            SessionSharing(backend, session_idle_timeout, max_concurrent_requests)
+            if backend is not None
+            else None
+        )
 
     @property
     def registry(self) -> Registry:
@@ -239,6 +245,7 @@ class McpHttpApp:
             async with trio.open_nursery() as outer:
                 if self.backend is not None:
                     await outer.start(self.backend.run)
+                    outer.start_soon(_unsubscribe_on_exit, self.backend.bus.subscribe(self._on_bus))
                 async with trio.open_nursery() as service:
                     if self._registry is None and not _registry_around():
                         self._own_registry = await service.start(self._run_registry)
@@ -256,6 +263,26 @@ class McpHttpApp:
             self._service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
+
+    def _on_bus(self, message: BusMessage) -> None:
+        """Apply a legacy cancel or session end that reached another worker first."""
+        kind = message.get("type")
+        if kind == "notify":
+            namespace = message.get("namespace")
+            if isinstance(namespace, str) and namespace.startswith("session:"):
+                try:
+                    registry = self.registry
+                except RuntimeError:
+                    return
+                registry.notify_cancelled(
+                    namespace, message.get("request_id"), message.get("reason")
+                )
+        elif kind == "session.end" and self._sharing is not None and self.sessions is not None:
+            key = message.get("session")
+            session = self._sharing.local(key) if isinstance(key, str) else None
+            if session is not None:
+                self.sessions.end(session.id)
+                session.channel.cancel_all("session terminated")
 
     async def _start_tasks(self, service: trio.Nursery) -> None:
         """Run the server's task manager here, on the backend, unless it runs already."""
@@ -293,7 +320,7 @@ class McpHttpApp:
             if method == "POST":
                 await self._post(scope, receive, send, headers, principal)
             elif method == "DELETE" and self._legacy_headers(headers):
-                self._delete(headers, principal)
+                await self._delete(headers, principal)
                 await self._respond(send, 204, b"")
             else:
                 allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
@@ -325,22 +352,29 @@ class McpHttpApp:
             raise HttpError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
         return principal
 
-    def _session(self, headers: dict[str, str], principal: str | None) -> Session | None:
+    async def _session(self, headers: dict[str, str], principal: str | None) -> Session | None:
         if self.sessions is None:
             return None
         session_id = headers.get("mcp-session-id")
         if session_id is None:
             raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
         session = self.sessions.get(session_id, principal, trio.current_time())
+        if session is None and self._sharing is not None:
+            # Maybe another worker's (see .shared).
+            session = await self._sharing.find(session_id, principal, self.sessions)
         if session is None:
             raise HttpError(404, "Session not found")
+        if self._sharing is not None:
+            await self._sharing.touch(session)
         return session
 
-    def _delete(self, headers: dict[str, str], principal: str | None) -> None:
-        session = self._session(headers, principal)
+    async def _delete(self, headers: dict[str, str], principal: str | None) -> None:
+        session = await self._session(headers, principal)
         assert session is not None and self.sessions is not None
         self.sessions.end(session.id)
         session.channel.cancel_all("session terminated")
+        if self._sharing is not None:
+            await self._sharing.end(session)
 
     async def _post(
         self,
@@ -395,7 +429,7 @@ class McpHttpApp:
         send, principal, message = post.send, post.principal, post.message
         session: Session | None = None
         if not rules.is_initialize(message):
-            session = self._session(post.headers, principal)
+            session = await self._session(post.headers, principal)
         elif self.sessions is not None:
             # initialize always starts a new session, whatever header it carries.
             channel = Channel(self.max_concurrent_requests)
@@ -423,6 +457,8 @@ class McpHttpApp:
         call = self.server.prepare(message, caller)
         if call.notification is not None:
             self.server.notify(call.notification, caller)
+            if self._sharing is not None and call.notification.method == "notifications/cancelled":
+                await self._sharing.forward_cancel(caller.namespace, call.notification.params)
         if call.request is None and call.error is None:
             await self._respond(send, 202, b"", extra)
             return None
@@ -430,7 +466,7 @@ class McpHttpApp:
             assert call.error is not None
             await self._respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
             return None
-        return _Routed(call, caller, extra, "legacy")
+        return _Routed(call, caller, extra, "legacy", session)
 
     async def _refuse_session(self, send: Send, message: object, exc: SessionLimitReached) -> None:
         """Answer an ``initialize`` that would need a busy session's place."""
@@ -474,6 +510,10 @@ class McpHttpApp:
             return
         reply = await self.server.run(call, caller, Exchange(), allow_silence=False)
         assert reply is not None
+        if routed.session is not None and self._sharing is not None and call.request is not None:
+            if call.request.method in ("initialize", "logging/setLevel"):
+                # Shared before the answer: the next POST may go to another worker.
+                await self._sharing.save(routed.session)
         status = 200
         if "error" in reply:
             status = rules.status_for(reply["error"]["code"], routed.era)
@@ -602,6 +642,14 @@ def _head_blocked(send: Send, head: MutableMapping[str, Any]) -> None:
     stream.state = type(state)["RESPONSE"]
 
 
+async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:
+    """Hold a bus subscription for as long as the lifespan's nursery runs."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        unsubscribe()
+
+
 def _registry_around() -> bool:
     """Whether an ``open_registry()`` encloses the calling task."""
     try:
@@ -631,6 +679,7 @@ class _Routed:
     caller: Caller
     extra: Headers
     era: Era
+    session: Session | None = None
 
 
 class _Writer:

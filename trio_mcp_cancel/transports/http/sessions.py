@@ -94,6 +94,16 @@ class SessionStore:
         Raises :class:`SessionLimitReached` when making room would end a
         session with calls in flight.
         """
+        session = Session(secrets.token_urlsafe(24), principal, now, tenant, channel=channel)
+        return session, self.adopt(session, now)
+
+    def adopt(self, session: Session, now: float) -> list[Session]:
+        """File *session* (new here, maybe created by another worker) under the same bounds.
+
+        Returns the idle sessions dropped to make room; raises
+        :class:`SessionLimitReached` like :meth:`create`.
+        """
+        tenant = session.tenant
         evicted: list[Session] = []
         own = self._tenants.get(tenant)
         if own is not None and len(own) >= self.max_sessions_per_tenant:
@@ -108,10 +118,10 @@ class SessionStore:
             if victim is None:
                 raise SessionLimitReached("server", self.max_sessions)
             evicted.append(self._remove(victim))
-        session = Session(secrets.token_urlsafe(24), principal, now, tenant, channel=channel)
+        session.last_seen = now
         self._sessions[session.id] = session
         self._tenants.setdefault(tenant, OrderedDict())[session.id] = session
-        return session, evicted
+        return evicted
 
     def get(self, session_id: str, principal: str | None, now: float) -> Session | None:
         session = self._sessions.get(session_id)

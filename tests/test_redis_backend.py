@@ -1,0 +1,235 @@
+"""The Redis backend against a real redis-server: task records, the cancel bus, outages.
+
+Real time, real sockets on 127.0.0.1, every wait bounded; the server is
+started by the test on a port the kernel picked (see ``deploy_harness``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from deploy_harness import WITH_TASKS, RedisServer, redis_server
+
+from trio_mcp_cancel import checkpoint_cancelled
+from trio_mcp_cancel.backends import BackendEvent, TaskRecord
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+@pytest.fixture
+def prefix() -> str:
+    """Each test its own keys, so tests sharing one Redis never see each other."""
+    return "t" + secrets.token_hex(4)
+
+
+@asynccontextmanager
+async def running(backend: RedisBackend) -> AsyncIterator[RedisBackend]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(backend.run)
+        yield backend
+        nursery.cancel_scope.cancel()
+
+
+def record(task_id: str, *, ttl_ms: int | None = 60_000, now: float | None = None) -> TaskRecord:
+    now = time.time() if now is None else now
+    return TaskRecord(
+        task_id=task_id, owner="o", created_at=now, updated_at=now, ttl_ms=ttl_ms, instance="i"
+    )
+
+
+async def test_task_records_round_trip_and_settle_once(redis: RedisServer, prefix: str) -> None:
+    async with running(RedisBackend(redis.url, prefix=prefix)) as backend:
+        store = backend.tasks
+        assert await store.get("missing") is None
+        original = record("a")
+        await store.create(original)
+        loaded = await store.get("a")
+        assert loaded is not None and loaded.to_wire() == original.to_wire()
+        assert loaded.owner == "o" and loaded.instance == "i" and not loaded.cancel_requested
+        result = {"content": [], "isError": False, "structuredContent": {}}
+        settled = await store.settle("a", "completed", result=result, message="done")
+        assert settled is not None and settled.status == "completed"
+        assert settled.result == result and settled.status_message == "done"
+        # Terminal states never change, and a cancel request on them does nothing.
+        again = await store.settle("a", "failed", error={"code": -1, "message": "x"})
+        assert again is not None and again.status == "completed" and again.error is None
+        cancelled = await store.request_cancel("a")
+        assert cancelled is not None and not cancelled.cancel_requested
+        assert await store.request_cancel("missing") is None
+        assert await store.settle("missing", "cancelled") is None
+        # The key expires by itself at createdAt + ttlMs (wall-clock).
+        ttl = await backend.client.pttl(f"{prefix}:task:a")
+        assert 0 < ttl <= 60_000
+
+
+async def test_expired_records_are_gone(redis: RedisServer, prefix: str) -> None:
+    offset = 0.0
+    backend = RedisBackend(redis.url, prefix=prefix, clock=lambda: time.time() + offset)
+    async with running(backend):
+        await backend.tasks.create(record("old", ttl_ms=5_000))
+        await backend.tasks.create(record("forever", ttl_ms=None))
+        assert await backend.tasks.get("old") is not None
+        offset = 10.0  # wall-clock moves past the TTL
+        assert await backend.tasks.get("old") is None
+        assert await backend.tasks.get("forever") is not None
+        assert await backend.client.pttl(f"{prefix}:task:forever") == -1
+
+
+async def test_the_bus_reaches_other_instances_only(redis: RedisServer, prefix: str) -> None:
+    a, b = RedisBackend(redis.url, prefix=prefix), RedisBackend(redis.url, prefix=prefix)
+    seen_a: list[dict[str, Any]] = []
+    seen_b: list[dict[str, Any]] = []
+    a.bus.subscribe(seen_a.append)
+    b.bus.subscribe(seen_b.append)
+    async with running(a), running(b):
+        await a.bus.publish({"type": "task.cancel", "task": "x"})
+        with trio.fail_after(10):
+            while not seen_b:
+                await trio.sleep(0.01)
+        assert seen_b == [{"type": "task.cancel", "task": "x", "origin": a.instance_id}]
+        await trio.sleep(0.1)
+        assert seen_a == []
+
+
+def make_server(manager: TaskManager, stopped: list[str]) -> McpServer:
+    server = McpServer("redis-tasks", tasks=manager)
+
+    @server.tool(task="optional")
+    async def count(ctx: ToolContext, n: int = 10_000, delay: float = 0.01) -> str:
+        try:
+            for _ in range(n):
+                await checkpoint_cancelled()
+                await trio.sleep(delay)
+        finally:
+            stopped.append("cancelled" if ctx.cancelled else "done")
+        return f"counted to {n}"
+
+    return server
+
+
+@asynccontextmanager
+async def instance(
+    redis: RedisServer, prefix: str, stopped: list[str], **manager: Any
+) -> AsyncIterator[tuple[McpServer, RedisBackend]]:
+    """One "server process": its backend, task manager and server."""
+    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
+    server = make_server(TaskManager(**manager), stopped)
+    async with running(backend), trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: server.tasks.run(
+                store=backend.tasks,
+                bus=backend.bus,
+                instance_id=backend.instance_id,
+                task_status=task_status,
+            )
+        )
+        yield server, backend
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
+    async with open_test_client(
+        server, namespace="session:same-caller", client_capabilities=WITH_TASKS, grace_period=30
+    ) as client:
+        yield client
+
+
+async def wait_status(client: McpTestClient, task_id: str, want: str) -> dict[str, Any]:
+    with trio.fail_after(15):
+        while True:
+            status = await client.request("tasks/get", {"taskId": task_id})
+            if status["status"] == want:
+                return status
+            await trio.sleep(0.02)
+
+
+async def test_tasks_cancel_on_one_instance_stops_the_work_on_another(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    # No re-reading of records: only the bus can carry this cancel.
+    async with instance(redis, prefix, stopped, cancel_poll_interval=1000) as (a, _):
+        async with instance(redis, prefix, stopped, cancel_poll_interval=1000) as (b, _):
+            async with client_of(a) as on_a, client_of(b) as on_b:
+                created = await on_a.request("tools/call", {"name": "count", "arguments": {}})
+                task_id = created["taskId"]
+                assert a.tasks.running_here(task_id) and not b.tasks.running_here(task_id)
+                assert (await on_b.request("tasks/get", {"taskId": task_id}))["status"] == "working"
+                assert (await on_b.request("tasks/cancel", {"taskId": task_id}))["resultType"]
+                # Settled well inside the 30 s grace period: the flag stopped it.
+                await wait_status(on_b, task_id, "cancelled")
+                assert stopped == ["cancelled"]
+                assert await a.tasks.store.get(task_id) is not None
+                assert on_a.registry.in_flight_count == 0
+
+
+async def test_a_cancel_whose_message_was_lost_is_found_by_the_poll(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped, cancel_poll_interval=0.1) as (a, backend):
+        async with client_of(a) as client:
+            task_id = (await client.request("tools/call", {"name": "count", "arguments": {}}))[
+                "taskId"
+            ]
+            # Another process recorded the cancel, but its bus message never came.
+            await backend.tasks.request_cancel(task_id)
+            await wait_status(client, task_id, "cancelled")
+            assert stopped == ["cancelled"]
+
+
+async def test_redis_down_then_back(prefix: str) -> None:
+    stopped: list[str] = []
+    with redis_server() as redis:
+        async with instance(redis, prefix, stopped) as (a, backend_a):
+            async with instance(redis, prefix, stopped) as (b, _):
+                events: list[BackendEvent] = []
+                backend_a.events.subscribe(events.append)  # type: ignore[arg-type]
+                async with client_of(a) as on_a, client_of(b) as on_b:
+                    first = (await on_a.request("tools/call", {"name": "count", "arguments": {}}))
+                    redis.kill()
+                    # Cross-process operations fail with a clear error...
+                    for _ in range(3):
+                        with pytest.raises(McpError) as caught:
+                            await on_a.request("tasks/get", {"taskId": first["taskId"]})
+                        assert caught.value.code == -32603
+                        assert "unavailable" in caught.value.message
+                    # ... reported once per outage ...
+                    assert [e.name for e in events] == ["backend.unavailable"]
+                    # ... while the task runs on, and local cancellation still works.
+                    assert a.tasks.running_here(first["taskId"])
+                    await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
+                    with trio.fail_after(10):
+                        while a.tasks.running_here(first["taskId"]):
+                            await trio.sleep(0.01)
+                    assert stopped == ["cancelled"]
+                    redis.start()  # same port, empty: the old records are gone
+                    with trio.fail_after(15):
+                        while True:
+                            try:
+                                created = await on_a.request(
+                                    "tools/call", {"name": "count", "arguments": {}}
+                                )
+                                break
+                            except McpError:
+                                await trio.sleep(0.1)
+                    assert created["resultType"] == "task"
+                    assert events[-1].name == "backend.recovered"
+                    # The subscription came back too: a cancel through b reaches a.
+                    await on_b.request("tasks/cancel", {"taskId": created["taskId"]})
+                    await wait_status(on_b, created["taskId"], "cancelled")
+                    assert stopped == ["cancelled", "cancelled"]

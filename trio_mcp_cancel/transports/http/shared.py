@@ -1,0 +1,187 @@
+"""Legacy sessions and client cancels across server processes: the HTTP app's part.
+
+With a shared backend (:mod:`trio_mcp_cancel.backends.redis`), a legacy
+session created by ``initialize`` on one worker is written to the backend
+before ``initialize`` is answered, so the client's next POST may land on
+any worker: a worker that does not know the session id looks it up there
+and *adopts* it (same public id, so the same cancellation namespace; same
+principal check; same negotiated version and capabilities).
+
+What cannot be shared is forwarded instead, over the backend's bus:
+
+* a ``notifications/cancelled`` is applied locally and published; the
+  worker running that request applies it to its own registry
+  (``notify_cancelled``: the flag at once, the hard cancel after the grace
+  period; and an early cancel is kept there, for a call still on its way);
+* a ``DELETE`` ends the session everywhere: every worker holding it ends
+  its copy and cancels the session's calls.
+
+The backend key of a session is a SHA-256 of its id: the id is a
+credential, and never leaves the process in clear.  When the backend is
+unreachable, sessions known locally keep working, and the cross-worker
+parts are logged and reported as ``backend.unavailable`` events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import weakref
+from typing import Any
+
+import attrs
+import trio
+
+from ..._core.backend import Backend, BackendUnavailable, BusMessage
+from ..._protocol.dispatch import Channel, LegacyState
+from .sessions import Session, SessionLimitReached, SessionStore
+
+__all__ = ["SessionSharing", "session_key"]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+
+def session_key(session_id: str) -> str:
+    """The backend's name for a session: never the secret id itself."""
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _record(session: Session) -> dict[str, Any]:
+    legacy = session.channel.legacy
+    return {
+        "principal": session.principal,
+        "tenant": session.tenant,
+        "public_id": session.public_id,
+        "legacy": None
+        if legacy is None
+        else {
+            "protocol_version": legacy.protocol_version,
+            "client_capabilities": dict(legacy.client_capabilities),
+            "client_info": None if legacy.client_info is None else dict(legacy.client_info),
+            "log_level": legacy.log_level,
+        },
+    }
+
+
+def _legacy(data: object) -> LegacyState | None:
+    if not isinstance(data, dict) or not isinstance(data.get("protocol_version"), str):
+        return None
+    capabilities = data.get("client_capabilities")
+    info = data.get("client_info")
+    level = data.get("log_level")
+    return LegacyState(
+        data["protocol_version"],
+        capabilities if isinstance(capabilities, dict) else {},
+        info if isinstance(info, dict) else None,
+        level if isinstance(level, str) else None,
+    )
+
+
+@attrs.define(eq=False)
+class SessionSharing:
+    """Writes sessions through to the backend, adopts them from it, forwards cancels."""
+
+    backend: Backend
+    idle_timeout: float | None
+    max_concurrent_requests: int
+    _by_key: weakref.WeakValueDictionary[str, Session] = attrs.field(
+        init=False, factory=weakref.WeakValueDictionary
+    )
+    _touched: weakref.WeakKeyDictionary[Session, float] = attrs.field(
+        init=False, factory=weakref.WeakKeyDictionary
+    )
+
+    @property
+    def shared(self) -> bool:
+        return self.backend.sessions.shared
+
+    def local(self, key: str) -> Session | None:
+        """The session this process holds under backend key *key*, if any."""
+        return self._by_key.get(key)
+
+    async def save(self, session: Session) -> None:
+        """Write *session* through (after ``initialize`` and ``logging/setLevel``)."""
+        key = session_key(session.id)
+        self._by_key[key] = session
+        if not self.shared:
+            return
+        try:
+            await self.backend.sessions.put(key, _record(session), self.idle_timeout)
+            self._touched[session] = trio.current_time()
+        except BackendUnavailable as exc:
+            logger.warning("session not shared with other workers: %s", exc)
+
+    async def touch(self, session: Session) -> None:
+        """Keep the shared record alive while the session is used here (throttled)."""
+        if not self.shared or self.idle_timeout is None:
+            return
+        now = trio.current_time()
+        if now - self._touched.get(session, -float("inf")) < self.idle_timeout / 4:
+            return
+        self._touched[session] = now
+        try:
+            await self.backend.sessions.touch(session_key(session.id), self.idle_timeout)
+        except BackendUnavailable as exc:
+            logger.warning("session lifetime not refreshed: %s", exc)
+
+    async def find(
+        self, session_id: str, principal: str | None, store: SessionStore
+    ) -> Session | None:
+        """Adopt a session another worker created; ``None`` when unknown (or not the caller's)."""
+        if not self.shared:
+            return None
+        key = session_key(session_id)
+        try:
+            record = await self.backend.sessions.get(key)
+        except BackendUnavailable as exc:
+            logger.warning("cannot look up a session of another worker: %s", exc)
+            return None
+        if record is None or record.get("principal") != principal:
+            return None
+        public_id = record.get("public_id")
+        tenant = record.get("tenant")
+        if not isinstance(public_id, str) or not (tenant is None or isinstance(tenant, str)):
+            return None
+        existing = store.get(session_id, principal, trio.current_time())
+        if existing is not None:
+            return existing  # adopted meanwhile by a concurrent request
+        channel = Channel(self.max_concurrent_requests, legacy=_legacy(record.get("legacy")))
+        session = Session(
+            session_id, principal, trio.current_time(), tenant, public_id, channel=channel
+        )
+        try:
+            evicted = store.adopt(session, trio.current_time())
+        except SessionLimitReached:
+            return None
+        for old in evicted:
+            old.channel.cancel_all("session evicted")
+        self._by_key[key] = session
+        self._touched[session] = trio.current_time()
+        return session
+
+    async def end(self, session: Session) -> None:
+        """End *session* on every worker (its local end is the caller's)."""
+        key = session_key(session.id)
+        self._by_key.pop(key, None)
+        if not self.shared:
+            return
+        try:
+            await self.backend.sessions.delete(key)
+            await self.backend.bus.publish({"type": "session.end", "session": key})
+        except BackendUnavailable as exc:
+            logger.warning("session end not shared with other workers: %s", exc)
+
+    async def forward_cancel(self, namespace: str, params: dict[str, Any]) -> None:
+        """Publish a client's ``notifications/cancelled`` for the worker running the request."""
+        if not self.backend.bus.shared:
+            return
+        message: BusMessage = {
+            "type": "notify",
+            "namespace": namespace,
+            "request_id": params.get("requestId"),
+            "reason": params.get("reason") if isinstance(params.get("reason"), str) else None,
+        }
+        try:
+            await self.backend.bus.publish(message)
+        except BackendUnavailable as exc:
+            logger.warning("cancel not forwarded to other workers: %s", exc)
