@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One entry point for newcomers and CI: ``python3 dev.py demo`` / ``python3 dev.py test``.
+"""One entry point for newcomers and CI: ``python3 dev.py demo`` / ``test`` / ``conformance``.
 
 Both commands first make sure ``.venv`` exists and holds this project
 installed with its test extras (``pip install -e .[test]``), reinstalling
@@ -64,7 +64,15 @@ def bench(extra: list[str]) -> int:
     return run(PYTHON, "-m", "benchmarks", *extra)
 
 
-COMMANDS = {"test": test, "demo": demo, "bench": bench}
+def conformance(extra: list[str]) -> int:
+    """Run the official MCP conformance suite (both eras) against examples/conformance_server.py.
+
+    Installs the pinned Node 22 and suite into .tools/ first; see conformance/run_suite.py.
+    """
+    return run(PYTHON, ROOT / "conformance" / "run_suite.py", *extra)
+
+
+COMMANDS = {"test": test, "demo": demo, "bench": bench, "conformance": conformance}
 
 
 def main() -> int:

@@ -376,14 +376,14 @@ async def test_unknown_tool(name: object) -> None:
 
 
 async def test_unknown_method() -> None:
-    reply = await handle(request("x", "resources/list"))
+    reply = await handle(request("x", "sampling/createMessage"))
     assert reply == {
         "jsonrpc": "2.0",
         "id": "x",
         "error": {
             "code": METHOD_NOT_FOUND,
             "message": "Method not found",
-            "data": {"method": "resources/list"},
+            "data": {"method": "sampling/createMessage"},
         },
     }
     # A notification's method sent as a request is still unknown as a request.

@@ -217,6 +217,31 @@ async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written
         assert_no_leaks(peer.registry)
 
 
+async def test_listen_on_stdio_ends_with_notifications_cancelled(autojump_clock: MockClock) -> None:
+    """``subscriptions/listen`` is a cancellation path too: on stdio the client ends it by id."""
+    server = make_server()
+    async with stdio_session(server, grace_period=5) as peer:
+        filters = {"notifications": {"toolsListChanged": True}, "_meta": ENVELOPE}
+        await peer.send(request(9, "subscriptions/listen", filters))
+        await trio.sleep(1)
+        server.tools_changed()
+        await trio.sleep(1)
+        tag = {"io.modelcontextprotocol/subscriptionId": 9}
+        assert [(m["method"], m["params"]["_meta"]) for m in peer.messages] == [
+            ("notifications/subscriptions/acknowledged", tag),
+            ("notifications/tools/list_changed", tag),
+        ]
+        await peer.send(cancel_note(9, "stop listening"))
+        start = trio.current_time()
+        await peer.registry.wait_idle()
+        assert trio.current_time() - start <= 1.0  # seen at its next poll, not after the grace
+        server.tools_changed()
+        await trio.sleep(5)
+        assert len(peer.messages) == 2  # no answer, nothing more for the cancelled stream
+        assert server.subscriptions.listeners == set()
+        assert_no_leaks(peer.registry)
+
+
 async def test_end_of_file_cancels_everything_and_returns_within_the_grace_period(
     autojump_clock: MockClock,
 ) -> None:

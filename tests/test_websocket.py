@@ -402,7 +402,7 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
                     3,
                     INVALID_PARAMS,
                 )
-                assert error(await rpc(ws, request(4, "resources/list"))) == (4, METHOD_NOT_FOUND)
+                assert error(await rpc(ws, request(4, "roots/list"))) == (4, METHOD_NOT_FOUND)
                 assert error(await rpc(ws, call(5, "no-such-tool"))) == (5, INVALID_PARAMS)
                 # Bad arguments are a tool error the model can read (SEP-1303).
                 reply = await rpc(ws, call(6, "count", {"n": "3"}))

@@ -57,6 +57,7 @@ from ._core.registry import (
     open_registry,
 )
 from ._protocol.dispatch import Caller, LegacyState, McpServer
+from ._protocol.subscriptions import META_SUBSCRIPTION_ID
 from ._protocol.versions import (
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
@@ -198,6 +199,8 @@ class PendingCall:
     _client: McpTestClient
     _on_progress: ProgressCallback | None = None
     progress: list[Message] = attrs.field(factory=list)
+    notifications: list[Message] = attrs.field(factory=list)
+    """For a ``subscriptions/listen`` call: every notification tagged with its id."""
     response: Message | None = None
     cancelled: bool = False
     """The client sent ``notifications/cancelled`` for it."""
@@ -458,8 +461,17 @@ class McpTestClient:
                 call._deliver_progress(params)
         elif method == "notifications/message" and isinstance(params, dict):
             self.log_messages.append(params)
+        elif (call := self._subscription(params)) is not None:
+            call.notifications.append(message)
         else:
             self.unexpected.append(message)
+
+    def _subscription(self, params: object) -> PendingCall | None:
+        """The open ``subscriptions/listen`` call a notification is tagged with, if any."""
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        key = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
+        call = self.calls.get(key) if isinstance(key, int) else None
+        return call if call is not None and not call.answered else None
 
     async def _initialize(self) -> None:
         self.initialize_result = await self.request(

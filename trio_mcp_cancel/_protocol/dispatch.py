@@ -42,9 +42,12 @@ from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId, is_valid_request_id
 from . import jsonrpc, tasks
+from .content import ToolError
+from .features import CacheScope, ServerFeatures
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
+from .mrtr import InputRequired, binding, input_required_result
 from .tasks import TaskManager
-from .tools import TaskSupport, Tool, ToolArgumentError, error_result, make_tool, tool_result
+from .tools import TaskSupport, Tool, ToolArgumentError, error_result, make_tool
 from .versions import (
     LEGACY_VERSIONS,
     LOG_LEVELS,
@@ -231,6 +234,12 @@ class ToolContext:
     """The least severe level the client wants logged for this request (``None``: none)."""
     era: Era = "legacy"
     _last_progress: float = -math.inf
+    client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
+    """What the client declared (modern: on this request; legacy: in ``initialize``)."""
+    input_responses: Mapping[str, Any] | None = None
+    """MRTR: the client's answers to the ``inputRequests`` of the previous round."""
+    request_state: Any = None
+    """MRTR: the state the previous round returned, verified (see :class:`~.mrtr.StateSigner`)."""
 
     @property
     def namespace(self) -> str:
@@ -359,7 +368,7 @@ class _Starter:
             status.started()
 
 
-class McpServer:
+class McpServer(ServerFeatures):
     """Tools plus the MCP methods around them, independent of the transport.
 
     Serves both eras: a request carrying the modern ``_meta`` envelope is
@@ -387,6 +396,10 @@ class McpServer:
         max_concurrent_calls: int | None = 4096,
         max_calls_per_tenant: int | None = 1024,
         tasks: TaskManager | None = None,
+        state_secret: bytes | None = None,
+        state_ttl: float = 600.0,
+        resource_ttl_ms: int = 0,
+        resource_cache_scope: CacheScope = "private",
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
@@ -404,8 +417,14 @@ class McpServer:
         self.list_ttl_ms = list_ttl_ms
         self.tools: dict[str, Tool] = {}
         self._methods: dict[str, _Method] = dict(_METHODS)
+        # Resources, prompts, completion, subscriptions and MRTR (see .features, .surface).
         self.tasks: TaskManager = TaskManager() if tasks is None else tasks
         """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
+        self._init_features(state_secret, state_ttl, resource_ttl_ms, resource_cache_scope)
+        self._methods.update(surface.METHODS)
+        self._targets: dict[str, Callable[[McpServer, Mapping[str, Any]], Tool]] = dict(
+            surface.TARGETS
+        )
 
     @property
     def info(self) -> dict[str, str]:
@@ -418,9 +437,22 @@ class McpServer:
         description: str | None = None,
         cancellable: bool = True,
         client_capabilities: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        annotations: Mapping[str, Any] | None = None,
+        title: str | None = None,
         task: TaskSupport = "forbidden",
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
+
+        *input_schema* replaces the derived schema and is sent as written
+        (JSON Schema 2020-12, ``$defs`` and all); *output_schema* makes the
+        tool return a ``dict`` sent as ``structuredContent``; *annotations*
+        are MCP ``ToolAnnotations`` (``readOnlyHint``, ...).  The tool may
+        return text, content objects (:class:`~.content.Image`, ...), a
+        :class:`~.content.ToolResult`, JSON values, or (modern era)
+        :class:`~.mrtr.InputRequired`; raising :class:`~.content.ToolError`
+        reports an ``isError`` result.
 
         The input schema comes from the annotations of the named parameters
         after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
@@ -443,8 +475,18 @@ class McpServer:
             if tool_name in self.tools:
                 raise ValueError(f"tool {tool_name!r} is already registered")
             self.tools[tool_name] = make_tool(
-                fn, tool_name, description, cancellable, client_capabilities, task
+                fn,
+                tool_name,
+                description,
+                cancellable,
+                client_capabilities,
+                input_schema=input_schema,
+                output_schema=output_schema,
+                annotations=annotations,
+                title=title,
+                task_support=task,
             )
+            self.tools_changed()
             return fn
 
         return register
@@ -452,8 +494,18 @@ class McpServer:
     def list_tools(self) -> list[dict[str, Any]]:
         return [tool.describe() for tool in self.tools.values()]
 
-    def capabilities(self) -> dict[str, Any]:
-        return {"tools": {"listChanged": False}, "logging": {}}
+    def remove_tool(self, name: str) -> None:
+        """Unregister a tool; listen streams that asked are told the list changed."""
+        del self.tools[name]
+        self.tools_changed()
+
+    def capabilities(self, era: Era = "legacy") -> dict[str, Any]:
+        modern = era == "modern"
+        return {
+            "tools": {"listChanged": modern},
+            "logging": {},
+            **self.feature_capabilities(modern),
+        }
 
     def describe(self, result: dict[str, Any]) -> dict[str, Any]:
         """*result* (``initialize``'s or ``server/discover``'s) with the instructions, if any."""
@@ -492,6 +544,9 @@ class McpServer:
             if parsed.method == "tools/call":
                 call.tool = self._find_tool(parsed.params)
                 self._check_capabilities(call, caller)
+            elif parsed.method in self._targets:
+                # resources/read, prompts/get, subscriptions/listen: tracked like a tool.
+                call.tool = self._targets[parsed.method](self, parsed.params)
         except JsonRpcError as exc:
             exc.request_id = parsed.id
             call.error = exc
@@ -690,7 +745,7 @@ async def _initialize(
     return server.describe(
         {
             "protocolVersion": version,
-            "capabilities": server.capabilities(),
+            "capabilities": server.capabilities("legacy"),
             "serverInfo": server.info,
         }
     )
@@ -718,11 +773,11 @@ async def _discover(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
     versions = list(MODERN_VERSIONS)
-    if call.era == "legacy":
-        versions += reversed(LEGACY_VERSIONS)
-    capabilities = server.capabilities()
+    capabilities = server.capabilities(call.era)
     if any(tool.task_support != "forbidden" for tool in server.tools.values()):
         capabilities["extensions"] = {tasks.TASKS_EXTENSION: {}}
+    if call.era == "legacy":
+        versions += reversed(LEGACY_VERSIONS)
     return server.describe(
         {
             "supportedVersions": versions,
@@ -750,6 +805,118 @@ def _log_level(call: Call, caller: Caller) -> str | None:
     return LOG_LEVELS[0] if legacy is None or legacy.log_level is None else legacy.log_level
 
 
+def client_capabilities(call: Call, caller: Caller) -> Mapping[str, Any]:
+    """What the client declared: on the request (modern) or in ``initialize`` (legacy)."""
+    if call.envelope is not None:
+        return call.envelope.client_capabilities
+    legacy = caller.channel.legacy if caller.channel is not None else None
+    return {} if legacy is None else legacy.client_capabilities
+
+
+def make_context(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, target: str
+) -> ToolContext:
+    """The ``ctx`` of one request: identity, progress, logging and (modern) MRTR input.
+
+    A ``requestState`` is opened (verified) here, before any code of the
+    server runs, so a tampered one never reaches a tool (``-32602``).
+    """
+    request = call.request
+    assert request is not None
+    params = request.params
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    ctx = ToolContext(
+        request.id,
+        caller,
+        token if is_valid_request_id(token) else None,
+        exchange,
+        _log_level(call, caller),
+        call.era,
+        client_capabilities=client_capabilities(call, caller),
+    )
+    if call.era == "modern":
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+        ctx.input_responses = responses
+        if "requestState" in params:
+            ctx.request_state = server.state_signer.open(
+                params["requestState"], _mrtr_binding(call, caller, target)
+            )
+    return ctx
+
+
+def _mrtr_binding(call: Call, caller: Caller, target: str) -> str:
+    assert call.request is not None
+    params = call.request.params
+    arguments = params.get("arguments") if call.request.method != "resources/read" else None
+    return binding(caller.principal, call.request.method, target, arguments)
+
+
+def input_required(
+    server: McpServer, call: Call, caller: Caller, value: InputRequired, target: str
+) -> dict[str, Any]:
+    """The ``InputRequiredResult`` for *value*, its state sealed; modern era only.
+
+    It may only ask for what the client declared (``-32021`` otherwise).
+    """
+    if call.era != "modern":
+        raise JsonRpcError(
+            INVALID_PARAMS, "This request needs client input, which requires MCP 2026-07-28"
+        )
+    declared = client_capabilities(call, caller)
+    missing: dict[str, Any] = {n: {} for n in value.capabilities() if n not in declared}
+    if missing:
+        raise JsonRpcError(
+            MISSING_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            {"requiredCapabilities": missing},
+        )
+    token = None
+    if value.state is not None:
+        token = server.state_signer.seal(value.state, _mrtr_binding(call, caller, target))
+    return input_required_result(value, token)
+
+
+async def run_target(
+    call: Call,
+    caller: Caller,
+    exchange: Exchange,
+    started: Callable[[], None],
+    body: Callable[[], Awaitable[Any]],
+    key: tuple[RequestId, str] | None = None,
+) -> Any:
+    """Run *body* as the request's work: inside ``tracked()`` when ``call.tool`` is cancellable.
+
+    It is tracked under the request's id in the caller's namespace, or under
+    *key* (``(id, namespace)``: a task is tracked by its task id).
+
+    A :class:`RequestCancelled` raised by a helper task (inside an exception
+    group) is the request's cancellation; other exceptions propagate.
+    """
+    request, tool = call.request, call.tool
+    assert request is not None and tool is not None
+    try:
+        if tool.cancellable:
+            registry = caller.registry
+            request_id, namespace = (request.id, caller.namespace) if key is None else key
+            async with registry.tracked(request_id, namespace) as tracked_request:
+                exchange._started(tracked_request, registry)
+                started()
+                return await body()
+        started()
+        return await body()
+    except (RequestCancelled, trio.Cancelled):
+        raise
+    except Exception as exc:
+        cancelled = _find_cancellation(exc)
+        if cancelled is not None:
+            # A helper task of the work stopped at checkpoint_cancelled().
+            raise cancelled from exc
+        raise
+
+
 async def _call_tool(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
@@ -759,22 +926,11 @@ async def _call_tool(
         arguments = tool.bind(request.params.get("arguments"))
     except ToolArgumentError as exc:
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
-    meta = request.params.get("_meta")
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
     if call.era == "modern" and tool.task_support != "forbidden":
-        envelope = call.envelope
-        declared = envelope.client_capabilities if envelope is not None else None
-        if server.tasks.wanted(tool.task_support, declared):
+        if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
             return await _start_task(server, call, caller, tool, arguments)
-    ctx = ToolContext(
-        request.id,
-        caller,
-        token if is_valid_request_id(token) else None,
-        exchange,
-        _log_level(call, caller),
-        call.era,
-    )
-    return await _invoke(tool, ctx, arguments, request.id, caller.namespace, started)
+    ctx = make_context(server, call, caller, exchange, tool.name)
+    return await _invoke(server, call, caller, exchange, started, ctx, arguments)
 
 
 async def _start_task(
@@ -785,8 +941,17 @@ async def _start_task(
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
         assert call.request is not None
-        ctx = ToolContext(call.request.id, caller, None, exchange, None, call.era)
-        return await _invoke(tool, ctx, arguments, task_id, "task:" + caller.namespace, _no_op)
+        ctx = ToolContext(
+            call.request.id,
+            caller,
+            None,
+            exchange,
+            None,
+            call.era,
+            client_capabilities=client_capabilities(call, caller),
+        )
+        key = (task_id, "task:" + caller.namespace)
+        return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
 
     return await server.tasks.start(caller.namespace, runner, Exchange())
 
@@ -796,34 +961,31 @@ def _no_op() -> None:
 
 
 async def _invoke(
-    tool: Tool,
+    server: McpServer,
+    call: Call,
+    caller: Caller,
+    exchange: Exchange,
+    started: Callable[[], None],
     ctx: ToolContext,
     arguments: dict[str, Any],
-    key: RequestId,
-    namespace: str,
-    started: Callable[[], None],
+    key: tuple[RequestId, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the tool (tracked under ``(namespace, key)`` when cancellable); its result."""
-    exchange = ctx._exchange
+    """Run ``call.tool`` with *ctx* (see :func:`run_target`); its result, as a tool result."""
+    tool = call.tool
+    assert tool is not None
     try:
-        if tool.cancellable:
-            registry = ctx.registry
-            async with registry.tracked(key, namespace) as tracked_request:
-                exchange._started(tracked_request, registry)
-                started()
-                value = await tool.fn(ctx, **arguments)
-        else:
-            started()
-            value = await tool.fn(ctx, **arguments)
-        return tool_result(value)
+        value = await run_target(
+            call, caller, exchange, started, lambda: tool.fn(ctx, **arguments), key
+        )
+        if isinstance(value, InputRequired):
+            return input_required(server, call, caller, value, tool.name)
+        return tool.result(value)
     except (RequestCancelled, trio.Cancelled, JsonRpcError):
         # A tool raising JsonRpcError asks for a protocol error (a failed task).
         raise
+    except ToolError as exc:
+        return error_result(str(exc))
     except Exception as exc:
-        cancelled = _find_cancellation(exc)
-        if cancelled is not None:
-            # A helper task of the tool stopped at checkpoint_cancelled().
-            raise cancelled from exc
         # A failing tool is a tool result, not a protocol error (MCP "isError").
         logger.exception("tool %r failed", tool.name)
         return error_result(f"{type(exc).__name__}: {exc}")
@@ -855,3 +1017,8 @@ _METHODS: Final[dict[str, _Method]] = {
     "tasks/cancel": _Method(tasks.tasks_cancel, frozenset({"modern"})),
     "tasks/update": _Method(tasks.tasks_update, frozenset({"modern"})),
 }
+
+
+# The features beyond tools (resources, prompts, completion, subscriptions)
+# serve from their own module; it imports this one, so it is bound last.
+from . import surface  # noqa: E402

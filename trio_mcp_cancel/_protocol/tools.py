@@ -5,13 +5,15 @@ Pure code with no I/O, used by the dispatcher (:mod:`.dispatch`).
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, get_type_hints
+from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
 
 import attrs
 
 from . import jsonrpc
+from .content import ToolResult, is_content, json_text, to_content
 
 __all__ = ["TaskSupport", "Tool", "ToolArgumentError", "make_tool", "tool_result"]
 
@@ -40,7 +42,7 @@ class ToolArgumentError(ValueError):
 
 @attrs.frozen
 class Tool:
-    """A registered tool: the function and the schema derived from its signature."""
+    """A registered tool: the function, its schemas and how to call it."""
 
     name: str
     description: str
@@ -54,13 +56,30 @@ class Tool:
     """Client capabilities the tool needs (``-32021`` when undeclared)."""
     task_support: TaskSupport = "forbidden"
     """Tasks extension: ``"forbidden"``, ``"optional"`` or ``"required"``."""
+    output_schema: Mapping[str, Any] | None = None
+    """When set, results carry ``structuredContent`` (checked to be an object)."""
+    annotations: Mapping[str, Any] | None = None
+    """``ToolAnnotations`` hints (``readOnlyHint``, ``destructiveHint``, ...)."""
+    title: str | None = None
+    extra_arguments: bool = False
+    """Arguments outside ``params`` are passed on (the function takes ``**kwargs``)."""
+    meta: Mapping[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "inputSchema": self.input_schema,
         }
+        if self.title is not None:
+            described["title"] = self.title
+        if self.output_schema is not None:
+            described["outputSchema"] = dict(self.output_schema)
+        if self.annotations:
+            described["annotations"] = dict(self.annotations)
+        if self.meta:
+            described["_meta"] = dict(self.meta)
+        return described
 
     def bind(self, arguments: object) -> dict[str, Any]:
         """Check *arguments* against the signature; raise :class:`ToolArgumentError`."""
@@ -69,7 +88,7 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolArgumentError("arguments must be an object")
         unknown = sorted(set(arguments) - set(self.params))
-        if unknown:
+        if unknown and not self.extra_arguments:
             raise ToolArgumentError(f"unknown argument {unknown[0]!r}"[:300])
         for name, (types, required) in self.params.items():
             if name not in arguments:
@@ -84,6 +103,79 @@ class Tool:
                 raise ToolArgumentError(f"{name!r} must be {expected}")
         return arguments
 
+    def result(self, value: object) -> dict[str, Any]:
+        """The ``CallToolResult`` for the tool's return *value* (see :func:`tool_result`)."""
+        result = tool_result(value, structured=self.output_schema is not None)
+        if self.output_schema is not None and not result["isError"]:
+            if not isinstance(result.get("structuredContent"), dict):
+                raise TypeError(f"tool {self.name!r} has an output schema: return a dict")
+        return result
+
+
+_SCHEMA_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def _doc_arguments(doc: str | None) -> dict[str, str]:
+    """Parameter descriptions from a Google-style ``Args:`` section of a docstring."""
+    found: dict[str, str] = {}
+    if not doc:
+        return found
+    lines = doc.splitlines()
+    inside = False
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            inside, current = True, None
+            continue
+        if not inside:
+            continue
+        if not stripped:
+            current = None
+            continue
+        if not line.startswith((" ", "\t")):
+            break  # the next section
+        head, sep, text = stripped.partition(":")
+        name = head.split("(")[0].strip()
+        if sep and name.isidentifier() and " " not in head.strip().split("(")[0]:
+            current = name
+            found[name] = text.strip()
+        elif current is not None:
+            found[current] = f"{found[current]} {stripped}".strip()
+    return found
+
+
+def _explicit_params(
+    name: str, fn: Callable[..., Any], schema: Mapping[str, Any]
+) -> tuple[dict[str, tuple[tuple[type, ...], bool]], bool]:
+    """What :meth:`Tool.bind` checks for a hand-written *schema*, and whether extras pass."""
+    if schema.get("type") != "object":
+        raise ValueError(f"tool {name!r}: inputSchema must have type 'object'")
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, Mapping) or not isinstance(required, list):
+        raise ValueError(f"tool {name!r}: inputSchema properties/required are malformed")
+    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = sorted(set(properties) - named)
+    if missing and not takes_kwargs:
+        raise TypeError(f"tool {name!r}: the function takes no parameter {missing[0]!r}")
+    params: dict[str, tuple[tuple[type, ...], bool]] = {}
+    for prop, spec in properties.items():
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        types = _SCHEMA_TYPES.get(kind, ()) if isinstance(kind, str) else ()
+        params[prop] = (types, prop in required)
+    extras = schema.get("additionalProperties", True) is not False and takes_kwargs
+    return params, extras
+
 
 def make_tool(
     fn: Callable[..., Awaitable[Any]],
@@ -92,12 +184,45 @@ def make_tool(
     cancellable: bool,
     client_capabilities: Mapping[str, Any] | None = None,
     task_support: TaskSupport = "forbidden",
+    *,
+    input_schema: Mapping[str, Any] | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``."""
+    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``.
+
+    Without *input_schema* the schema is derived from the signature: JSON
+    types from the annotations, defaults, and descriptions from
+    ``Annotated[T, "description"]`` or the docstring's ``Args:`` section.  A
+    given *input_schema* is sent exactly as written (``$schema``, ``$defs``,
+    ``additionalProperties``, ...) and only its top level is checked here.
+    """
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"tool {name!r} must be an async function")
+    raw_doc = inspect.getdoc(fn)
+    doc = description if description is not None else _summary(raw_doc)
+    # Clients and models pick tools by their description: never send an empty one.
+    doc = doc or f"The {name} tool."
+    if output_schema is not None and output_schema.get("type") != "object":
+        raise ValueError(f"tool {name!r}: outputSchema must have type 'object'")
+    extras: dict[str, Any] = dict(
+        cancellable=cancellable,
+        client_capabilities=dict(client_capabilities or {}),
+        output_schema=None if output_schema is None else dict(output_schema),
+        annotations=None if annotations is None else dict(annotations),
+        title=title,
+        meta=None if meta is None else dict(meta),
+        task_support=task_support,
+    )
+    if input_schema is not None:
+        schema = copy.deepcopy(dict(input_schema))
+        checks, extra_arguments = _explicit_params(name, fn, schema)
+        return Tool(name, doc, fn, schema, checks, extra_arguments=extra_arguments, **extras)
     signature = inspect.signature(fn)
-    hints = get_type_hints(fn)
+    hints = get_type_hints(fn, include_extras=True)
+    described = _doc_arguments(raw_doc)
     parameters = list(signature.parameters.values())[1:]  # the first is the ToolContext
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -105,8 +230,17 @@ def make_tool(
     for parameter in parameters:
         if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
             raise TypeError(f"tool {name!r}: parameter {parameter.name!r} must be named")
-        json_type, accepted = _JSON_TYPES.get(hints.get(parameter.name, Any), (None, ()))
+        hint = hints.get(parameter.name, Any)
+        if get_origin(hint) is Annotated:
+            base, *metadata = get_args(hint)
+            text = next((m for m in metadata if isinstance(m, str)), None)
+            if text is not None:
+                described[parameter.name] = text
+            hint = base
+        json_type, accepted = _JSON_TYPES.get(hint, (None, ()))
         prop: dict[str, Any] = {"type": json_type} if json_type else {}
+        if parameter.name in described:
+            prop["description"] = described[parameter.name]
         is_required = parameter.default is parameter.empty
         if is_required:
             required.append(parameter.name)
@@ -114,15 +248,22 @@ def make_tool(
             prop["default"] = parameter.default
         properties[parameter.name] = prop
         params[parameter.name] = (accepted, is_required)
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    schema = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
-    doc = description if description is not None else inspect.getdoc(fn)
-    # Clients and models pick tools by their description: never send an empty one.
-    doc = doc or f"The {name} tool."
-    return Tool(
-        name, doc, fn, schema, params, cancellable, dict(client_capabilities or {}), task_support
-    )
+    return Tool(name, doc, fn, schema, params, **extras)
+
+
+def _summary(doc: str | None) -> str | None:
+    """A docstring without its ``Args:`` section (that goes into the schema)."""
+    if not doc:
+        return doc
+    kept: list[str] = []
+    for line in doc.splitlines():
+        if line.strip() in ("Args:", "Arguments:", "Parameters:"):
+            break
+        kept.append(line)
+    return "\n".join(kept).strip()
 
 
 def _is_json(value: object) -> bool:
@@ -133,20 +274,31 @@ def _is_json(value: object) -> bool:
     return True
 
 
-def tool_result(value: object) -> dict[str, Any]:
+def tool_result(value: object, *, structured: bool = False) -> dict[str, Any]:
     """Wrap a tool's return value as a ``CallToolResult``.
 
-    ``None`` is no content, a string is one text block, anything else is
-    JSON text (a ``dict`` is also the ``structuredContent``).  A value that
-    is not strict JSON raises here, inside the tool's error handling.
+    ``None`` is no content; a string is one text block; a content object
+    (:class:`~.content.Text`, :class:`~.content.Image`, ...) or a list of
+    them is that content; a :class:`~.content.ToolResult` is taken as
+    written; anything else is JSON text, and a ``dict`` is also the
+    ``structuredContent`` (*structured*: a tool with an output schema, whose
+    plain ``dict`` result is that, rendered as JSON text for older
+    clients).  A value that is not strict JSON raises here, inside the
+    tool's error handling.
     """
+    if isinstance(value, ToolResult):
+        return value.to_wire()
     if value is None:
         return {"content": [], "isError": False}
     if isinstance(value, str):
         return {"content": [{"type": "text", "text": value}], "isError": False}
-    text = jsonrpc.encode(value).decode("ascii")
+    if is_content(value):
+        return {"content": [to_content(value)], "isError": False}
+    if isinstance(value, list) and value and all(is_content(item) for item in value):
+        return {"content": [to_content(item) for item in value], "isError": False}
+    text = json_text(value)
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
-    if isinstance(value, dict):
+    if isinstance(value, dict) or structured:
         result["structuredContent"] = value
     return result
 

@@ -1,0 +1,503 @@
+"""The fixtures of the official MCP conformance suite, served with this library's public API.
+
+``python3 dev.py conformance`` starts it and runs
+``@modelcontextprotocol/conformance server --requirements 2025-11-25`` and
+``--requirements 2026-07-28`` against it.  On its own::
+
+    python examples/conformance_server.py --port 3000   # --port 0: any free port
+
+serves both MCP eras on http://127.0.0.1:3000/mcp and prints that URL.
+Every fixture is an ordinary tool, resource or prompt, so this file is also
+a tour of the server API: content of every type, structured output, a
+hand-written JSON Schema, resources and templates, prompts and completion,
+logging, progress, list-changed notifications and multi round-trip
+requests (``InputRequired``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+from functools import partial
+from typing import Annotated, Any
+
+import trio
+
+from trio_mcp_cancel import open_registry
+from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.server import (
+    Audio,
+    EmbeddedResource,
+    Image,
+    InputRequired,
+    McpServer,
+    Message,
+    Text,
+    ToolContext,
+    ToolError,
+    elicit,
+    list_roots,
+    sample,
+)
+
+#: A 1x1 red PNG and a minimal WAV file.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+WAV = base64.b64decode("UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=")
+
+server = McpServer("trio-mcp-cancel-conformance", "1.0.0")
+
+
+# -- tools: content of every type ------------------------------------------------
+
+
+@server.tool()
+async def test_simple_text(ctx: ToolContext) -> str:
+    """Tests simple text content response."""
+    return "This is a simple text response for testing."
+
+
+@server.tool()
+async def test_image_content(ctx: ToolContext) -> Image:
+    """Tests image content response."""
+    return Image(PNG, "image/png")
+
+
+@server.tool()
+async def test_audio_content(ctx: ToolContext) -> Audio:
+    """Tests audio content response."""
+    return Audio(WAV, "audio/wav")
+
+
+@server.tool()
+async def test_embedded_resource(ctx: ToolContext) -> EmbeddedResource:
+    """Tests embedded resource content response."""
+    return EmbeddedResource(
+        "test://embedded-resource", "This is an embedded resource content.", "text/plain"
+    )
+
+
+@server.tool()
+async def test_multiple_content_types(ctx: ToolContext) -> list[Any]:
+    """Tests response with multiple content types (text, image, resource)."""
+    return [
+        Text("Multiple content types test:"),
+        Image(PNG, "image/png"),
+        EmbeddedResource(
+            "test://mixed-content-resource",
+            json.dumps({"test": "data", "value": 123}),
+            "application/json",
+        ),
+    ]
+
+
+@server.tool()
+async def test_error_handling(ctx: ToolContext) -> str:
+    """Tests error response handling."""
+    raise ToolError("This tool intentionally returns an error for testing")
+
+
+@server.tool()
+async def test_tool_with_logging(ctx: ToolContext) -> str:
+    """Tests a tool that emits log messages during execution."""
+    await ctx.log("info", "Tool execution started")
+    await trio.sleep(0.05)
+    await ctx.log("info", "Tool processing data")
+    await trio.sleep(0.05)
+    await ctx.log("info", "Tool execution completed")
+    return "Tool with logging executed successfully"
+
+
+@server.tool()
+async def test_logging_tool(ctx: ToolContext) -> str:
+    """Logs at info level: a modern client gets the messages only if it set a logLevel."""
+    await ctx.log("info", "test_logging_tool ran")
+    return "logged"
+
+
+@server.tool()
+async def test_tool_with_progress(ctx: ToolContext) -> str:
+    """Tests a tool that reports progress notifications."""
+    for step in (0, 50, 100):
+        await ctx.report_progress(step, 100, f"Completed step {step} of 100")
+        if step < 100:
+            await trio.sleep(0.05)
+    return str(ctx.progress_token)
+
+
+@server.tool(
+    input_schema={
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {
+            "address": {
+                "$anchor": "addressDef",
+                "type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+            }
+        },
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"},
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": False,
+    }
+)
+async def json_schema_2020_12_tool(ctx: ToolContext, **contact: Any) -> str:
+    """Tool with JSON Schema 2020-12 features, sent exactly as written."""
+    return "ok"
+
+
+@server.tool(
+    output_schema={
+        "type": "object",
+        "properties": {"sum": {"type": "number"}},
+        "required": ["sum"],
+    },
+    annotations={"readOnlyHint": True, "idempotentHint": True},
+)
+async def add(
+    ctx: ToolContext, a: Annotated[float, "first addend"], b: Annotated[float, "second"] = 0.0
+) -> dict[str, float]:
+    """Add two numbers (structured output)."""
+    return {"sum": a + b}
+
+
+# Legacy server-to-client requests (sampling, elicitation over the SSE back
+# channel) are out of scope: these fixtures say so as a tool error.
+_NO_BACK_CHANNEL = (
+    "server-to-client requests are not supported by this server; "
+    "use MCP 2026-07-28, where tools ask for input with InputRequired"
+)
+
+
+@server.tool()
+async def test_sampling(ctx: ToolContext, prompt: str) -> str:
+    """Tests server-initiated sampling (legacy back channel: not supported)."""
+    raise ToolError(_NO_BACK_CHANNEL)
+
+
+@server.tool()
+async def test_elicitation(ctx: ToolContext, message: str) -> str:
+    """Tests server-initiated elicitation (legacy back channel: not supported)."""
+    raise ToolError(_NO_BACK_CHANNEL)
+
+
+@server.tool()
+async def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
+    """Tests elicitation with defaults (legacy back channel: not supported)."""
+    raise ToolError(_NO_BACK_CHANNEL)
+
+
+@server.tool()
+async def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
+    """Tests elicitation with enums (legacy back channel: not supported)."""
+    raise ToolError(_NO_BACK_CHANNEL)
+
+
+@server.tool(client_capabilities={"sampling": {}})
+async def test_missing_capability(ctx: ToolContext) -> str:
+    """Needs the client's sampling capability (-32021 when it did not declare it)."""
+    return "the client declared sampling"
+
+
+# -- list-changed triggers ---------------------------------------------------------
+
+
+async def _dynamic_tool(ctx: ToolContext) -> str:
+    return "dynamic"
+
+
+async def _dynamic_prompt(ctx: ToolContext) -> str:
+    return "dynamic"
+
+
+@server.tool()
+async def test_trigger_tool_change(ctx: ToolContext) -> str:
+    """Adds or removes the tool 'test_dynamic_tool' (a tools list_changed notification)."""
+    if "test_dynamic_tool" in server.tools:
+        server.remove_tool("test_dynamic_tool")
+        return "removed test_dynamic_tool"
+    server.tool("test_dynamic_tool", description="Appears and disappears.")(_dynamic_tool)
+    return "added test_dynamic_tool"
+
+
+@server.tool()
+async def test_trigger_prompt_change(ctx: ToolContext) -> str:
+    """Adds or removes the prompt 'test_dynamic_prompt' (a prompts list_changed notification)."""
+    if "test_dynamic_prompt" in server.prompts.prompts:
+        server.remove_prompt("test_dynamic_prompt")
+        return "removed test_dynamic_prompt"
+    server.prompt("test_dynamic_prompt", description="Appears and disappears.")(_dynamic_prompt)
+    return "added test_dynamic_prompt"
+
+
+# -- multi round-trip requests (2026-07-28) ----------------------------------------
+
+_NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def _accepted(responses: Any, key: str) -> dict[str, Any] | None:
+    """The content of an accepted elicitation answer under *key*, if there is one."""
+    answer = responses.get(key) if isinstance(responses, dict) else None
+    if not isinstance(answer, dict) or answer.get("action") != "accept":
+        return None
+    content = answer.get("content")
+    return content if isinstance(content, dict) else None
+
+
+def _sampled_text(responses: Any, key: str) -> str | None:
+    answer = responses.get(key) if isinstance(responses, dict) else None
+    content = answer.get("content") if isinstance(answer, dict) else None
+    text = content.get("text") if isinstance(content, dict) else None
+    return text if isinstance(text, str) else None
+
+
+def _roots(responses: Any, key: str) -> list[str] | None:
+    answer = responses.get(key) if isinstance(responses, dict) else None
+    roots = answer.get("roots") if isinstance(answer, dict) else None
+    if not isinstance(roots, list):
+        return None
+    return [str(r.get("uri")) for r in roots if isinstance(r, dict)]
+
+
+@server.tool()
+async def test_input_required_result_elicitation(ctx: ToolContext) -> str | InputRequired:
+    """Asks the user's name (elicitation), then greets them."""
+    answer = _accepted(ctx.input_responses, "user_name")
+    if answer is None or not isinstance(answer.get("name"), str):
+        return InputRequired({"user_name": elicit("What is your name?", _NAME_SCHEMA)})
+    return f"Hello, {answer['name']}!"
+
+
+@server.tool()
+async def test_streaming_elicitation(ctx: ToolContext) -> str | InputRequired:
+    """Needs user input: asks for it with InputRequired, never with a server-to-client request."""
+    answer = _accepted(ctx.input_responses, "user_name")
+    if answer is None:
+        return InputRequired({"user_name": elicit("What is your name?", _NAME_SCHEMA)})
+    return f"Hello, {answer.get('name')}!"
+
+
+@server.tool()
+async def test_input_required_result_sampling(ctx: ToolContext) -> str | InputRequired:
+    """Asks the client's model a question (sampling), then reports the answer."""
+    text = _sampled_text(ctx.input_responses, "capital_question")
+    if text is None:
+        return InputRequired({"capital_question": sample("What is the capital of France?", 100)})
+    return f"The model answered: {text}"
+
+
+@server.tool()
+async def test_input_required_result_list_roots(ctx: ToolContext) -> str | InputRequired:
+    """Asks for the client's roots, then lists them."""
+    roots = _roots(ctx.input_responses, "client_roots")
+    if roots is None:
+        return InputRequired({"client_roots": list_roots()})
+    return f"Client roots: {', '.join(roots) or '(none)'}"
+
+
+@server.tool()
+async def test_input_required_result_request_state(ctx: ToolContext) -> str | InputRequired:
+    """Round-trips a sealed requestState."""
+    confirm_schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+    }
+    answer = _accepted(ctx.input_responses, "confirm")
+    if answer is None or ctx.request_state != {"awaiting": "confirm"}:
+        return InputRequired(
+            {"confirm": elicit("Please confirm", confirm_schema)}, state={"awaiting": "confirm"}
+        )
+    return f"state-ok: confirmed={answer.get('ok')}"
+
+
+@server.tool()
+async def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str | InputRequired:
+    """Asks for three inputs at once: elicitation, sampling and roots."""
+    responses = ctx.input_responses
+    name = _accepted(responses, "user_name")
+    greeting = _sampled_text(responses, "greeting")
+    roots = _roots(responses, "client_roots")
+    if name is None or greeting is None or roots is None or ctx.request_state != "all-three":
+        return InputRequired(
+            {
+                "user_name": elicit("What is your name?", _NAME_SCHEMA),
+                "greeting": sample("Generate a greeting", 50),
+                "client_roots": list_roots(),
+            },
+            state="all-three",
+        )
+    return f"{greeting} {name.get('name')} (roots: {', '.join(roots)})"
+
+
+@server.tool()
+async def test_input_required_result_multi_round(ctx: ToolContext) -> str | InputRequired:
+    """Two rounds of questions, the state carrying the first answer into the second."""
+    state = ctx.request_state
+    color_schema = {
+        "type": "object",
+        "properties": {"color": {"type": "string"}},
+        "required": ["color"],
+    }
+    if isinstance(state, dict) and state.get("round") == 2:
+        color = _accepted(ctx.input_responses, "step2")
+        if color is not None:
+            return f"{state['name']} likes {color.get('color')}"
+        return InputRequired(
+            {"step2": elicit("Step 2: What is your favorite color?", color_schema)}, state=state
+        )
+    name = _accepted(ctx.input_responses, "step1")
+    if isinstance(state, dict) and state.get("round") == 1 and name is not None:
+        return InputRequired(
+            {"step2": elicit("Step 2: What is your favorite color?", color_schema)},
+            state={"round": 2, "name": name.get("name")},
+        )
+    return InputRequired(
+        {"step1": elicit("Step 1: What is your name?", _NAME_SCHEMA)}, state={"round": 1}
+    )
+
+
+@server.tool()
+async def test_input_required_result_tampered_state(ctx: ToolContext) -> str | InputRequired:
+    """Seals its state; a tampered one is refused (-32602) before this code runs."""
+    answer = _accepted(ctx.input_responses, "confirm")
+    if answer is None or ctx.request_state is None:
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        return InputRequired({"confirm": elicit("Confirm?", schema)}, state={"approved": False})
+    return "state verified"
+
+
+@server.tool()
+async def test_input_required_result_capabilities(ctx: ToolContext) -> str | InputRequired:
+    """Asks only for what the client declared it can answer."""
+    declared = ctx.client_capabilities
+    if ctx.input_responses:
+        return f"received {', '.join(sorted(ctx.input_responses))}"
+    requests: dict[str, Any] = {}
+    if "elicitation" in declared:
+        requests["user_name"] = elicit("What is your name?", _NAME_SCHEMA)
+    if "sampling" in declared:
+        requests["greeting"] = sample("Generate a greeting", 50)
+    if "roots" in declared:
+        requests["client_roots"] = list_roots()
+    if not requests:
+        return "the client declared no input capability"
+    return InputRequired(requests)
+
+
+# -- resources ---------------------------------------------------------------------
+
+
+@server.resource("test://static-text", name="static-text", mime_type="text/plain")
+async def static_text(ctx: ToolContext) -> str:
+    """A static text resource."""
+    return "This is the content of the static text resource."
+
+
+@server.resource("test://static-binary", name="static-binary", mime_type="image/png")
+async def static_binary(ctx: ToolContext) -> bytes:
+    """A static binary resource (a PNG image)."""
+    return PNG
+
+
+@server.resource("test://watched-resource", name="watched-resource", mime_type="text/plain")
+async def watched_resource(ctx: ToolContext) -> str:
+    """A resource clients subscribe to."""
+    return "Watched resource content"
+
+
+@server.resource_template(
+    "test://template/{id}/data", name="template-data", mime_type="application/json"
+)
+async def template_data(ctx: ToolContext, id: str) -> str:
+    """A resource template: the id substituted into the data."""
+    return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+# -- prompts and completion ------------------------------------------------------------
+
+
+@server.prompt()
+async def test_simple_prompt(ctx: ToolContext) -> str:
+    """A simple prompt without arguments."""
+    return "This is a simple prompt for testing."
+
+
+@server.prompt()
+async def test_prompt_with_arguments(
+    ctx: ToolContext,
+    arg1: Annotated[str, "First test argument"],
+    arg2: Annotated[str, "Second test argument"],
+) -> str:
+    """A prompt with arguments."""
+    return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+
+
+@server.completion("prompt", "test_prompt_with_arguments", "arg1")
+async def complete_arg1(ctx: ToolContext, value: str, context: dict[str, str]) -> list[str]:
+    return [word for word in ("paris", "park", "party") if word.startswith(value)]
+
+
+@server.prompt()
+async def test_prompt_with_embedded_resource(
+    ctx: ToolContext, resourceUri: Annotated[str, "URI of the resource to embed"]
+) -> list[Any]:
+    """A prompt with an embedded resource."""
+    return [
+        EmbeddedResource(resourceUri, "Embedded resource content for testing.", "text/plain"),
+        Text("Please process the embedded resource above."),
+    ]
+
+
+@server.prompt()
+async def test_prompt_with_image(ctx: ToolContext) -> list[Any]:
+    """A prompt with an image."""
+    return [Image(PNG, "image/png"), Message("user", "Please analyze the image above.")]
+
+
+@server.prompt()
+async def test_input_required_result_prompt(ctx: ToolContext) -> str | InputRequired:
+    """A prompt that asks for context first (MRTR on prompts/get)."""
+    answer = _accepted(ctx.input_responses, "user_context")
+    if answer is None:
+        schema = {
+            "type": "object",
+            "properties": {"context": {"type": "string"}},
+            "required": ["context"],
+        }
+        return InputRequired(
+            {"user_context": elicit("What context should the prompt use?", schema)}
+        )
+    return f"Use this context: {answer.get('context')}"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3000, help="0 picks a free port")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    config = server_config(host=args.host, port=args.port)
+    async with open_registry(grace_period=2.0) as registry, trio.open_nursery() as nursery:
+        app = McpHttpApp(server, registry)
+        binds = await nursery.start(partial(serve, app, config, handle_signals=True))
+        print(f"conformance server: {binds[0]}/mcp", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        trio.run(main)
+    except* KeyboardInterrupt:
+        pass

@@ -1,0 +1,145 @@
+"""Resources, prompts, ``subscriptions/listen`` and MRTR over Streamable HTTP, in memory.
+
+The listen stream is a cancellation path: closing it (the modern client's way
+to stop listening) cancels the request, and nothing more is written to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+import trio.testing
+from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request
+
+from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+SUB_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+def build() -> McpServer:
+    server = McpServer("surface-http", "1.0")
+
+    @server.resource("test://doc", name="doc", mime_type="text/plain")
+    async def doc(ctx: ToolContext) -> str:
+        return "the doc"
+
+    @server.prompt()
+    async def ask(ctx: ToolContext) -> str | InputRequired:
+        """Asks for a topic first."""
+        answer = (ctx.input_responses or {}).get("topic")
+        if answer is None:
+            schema = {"type": "object", "properties": {"topic": {"type": "string"}}}
+            return InputRequired({"topic": elicit("Which topic?", schema)}, state="asked")
+        return f"Talk about {answer['content']['topic']} ({ctx.request_state})"
+
+    return server
+
+
+@asynccontextmanager
+async def serving(server: McpServer) -> AsyncIterator[tuple[AsgiClient, EventRecorder]]:
+    async with open_registry(grace_period=5) as registry:
+        events = EventRecorder.attach(registry)
+        app = McpHttpApp(server, registry)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(app, nursery)
+            async with client.lifespan():
+                yield client, events
+                with trio.fail_after(3600):
+                    await client.wait_all_done()
+        client.check()
+        assert_no_leaks(registry)
+
+
+def reply_of(exchange: HttpExchange) -> dict[str, Any]:
+    """The JSON-RPC response of a finished exchange, SSE or JSON."""
+    if exchange.is_sse:
+        return next(m for m in exchange.messages() if "id" in m)
+    body: dict[str, Any] = exchange.json()
+    return body
+
+
+def post(client: AsgiClient, message: dict[str, Any], name: str | None = None) -> HttpExchange:
+    return client.start("POST", modern_headers(message["method"], name), message)
+
+
+async def test_listen_over_http_ends_when_the_client_closes_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    async with serving(server) as (client, events):
+        listen = post(
+            client,
+            modern_request(
+                7, "subscriptions/listen", {"notifications": {"promptsListChanged": True}}
+            ),
+        )
+        ack = await listen.next_message()
+        assert listen.is_sse
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"] == {"promptsListChanged": True}
+
+        @server.prompt()
+        async def later(ctx: ToolContext) -> str:
+            return "x"
+
+        changed = await listen.next_message()
+        assert changed == {
+            "jsonrpc": "2.0",
+            "method": "notifications/prompts/list_changed",
+            "params": {"_meta": {SUB_ID: 7}},
+        }
+        listen.disconnect()
+        await listen.done.wait()
+        (event,) = events.of_type(RequestCancelledEvent)
+        assert (event.request_id, event.kind) == (7, "disconnect")
+        server.prompts_changed()
+        await trio.sleep(1)
+        assert listen.after_disconnect == []
+        assert server.subscriptions.listeners == set()
+
+
+async def test_modern_resource_read_and_prompt_mrtr_over_http(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    async with serving(server) as (client, _):
+        read = post(
+            client, modern_request(1, "resources/read", {"uri": "test://doc"}), "test://doc"
+        )
+        await read.done.wait()
+        reply = reply_of(read)
+        result = reply["result"]
+        assert result["contents"] == [
+            {"uri": "test://doc", "mimeType": "text/plain", "text": "the doc"}
+        ]
+        assert result["resultType"] == "complete"
+        assert (result["ttlMs"], result["cacheScope"]) == (0, "private")
+        # A wrong Mcp-Name header is refused (the header mirrors the uri).
+        wrong = post(client, modern_request(2, "resources/read", {"uri": "test://doc"}), "test://x")
+        await wrong.done.wait()
+        assert wrong.status == 400 and wrong.json()["error"]["code"] == -32020
+
+        caps = {"elicitation": {}}
+        first = post(
+            client, modern_request(3, "prompts/get", {"name": "ask"}, capabilities=caps), "ask"
+        )
+        await first.done.wait()
+        body = reply_of(first)
+        asked = body["result"]
+        assert asked["resultType"] == "input_required"
+        params = {
+            "name": "ask",
+            "inputResponses": {"topic": {"action": "accept", "content": {"topic": "trio"}}},
+            "requestState": asked["requestState"],
+        }
+        second = post(client, modern_request(4, "prompts/get", params, capabilities=caps), "ask")
+        await second.done.wait()
+        body = reply_of(second)
+        (message,) = body["result"]["messages"]
+        assert message["content"]["text"] == "Talk about trio (asked)"

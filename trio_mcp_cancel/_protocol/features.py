@@ -1,0 +1,192 @@
+"""What a server offers besides tools: resources, prompts, completion, subscriptions, MRTR state.
+
+:class:`ServerFeatures` is the registration half of
+:class:`~.dispatch.McpServer` (its decorators and the state they fill);
+the methods that serve them are in :mod:`.surface`.  Registering or removing
+anything while the server runs tells the ``subscriptions/listen`` streams
+that asked (``notifications/*/list_changed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+from .mrtr import StateSigner
+from .prompts import PromptSet, make_prompt
+from .resources import Resource, ResourceSet, ResourceTemplate
+from .subscriptions import SubscriptionHub
+
+__all__ = ["CacheScope", "ServerFeatures"]
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+CacheScope = Literal["public", "private"]
+
+
+class ServerFeatures:
+    """Resources, prompts, completers, the listen hub and the MRTR state signer."""
+
+    resources: ResourceSet
+    prompts: PromptSet
+    subscriptions: SubscriptionHub
+    state_signer: StateSigner
+    resource_ttl_ms: int
+    resource_cache_scope: CacheScope
+
+    def _init_features(
+        self,
+        state_secret: bytes | None,
+        state_ttl: float,
+        resource_ttl_ms: int,
+        resource_cache_scope: CacheScope,
+    ) -> None:
+        self.resources = ResourceSet()
+        self.prompts = PromptSet()
+        self.subscriptions = SubscriptionHub()
+        self.state_signer = (
+            StateSigner(ttl=state_ttl)
+            if state_secret is None
+            else StateSigner(state_secret, ttl=state_ttl)
+        )
+        if resource_ttl_ms < 0 or resource_cache_scope not in ("public", "private"):
+            raise ValueError("resource_ttl_ms must be >= 0, cache scope 'public' or 'private'")
+        self.resource_ttl_ms = resource_ttl_ms
+        self.resource_cache_scope = resource_cache_scope
+
+    # -- resources -----------------------------------------------------------
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        title: str | None = None,
+        size: int | None = None,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register ``async def read(ctx) -> str | bytes | list[ResourceData]`` for *uri*.
+
+        ``str`` is text content, ``bytes`` a blob (base64 on the wire).  The
+        read runs like a tool: cancellable, with progress and logging.
+        """
+
+        def register(fn: F) -> F:
+            doc = description if description is not None else _first_line(fn)
+            self.resources.add(
+                Resource(uri, name or fn.__name__, fn, doc, mime_type, title, size, annotations)
+            )
+            self.resources_changed()
+            return fn
+
+        return register
+
+    def resource_template(
+        self,
+        uri_template: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        title: str | None = None,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register ``async def read(ctx, **variables)`` for a URI template.
+
+        ``"test://items/{id}"`` makes ``resources/read`` of
+        ``test://items/42`` call ``read(ctx, id="42")``.
+        """
+
+        def register(fn: F) -> F:
+            doc = description if description is not None else _first_line(fn)
+            self.resources.add_template(
+                ResourceTemplate(
+                    uri_template, name or fn.__name__, fn, doc, mime_type, title, annotations
+                )
+            )
+            self.resources_changed()
+            return fn
+
+        return register
+
+    # -- prompts and completion ----------------------------------------------
+
+    def prompt(
+        self, name: str | None = None, *, description: str | None = None, title: str | None = None
+    ) -> Callable[[F], F]:
+        """Register ``async def fn(ctx, **arguments)`` as a prompt.
+
+        Its named parameters are the prompt's arguments (strings; required
+        unless they have a default; ``Annotated[str, "..."]`` describes one).
+        It returns a ``str``, a content object, or a list of those and
+        :class:`~trio_mcp_cancel.server.Message`.
+        """
+
+        def register(fn: F) -> F:
+            self.prompts.add(make_prompt(fn, name or fn.__name__, description, title))
+            self.prompts_changed()
+            return fn
+
+        return register
+
+    def completion(
+        self, ref: Literal["prompt", "resource"], name: str, argument: str
+    ) -> Callable[[F], F]:
+        """Register ``async def fn(ctx, value, context) -> list[str]`` completing one argument.
+
+        *ref* is ``"prompt"`` (then *name* is the prompt's name) or
+        ``"resource"`` (*name* is a URI template); *context* holds the
+        arguments the client already filled in.
+        """
+        kind = {"prompt": "ref/prompt", "resource": "ref/resource"}[ref]
+
+        def register(fn: F) -> F:
+            key = (kind, name, argument)
+            if key in self.prompts.completers:
+                raise ValueError(f"a completer for {key} is already registered")
+            self.prompts.completers[key] = fn
+            return fn
+
+        return register
+
+    # -- change notifications ----------------------------------------------------
+
+    def tools_changed(self) -> None:
+        """Tell listen streams that asked: ``notifications/tools/list_changed``."""
+        self.subscriptions.publish("notifications/tools/list_changed")
+
+    def prompts_changed(self) -> None:
+        self.subscriptions.publish("notifications/prompts/list_changed")
+
+    def resources_changed(self) -> None:
+        self.subscriptions.publish("notifications/resources/list_changed")
+
+    def resource_updated(self, uri: str) -> None:
+        """Tell listen streams subscribed to *uri*: ``notifications/resources/updated``."""
+        self.subscriptions.publish("notifications/resources/updated", {"uri": uri})
+
+    def remove_prompt(self, name: str) -> None:
+        del self.prompts.prompts[name]
+        self.prompts_changed()
+
+    def feature_capabilities(self, modern: bool) -> dict[str, Any]:
+        """The ``capabilities`` entries of the registered features.
+
+        ``listChanged``/``subscribe`` are promised only in the modern era,
+        where ``subscriptions/listen`` delivers them; the legacy era would
+        need the GET back channel, which this library does not serve.
+        """
+        capabilities: dict[str, Any] = {}
+        if self.resources:
+            capabilities["resources"] = {"listChanged": modern, "subscribe": modern}
+        if self.prompts.prompts:
+            capabilities["prompts"] = {"listChanged": modern}
+        if self.prompts.prompts or self.resources.templates:
+            capabilities["completions"] = {}
+        return capabilities
+
+
+def _first_line(fn: Callable[..., Any]) -> str | None:
+    doc = fn.__doc__
+    return doc.strip().splitlines()[0] if doc and doc.strip() else None

@@ -1,0 +1,178 @@
+"""Prompts (templates of messages) and argument completion.
+
+Pure code with no I/O.  A prompt is ``async def fn(ctx, **arguments)``
+whose named parameters are its arguments (all strings, as MCP sends them);
+it returns a ``str`` (one user text message), a content object (one user
+message), or a list of those and :class:`Message`.  A completer is
+``async def fn(ctx, value, context) -> list[str]`` for one argument of a
+prompt or a resource template.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
+
+import attrs
+
+from .content import to_content
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
+
+__all__ = [
+    "MAX_COMPLETIONS",
+    "Completer",
+    "Message",
+    "Prompt",
+    "PromptSet",
+    "completion_result",
+    "make_prompt",
+    "prompt_result",
+]
+
+#: MCP caps ``completion.values`` at 100 items.
+MAX_COMPLETIONS: Final = 100
+
+Completer = Callable[..., Awaitable[Sequence[str]]]
+
+
+@attrs.frozen
+class Message:
+    """One prompt message: a role and one content block (or a ``str``: text)."""
+
+    role: Literal["user", "assistant"]
+    content: object
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"role": self.role, "content": to_content(self.content)}
+
+
+@attrs.frozen
+class Prompt:
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    description: str
+    arguments: tuple[dict[str, Any], ...]
+    title: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.title is not None:
+            described["title"] = self.title
+        if self.arguments:
+            described["arguments"] = [dict(argument) for argument in self.arguments]
+        return described
+
+    def bind(self, arguments: object) -> dict[str, str]:
+        """Check *arguments*: an object of strings with every required one (``-32602``)."""
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict) or not all(
+            isinstance(v, str) for v in arguments.values()
+        ):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: arguments must map to strings")
+        known = {argument["name"] for argument in self.arguments}
+        unknown = sorted(set(arguments) - known)
+        if unknown:
+            raise JsonRpcError(
+                INVALID_PARAMS, f"Invalid params: unknown argument {unknown[0]!r}"[:200]
+            )
+        for argument in self.arguments:
+            if argument.get("required") and argument["name"] not in arguments:
+                raise JsonRpcError(
+                    INVALID_PARAMS, f"Invalid params: missing argument {argument['name']!r}"
+                )
+        return arguments
+
+
+def make_prompt(
+    fn: Callable[..., Awaitable[Any]], name: str, description: str | None, title: str | None
+) -> Prompt:
+    """Build a :class:`Prompt`; argument descriptions come from ``Annotated[str, "..."]``."""
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"prompt {name!r} must be an async function")
+    hints = get_type_hints(fn, include_extras=True)
+    arguments: list[dict[str, Any]] = []
+    for parameter in list(inspect.signature(fn).parameters.values())[1:]:
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise TypeError(f"prompt {name!r}: parameter {parameter.name!r} must be named")
+        argument: dict[str, Any] = {
+            "name": parameter.name,
+            "required": parameter.default is parameter.empty,
+        }
+        hint = hints.get(parameter.name)
+        if get_origin(hint) is Annotated:
+            text = next((m for m in get_args(hint)[1:] if isinstance(m, str)), None)
+            if text is not None:
+                argument["description"] = text
+        arguments.append(argument)
+    doc = description if description is not None else inspect.getdoc(fn)
+    return Prompt(name, fn, doc or f"The {name} prompt.", tuple(arguments), title)
+
+
+def prompt_result(value: object, description: str | None = None) -> dict[str, Any]:
+    """The ``GetPromptResult`` for a prompt function's return *value*."""
+    items = value if isinstance(value, list) else [value]
+    messages = [
+        item.to_wire()
+        if isinstance(item, Message)
+        else {"role": "user", "content": to_content(item)}
+        for item in items
+    ]
+    result: dict[str, Any] = {"messages": messages}
+    if description is not None:
+        result["description"] = description
+    return result
+
+
+@attrs.define
+class PromptSet:
+    prompts: dict[str, Prompt] = attrs.field(factory=dict)
+    completers: dict[tuple[str, str, str], Completer] = attrs.field(factory=dict)
+    """(``ref/prompt`` | ``ref/resource``, prompt name or URI template, argument) -> completer."""
+
+    def add(self, prompt: Prompt) -> None:
+        if prompt.name in self.prompts:
+            raise ValueError(f"prompt {prompt.name!r} is already registered")
+        self.prompts[prompt.name] = prompt
+
+    def find(self, name: object) -> Prompt:
+        prompt = self.prompts.get(name) if isinstance(name, str) else None
+        if prompt is None:
+            raise JsonRpcError(
+                INVALID_PARAMS, "Invalid params: unknown prompt", {"name": str(name)[:100]}
+            )
+        return prompt
+
+    def completer(self, params: Mapping[str, Any]) -> tuple[Completer | None, str, dict[str, str]]:
+        """The completer a ``completion/complete`` asks for, the value typed so far, the context."""
+        ref, argument = params.get("ref"), params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: ref and argument are required")
+        kind = ref.get("type")
+        key = ref.get("name") if kind == "ref/prompt" else ref.get("uri")
+        name, value = argument.get("name"), argument.get("value", "")
+        if kind not in ("ref/prompt", "ref/resource") or not isinstance(key, str):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: unknown ref type")
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise JsonRpcError(
+                INVALID_PARAMS, "Invalid params: argument name and value are strings"
+            )
+        if kind == "ref/prompt":
+            self.find(key)
+        context = params.get("context")
+        known = context.get("arguments") if isinstance(context, dict) else None
+        given = {k: v for k, v in (known or {}).items() if isinstance(v, str)}
+        return self.completers.get((kind, key, name)), value, given
+
+
+def completion_result(values: Sequence[str]) -> dict[str, Any]:
+    """``CompleteResult``: at most :data:`MAX_COMPLETIONS` values, with the total."""
+    values = [v for v in values if isinstance(v, str)]
+    return {
+        "completion": {
+            "values": values[:MAX_COMPLETIONS],
+            "total": len(values),
+            "hasMore": len(values) > MAX_COMPLETIONS,
+        }
+    }

@@ -1,0 +1,184 @@
+"""Resources: static ones and URI templates (RFC 6570 level 1), and how a read is answered.
+
+Pure code with no I/O.  A resource's reader is ``async def read(ctx, **vars)``
+returning ``str`` (text), ``bytes`` (a blob), or a list of
+:class:`ResourceData` for several contents; the dispatcher runs it like a
+tool, inside ``tracked()``, so ``resources/read`` is cancellable the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+from urllib.parse import unquote
+
+import attrs
+
+from .content import resource_contents
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
+
+__all__ = [
+    "RESOURCE_NOT_FOUND",
+    "Resource",
+    "ResourceData",
+    "ResourceSet",
+    "ResourceTemplate",
+    "read_result",
+]
+
+#: SEP-2164: an unknown URI is ``-32602`` with the URI in ``data`` (never empty contents).
+RESOURCE_NOT_FOUND: Final = INVALID_PARAMS
+_VARIABLE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+Reader = Callable[..., Awaitable[Any]]
+
+
+@attrs.frozen
+class ResourceData:
+    """One entry of a read's ``contents``: text or bytes, under its own URI and type."""
+
+    uri: str
+    content: str | bytes
+    mime_type: str | None = None
+
+
+def _described(fields: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        if value is not None:
+            fields[key] = value
+    return fields
+
+
+@attrs.frozen
+class Resource:
+    """A resource with a fixed URI."""
+
+    uri: str
+    name: str
+    reader: Reader
+    description: str | None = None
+    mime_type: str | None = None
+    title: str | None = None
+    size: int | None = None
+    annotations: Mapping[str, Any] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return _described(
+            {"uri": self.uri, "name": self.name},
+            {
+                "title": self.title,
+                "description": self.description,
+                "mimeType": self.mime_type,
+                "size": self.size,
+                "annotations": None if not self.annotations else dict(self.annotations),
+            },
+        )
+
+
+@attrs.frozen
+class ResourceTemplate:
+    """A family of resources: ``test://items/{id}`` matches ``test://items/42`` (``id="42"``).
+
+    Each ``{name}`` matches one non-empty path segment (no ``/``), percent-decoded.
+    """
+
+    uri_template: str
+    name: str
+    reader: Reader
+    description: str | None = None
+    mime_type: str | None = None
+    title: str | None = None
+    annotations: Mapping[str, Any] | None = None
+    pattern: re.Pattern[str] = attrs.field(init=False)
+    variables: tuple[str, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        variables = tuple(_VARIABLE.findall(self.uri_template))
+        if len(set(variables)) != len(variables):
+            raise ValueError(f"template {self.uri_template!r} repeats a variable")
+        parts = _VARIABLE.split(self.uri_template)
+        regex = "".join(
+            f"(?P<{part}>[^/]+)" if i % 2 else re.escape(part) for i, part in enumerate(parts)
+        )
+        object.__setattr__(self, "pattern", re.compile(regex))
+        object.__setattr__(self, "variables", variables)
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        found = self.pattern.fullmatch(uri)
+        if found is None:
+            return None
+        return {key: unquote(value) for key, value in found.groupdict().items()}
+
+    def describe(self) -> dict[str, Any]:
+        return _described(
+            {"uriTemplate": self.uri_template, "name": self.name},
+            {
+                "title": self.title,
+                "description": self.description,
+                "mimeType": self.mime_type,
+                "annotations": None if not self.annotations else dict(self.annotations),
+            },
+        )
+
+
+def _check_reader(reader: Reader, what: str, variables: Sequence[str] = ()) -> None:
+    if not inspect.iscoroutinefunction(reader):
+        raise TypeError(f"{what} must be read by an async function")
+    parameters = list(inspect.signature(reader).parameters)[1:]
+    missing = sorted(set(variables) - set(parameters))
+    if missing:
+        raise TypeError(f"{what}: the reader takes no parameter {missing[0]!r}")
+
+
+@attrs.define
+class ResourceSet:
+    """The server's resources and templates, in registration order."""
+
+    resources: dict[str, Resource] = attrs.field(factory=dict)
+    templates: dict[str, ResourceTemplate] = attrs.field(factory=dict)
+
+    def add(self, resource: Resource) -> None:
+        if resource.uri in self.resources:
+            raise ValueError(f"resource {resource.uri!r} is already registered")
+        _check_reader(resource.reader, f"resource {resource.uri!r}")
+        self.resources[resource.uri] = resource
+
+    def add_template(self, template: ResourceTemplate) -> None:
+        if template.uri_template in self.templates:
+            raise ValueError(f"template {template.uri_template!r} is already registered")
+        _check_reader(template.reader, f"template {template.uri_template!r}", template.variables)
+        self.templates[template.uri_template] = template
+
+    def find(self, uri: object) -> tuple[Reader, dict[str, str], str | None]:
+        """The reader of *uri*, its template variables and MIME type; ``-32602`` when unknown."""
+        if not isinstance(uri, str):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
+        resource = self.resources.get(uri)
+        if resource is not None:
+            return resource.reader, {}, resource.mime_type
+        for template in self.templates.values():
+            variables = template.match(uri)
+            if variables is not None:
+                return template.reader, variables, template.mime_type
+        raise JsonRpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri[:1000]})
+
+    def __bool__(self) -> bool:
+        return bool(self.resources or self.templates)
+
+
+def read_result(uri: str, value: object, mime_type: str | None) -> dict[str, Any]:
+    """The ``ReadResourceResult`` for a reader's return *value*."""
+    if isinstance(value, str | bytes):
+        return {"contents": [resource_contents(uri, value, mime_type)]}
+    if isinstance(value, ResourceData):
+        value = [value]
+    if isinstance(value, list) and value and all(isinstance(v, ResourceData) for v in value):
+        return {
+            "contents": [
+                resource_contents(item.uri, item.content, item.mime_type or mime_type)
+                for item in value
+            ]
+        }
+    raise TypeError("a resource reader must return str, bytes or a non-empty list of ResourceData")

@@ -1,0 +1,137 @@
+"""``subscriptions/listen``: the modern era's notification stream, and its fan-out.
+
+A client opens a listen request naming what it wants (``toolsListChanged``,
+``promptsListChanged``, ``resourcesListChanged``, ``resourceSubscriptions``);
+the server first acknowledges what it accepted
+(``notifications/subscriptions/acknowledged``), then sends each matching
+notification tagged with ``_meta["io.modelcontextprotocol/subscriptionId"]``.
+It is an ordinary tracked request, so it ends the way any request is
+cancelled: the client closes its HTTP stream, or sends
+``notifications/cancelled`` on stdio (and nothing more is sent after either),
+or the server shuts down.
+
+The :class:`SubscriptionHub` never blocks a publisher: each listener has a
+bounded queue, and one that falls too far behind is ended (with a complete
+result, so the client knows to re-list) instead of buffering without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
+
+__all__ = [
+    "META_SUBSCRIPTION_ID",
+    "Filter",
+    "Listener",
+    "SubscriptionHub",
+    "read_filter",
+]
+
+META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
+_LIST_CHANGED: Final = {
+    "toolsListChanged": "notifications/tools/list_changed",
+    "promptsListChanged": "notifications/prompts/list_changed",
+    "resourcesListChanged": "notifications/resources/list_changed",
+}
+_MAX_URIS: Final = 1000
+
+
+@attrs.frozen
+class Filter:
+    """What one listener asked for (and was granted)."""
+
+    methods: frozenset[str] = frozenset()
+    resource_uris: frozenset[str] = frozenset()
+
+    def wants(self, method: str, uri: str | None) -> bool:
+        if method == "notifications/resources/updated":
+            return uri is not None and uri in self.resource_uris
+        return method in self.methods
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            key: True for key, method in _LIST_CHANGED.items() if method in self.methods
+        }
+        if self.resource_uris:
+            wire["resourceSubscriptions"] = sorted(self.resource_uris)
+        return wire
+
+
+def read_filter(params: Mapping[str, Any], supported: frozenset[str]) -> Filter:
+    """The granted part of a listen request's ``notifications`` (``-32602`` when malformed).
+
+    *supported* names the filter keys this server can deliver; a request for
+    anything else is simply not granted (the acknowledgement says so).
+    """
+    wanted = params.get("notifications")
+    if not isinstance(wanted, dict):
+        raise JsonRpcError(INVALID_PARAMS, "Invalid params: notifications must be an object")
+    methods = frozenset(
+        method
+        for key, method in _LIST_CHANGED.items()
+        if wanted.get(key) is True and key in supported
+    )
+    uris = wanted.get("resourceSubscriptions", [])
+    if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+        raise JsonRpcError(INVALID_PARAMS, "Invalid params: resourceSubscriptions must be strings")
+    if len(uris) > _MAX_URIS:
+        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} resource URIs")
+    granted = frozenset(uris) if "resourceSubscriptions" in supported else frozenset()
+    return Filter(methods, granted)
+
+
+@attrs.define(eq=False)
+class Listener:
+    """One open listen stream's queue."""
+
+    filter: Filter
+    send: trio.MemorySendChannel[dict[str, Any]]
+    receive: trio.MemoryReceiveChannel[dict[str, Any]]
+    overflowed: bool = False
+
+
+@attrs.define(eq=False)
+class SubscriptionHub:
+    """Fans server notifications out to the listen streams that asked for them."""
+
+    queue_size: int = 64
+    listeners: set[Listener] = attrs.field(factory=set)
+
+    def open(self, filter: Filter) -> Listener:
+        send, receive = trio.open_memory_channel[dict[str, Any]](self.queue_size)
+        listener = Listener(filter, send, receive)
+        self.listeners.add(listener)
+        return listener
+
+    def close(self, listener: Listener) -> None:
+        self.listeners.discard(listener)
+        listener.send.close()
+        listener.receive.close()
+
+    def publish(self, method: str, params: Mapping[str, Any] | None = None) -> int:
+        """Queue a notification for every listener that wants it; never blocks.
+
+        Returns how many listeners got it.  A listener whose queue is full is
+        marked overflowed (its stream then ends).
+        """
+        uri = params.get("uri") if params is not None else None
+        delivered = 0
+        for listener in list(self.listeners):
+            if listener.overflowed or not listener.filter.wants(method, uri):
+                continue
+            message: dict[str, Any] = {"method": method, "params": dict(params or {})}
+            try:
+                listener.send.send_nowait(message)
+                delivered += 1
+            except trio.WouldBlock:
+                listener.overflowed = True
+                listener.send.close()  # wakes its stream, which then ends
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self.listeners.discard(listener)
+        return delivered

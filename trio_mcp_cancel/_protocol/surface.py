@@ -1,0 +1,231 @@
+"""The method-table entries for resources, prompts, completion and ``subscriptions/listen``.
+
+Each handler has the dispatch core's handler signature and is bound into
+:class:`~.dispatch.McpServer`'s method table (``METHODS``).  The methods
+that do work on the server's behalf (``resources/read``, ``prompts/get``,
+``subscriptions/listen``) have a *target* (``TARGETS``): the dispatcher
+finds it while classifying the message and then runs the work inside
+``tracked()`` like a tool call, so every cancellation form (a closed HTTP
+stream, ``notifications/cancelled``, a time limit, shutdown) stops it the
+same way, with the same admission limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from .._core.context import checkpoint_cancelled
+from .dispatch import (
+    _LEGACY,
+    Call,
+    Caller,
+    Exchange,
+    McpServer,
+    _Method,
+    input_required,
+    make_context,
+    run_target,
+)
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .mrtr import InputRequired
+from .prompts import completion_result, prompt_result
+from .resources import read_result
+from .subscriptions import META_SUBSCRIPTION_ID, read_filter
+from .tools import Tool
+from .versions import Era
+
+__all__ = ["LISTEN_POLL_INTERVAL", "METHODS", "TARGETS"]
+
+#: How often an idle listen stream looks at its cancellation flag (seconds).
+#: A cancel is seen at once when a notification arrives, else within this.
+LISTEN_POLL_INTERVAL: Final = 0.5
+_MODERN: Final[frozenset[Era]] = frozenset({"modern"})
+_LISTEN_FILTERS: Final = frozenset(
+    {"toolsListChanged", "promptsListChanged", "resourcesListChanged", "resourceSubscriptions"}
+)
+
+
+async def _never(*args: object) -> None:  # the fn of targets whose handler does the work
+    raise AssertionError("not called")
+
+
+def _target(name: str) -> Tool:
+    return Tool(name, name, _never, {}, {}, cancellable=True)
+
+
+def _cache(
+    server: McpServer, call: Call, result: dict[str, Any], *, listing: bool
+) -> dict[str, Any]:
+    """Modern results of lists and reads carry ``ttlMs`` and ``cacheScope`` (SEP-2549)."""
+    if call.era == "modern":
+        if listing:
+            result.setdefault("ttlMs", server.list_ttl_ms)
+            result.setdefault("cacheScope", "public")
+        else:
+            result.setdefault("ttlMs", server.resource_ttl_ms)
+            result.setdefault("cacheScope", server.resource_cache_scope)
+    return result
+
+
+def _params(call: Call) -> Mapping[str, Any]:
+    assert call.request is not None
+    return call.request.params
+
+
+# -- resources -----------------------------------------------------------------
+
+
+async def _list_resources(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    resources = [r.describe() for r in server.resources.resources.values()]
+    return _cache(server, call, {"resources": resources}, listing=True)
+
+
+async def _list_templates(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    templates = [t.describe() for t in server.resources.templates.values()]
+    return _cache(server, call, {"resourceTemplates": templates}, listing=True)
+
+
+def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+    server.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
+    return _target("resources/read")
+
+
+async def _read_resource(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    uri = _params(call)["uri"]
+    reader, variables, mime_type = server.resources.find(uri)
+    ctx = make_context(server, call, caller, exchange, uri)
+    value = await run_target(call, caller, exchange, started, lambda: reader(ctx, **variables))
+    if isinstance(value, InputRequired):
+        return input_required(server, call, caller, value, uri)
+    return _cache(server, call, read_result(uri, value, mime_type), listing=False)
+
+
+async def _subscribe(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    """Legacy ``resources/subscribe`` / ``unsubscribe``: accepted for a known URI.
+
+    Updates would travel on the legacy GET stream, which this library does
+    not serve (see README); the modern era subscribes with ``subscriptions/listen``.
+    """
+    uri = _params(call).get("uri")
+    if not isinstance(uri, str):
+        raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
+    return {}
+
+
+# -- prompts and completion ---------------------------------------------------------
+
+
+async def _list_prompts(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    prompts = [p.describe() for p in server.prompts.prompts.values()]
+    return _cache(server, call, {"prompts": prompts}, listing=True)
+
+
+def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+    server.prompts.find(params.get("name"))
+    return _target("prompts/get")
+
+
+async def _get_prompt(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    params = _params(call)
+    prompt = server.prompts.find(params.get("name"))
+    arguments = prompt.bind(params.get("arguments"))
+    ctx = make_context(server, call, caller, exchange, prompt.name)
+    value = await run_target(call, caller, exchange, started, lambda: prompt.fn(ctx, **arguments))
+    if isinstance(value, InputRequired):
+        return input_required(server, call, caller, value, prompt.name)
+    return prompt_result(value, prompt.description)
+
+
+async def _complete(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    completer, value, context = server.prompts.completer(_params(call))
+    if completer is None:
+        return completion_result([])
+    ctx = make_context(server, call, caller, exchange, "completion/complete")
+    return completion_result(list(await completer(ctx, value, context)))
+
+
+# -- subscriptions/listen -------------------------------------------------------------
+
+
+def _listen_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+    read_filter(params, _LISTEN_FILTERS)  # malformed: -32602 at once
+    return _target("subscriptions/listen")
+
+
+async def _listen(
+    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
+) -> dict[str, Any]:
+    """Acknowledge, then forward matching notifications until the request is cancelled."""
+    request = call.request
+    assert request is not None
+    granted = read_filter(request.params, _LISTEN_FILTERS)
+    tag = {META_SUBSCRIPTION_ID: request.id}
+    hub = server.subscriptions
+
+    async def body() -> dict[str, Any]:
+        listener = hub.open(granted)
+        try:
+            await exchange.notify(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/subscriptions/acknowledged",
+                    "params": {"notifications": granted.to_wire(), "_meta": tag},
+                }
+            )
+            while True:
+                await checkpoint_cancelled()
+                message: dict[str, Any] | None = None
+                with trio.move_on_after(LISTEN_POLL_INTERVAL):
+                    try:
+                        message = await listener.receive.receive()
+                    except trio.EndOfChannel:
+                        break  # overflowed: end the stream, the client re-lists
+                if message is None:
+                    continue
+                await checkpoint_cancelled()
+                params = {**message["params"], "_meta": tag}
+                await exchange.notify(
+                    {"jsonrpc": "2.0", "method": message["method"], "params": params}
+                )
+        finally:
+            hub.close(listener)
+        return {"_meta": dict(tag)}
+
+    result: dict[str, Any] = await run_target(call, caller, exchange, started, body)
+    return result
+
+
+METHODS: Final[dict[str, _Method]] = {
+    "resources/list": _Method(_list_resources),
+    "resources/templates/list": _Method(_list_templates),
+    "resources/read": _Method(_read_resource),
+    "resources/subscribe": _Method(_subscribe, _LEGACY),
+    "resources/unsubscribe": _Method(_subscribe, _LEGACY),
+    "prompts/list": _Method(_list_prompts),
+    "prompts/get": _Method(_get_prompt),
+    "completion/complete": _Method(_complete),
+    "subscriptions/listen": _Method(_listen, _MODERN),
+}
+
+TARGETS: Final[dict[str, Callable[[McpServer, Mapping[str, Any]], Tool]]] = {
+    "resources/read": _resource_target,
+    "prompts/get": _prompt_target,
+    "subscriptions/listen": _listen_target,
+}
