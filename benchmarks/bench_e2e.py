@@ -1,157 +1,208 @@
-"""Benchmark 4: requests/s of a no-op ``tools/call`` through hypercorn.
+"""Benchmark 4: no-op ``tools/call`` throughput, driven by ``wrk``, as ratios.
 
-One server (hypercorn's Trio worker on 127.0.0.1, ``McpHttpApp``) serves two
-tools with the same empty body: ``noop`` is tracked like every cancellable
-tool (a cancel scope, a registry entry, and a task watching for
-``http.disconnect`` while it runs), ``noop_untracked`` is registered with
-``cancellable=False`` and answered with none of that.  Concurrent httpx
-clients on keep-alive connections call one tool, then the other, round by
-round; the median of the rounds' paired time ratios is the cost of
-tracking (target: under 5%).  The server runs in a process of its own, so
-the client's work is not counted against it.
+Every server runs in a process of its own pinned to one core (``taskset``);
+``wrk`` (one thread) runs pinned to the other, so neither the load generator
+nor the benchmark's own Python counts against the server.  Variants, each at
+1, 16 and 64 keep-alive connections:
 
-What tracking costs per call is mostly one Trio task: the watcher that waits
-for ``http.disconnect`` while the tool runs (disconnect is cancellation, and
-a ``send()`` cannot detect it).  A tool that finishes in microseconds can
-opt out with ``cancellable=False``.
+* **floor**: hypercorn's Trio worker with a minimal ASGI app that parses
+  the JSON-RPC body and answers a result (:func:`benchmarks._servers.floor_app`);
+* **ours**, legacy session mode and modern stateless mode, the no-op tool
+  registered cancellable (the default: tracked, answered on an SSE stream
+  opened at once, watched for a disconnect) and ``cancellable=False``;
+* **the MCP Python SDK** (``mcp`` 2.x ``MCPServer`` streamable HTTP,
+  stateful sessions, SSE responses) on uvicorn (asyncio) and on hypercorn's
+  Trio worker (anyio on Trio), when ``mcp`` is installed.
+
+The variants are interleaved round by round (the order reversed every other
+round), and every ratio is the median of the ratios of the same round, so a
+slow spell of the machine lands on both sides of it.  Each wrk run is
+checked: no socket or HTTP errors, and the server's own count of tool calls
+is at least the number of responses wrk counted (so every response was a
+real call).  Targets (``RESULTS.md``): ours >= 95% of the floor;
+cancellable within 5% of ``cancellable=False``; from 16 to 64 connections
+ours drops no more than the floor.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from functools import partial
-from pathlib import Path
-from statistics import median
-from typing import Any
+import statistics
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 
-import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
-from trio_mcp_cancel import open_registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
-
-from ._common import Row, Timer, interleave, paired_ratio
+from . import _client, _wrk
+from ._client import Server
+from ._common import Row
 
 NAME = "e2e"
-ROOT = Path(__file__).resolve().parent.parent
-TARGET = 0.05
-CLIENTS = 8
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-server = McpServer("bench")
+BENCH = "4 e2e"
+CONNECTIONS = (1, 16, 64)
+FLOOR_TARGET = 0.95
+LAYER_TARGET = 0.05
 
 
-@server.tool()
-async def noop(ctx: ToolContext) -> str:
-    return "ok"
+@dataclass(frozen=True)
+class Variant:
+    key: str
+    label: str
+    kind: str
+    tool: str
+    modern: bool
 
 
-@server.tool(cancellable=False)
-async def noop_untracked(ctx: ToolContext) -> str:
-    return "ok"
+VARIANTS = (
+    Variant("floor", "bare hypercorn (trio worker), minimal ASGI JSON-RPC app", "floor", "noop", False),
+    Variant("legacy", "ours, legacy session, cancellable no-op", "ours", "noop", False),
+    Variant("legacy-nc", "ours, legacy session, `cancellable=False` no-op", "ours", "noop_fast", False),
+    Variant("modern", "ours, modern stateless, cancellable no-op", "ours", "noop", True),
+    Variant("modern-nc", "ours, modern stateless, `cancellable=False` no-op", "ours", "noop_fast", True),
+    Variant("sdk-uvicorn", "MCP SDK `MCPServer` on uvicorn (asyncio), session, SSE", "sdk-uvicorn", "noop", False),
+    Variant("sdk-hypercorn", "MCP SDK `MCPServer` on hypercorn trio worker (anyio/trio), session, SSE", "sdk-hypercorn", "noop", False),
+)
 
 
-async def _measure(url: str, n: int, repeats: int) -> dict[str, list[float]]:
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
-        reply = await client.post(url, headers=HEADERS, json=init)
-        headers = {**HEADERS, "mcp-session-id": reply.headers["mcp-session-id"]}
-        return await interleave(
-            {
-                "tracked": _timer(client, url, headers, "noop"),
-                "untracked": _timer(client, url, headers, "noop_untracked"),
-            },
-            n,
-            repeats,
+def sdk_installed() -> bool:
+    try:
+        import mcp  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@asynccontextmanager
+async def servers(kinds: set[str]) -> AsyncIterator[dict[str, Server]]:
+    """Start every server kind at once (their start-up is slow), sessions opened."""
+    async with AsyncExitStack() as stack:
+        started: dict[str, Server] = {}
+
+        async def start(kind: str) -> None:
+            started[kind] = await stack.enter_async_context(_client.server(kind))
+
+        for kind in sorted(kinds):
+            await start(kind)
+        for kind, server in started.items():
+            if kind != "floor":
+                await _client.initialize(server)
+        yield started
+
+
+async def _check(server: Server, variant: Variant) -> None:
+    """One call through our own client: the variant answers a real no-op result."""
+    reply = await _client.call(server, variant.tool, modern=variant.modern)
+    text = reply["result"]["content"][0]["text"] if reply and "result" in reply else None
+    if text != "ok":
+        raise RuntimeError(f"{variant.key}: unexpected reply {reply!r}")
+
+
+async def _measure(server: Server, variant: Variant, connections: int, seconds: int) -> float:
+    lua = _wrk.script(server, variant.tool, modern=variant.modern)
+    before = (await _client.stats(server))["calls"].get(variant.tool, 0)
+    result = await _wrk.run(lua, server.port, connections, seconds)
+    after = (await _client.stats(server))["calls"].get(variant.tool, 0)
+    if result.errors or after - before < result.requests or not result.requests:
+        raise RuntimeError(
+            f"{variant.key} x{connections}: {result.errors} errors, {result.requests} "
+            f"responses, {after - before} calls counted by the server"
         )
+    return result.rate
 
 
-def _timer(client: httpx.AsyncClient, url: str, headers: dict[str, str], tool: str) -> Timer:
-    async def timed(n: int) -> float:
-        per_client = n // CLIENTS
-        body: dict[str, Any] = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": tool}}
-
-        async def worker(offset: int) -> None:
-            for i in range(per_client):
-                reply = await client.post(url, headers=headers, json={**body, "id": offset + i})
-                assert _final(reply)["result"]["content"][0]["text"] == "ok"
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for c in range(CLIENTS):
-                nursery.start_soon(worker, c * per_client)
-        return time.perf_counter() - start
-
-    return timed
-
-
-def _final(reply: httpx.Response) -> Any:
-    """The JSON-RPC response: the body, or the last event of an SSE stream.
-
-    A cancellable call is answered on an SSE stream opened at once (so a
-    silent tool survives read timeouts); the untracked one with plain JSON.
-    """
-    if reply.headers["content-type"].startswith("text/event-stream"):
-        data = [line for line in reply.text.splitlines() if line.startswith("data: ")]
-        return json.loads(data[-1][6:])
-    return reply.json()
-
-
-def serve_forever() -> None:
-    """The server process: hypercorn on 127.0.0.1, its URL printed on stdout."""
-
-    async def main() -> None:
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            config = Config()
-            config.bind = ["127.0.0.1:0"]
-            config.errorlog = None
-            app = McpHttpApp(server, registry)
-            binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
-            print(binds[0], flush=True)
-
-    trio.run(main)
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 async def run(quick: bool) -> list[Row]:
-    n, repeats = (200, 3) if quick else (320, 21)
-    # The server gets a process (and a core) of its own, so the client's work
-    # does not count against it and the rates are the server's.
-    code = "from benchmarks.bench_e2e import serve_forever; serve_forever()"
-    process = await trio.lowlevel.open_process([sys.executable, "-c", code], cwd=ROOT, stdout=-1)
-    try:
-        assert process.stdout is not None
-        with trio.fail_after(30):
-            url = b""
-            while not url.endswith(b"\n"):
-                chunk = await process.stdout.receive_some()
-                if not chunk:
-                    raise RuntimeError("the benchmark server exited")
-                url += chunk
-        samples = await _measure(url.decode().strip() + "/mcp", n, repeats)
-    finally:
-        process.terminate()
-        with trio.move_on_after(10):
-            await process.wait()
-    overhead = paired_ratio(samples["tracked"], samples["untracked"]) - 1
-    rate = {name: 1 / median(values) for name, values in samples.items()}
-    return [
-        Row(
-            "4 e2e",
-            "no-op `tools/call` via hypercorn, untracked",
-            f"{rate['untracked']:,.0f} req/s",
-        ),
-        Row("4 e2e", "no-op `tools/call` via hypercorn, tracked", f"{rate['tracked']:,.0f} req/s"),
-        Row(
-            "4 e2e",
-            "tracking overhead (time per request, tracked / untracked - 1)",
-            f"{overhead:+.1%}",
-            f"< {TARGET:.0%}",
-            "PASS" if overhead < TARGET else "MISS",
-        ),
-    ]
+    variants = [v for v in VARIANTS if sdk_installed() or not v.kind.startswith("sdk")]
+    exe = _wrk.path() if quick else _wrk.ensure_installed()
+    rounds, seconds = (1, 1) if quick else (5, 2)
+    connections = (16,) if quick else CONNECTIONS
+    rows: list[Row] = []
+    async with servers({v.kind for v in variants}) as started:
+        for variant in variants:
+            await _check(started[variant.kind], variant)
+        if exe is None:
+            return [Row(BENCH, "throughput rows", "wrk not installed: not measured", "", "MISS")]
+        if quick:  # the smoke test: the two ends of the main ratio, one short run each
+            variants = variants[:2]
+        else:
+            for variant in variants:  # warm up every server and code path once
+                await _measure(started[variant.kind], variant, 16, 1)
+        rates: dict[tuple[str, int], list[float]] = {}
+        for round_ in range(rounds):
+            for conns in connections:
+                order = variants if round_ % 2 == 0 else variants[::-1]
+                for variant in order:
+                    rate = await _measure(started[variant.kind], variant, conns, seconds)
+                    rates.setdefault((variant.key, conns), []).append(rate)
+    keys = [v.key for v in variants]
+
+    def ratios(a: str, b: str, conns: int) -> list[float]:
+        return [x / y for x, y in zip(rates[(a, conns)], rates[(b, conns)], strict=True)]
+
+    for variant in variants:
+        cells = ", ".join(
+            f"{c}: {statistics.median(rates[(variant.key, c)]):,.0f}" for c in connections
+        )
+        rows.append(Row(BENCH, f"{variant.label}: req/s at connections", cells))
+    for key, era in (("legacy", "legacy"), ("modern", "modern")):
+        for conns in connections:
+            if key not in keys:
+                continue
+            values = ratios(key, "floor", conns)
+            ratio = statistics.median(values)
+            rows.append(
+                Row(
+                    BENCH,
+                    f"ours ({era}, cancellable) / floor, {conns} conn (round spread {_spread(values)})",
+                    f"{ratio:.1%}",
+                    f">= {FLOOR_TARGET:.0%}",
+                    "PASS" if ratio >= FLOOR_TARGET else "MISS",
+                )
+            )
+    for key in ("legacy", "modern"):
+        if f"{key}-nc" not in keys:
+            continue
+        for conns in connections:
+            values = [r - 1 for r in ratios(f"{key}-nc", key, conns)]
+            cost = statistics.median(values)
+            rows.append(
+                Row(
+                    BENCH,
+                    f"cancellation layer ({key}): time per call, cancellable / `cancellable=False`"
+                    f" - 1, {conns} conn (round spread {min(values):+.1%}..{max(values):+.1%})",
+                    f"{cost:+.1%}",
+                    f"<= {LAYER_TARGET:.0%}",
+                    "PASS" if cost <= LAYER_TARGET else "MISS",
+                )
+            )
+    if 16 in connections and 64 in connections:
+        floor_scale = statistics.median(
+            [a / b for a, b in zip(rates[("floor", 64)], rates[("floor", 16)], strict=True)]
+        )
+        for key in ("legacy", "modern"):
+            scale = statistics.median(
+                [a / b for a, b in zip(rates[(key, 64)], rates[(key, 16)], strict=True)]
+            )
+            rows.append(
+                Row(
+                    BENCH,
+                    f"ours ({key}) req/s at 64 / at 16 conn (floor's own: {floor_scale:.1%})",
+                    f"{scale:.1%}",
+                    f">= floor's {floor_scale:.1%}",
+                    "PASS" if scale >= floor_scale else "MISS",
+                )
+            )
+    for sdk in ("sdk-uvicorn", "sdk-hypercorn"):
+        if sdk not in keys:
+            continue
+        cells = ", ".join(
+            f"{c}: {statistics.median(ratios('legacy', sdk, c)):.2f}x" for c in connections
+        )
+        rows.append(Row(BENCH, f"ours (legacy, cancellable) / {sdk}, req/s ratio at connections", cells, "info"))
+    if not sdk_installed():
+        rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp uvicorn`)", "not available"))
+    return rows

@@ -17,10 +17,14 @@ so the cost of the warnings a flood provokes is part of the measurement
 Growth: the per-operation cost of ``cancel()`` (a new row), ``clear()``
 (removing one) and ``cancel()`` at the global cap (amortised batch
 eviction) with 1k, 10k and 100k rows in the table, ten rows per namespace.  The
-table is ``O(log n)`` per operation by design; the target is a cost ratio
-of at most 3x between the largest and the smallest table (linear growth
-would be 100x).  A control row does the same with a plain ``dict``: part of
-any growth is only the memory hierarchy meeting larger structures.
+table is ``O(log n)`` per operation by design.  A control does the same
+with a plain ``dict`` (set and delete the same keys), interleaved with them:
+part of any growth is only the memory hierarchy meeting larger structures,
+and a plain dict's own cost grows about 3x from 1k to 100k entries here.
+So the target is the library's growth *relative to the dict's* (the
+per-round ratio of the two growth ratios): at most ``log(100k) / log(1k)``
+= 1.67x, the most an ``O(log n)`` structure may add on top of what the
+memory hierarchy costs a dict (linear growth would be about 35x).
 """
 
 from __future__ import annotations
@@ -49,7 +53,6 @@ from trio_mcp_cancel import (
 from ._common import Row, Timer, fmt_ratio, fmt_time, interleave, paired_ratio, verdict
 
 NAME = "flood"
-GROWTH_TARGET = 3.0
 SEED = 20240604
 FLOOD_CONFIG = RegistryConfig(grace_period=3600.0, cleanup_interval=None)
 LOGGER = logging.getLogger("trio_mcp_cancel")
@@ -367,14 +370,30 @@ async def _growth(quick: bool) -> list[Row]:
         )
         rows.append(Row("3 growth", f"{label}: per op at table size", costs))
         ratio = paired_ratio(samples[f"{op}@{large}"], samples[f"{op}@{small}"])
-        is_control = op == "control"
+        rows.append(
+            Row("3 growth", f"{label}: ratio cost@{large // 1000}k / cost@{small // 1000}k",
+                fmt_ratio(ratio), "info")
+        )
+        if op == "control":
+            continue
+        relative = median(
+            (lib_large / lib_small) / (dict_large / dict_small)
+            for lib_large, lib_small, dict_large, dict_small in zip(
+                samples[f"{op}@{large}"],
+                samples[f"{op}@{small}"],
+                samples[f"control@{large}"],
+                samples[f"control@{small}"],
+                strict=True,
+            )
+        )
+        limit = math.log(large) / math.log(small)
         rows.append(
             Row(
                 "3 growth",
-                f"{label}: ratio cost@{large // 1000}k / cost@{small // 1000}k",
-                fmt_ratio(ratio),
-                "info" if is_control else f"<= {GROWTH_TARGET:g}x",
-                "" if is_control else verdict(ratio, GROWTH_TARGET),
+                f"{label}: its growth / a plain dict's growth, same rounds",
+                fmt_ratio(relative),
+                f"<= {limit:.2f}x (log {large // 1000}k / log {small // 1000}k)",
+                verdict(relative, limit),
             )
         )
     return rows

@@ -21,6 +21,7 @@ and none is per-request.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
@@ -55,11 +56,23 @@ def client_bucket(address: object) -> str | None:
     if isinstance(address, (tuple, list)) and address:
         address = address[0]
     if isinstance(address, str):
-        # Strip a zone index ("fe80::1%eth0"); it names our interface, not the peer.
-        try:
-            address = ipaddress.ip_address(address.split("%", 1)[0].strip("[]"))
-        except ValueError:
-            return None
+        return _bucket_of_text(address)
+    return _bucket_of_address(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bucket_of_text(address: str) -> str | None:
+    """:func:`client_bucket` of a textual address, cached: every HTTP request
+    asks for its client's bucket, and parsing an address costs more than the
+    rest of a no-op call's routing."""
+    # Strip a zone index ("fe80::1%eth0"); it names our interface, not the peer.
+    try:
+        return _bucket_of_address(ipaddress.ip_address(address.split("%", 1)[0].strip("[]")))
+    except ValueError:
+        return None
+
+
+def _bucket_of_address(address: object) -> str | None:
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)

@@ -78,6 +78,7 @@ from ..._protocol.jsonrpc import JsonRpcError, Message
 from ..._protocol.versions import Era
 from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
+from .lazy import await_then
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
 from .shared import SessionSharing
@@ -530,9 +531,15 @@ class McpHttpApp:
             stream.start()
         async with trio.open_nursery() as nursery:
             self._start_writer(writer, nursery)
-            nursery.start_soon(self._watch, receive, exchange, stream, era)
+
+            def watch() -> None:
+                nursery.start_soon(self._watch, receive, exchange, stream, era)
+
             try:
-                reply = await self.server.run(call, caller, exchange, allow_silence=stream.sse)
+                # The watcher starts when the call first suspends: one that
+                # never does cannot be disconnected from mid-way (see lazy.py).
+                run = self.server.run(call, caller, exchange, allow_silence=stream.sse)
+                reply = await await_then(run, watch)
                 stream.finish(reply)
                 await self._drain(writer)
             finally:

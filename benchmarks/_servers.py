@@ -1,0 +1,226 @@
+"""The servers the end-to-end benchmarks drive, each in a process of its own.
+
+``python -m benchmarks._servers KIND`` binds 127.0.0.1 on an ephemeral port,
+prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
+
+* ``floor``: hypercorn's Trio worker and a minimal ASGI app that reads the
+  body, parses the JSON-RPC request and answers a no-op tool result as JSON.
+  Nothing can serve a ``tools/call`` over hypercorn for less: it is the
+  floor every other row is a ratio of.
+* ``ours``: :class:`~trio_mcp_cancel.http.McpHttpApp` on the same hypercorn
+  worker, with the same ``Config``; both eras on one endpoint.
+* ``sdk-uvicorn``: the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``,
+  its streamable HTTP app, stateful sessions, SSE responses) on uvicorn
+  (asyncio event loop, h11; uvloop and httptools when installed).
+* ``sdk-hypercorn``: the same SDK app on hypercorn's Trio worker (anyio on
+  its Trio backend).
+
+Every server has the same tools: ``noop`` (returns ``"ok"``; ours also has
+``noop_fast``, the same body registered ``cancellable=False``), ``slow``
+(reports progress 1, so the client knows it runs, then waits to be
+cancelled and records, by ``time.perf_counter()`` -- ``CLOCK_MONOTONIC``,
+shared by every process -- when it saw the cancellation), and ``stats``
+(calls counted, cancellation times seen, and a cProfile switch).  Limits
+that would refuse 10,000 concurrent calls are raised: that many in flight is
+what the memory benchmark measures.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import json
+import socket
+import sys
+import time
+from functools import partial
+from typing import Any
+
+import trio
+
+from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+#: Tool calls answered, per tool; cancellation times seen, per ``key``.
+CALLS: dict[str, int] = {}
+SEEN: dict[str, float] = {}
+PROFILE: dict[str, Any] = {}
+IN_FLIGHT = 0
+
+
+def _count(tool: str) -> None:
+    CALLS[tool] = CALLS.get(tool, 0) + 1
+
+
+def _stats(action: str, path: str) -> dict[str, Any]:
+    """The ``stats`` tool: counters, or start/stop a profile of this process."""
+    if action == "profile-start":
+        profile = cProfile.Profile()
+        PROFILE["p"] = profile
+        profile.enable()
+    elif action == "profile-stop":
+        profile = PROFILE.pop("p")
+        profile.disable()
+        profile.dump_stats(path)
+    elif action == "reset":
+        CALLS.clear()
+        SEEN.clear()
+    elif action == "gc":
+        gc.collect()
+    return {"calls": dict(CALLS), "seen": dict(SEEN), "in_flight": IN_FLIGHT}
+
+
+def _hypercorn_config() -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.errorlog = None
+    config.accesslog = None
+    config.backlog = 4096
+    return config
+
+
+async def _serve_hypercorn_trio(app: Any) -> None:
+    from hypercorn.trio import serve
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, _hypercorn_config()))
+        print("READY", binds[0].rsplit(":", 1)[1], flush=True)
+
+
+# -- floor -------------------------------------------------------------------
+
+
+async def floor_app(scope: Any, receive: Any, send: Any) -> None:
+    """Parse one JSON-RPC request, answer a no-op tool result; nothing else."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    request = json.loads(body)
+    if request["params"]["name"] == "stats":  # the harness's counters (not timed)
+        text = json.dumps(_stats(**request["params"]["arguments"]))
+    else:
+        _count("noop")
+        text = "ok"
+    result = {"content": [{"type": "text", "text": text}], "isError": False}
+    reply = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply})
+
+
+# -- ours --------------------------------------------------------------------
+
+
+def _ours_app(registry: Any) -> Any:
+    server = McpServer("bench", max_concurrent_calls=None, max_calls_per_tenant=None)
+    waiting: dict[tuple[str, object], trio.Event] = {}
+
+    @server.tool()
+    async def noop(ctx: ToolContext) -> str:
+        _count("noop")
+        return "ok"
+
+    @server.tool(cancellable=False)
+    async def noop_fast(ctx: ToolContext) -> str:
+        _count("noop_fast")
+        return "ok"
+
+    @server.tool()
+    async def slow(ctx: ToolContext, key: str) -> str:
+        """Wait to be cancelled; note when the flag was seen."""
+        global IN_FLIGHT
+        IN_FLIGHT += 1
+        flagged = waiting[(ctx.namespace, ctx.request_id)] = trio.Event()
+        try:
+            await ctx.report_progress(1)
+            with trio.move_on_after(600):
+                await flagged.wait()  # set by the registry's event, see on_event
+                SEEN[key] = time.perf_counter()
+                assert ctx.cancelled()
+                await ctx.checkpoint()  # raises RequestCancelled: the stream ends
+            return "not cancelled"
+        finally:
+            IN_FLIGHT -= 1
+            waiting.pop((ctx.namespace, ctx.request_id), None)
+
+    @server.tool(cancellable=False)
+    async def stats(ctx: ToolContext, action: str = "", path: str = "") -> str:
+        return json.dumps(_stats(action, path))
+
+    def on_event(event: object) -> None:
+        # The flag is set synchronously with this event; the tool, a task
+        # like any polling tool, sees it on its next scheduler pass.
+        if isinstance(event, RequestCancelledEvent):
+            flagged = waiting.get((event.namespace, event.request_id))
+            if flagged is not None:
+                flagged.set()
+
+    registry.subscribe(on_event)
+    return McpHttpApp(
+        server,
+        registry,
+        max_sessions_per_tenant=1000,
+        max_concurrent_requests=100_000,
+        keepalive_interval=None,
+    )
+
+
+async def _serve_ours() -> None:
+    async with open_registry() as registry:
+        await _serve_hypercorn_trio(_ours_app(registry))
+
+
+def _sdk_app() -> Any:
+    from ._sdk_server import app
+
+    return app()
+
+
+def _serve_sdk_uvicorn() -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4096)
+    config = uvicorn.Config(
+        _sdk_app(), log_level="warning", access_log=False, lifespan="on", backlog=4096
+    )
+    print("READY", sock.getsockname()[1], flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def main(kind: str) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if kind == "floor":
+        trio.run(_serve_hypercorn_trio, floor_app)
+    elif kind == "ours":
+        trio.run(_serve_ours)
+    elif kind == "sdk-hypercorn":
+        trio.run(_serve_hypercorn_trio, _sdk_app())
+    elif kind == "sdk-uvicorn":
+        _serve_sdk_uvicorn()
+    else:
+        raise SystemExit(f"unknown server kind {kind!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

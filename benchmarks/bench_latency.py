@@ -1,0 +1,165 @@
+"""Benchmark 5: cancel latency over real sockets, ours and the MCP SDK's.
+
+The server (pinned to its core, see :mod:`benchmarks._servers`) runs a
+``slow`` tool that reports progress once and then waits to be cancelled;
+the client (this process, pinned to the other core; raw HTTP/1.1 on Trio
+sockets) waits for that progress event, so the tool is known to run, and
+then cancels it.  Both sides read ``time.perf_counter()``
+(``CLOCK_MONOTONIC``, one clock for every process on the machine):
+
+* **notification -> flag**: from just before the client writes
+  ``notifications/cancelled`` (legacy session, its own keep-alive
+  connection) to the moment the tool sees the cancellation.  Ours: the tool
+  is woken by the registry's ``request.cancelled`` event, emitted as the
+  polled flag is set, so this includes the scheduler pass a polling tool
+  would need too; the SDK: the tool's ``CancelledError`` (the SDK has no
+  flag, it cancels the handler).
+* **notification -> end of stream**: from the same moment to the client
+  having read the end of the call's response stream.
+* **stream close -> flag**: from just before the client closes the call's
+  connection to the tool seeing the cancellation (ours: modern, where a
+  close is the way to cancel, and legacy; the SDK: legacy, where it may
+  never come: then the row says how many of the calls were never
+  cancelled within the wait).
+
+Targets: notification -> flag p99 <= 1.5 ms, stream close -> flag p99 <= 1 ms.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from . import _client
+from ._client import Connection, Server
+from ._common import Row
+
+NAME = "latency"
+BENCH = "5 cancel latency"
+NOTIFY_TARGET = 1.5e-3
+CLOSE_TARGET = 1.0e-3
+#: How long to wait for an SDK cancellation that may never come.
+WAIT = 2.0
+_keys = iter(range(10**9))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _fmt(values: list[float]) -> str:
+    return f"p50 {_pct(values, 0.5) * 1e3:.3f} ms, p99 {_pct(values, 0.99) * 1e3:.3f} ms"
+
+
+async def _start_slow(server: Server, *, modern: bool) -> tuple[Connection, str, int]:
+    """Open a connection, start a ``slow`` call on it, return once it runs."""
+    key = f"k{next(_keys)}"
+    conn = await Connection.open(server.port)
+    body = _client.call_body("slow", {"key": key}, modern=modern, progress=True)
+    request_id = int(body.split(b'"id":', 1)[1].split(b",", 1)[0].split(b"}", 1)[0])
+    await conn.send(body, _client.call_headers(server, "slow", modern=modern))
+    await conn.read_until(b"notifications/progress")
+    return conn, key, request_id
+
+
+async def _end_of_stream(conn: Connection) -> bool:
+    """Read until the chunked response ends (or the connection closes)."""
+    try:
+        await conn.read_until(b"\r\n0\r\n\r\n")
+    except EOFError:
+        pass
+    return True
+
+
+async def notification(server: Server, samples: int) -> tuple[list[float], list[float], int]:
+    """(notification -> flag, notification -> end of stream, calls never cancelled)."""
+    control = await Connection.open(server.port)
+    sent: dict[str, float] = {}
+    ends: list[float] = []
+    try:
+        for _ in range(samples):
+            conn, key, request_id = await _start_slow(server, modern=False)
+            note = (
+                b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}'
+                % request_id
+            )
+            headers = _client.call_headers(server, "", modern=False)
+            sent[key] = time.perf_counter()
+            await control.send(note, headers)
+            with trio.move_on_after(WAIT):
+                await _end_of_stream(conn)
+                ends.append(time.perf_counter() - sent[key])
+            await control.response()
+            await conn.aclose()
+    finally:
+        await control.aclose()
+    return await _flags(server, sent), ends, 0
+
+
+async def close(server: Server, samples: int, *, modern: bool) -> tuple[list[float], int]:
+    """(stream close -> flag, calls never cancelled)."""
+    sent: dict[str, float] = {}
+    for _ in range(samples):
+        conn, key, _ = await _start_slow(server, modern=modern)
+        sent[key] = time.perf_counter()
+        await conn.aclose()
+        # Give the server its core back before the next sample, as a client
+        # pausing between calls would.
+        await trio.sleep(0.002)
+    await trio.sleep(0.2 if len(sent) < 50 else 0.5)
+    flags = await _flags(server, sent)
+    return flags, len(sent) - len(flags)
+
+
+async def _flags(server: Server, sent: dict[str, float]) -> list[float]:
+    deadline = trio.current_time() + WAIT
+    while True:
+        seen = (await _client.stats(server))["seen"]
+        if all(key in seen for key in sent) or trio.current_time() > deadline:
+            return [seen[key] - t for key, t in sent.items() if key in seen]
+        await trio.sleep(0.05)
+
+
+def _row(label: str, values: list[float], never: int, total: int, target: float | None) -> Row:
+    if not values:
+        text = f"never: {never} of {total} calls not cancelled in {WAIT:g} s"
+        if target is None:
+            return Row(BENCH, label, text, "info")
+        return Row(BENCH, label, text, f"p99 <= {target * 1e3:g} ms", "MISS")
+    text = _fmt(values) + ("" if not never else f"; {never} of {total} never cancelled")
+    if target is None:
+        return Row(BENCH, label, text, "info")
+    p99 = _pct(values, 0.99)
+    ok = p99 <= target and not never
+    return Row(BENCH, label, text, f"p99 <= {target * 1e3:g} ms", "PASS" if ok else "MISS")
+
+
+async def run(quick: bool) -> list[Row]:
+    from .bench_e2e import sdk_installed
+
+    samples = 3 if quick else 200
+    rows: list[Row] = []
+    kinds = ["ours"] + (["sdk-uvicorn"] if sdk_installed() else [])
+    for kind in kinds:
+        who = "ours" if kind == "ours" else "MCP SDK (uvicorn)"
+        async with _client.server(kind) as server:
+            await _client.initialize(server)
+            await notification(server, 2)  # warm up
+            flags, ends, _ = await notification(server, samples)
+            ours = kind == "ours"  # the targets are ours; the SDK's rows are for comparison
+            rows.append(_row(f"{who}: notification -> tool sees it", flags, 0, samples,
+                             NOTIFY_TARGET if ours else None))
+            rows.append(_row(f"{who}: notification -> client has the end of its stream", ends,
+                             samples - len(ends), samples, None))
+            eras = (True, False) if kind == "ours" else (False,)
+            for modern in eras:
+                era = "modern" if modern else "legacy"
+                n = samples if kind == "ours" else min(samples, 20)  # the SDK's may pile up
+                flags, never = await close(server, n, modern=modern)
+                rows.append(_row(f"{who} ({era}): stream close -> tool sees it", flags, never, n,
+                                 CLOSE_TARGET if ours else None))
+    if len(kinds) == 1:
+        rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp`)", "not available"))
+    return rows
