@@ -47,6 +47,7 @@ from ._core.namespace import (
     namespace_for,
     namespace_from_asgi,
 )
+from ._core.process import ProcessResult, run_process
 from ._core.registry import (
     CancelOutcome,
     Registry,
@@ -82,6 +83,7 @@ __all__ = [
     "InvalidRequestId",
     "LimitReachedEvent",
     "OverrunEvent",
+    "ProcessResult",
     "Registry",
     "RegistryClosed",
     "RegistryConfig",
@@ -100,6 +102,7 @@ __all__ = [
     "namespace_from_asgi",
     "open_registry",
     "reason",
+    "run_process",
     "sanitize_reason",
     "tracked",
     "validate_request_id",
