@@ -40,6 +40,7 @@ from ._core.events import (
     LimitReachedEvent,
     OverrunEvent,
     RequestCancelledEvent,
+    ThreadAbandonedEvent,
 )
 from ._core.namespace import (
     GLOBAL_NAMESPACE,
@@ -57,6 +58,7 @@ from ._core.registry import (
     tracked,
 )
 from ._core.request import Cancellation, TrackedRequest
+from ._core.threads import CancelToken, cancel_token, run_sync
 from ._core.validation import (
     MAX_ID_BYTES,
     RequestId,
@@ -73,6 +75,7 @@ __all__ = [
     "REQUEST_CANCELLED",
     "CancelKind",
     "CancelOutcome",
+    "CancelToken",
     "Cancellation",
     "CancellationError",
     "CancellationLimitReached",
@@ -91,7 +94,9 @@ __all__ = [
     "RequestCancelledEvent",
     "RequestId",
     "RequestLike",
+    "ThreadAbandonedEvent",
     "TrackedRequest",
+    "cancel_token",
     "cancelled",
     "checkpoint_cancelled",
     "client_bucket",
@@ -103,6 +108,7 @@ __all__ = [
     "open_registry",
     "reason",
     "run_process",
+    "run_sync",
     "sanitize_reason",
     "tracked",
     "validate_request_id",

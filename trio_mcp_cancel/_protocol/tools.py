@@ -5,12 +5,14 @@ Pure code with no I/O, used by the dispatcher (:mod:`.dispatch`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, get_type_hints
 
 import attrs
 
+from .._core.threads import run_sync
 from . import jsonrpc
 
 __all__ = ["Tool", "ToolArgumentError", "make_tool", "tool_result"]
@@ -86,9 +88,14 @@ def make_tool(
     cancellable: bool,
     client_capabilities: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``."""
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"tool {name!r} must be an async function")
+    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``, or a plain ``def``.
+
+    A plain function is a *sync tool*: it runs in a worker thread (see
+    :func:`_threaded`), so blocking code never stalls the event loop.
+    """
+    if not callable(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise TypeError(f"tool {name!r} must be an async function or a plain function")
+    run = fn if inspect.iscoroutinefunction(fn) else _threaded(fn, name)
     signature = inspect.signature(fn)
     hints = get_type_hints(fn)
     parameters = list(signature.parameters.values())[1:]  # the first is the ToolContext
@@ -113,7 +120,27 @@ def make_tool(
     doc = description if description is not None else inspect.getdoc(fn)
     # Clients and models pick tools by their description: never send an empty one.
     doc = doc or f"The {name} tool."
-    return Tool(name, doc, fn, schema, params, cancellable, dict(client_capabilities or {}))
+    return Tool(name, doc, run, schema, params, cancellable, dict(client_capabilities or {}))
+
+
+def _threaded(fn: Callable[..., Any], name: str) -> Callable[..., Awaitable[Any]]:
+    """Run a sync tool in a worker thread bound to its request.
+
+    The thread sees the polled flag (``cancelled()``, ``ctx.cancelled``,
+    ``cancel_token()``); at the hard cancel it is abandoned, the request
+    ends on time and a ``thread.abandoned`` event is emitted.  ``async``
+    ``ctx`` methods are called from the thread with ``trio.from_thread.run``.
+    """
+
+    @functools.wraps(fn)
+    async def run_in_thread(ctx: Any, **arguments: Any) -> Any:
+        return await run_sync(
+            functools.partial(fn, ctx, **arguments),
+            events=ctx.registry.events,
+            thread_name=f"trio_mcp_cancel tool {name}"[:200],
+        )
+
+    return run_in_thread
 
 
 def _is_json(value: object) -> bool:
