@@ -163,6 +163,34 @@ async def test_the_hard_cancel_kills_the_grandchildren_too(registry: Registry) -
     await wait_gone(pids[0])  # SIGKILL went to the whole group
 
 
+# Ignores SIGTERM itself and waits for a grandchild that does not (and says "ready"
+# once it has restored SIGTERM: an ignored signal stays ignored across exec).
+WAITS_FOR_GRANDCHILD = (
+    "import signal, subprocess, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    " g = subprocess.Popen([sys.executable, '-c', 'import signal, time;"
+    " signal.signal(signal.SIGTERM, signal.SIG_DFL); print(\\'ready\\', flush=True);"
+    " time.sleep(60)']);"
+    " sys.exit(g.wait() == -signal.SIGTERM)"
+)
+
+
+@pytest.mark.parametrize("stop_group", [True, False])
+async def test_stop_group_sends_the_polite_signal_to_the_whole_group(
+    registry: Registry, stop_group: bool
+) -> None:
+    recorder = EventRecorder.attach(registry)
+    grace = 20 if stop_group else 0.3
+    outcome, _, _ = await run_and_cancel(
+        registry, WAITS_FOR_GRANDCHILD, grace=grace, stop_group=stop_group
+    )
+    if stop_group:  # the grandchild got SIGTERM, so the child finished in the polite phase
+        assert isinstance(outcome, RequestCancelled)
+        assert "request.hard_cancelled" not in recorder.names()
+    else:  # only the child got it, and ignored it
+        assert isinstance(outcome, trio.Cancelled)
+        assert "request.hard_cancelled" in recorder.names()
+
+
 async def test_a_grandchild_left_behind_by_a_finished_child_is_killed() -> None:
     code = (
         "import subprocess, sys; g = subprocess.Popen([sys.executable, '-c',"

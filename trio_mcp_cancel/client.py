@@ -85,7 +85,8 @@ class McpClient(ClientEngine):
         self.transport.transmit(message, call)
 
     def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
-        if self.transport is None:
+        # MCP: never cancel what has finished (the id may be reused by then).
+        if self.transport is None or call.finished:
             return
         self.transport.cancel(call, reason)
 

@@ -280,7 +280,10 @@ class HttpTransport:
                 except ValueError:
                     answer = None
             if isinstance(answer, dict) and ("result" in answer or "error" in answer):
-                self.client._receive(answer)
+                if "error" in answer and answer.get("id") != call.id:
+                    call._deliver(answer)  # an error about the POST itself (id null)
+                else:
+                    self.client._receive(answer)
             else:
                 call._fail(
                     McpTransportError(

@@ -148,6 +148,7 @@ async def run_process(
     on_line: LineCallback | None = None,
     progress: ProgressReporter | None = None,
     stop: Stop = signal.SIGTERM,
+    stop_group: bool = False,
     check: bool = False,
     max_output: int = 16 * 1024 * 1024,
     max_line: int = 16 * 1024,
@@ -163,8 +164,12 @@ async def run_process(
     * *stop*: the polite stop sent when the polled flag is set: a signal
       number (default ``SIGTERM``), :data:`CLOSE_STDIN` (the child's stdin
       is closed: for children that read commands until end of input), or
-      ``None`` (nothing: the child runs until the hard cancel).  The hard
-      cancel always sends ``SIGKILL`` to the whole process group.
+      ``None`` (nothing: the child runs until the hard cancel).  The signal
+      goes to the child only, which may pass it on; *stop_group* sends it
+      to the whole group instead, as a terminal's Ctrl-C does (use it with
+      ``shell=True``: a shell that dies of it would leave its command to the
+      group ``SIGKILL`` that follows the child's exit).  The hard cancel
+      always sends ``SIGKILL`` to the whole process group.
     * *input*: bytes written to the child's stdin (else stdin is
       ``/dev/null``, or, with ``CLOSE_STDIN``, a pipe held open until the stop).
     * Output is captured (``capture_stdout``, ``capture_stderr``; at most
@@ -219,6 +224,9 @@ async def run_process(
         if stop == CLOSE_STDIN:
             stdin_scope.cancel()
         elif stop is not None and process is not None and process.returncode is None:
+            if stop_group:
+                _kill_group(process.pid, stop)
+                return
             try:
                 process.send_signal(stop)
             except OSError:  # already gone
@@ -339,4 +347,3 @@ def _with_progress(progress: ProgressReporter, on_line: LineCallback | None) -> 
             await on_line(name, line)
 
     return report
-
