@@ -250,6 +250,30 @@ async def test_lines_are_streamed_as_progress() -> None:
     assert reports == [(1, "compiling a"), (2, "compiling b")]
 
 
+async def test_line_progress_continues_after_the_tools_own_progress() -> None:
+    from trio_mcp_cancel.server import ToolContext
+
+    sent: list[dict[str, object]] = []
+
+    class Exchange:
+        silenced = False
+
+        async def notify(self, message: dict[str, object]) -> None:
+            sent.append(message["params"])  # type: ignore[arg-type]
+
+    ctx = ToolContext(1, None, "tok", Exchange())  # type: ignore[arg-type]
+    await ctx.report_progress(10.5, None, "before")
+    with trio.fail_after(BOUND):
+        await run_process([PY, "-c", "print('one'); print('two')"], progress=ctx)
+    await ctx.report_progress(13, None, "after")
+    assert [(p["progress"], p["message"]) for p in sent] == [
+        (10.5, "before"),
+        (11, "one"),
+        (12, "two"),
+        (13, "after"),
+    ]
+
+
 async def test_an_already_cancelled_request_starts_no_child(registry: Registry) -> None:
     async with tracked(1, "ns") as request:
         registry.cancel_request(request, "early", grace=None)

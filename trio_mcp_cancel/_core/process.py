@@ -19,12 +19,14 @@ cancelled), so no zombie stays behind either.
 
 The flag reaches the child through :meth:`TrackedRequest.on_cancelled`: the
 signal is sent synchronously by whoever sets the flag, with no watcher task
-and no polling.  POSIX only.
+and no polling.  POSIX only.  Children run in real time: under an autojump
+``MockClock`` the grace period passes as soon as every task waits on the child.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import signal
 import subprocess
@@ -337,10 +339,15 @@ async def _drain(
 
 
 def _with_progress(progress: ProgressReporter, on_line: LineCallback | None) -> LineCallback:
+    # MCP progress must increase: continue from what the tool already reported
+    # (a ToolContext remembers it), so a tool may report before and after.
     count = 0
 
     async def report(name: Literal["stdout", "stderr"], line: str) -> None:
         nonlocal count
+        last = getattr(progress, "_last_progress", None)
+        if isinstance(last, (int, float)) and math.isfinite(last):
+            count = max(count, math.floor(last))
         count += 1
         await progress.report_progress(count, None, line)
         if on_line is not None:
