@@ -24,6 +24,7 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel._client.http import HttpTransport
 from trio_mcp_cancel.client import (
     McpClient,
     McpError,
@@ -207,6 +208,24 @@ async def test_http_client_progress_errors_and_tool_list() -> None:
                 await client.request("no/such/method")
             assert info.value.code == -32601
             assert client.calls == {}  # answered calls are forgotten
+
+
+async def test_legacy_http_client_reports_an_ended_session() -> None:
+    import httpx
+
+    b = Downstream()
+    with trio.fail_after(BOUND):
+        async with http_server(b.server) as (url, _), open_http_client(url, era="legacy") as client:
+            assert isinstance(client.transport, HttpTransport)
+            session = client.transport.session_id
+            assert session
+            async with httpx.AsyncClient() as raw:
+                ended = await raw.delete(url, headers={"mcp-session-id": session})
+            assert ended.status_code in (200, 204)
+            with pytest.raises(McpTransportError, match="ended the session") as info:
+                await client.call_tool("echo", {"text": "x"})
+            assert info.value.data == {"status": 404, "session_ended": True}
+            assert client.transport.session_id is None
 
 
 async def test_http_client_reports_a_dead_endpoint() -> None:

@@ -84,6 +84,14 @@ class McpClient(ClientEngine):
             raise trio.ClosedResourceError("the client is closed")
         self.transport.transmit(message, call)
 
+    async def _send_message(self, message: Message) -> None:
+        # Over HTTP every message is its own POST: wait for the server to take
+        # it, so a notification is not overtaken by the request that follows.
+        if isinstance(self.transport, HttpTransport):
+            await self.transport.post(message)
+        else:
+            await super()._send_message(message)
+
     def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
         # MCP: never cancel what has finished (the id may be reused by then).
         if self.transport is None or call.finished:

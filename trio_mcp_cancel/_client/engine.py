@@ -229,8 +229,11 @@ class ClientEngine:
         return meta
 
     async def send(self, message: Mapping[str, Any]) -> None:
-        """Send any JSON-RPC message as is."""
-        self._transmit(dict(message), None)
+        """Send any JSON-RPC message as is (a transport may wait until it is delivered)."""
+        await self._send_message(dict(message))
+
+    async def _send_message(self, message: Message) -> None:
+        self._transmit(message, None)
         await trio.lowlevel.checkpoint()
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:

@@ -148,9 +148,13 @@ class HttpTransport:
         notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         self.nursery.start_soon(self._cancel_legacy, notification, scope)
 
+    async def post(self, message: Message) -> None:
+        """POST a message that expects no answer, and wait until the server took it."""
+        await self._post(message, None, trio.CancelScope())
+
     async def _cancel_legacy(self, notification: Message, stream: trio.CancelScope | None) -> None:
         try:
-            await self._post(notification, None, trio.CancelScope())
+            await self.post(notification)
         finally:
             if stream is not None:
                 stream.cancel()
@@ -263,6 +267,13 @@ class HttpTransport:
             }
             if message.get("method") == "initialize" and "mcp-session-id" in headers:
                 self.session_id = headers["mcp-session-id"]
+            elif response.status_code == 404 and self.session_id is not None:
+                # MCP: the server ended the session; the id is dead for good.
+                self.session_id = None
+                raise McpTransportError(
+                    "the server ended the session (HTTP 404): open a new client",
+                    {"status": 404, "session_ended": True},
+                )
             if headers.get("content-type", "").startswith("text/event-stream"):
                 await self._read_sse(conn, stream, call)
                 return
