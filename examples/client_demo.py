@@ -10,6 +10,10 @@
 3. WebSocket, by notification.
 4. WebSocket, by closing the socket.
 5. A stubborn tool that ignores the flag is hard-cancelled after the grace period.
+6. A tool running a child process (``child``), called through the library's
+   own client (``trio_mcp_cancel.client``): cancelling the caller's scope
+   closes the stream, the server sends the child SIGTERM, and no
+   ``mcp-demo-child`` process is left.
 
 Run with ``python3 dev.py demo`` (or ``python examples/client_demo.py``).
 """
@@ -17,6 +21,7 @@ Run with ``python3 dev.py demo`` (or ``python examples/client_demo.py``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +31,10 @@ import trio
 from trio_websocket import open_websocket_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from slow_server import describe, run_demo_server
+from slow_server import CHILD_MARK, describe, run_demo_server
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel.client import open_http_client
 
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 GRACE = 1.0
@@ -254,6 +260,54 @@ async def stubborn_demo(mcp: McpHttpClient) -> None:
         say(f"[client] after {elapsed:.1f}s the stream ended, with no response")
 
 
+def demo_children() -> list[int]:
+    """Like ``pgrep -f mcp-demo-child``, limited to our own children (the server
+    runs in this process), so demos run by others on the machine do not count."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if CHILD_MARK.encode() in cmdline and int(fields[1]) == os.getpid() and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+async def child_process_demo(url: str, registry: Registry) -> None:
+    say("\n== 6. A child process, stopped by a cancel (through trio_mcp_cancel.client)")
+    started = trio.Event()
+
+    def on_progress(params: dict[str, Any]) -> None:
+        say(f"[client] progress: {params.get('message')}")
+        started.set()
+
+    async with open_http_client(url) as client:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    lambda: client.call_tool("child", {"seconds": 60}, progress=on_progress)
+                )
+                with trio.fail_after(10):
+                    await started.wait()
+                say(f"[client] running: {len(demo_children())} {CHILD_MARK} process")
+                say("[client] cancelling the call (the client closes the stream)")
+                scope.cancel()
+    with trio.fail_after(10):
+        await registry.wait_idle()
+    # run_process reaps the child before the tool ends: nothing to wait for.
+    left = demo_children()
+    if left:
+        say(f"[client] UNEXPECTED: {CHILD_MARK} processes still running: {left}")
+    else:
+        say(f"[client] the tool has stopped, and no {CHILD_MARK} process is left")
+
+
 async def main() -> None:
     def show(event: Event) -> None:
         say(describe(event))
@@ -270,6 +324,7 @@ async def main() -> None:
             await http_by_disconnect(mcp, registry)
             await websocket_demo(ws_url, registry)
             await stubborn_demo(mcp)
+        await child_process_demo(http_url, registry)
         say(
             f"\ndone: {registry.in_flight_count} requests in flight, {registry.row_count} rows left"
         )

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from functools import partial
 
 import attrs
 import trio
 from hypercorn.config import Config
 
-from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry, run_process
 from trio_mcp_cancel.http import McpHttpApp, app_from_env, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
@@ -56,6 +57,22 @@ async def stubborn(ctx: ToolContext, seconds: float = 60.0) -> str:
     """Ignore the cancellation flag; only the grace period's hard cancel stops it."""
     await trio.sleep(seconds)
     return "finished anyway"
+
+
+#: In every child's command line, so ``pgrep -f mcp-demo-child`` finds them.
+CHILD_MARK = "mcp-demo-child"
+
+
+@server.tool()
+async def child(ctx: ToolContext, seconds: float = 30.0) -> str:
+    """Run a child process (a Python one-liner that sleeps); a cancel stops it.
+
+    The flag sends it SIGTERM; had it ignored that, the hard cancel would
+    SIGKILL its whole process group.  Its output lines come back as progress.
+    """
+    code = "import sys, time; print('child started', flush=True); time.sleep(float(sys.argv[1]))"
+    result = await run_process([sys.executable, "-c", code, str(seconds), CHILD_MARK], progress=ctx)
+    return f"the child exited with status {result.returncode}"
 
 
 #: For ``hypercorn examples.slow_server:app``: the lifespan opens the registry

@@ -28,10 +28,15 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     assert "the stream ended with no response" in out
     assert "no response followed the cancel" in out
     # 0., 2. and 4.: cancelled by disconnect, on HTTP (both eras) and on WebSocket.
-    assert out.count("reason='client disconnected', kind='disconnect'") == 2
+    # (6. below closes a modern stream too: the third.)
+    assert out.count("reason='client disconnected', kind='disconnect'") == 3
     assert "reason='connection closed', kind='disconnect'" in out
     assert out.count("nothing is left in flight") == 3
     # 5.: the stubborn tool was hard-cancelled, and its stream ended unanswered.
     assert "request.hard_cancelled: request_id=4" in out
     assert "the stream ended, with no response" in out
+    # 6.: a child process, stopped by a cancel through the library's client.
+    assert "[client] progress: child started" in out
+    assert "running: 1 mcp-demo-child process" in out
+    assert "no mcp-demo-child process is left" in out
     assert out.rstrip().endswith("done: 0 requests in flight, 0 rows left")

@@ -24,3 +24,24 @@ exec(compile(_block("def test_crunch_stops_when_cancelled"), "README.md", "exec"
 def test_the_readme_examples_were_loaded() -> None:
     assert "test_my_tool_stops_when_cancelled" in globals()
     assert "test_crunch_stops_when_cancelled" in globals()
+
+
+# The "where the work runs" examples: a build tool, a sync tool, a gateway tool.
+_work: dict[str, object] = {}
+for _needle in ("async def build(", "def checksum(", "async def ask_upstream("):
+    exec(compile(_block(_needle), "README.md", "exec"), _work)
+
+
+async def test_the_readme_work_tools_register_and_the_sync_one_runs(tmp_path: Path) -> None:
+    from trio_mcp_cancel.server import McpServer
+    from trio_mcp_cancel.testing import open_test_client
+
+    server = _work["server"]
+    assert isinstance(server, McpServer)
+    assert set(server.tools) == {"build", "checksum", "ask_upstream"}
+    data = tmp_path / "data"
+    data.write_bytes(b"abc" * 1000)
+    async with open_test_client(server) as client:
+        result = await client.call_tool("checksum", {"path": str(data)})
+    expected = sum(b"abc" * 1000) % (1 << 61)
+    assert result["content"][0]["text"] == f"{expected:x}"

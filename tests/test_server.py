@@ -809,13 +809,14 @@ async def test_a_non_cancellable_tool_is_not_tracked() -> None:
 # -- tool registration ------------------------------------------------------
 
 
-def test_tools_must_be_async() -> None:
+def test_tools_must_be_functions_not_generators() -> None:
+    # A plain def is a sync tool (tests/test_threads.py); a generator is neither.
     server = McpServer()
-    with pytest.raises(TypeError, match="async"):
+    with pytest.raises(TypeError, match="async function or a plain function"):
 
-        @server.tool()  # type: ignore[type-var]
-        def sync_tool(ctx: ToolContext) -> str:
-            return "no"
+        @server.tool()
+        async def agen(ctx: ToolContext) -> Any:
+            yield "no"
 
     assert server.tools == {}
 

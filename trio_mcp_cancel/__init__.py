@@ -40,6 +40,7 @@ from ._core.events import (
     LimitReachedEvent,
     OverrunEvent,
     RequestCancelledEvent,
+    ThreadAbandonedEvent,
 )
 from ._core.namespace import (
     GLOBAL_NAMESPACE,
@@ -47,6 +48,7 @@ from ._core.namespace import (
     namespace_for,
     namespace_from_asgi,
 )
+from ._core.process import ProcessResult, run_process
 from ._core.registry import (
     CancelOutcome,
     Registry,
@@ -56,6 +58,7 @@ from ._core.registry import (
     tracked,
 )
 from ._core.request import Cancellation, TrackedRequest
+from ._core.threads import CancelToken, cancel_token, run_sync
 from ._core.validation import (
     MAX_ID_BYTES,
     RequestId,
@@ -72,6 +75,7 @@ __all__ = [
     "REQUEST_CANCELLED",
     "CancelKind",
     "CancelOutcome",
+    "CancelToken",
     "Cancellation",
     "CancellationError",
     "CancellationLimitReached",
@@ -82,6 +86,7 @@ __all__ = [
     "InvalidRequestId",
     "LimitReachedEvent",
     "OverrunEvent",
+    "ProcessResult",
     "Registry",
     "RegistryClosed",
     "RegistryConfig",
@@ -89,7 +94,9 @@ __all__ = [
     "RequestCancelledEvent",
     "RequestId",
     "RequestLike",
+    "ThreadAbandonedEvent",
     "TrackedRequest",
+    "cancel_token",
     "cancelled",
     "checkpoint_cancelled",
     "client_bucket",
@@ -100,6 +107,8 @@ __all__ = [
     "namespace_from_asgi",
     "open_registry",
     "reason",
+    "run_process",
+    "run_sync",
     "sanitize_reason",
     "tracked",
     "validate_request_id",

@@ -35,10 +35,9 @@ period if it ignores the flag, all in virtual time::
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -47,6 +46,7 @@ import trio
 import trio.testing
 
 from . import __version__
+from ._client.engine import ClientEngine, McpError, Message, PendingCall
 from ._core.events import Event
 from ._core.registry import (
     USE_CONFIG,
@@ -57,16 +57,6 @@ from ._core.registry import (
     open_registry,
 )
 from ._protocol.dispatch import Caller, LegacyState, McpServer
-from ._protocol.subscriptions import META_SUBSCRIPTION_ID
-from ._protocol.versions import (
-    LATEST_LEGACY_VERSION,
-    LATEST_VERSION,
-    META_CLIENT_CAPABILITIES,
-    META_CLIENT_INFO,
-    META_LOG_LEVEL,
-    META_PROTOCOL_VERSION,
-    Era,
-)
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 __all__ = [
@@ -170,120 +160,26 @@ def mcp_events(mcp_registry: Registry) -> EventRecorder:
 
 # -- the in-memory test client -----------------------------------------------
 
-Message = dict[str, Any]
-ProgressCallback = Callable[[Message], object]
-
-
-class McpError(Exception):
-    """A JSON-RPC error answer (``-32800`` for a cancelled request, say)."""
-
-    def __init__(self, code: int, message: str, data: object = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.data = data
+_TEST_CLIENT_INFO: Mapping[str, Any] = {
+    "name": "trio-mcp-cancel-test-client",
+    "version": __version__,
+}
 
 
 @attrs.define(eq=False)
-class PendingCall:
-    """A request the test client sent, and what came back for it.
-
-    ``progress`` collects the params of every ``notifications/progress``
-    for it; ``response`` is the raw JSON-RPC answer once it came
-    (``answered``).  After :meth:`cancel` MCP forbids any answer:
-    :meth:`McpTestClient.assert_no_answer` checks that none came.
-    """
-
-    id: int
-    method: str
-    _client: McpTestClient
-    _on_progress: ProgressCallback | None = None
-    progress: list[Message] = attrs.field(factory=list)
-    notifications: list[Message] = attrs.field(factory=list)
-    """For a ``subscriptions/listen`` call: every notification tagged with its id."""
-    response: Message | None = None
-    cancelled: bool = False
-    """The client sent ``notifications/cancelled`` for it."""
-    _done: trio.Event = attrs.field(factory=trio.Event)
-
-    @property
-    def answered(self) -> bool:
-        return self.response is not None
-
-    async def cancel(self, reason: str | None = None) -> None:
-        """Send ``notifications/cancelled`` for this request, as a stdio client must."""
-        self.cancel_nowait(reason)
-        await trio.lowlevel.checkpoint()
-
-    def cancel_nowait(self, reason: str | None = None) -> None:
-        """:meth:`cancel` without a checkpoint: queued right behind what was
-        sent before, so a test can send a call and its cancel back to back."""
-        self.cancelled = True
-        params: Message = {"requestId": self.id}
-        if reason is not None:
-            params["reason"] = reason
-        self._client._send_nowait(
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-        )
-
-    async def result(self) -> Message:
-        """Wait for the answer; its ``result``, or :class:`McpError` for an error.
-
-        After a client cancel a server answers nothing (unless it runs with
-        ``on_cancel="error"``), so this would wait forever: bound it, or use
-        :meth:`McpTestClient.assert_no_answer`.
-        """
-        await self._done.wait()
-        assert self.response is not None
-        return _unwrap(self.response)
-
-    def _deliver(self, message: Message) -> None:
-        self.response = message
-        self._done.set()
-
-    def _deliver_progress(self, params: Message) -> None:
-        self.progress.append(params)
-        if self._on_progress is not None:
-            self._on_progress(params)
-
-
-def _unwrap(response: Message) -> Message:
-    error = response.get("error")
-    if isinstance(error, dict):
-        raise McpError(error.get("code", 0), str(error.get("message", "")), error.get("data"))
-    result = response.get("result")
-    if not isinstance(result, dict):
-        raise McpError(0, f"malformed response: {response!r}"[:500])
-    return result
-
-
-@attrs.define(eq=False)
-class McpTestClient:
+class McpTestClient(ClientEngine):
     """An MCP client on an in-memory connection; made by :func:`open_test_client`.
 
-    In the modern era every request carries the ``_meta`` envelope
-    (protocol version, client capabilities and info, optional log level);
-    in the legacy era the client sent ``initialize`` first, and the
-    connection is a legacy session (``legacy``).  Everything the server
-    sends that matches no request lands in ``unexpected``; log messages
-    (``notifications/message``, which name no request) in ``log_messages``.
+    The engine of the public client (:mod:`trio_mcp_cancel.client`: the
+    envelope, ``initialize``, ids, progress, cancellation forwarding) on a
+    Trio memory channel, plus what tests need: it keeps every call in
+    ``calls`` and every stray message in ``unexpected`` (server requests
+    included, unanswered), and it can send raw text, settle and assert.
     """
 
-    registry: Registry
-    caller: Caller
-    era: Era
-    _end: MemoryEnd
-    client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
-    client_info: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"name": "trio-mcp-cancel-test-client", "version": __version__}
-    )
-    log_level: str | None = None
-    initialize_result: Message | None = None
-    log_messages: list[Message] = attrs.field(factory=list)
-    unexpected: list[Message] = attrs.field(factory=list)
-    calls: dict[int, PendingCall] = attrs.field(factory=dict)
-    """Every request sent, by id."""
-    _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+    registry: Registry = attrs.field(kw_only=True)
+    caller: Caller = attrs.field(kw_only=True)
+    _end: MemoryEnd = attrs.field(kw_only=True)
 
     @property
     def namespace(self) -> str:
@@ -295,118 +191,24 @@ class McpTestClient:
         """What ``initialize`` negotiated (legacy era), else ``None``."""
         return None if self.caller.channel is None else self.caller.channel.legacy
 
-    def envelope(self) -> Message:
-        """The modern ``_meta`` keys this client puts on every request."""
-        meta: Message = {
-            META_PROTOCOL_VERSION: LATEST_VERSION,
-            META_CLIENT_CAPABILITIES: dict(self.client_capabilities),
-            META_CLIENT_INFO: dict(self.client_info),
-        }
-        if self.log_level is not None:
-            meta[META_LOG_LEVEL] = self.log_level
-        return meta
-
     # -- sending ---------------------------------------------------------
 
-    def _send_nowait(self, message: Mapping[str, Any]) -> None:
+    def _transmit(self, message: Message, call: PendingCall | None) -> None:
         # The client-to-server channel is unbounded (the test decides how
         # much it sends), so this never blocks and keeps back-to-back
         # messages back to back.
         self._end.send.send_nowait(json.dumps(message))
 
-    async def send(self, message: Mapping[str, Any]) -> None:
-        """Send any JSON-RPC message as is (to test malformed input, say)."""
-        self._send_nowait(message)
-        await trio.lowlevel.checkpoint()
+    def _send_nowait(self, message: Mapping[str, Any]) -> None:
+        self._transmit(dict(message), None)
 
     async def send_text(self, text: str) -> None:
         """Send raw text as one message (need not be JSON)."""
         self._end.send.send_nowait(text)
         await trio.lowlevel.checkpoint()
 
-    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
-        """Send a notification."""
-        message: Message = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        await self.send(message)
-
-    def start_request(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        envelope: bool = True,
-        progress: bool = False,
-        on_progress: ProgressCallback | None = None,
-    ) -> PendingCall:
-        """Send a request without waiting for its answer.
-
-        *envelope*: add the modern ``_meta`` envelope (modern era only).
-        *progress* (or *on_progress*): ask for progress, with the request id
-        as the progress token, as the MCP SDKs do.
-        """
-        request_id = next(self._ids)
-        body: Message = dict(params or {})
-        meta: Message = dict(body.get("_meta") or {})
-        if envelope and self.era == "modern":
-            meta.update(self.envelope())
-        if progress or on_progress is not None:
-            meta["progressToken"] = request_id
-        if meta:
-            body["_meta"] = meta
-        call = PendingCall(request_id, method, self, on_progress)
-        self.calls[request_id] = call
-        self._send_nowait({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body})
-        return call
-
-    async def request(
-        self, method: str, params: Mapping[str, Any] | None = None, *, envelope: bool = True
-    ) -> Message:
-        """Send a request and return its ``result`` (:class:`McpError` for an error)."""
-        return await self._wait(self.start_request(method, params, envelope=envelope))
-
-    def start_call(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        progress: bool = True,
-        on_progress: ProgressCallback | None = None,
-    ) -> PendingCall:
-        """Send ``tools/call`` without waiting: cancel it, watch its progress.
-
-        Progress is asked for by default, so ``call.progress`` fills up.
-        """
-        params: Message = {"name": name, "arguments": dict(arguments or {})}
-        return self.start_request("tools/call", params, progress=progress, on_progress=on_progress)
-
-    async def call_tool(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        progress: ProgressCallback | None = None,
-    ) -> Message:
-        """Call a tool and return its result (``content``, ``isError``, ...).
-
-        A tool that fails is a result with ``isError``; a JSON-RPC error
-        raises :class:`McpError`.  *progress* is called with the params of
-        each ``notifications/progress``.  If the calling scope is cancelled
-        the client sends ``notifications/cancelled``, as the MCP SDKs do.
-        """
-        return await self._wait(
-            self.start_call(name, arguments, progress=False, on_progress=progress)
-        )
-
-    async def _wait(self, call: PendingCall) -> Message:
-        try:
-            return await call.result()
-        except trio.Cancelled:
-            if not call.answered:
-                with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                    call.cancel_nowait("caller cancelled")
-            raise
+    def _server_request(self, message: Message) -> None:
+        self.unexpected.append(message)  # a test looks at it; nothing answers
 
     # -- assertions --------------------------------------------------------
 
@@ -440,51 +242,6 @@ class McpTestClient:
         async with self._end.receive:
             async for text in self._end.receive:
                 self._receive(json.loads(text))
-
-    def _receive(self, message: Any) -> None:
-        if not isinstance(message, dict):
-            self.unexpected.append({"non-object": message})
-            return
-        method = message.get("method")
-        params = message.get("params")
-        if method is None:
-            call = self.calls.get(message.get("id"))  # type: ignore[arg-type]
-            if call is None or call.answered:
-                self.unexpected.append(message)
-            else:
-                call._deliver(message)
-        elif method == "notifications/progress" and isinstance(params, dict):
-            call = self.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
-            if call is None or call.answered:
-                self.unexpected.append(message)
-            else:
-                call._deliver_progress(params)
-        elif method == "notifications/message" and isinstance(params, dict):
-            self.log_messages.append(params)
-        elif (call := self._subscription(params)) is not None:
-            call.notifications.append(message)
-        else:
-            self.unexpected.append(message)
-
-    def _subscription(self, params: object) -> PendingCall | None:
-        """The open ``subscriptions/listen`` call a notification is tagged with, if any."""
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        key = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
-        call = self.calls.get(key) if isinstance(key, int) else None
-        return call if call is not None and not call.answered else None
-
-    async def _initialize(self) -> None:
-        self.initialize_result = await self.request(
-            "initialize",
-            {
-                "protocolVersion": LATEST_LEGACY_VERSION,
-                "capabilities": dict(self.client_capabilities),
-                "clientInfo": dict(self.client_info),
-            },
-        )
-        await self.notify("notifications/initialized")
-        if self.log_level is not None:
-            await self.request("logging/setLevel", {"level": self.log_level})
 
 
 @contextlib.asynccontextmanager
@@ -546,11 +303,14 @@ async def open_test_client(
             try:
                 caller: Caller = await nursery.start(serve)
                 client = McpTestClient(
-                    registry, caller, era, client_end, dict(client_capabilities or {})
+                    era,
+                    dict(client_capabilities or {}),
+                    dict(client_info or _TEST_CLIENT_INFO),
+                    registry=registry,
+                    caller=caller,
+                    end=client_end,
                 )
                 client.log_level = log_level
-                if client_info is not None:
-                    client.client_info = dict(client_info)
                 nursery.start_soon(client._read)
                 try:
                     if era == "legacy":

@@ -33,6 +33,7 @@ __all__ = [
     "LimitReachedEvent",
     "OverrunEvent",
     "RequestCancelledEvent",
+    "ThreadAbandonedEvent",
 ]
 
 logger = logging.getLogger("trio_mcp_cancel")
@@ -83,6 +84,25 @@ class OverrunEvent:
 
 
 @attrs.frozen
+class ThreadAbandonedEvent:
+    """``thread.abandoned``: a request was hard-cancelled while its worker thread ran.
+
+    The request ended on time (``abandon_on_cancel``), but Python cannot stop
+    a thread: it keeps running until its function returns, holding its CPU,
+    memory and slot in the thread limiter.  A sync tool that never looks at
+    the flag shows up here.  ``request_id`` and ``namespace`` are ``None``
+    for a thread run outside a tracked request.
+    """
+
+    name: ClassVar[str] = "thread.abandoned"
+    request_id: RequestId | None
+    namespace: str | None
+    kind: CancelKind
+    thread: str
+    """The worker thread's name (it names the function)."""
+
+
+@attrs.frozen
 class LimitReachedEvent:
     """``cancellation.limit_reached``: a namespace's quota refused a row."""
 
@@ -128,6 +148,7 @@ Event: TypeAlias = (
     | RequestCancelledEvent
     | HardCancelEvent
     | OverrunEvent
+    | ThreadAbandonedEvent
     | LimitReachedEvent
     | EvictionEvent
     | CleanupEvent
@@ -140,6 +161,7 @@ _LOG_LEVELS: dict[str, int] = {
     RequestCancelledEvent.name: logging.INFO,
     HardCancelEvent.name: logging.INFO,
     OverrunEvent.name: logging.WARNING,
+    ThreadAbandonedEvent.name: logging.WARNING,
     LimitReachedEvent.name: logging.WARNING,
     EvictionEvent.name: logging.WARNING,
     CleanupEvent.name: logging.DEBUG,

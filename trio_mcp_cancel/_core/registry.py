@@ -304,6 +304,7 @@ class Registry:
             now,
             None,
             weakref.ref(trio.lowlevel.current_task()),
+            events=self.events,
         )
         key = (namespace, request_id)
         early = None
@@ -493,6 +494,8 @@ class Registry:
         """Set the polled flag (first cancellation wins) and arm the hard cancel."""
         if request.cancellation is None:
             request.cancellation = cancellation
+            if request._watchers:
+                request._fire_watchers()
         if grace is None:
             return
         deadline = cancellation.at + grace

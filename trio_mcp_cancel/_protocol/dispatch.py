@@ -89,7 +89,7 @@ TOO_MANY_REQUESTS: Final = -32001
 OnCancel = Literal["silent", "error"]
 
 SendMessage = Callable[[Message], Awaitable[None]]
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 _CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
 
@@ -453,6 +453,9 @@ class McpServer(ServerFeatures):
         :class:`~.content.ToolResult`, JSON values, or (modern era)
         :class:`~.mrtr.InputRequired`; raising :class:`~.content.ToolError`
         reports an ``isError`` result.
+
+        A plain ``def`` is a sync tool, run in a worker thread that sees the
+        polled flag and is abandoned at the hard cancel (:mod:`.tools`).
 
         The input schema comes from the annotations of the named parameters
         after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,

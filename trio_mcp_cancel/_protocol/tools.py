@@ -6,12 +6,14 @@ Pure code with no I/O, used by the dispatcher (:mod:`.dispatch`).
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
 
 import attrs
 
+from .._core.threads import run_sync
 from . import jsonrpc
 from .content import ToolResult, is_content, json_text, to_content
 
@@ -191,7 +193,10 @@ def make_tool(
     title: str | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``.
+    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``, or a plain ``def``.
+
+    A plain function is a *sync tool*: it runs in a worker thread (see
+    :func:`_threaded`), so blocking code never stalls the event loop.
 
     Without *input_schema* the schema is derived from the signature: JSON
     types from the annotations, defaults, and descriptions from
@@ -199,8 +204,9 @@ def make_tool(
     given *input_schema* is sent exactly as written (``$schema``, ``$defs``,
     ``additionalProperties``, ...) and only its top level is checked here.
     """
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"tool {name!r} must be an async function")
+    if not callable(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise TypeError(f"tool {name!r} must be an async function or a plain function")
+    run = fn if inspect.iscoroutinefunction(fn) else _threaded(fn, name)
     raw_doc = inspect.getdoc(fn)
     doc = description if description is not None else _summary(raw_doc)
     # Clients and models pick tools by their description: never send an empty one.
@@ -219,7 +225,7 @@ def make_tool(
     if input_schema is not None:
         schema = copy.deepcopy(dict(input_schema))
         checks, extra_arguments = _explicit_params(name, fn, schema)
-        return Tool(name, doc, fn, schema, checks, extra_arguments=extra_arguments, **extras)
+        return Tool(name, doc, run, schema, checks, extra_arguments=extra_arguments, **extras)
     signature = inspect.signature(fn)
     hints = get_type_hints(fn, include_extras=True)
     described = _doc_arguments(raw_doc)
@@ -251,7 +257,7 @@ def make_tool(
     schema = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
-    return Tool(name, doc, fn, schema, params, **extras)
+    return Tool(name, doc, run, schema, params, **extras)
 
 
 def _summary(doc: str | None) -> str | None:
@@ -264,6 +270,26 @@ def _summary(doc: str | None) -> str | None:
             break
         kept.append(line)
     return "\n".join(kept).strip()
+
+
+def _threaded(fn: Callable[..., Any], name: str) -> Callable[..., Awaitable[Any]]:
+    """Run a sync tool in a worker thread bound to its request.
+
+    The thread sees the polled flag (``cancelled()``, ``ctx.cancelled``,
+    ``cancel_token()``); at the hard cancel it is abandoned, the request
+    ends on time and a ``thread.abandoned`` event is emitted.  ``async``
+    ``ctx`` methods are called from the thread with ``trio.from_thread.run``.
+    """
+
+    @functools.wraps(fn)
+    async def run_in_thread(ctx: Any, **arguments: Any) -> Any:
+        return await run_sync(
+            functools.partial(fn, ctx, **arguments),
+            events=ctx.registry.events,
+            thread_name=f"trio_mcp_cancel tool {name}"[:200],
+        )
+
+    return run_in_thread
 
 
 def _is_json(value: object) -> bool:

@@ -1,0 +1,222 @@
+"""Worker threads and sync tools: the flag reaches the thread, the hard cancel abandons it.
+
+Cooperative stops run on the real clock with a long grace period (a thread
+reacts in real time, and an autojump clock would jump to the hard cancel
+while the thread is still waking up); abandonment runs on ``autojump_clock``,
+where the grace period takes no real time.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from trio_mcp_cancel import (
+    RequestCancelled,
+    ThreadAbandonedEvent,
+    cancel_token,
+    cancelled,
+    open_registry,
+    run_sync,
+    tracked,
+)
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks, open_test_client
+
+BOUND = 30
+
+
+async def test_on_cancelled_fires_once_when_the_flag_is_set(autojump_clock: MockClock) -> None:
+    calls: list[str] = []
+    async with open_registry(grace_period=None) as reg, tracked(1) as request:
+        remove_b = request.on_cancelled(lambda: calls.append("b"))
+        request.on_cancelled(lambda: calls.append("a"))
+        remove_b()
+        request.on_cancelled(lambda: 1 / 0)  # a broken callback breaks nobody
+        reg.cancel_request(request, "first")
+        reg.cancel_request(request, "second")
+        assert calls == ["a"]
+        request.on_cancelled(lambda: calls.append("late"))  # already flagged: at once
+        assert calls == ["a", "late"]
+        await request.wait_cancelled()  # returns at once (a checkpoint)
+
+
+async def test_wait_cancelled_blocks_until_the_flag(autojump_clock: MockClock) -> None:
+    async with open_registry(grace_period=None) as reg:
+        woke_at: list[float] = []
+
+        async def waiter(task_status: trio.TaskStatus[None]) -> None:
+            async with tracked(1) as request:
+                task_status.started()
+                await request.wait_cancelled()
+                woke_at.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(waiter)
+            await trio.sleep(7)
+            assert woke_at == []
+            reg.cancel(1, "now")
+        assert woke_at == [7]
+
+
+async def test_the_flag_is_visible_in_worker_threads() -> None:
+    async with open_registry(grace_period=None) as reg, tracked(1) as request:
+        assert await trio.to_thread.run_sync(cancelled) is False  # Trio copies the context
+        reg.cancel_request(request, "stop", kind="client")
+        assert await trio.to_thread.run_sync(cancelled) is True
+        token_seen = await run_sync(lambda: (cancel_token().cancelled, cancel_token().reason))
+        assert token_seen == (True, "stop")
+
+
+async def test_a_thread_waiting_on_its_token_stops_cooperatively() -> None:
+    async with open_registry(grace_period=60) as reg:
+        recorder = EventRecorder.attach(reg)
+        started = threading.Event()
+
+        def work() -> str:
+            token = cancel_token()
+            started.set()
+            assert token.wait(BOUND), "the token was never set"
+            token.raise_if_cancelled()
+            return "unreachable"
+
+        async def tool() -> None:
+            async with tracked(1, "ns"):
+                with pytest.raises(RequestCancelled, match="enough"):
+                    await run_sync(work)
+
+        with trio.fail_after(BOUND):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tool)
+                await trio.to_thread.run_sync(started.wait)
+                reg.cancel(1, "enough", "ns")
+        assert recorder.of_type(ThreadAbandonedEvent) == []
+        assert_no_leaks(reg)
+
+
+async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    async with open_registry(grace_period=5) as reg:
+        recorder = EventRecorder.attach(reg)
+
+        ended: list[float] = []
+
+        async def tool() -> None:
+            with pytest.raises(RequestCancelled):
+                async with tracked(1, "ns"):
+                    await run_sync(release.wait, thread_name="stuck worker")
+            ended.append(trio.current_time())
+
+        try:
+            with trio.fail_after(BOUND):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(tool)
+                    await trio.sleep(1)
+                    reg.cancel(1, "stop", "ns")
+            # The request ended at the hard cancel, with the thread still running.
+            assert ended == [pytest.approx(6, abs=0.01)]
+            assert not release.is_set()
+        finally:
+            release.set()
+        (event,) = recorder.of_type(ThreadAbandonedEvent)
+        assert (event.request_id, event.namespace, event.kind, event.thread) == (
+            1,
+            "ns",
+            "client",
+            "stuck worker",
+        )
+        assert recorder.names()[-2:] == ["thread.abandoned", "request.hard_cancelled"]
+
+
+def sync_server(release: threading.Event) -> McpServer:
+    server = McpServer("sync-tools")
+
+    @server.tool()
+    def add(ctx: ToolContext, a: int, b: int = 2) -> dict[str, Any]:
+        """Add two numbers, in a worker thread."""
+        trio.from_thread.run(ctx.report_progress, 1, 1, "adding")
+        return {"sum": a + b, "main_thread": threading.current_thread() is threading.main_thread()}
+
+    @server.tool()
+    def polite(ctx: ToolContext) -> str:
+        token = cancel_token()
+        while not token.wait(0.05):
+            pass
+        assert ctx.cancelled and cancelled()
+        token.raise_if_cancelled()
+        return "unreachable"
+
+    @server.tool()
+    def stuck(ctx: ToolContext) -> str:
+        release.wait()
+        return "too late"
+
+    return server
+
+
+async def test_sync_tools_get_a_schema_and_run_in_a_thread(autojump_clock: MockClock) -> None:
+    server = sync_server(threading.Event())
+    tool = server.tools["add"]
+    assert tool.describe()["inputSchema"] == {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 2}},
+        "required": ["a"],
+    }
+    assert tool.description == "Add two numbers, in a worker thread."
+    async with open_test_client(server) as client:
+        call = client.start_call("add", {"a": 40})
+        result = await call.result()
+    assert result["structuredContent"] == {"sum": 42, "main_thread": False}
+    assert [p["message"] for p in call.progress] == ["adding"]
+
+
+async def test_a_sync_tool_sees_the_clients_cancel() -> None:
+    server = sync_server(threading.Event())
+    with trio.fail_after(BOUND):
+        async with open_test_client(server, grace_period=60) as client:
+            recorder = EventRecorder.attach(client.registry)
+            call = client.start_call("polite")
+            while not client.registry.in_flight(call.id, client.namespace):
+                await trio.sleep(0.01)
+            await call.cancel("stop")
+            await client.registry.wait_idle()
+            assert not call.answered
+            assert recorder.of_type(ThreadAbandonedEvent) == []
+            assert "request.hard_cancelled" not in recorder.names()
+            assert_no_leaks(client.registry)
+
+
+async def test_a_stuck_sync_tool_is_abandoned_and_the_call_ends_on_time(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    try:
+        async with open_test_client(sync_server(release), grace_period=3) as client:
+            recorder = EventRecorder.attach(client.registry)
+            call = client.start_call("stuck")
+            await trio.sleep(1)
+            await call.cancel("stop")
+            await client.registry.wait_idle()
+            assert trio.current_time() == pytest.approx(4, abs=0.01)
+            await client.assert_no_answer(call)
+            assert [e.thread for e in recorder.of_type(ThreadAbandonedEvent)] == [
+                "trio_mcp_cancel tool stuck"
+            ]
+    finally:
+        release.set()
+
+
+def test_generators_are_not_tools() -> None:
+    server = McpServer()
+
+    def gen(ctx: ToolContext) -> Any:
+        yield 1
+
+    with pytest.raises(TypeError, match="plain function"):
+        server.tool()(gen)

@@ -1,0 +1,449 @@
+"""The MCP client engine: requests, their answers and progress, and cancellation.
+
+One engine behind both clients: the in-memory test client
+(:func:`trio_mcp_cancel.testing.open_test_client`) and the public client
+(:mod:`trio_mcp_cancel.client`, over stdio, WebSocket and HTTP).  It knows
+the protocol (the modern ``_meta`` envelope, the legacy ``initialize``,
+ids, progress tokens, answers) and nothing about the wire: a subclass says
+how a message is sent (:meth:`ClientEngine._transmit`) and how a call is
+cancelled (:meth:`ClientEngine._cancel_call`), and feeds what arrives to
+:meth:`ClientEngine._receive`.
+
+Cancellation goes both ways through the caller's scopes:
+
+* the caller's cancel scope is cancelled while it waits for an answer: the
+  call is cancelled on the server (``notifications/cancelled``, or the
+  transport's own form: closing the request's stream on modern HTTP);
+* the caller runs inside a tracked request (a tool that calls another MCP
+  server) and that request's polled flag is set: the downstream call is
+  cancelled *at once*, in the polite phase, so the downstream tool sees its
+  own flag one message later, and the waiting caller gets
+  :class:`RequestCancelled` (MCP forbids an answer after a cancel, so there
+  is nothing left to wait for).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from .. import __version__
+from .._core.context import current_request
+from .._core.errors import RequestCancelled
+from .._protocol.subscriptions import META_SUBSCRIPTION_ID
+from .._protocol.versions import (
+    LATEST_LEGACY_VERSION,
+    LATEST_VERSION,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+    META_PROTOCOL_VERSION,
+    Era,
+)
+
+__all__ = [
+    "ClientEngine",
+    "McpError",
+    "McpTransportError",
+    "Message",
+    "PendingCall",
+    "ProgressCallback",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.client")
+
+Message = dict[str, Any]
+ProgressCallback = Callable[[Message], object]
+
+
+class McpError(Exception):
+    """A JSON-RPC error answer (``-32800`` for a cancelled request, say)."""
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class McpTransportError(McpError):
+    """No answer can come: the connection broke, or the server answered
+    something that is not JSON-RPC (an HTTP error page, say).  ``code`` is 0
+    (there is no JSON-RPC code); ``data`` holds the HTTP status, if any."""
+
+    def __init__(self, message: str, data: object = None) -> None:
+        super().__init__(0, message, data)
+
+
+@attrs.define(eq=False)
+class PendingCall:
+    """A request the client sent, and what came back for it.
+
+    ``progress`` collects the params of every ``notifications/progress``
+    for it; ``response`` is the raw JSON-RPC answer once it came
+    (``answered``).  After :meth:`cancel` MCP forbids any answer.
+    """
+
+    id: int
+    method: str
+    _client: ClientEngine
+    _on_progress: ProgressCallback | None = None
+    progress: list[Message] = attrs.field(factory=list)
+    notifications: list[Message] = attrs.field(factory=list)
+    """For a ``subscriptions/listen`` call: every notification tagged with its id."""
+    response: Message | None = None
+    cancelled: bool = False
+    """The client cancelled it."""
+    failure: McpTransportError | None = None
+    """Why no answer can come, when the transport gave up."""
+    _done: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def answered(self) -> bool:
+        return self.response is not None
+
+    @property
+    def finished(self) -> bool:
+        """Answered, or failed for good."""
+        return self._done.is_set()
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """Cancel this request on the server, the way the transport does it."""
+        self.cancel_nowait(reason)
+        await trio.lowlevel.checkpoint()
+
+    def cancel_nowait(self, reason: str | None = None) -> None:
+        """:meth:`cancel` without a checkpoint: queued right behind what was
+        sent before, so a call and its cancel can go back to back."""
+        self.cancelled = True
+        self._client._cancel_call(self, reason)
+
+    async def result(self) -> Message:
+        """Wait for the answer; its ``result``, or :class:`McpError` for an error.
+
+        After a cancel a server answers nothing (unless it is configured to
+        answer ``-32800``), so this would wait forever: bound it.
+        """
+        await self._done.wait()
+        if self.failure is not None:
+            raise self.failure
+        assert self.response is not None
+        return _unwrap(self.response)
+
+    def _deliver(self, message: Message) -> None:
+        self.response = message
+        self._done.set()
+
+    def _fail(self, failure: McpTransportError) -> None:
+        if not self._done.is_set():
+            self.failure = failure
+            self._done.set()
+
+    def _deliver_progress(self, params: Message) -> None:
+        self.progress.append(params)
+        if self._on_progress is not None:
+            self._on_progress(params)
+
+
+def _unwrap(response: Message) -> Message:
+    error = response.get("error")
+    if isinstance(error, dict):
+        raise McpError(error.get("code", 0), str(error.get("message", "")), error.get("data"))
+    result = response.get("result")
+    if not isinstance(result, dict):
+        raise McpError(0, f"malformed response: {response!r}"[:500])
+    return result
+
+
+@attrs.define(eq=False)
+class ClientEngine:
+    """The protocol side of an MCP client; see the module docstring.
+
+    In the modern era every request carries the ``_meta`` envelope
+    (protocol version, client capabilities and info, optional log level);
+    in the legacy era the client sends ``initialize`` first.  What the
+    server sends that matches no request lands in ``unexpected``; log
+    messages (``notifications/message``) in ``log_messages``.
+
+    *keep_history*: keep every call in ``calls`` and every stray message
+    (the test client, whose tests look at them); otherwise answered calls
+    are forgotten and the two lists keep only the last
+    :attr:`MAX_KEPT` entries, so a long-lived client does not grow.
+    *forward_cancel*: cancel a call when the polled flag of the request
+    the caller runs in is set (see the module docstring).
+    """
+
+    MAX_KEPT = 1000
+
+    era: Era
+    client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
+    client_info: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"name": "trio-mcp-cancel-client", "version": __version__}
+    )
+    log_level: str | None = None
+    initialize_result: Message | None = None
+    log_messages: list[Message] = attrs.field(factory=list)
+    unexpected: list[Message] = attrs.field(factory=list)
+    calls: dict[int, PendingCall] = attrs.field(factory=dict)
+    """Calls sent and not yet forgotten, by id."""
+    keep_history: bool = True
+    forward_cancel: bool = True
+    _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+
+    # -- what a transport provides -------------------------------------------
+
+    def _transmit(self, message: Message, call: PendingCall | None) -> None:
+        """Queue *message* for the server (*call*: the request it is); never blocks."""
+        raise NotImplementedError
+
+    def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
+        """Cancel *call* on the server: ``notifications/cancelled`` by default."""
+        params: Message = {"requestId": call.id}
+        if reason is not None:
+            params["reason"] = reason
+        self._transmit(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}, None
+        )
+
+    # -- the protocol ------------------------------------------------------------
+
+    @property
+    def protocol_version(self) -> str:
+        """The version this client speaks: negotiated (legacy), else the latest."""
+        if self.initialize_result is not None:
+            return str(self.initialize_result.get("protocolVersion", LATEST_LEGACY_VERSION))
+        return LATEST_VERSION if self.era == "modern" else LATEST_LEGACY_VERSION
+
+    def envelope(self) -> Message:
+        """The modern ``_meta`` keys this client puts on every request."""
+        meta: Message = {
+            META_PROTOCOL_VERSION: LATEST_VERSION,
+            META_CLIENT_CAPABILITIES: dict(self.client_capabilities),
+            META_CLIENT_INFO: dict(self.client_info),
+        }
+        if self.log_level is not None:
+            meta[META_LOG_LEVEL] = self.log_level
+        return meta
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        """Send any JSON-RPC message as is (a transport may wait until it is delivered)."""
+        await self._send_message(dict(message))
+
+    async def _send_message(self, message: Message) -> None:
+        self._transmit(message, None)
+        await trio.lowlevel.checkpoint()
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send a notification."""
+        message: Message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self.send(message)
+
+    def start_request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        envelope: bool = True,
+        progress: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> PendingCall:
+        """Send a request without waiting for its answer.
+
+        *envelope*: add the modern ``_meta`` envelope (modern era only).
+        *progress* (or *on_progress*): ask for progress, with the request id
+        as the progress token, as the MCP SDKs do.
+        """
+        request_id = next(self._ids)
+        body: Message = dict(params or {})
+        meta: Message = dict(body.get("_meta") or {})
+        if envelope and self.era == "modern":
+            meta.update(self.envelope())
+        if progress or on_progress is not None:
+            meta["progressToken"] = request_id
+        if meta:
+            body["_meta"] = meta
+        call = PendingCall(request_id, method, self, on_progress)
+        self.calls[request_id] = call
+        self._transmit({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}, call)
+        return call
+
+    async def request(
+        self, method: str, params: Mapping[str, Any] | None = None, *, envelope: bool = True
+    ) -> Message:
+        """Send a request and return its ``result`` (:class:`McpError` for an error)."""
+        self._refuse_if_flagged()
+        return await self._wait(self.start_request(method, params, envelope=envelope))
+
+    def start_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        progress: bool = True,
+        on_progress: ProgressCallback | None = None,
+    ) -> PendingCall:
+        """Send ``tools/call`` without waiting: cancel it, watch its progress.
+
+        Progress is asked for by default, so ``call.progress`` fills up.
+        """
+        params: Message = {"name": name, "arguments": dict(arguments or {})}
+        return self.start_request("tools/call", params, progress=progress, on_progress=on_progress)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> Message:
+        """Call a tool and return its result (``content``, ``isError``, ...).
+
+        A tool that fails is a result with ``isError``; a JSON-RPC error
+        raises :class:`McpError`.  *progress* is called with the params of
+        each ``notifications/progress``.  The call is cancelled on the
+        server when the calling scope is cancelled, or when the polled flag
+        of the request the caller runs in is set (then this raises
+        :class:`RequestCancelled`).
+        """
+        self._refuse_if_flagged()
+        return await self._wait(
+            self.start_call(name, arguments, progress=False, on_progress=progress)
+        )
+
+    async def list_tools(self) -> list[Message]:
+        """``tools/list``, every page."""
+        tools: list[Message] = []
+        cursor: object = None
+        while True:
+            result = await self.request("tools/list", {} if cursor is None else {"cursor": cursor})
+            tools.extend(result.get("tools") or [])
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return tools
+
+    async def cancel_task(self, task_id: str) -> Message:
+        """``tasks/cancel`` (Tasks extension): the way a task, not a request, is cancelled.
+
+        The hook for task-augmented calls: MCP forbids
+        ``notifications/cancelled`` for tasks.  Waiting on tasks
+        (``tasks/get``, ``notifications/tasks``) is the Tasks extension's.
+        """
+        return await self.request("tasks/cancel", {"taskId": task_id})
+
+    def _refuse_if_flagged(self) -> None:
+        request = current_request(None) if self.forward_cancel else None
+        if request is not None and request.cancellation is not None:
+            raise RequestCancelled(request.cancellation.reason, request.cancellation.kind)
+
+    async def _wait(self, call: PendingCall) -> Message:
+        request = current_request(None) if self.forward_cancel else None
+        try:
+            if request is None:
+                return await call.result()
+            with trio.CancelScope() as flagged:
+                remove = request.on_cancelled(flagged.cancel)
+                try:
+                    return await call.result()
+                finally:
+                    remove()
+            # Only reached when the flag cancelled the wait: forward it now,
+            # in the polite phase, and stop waiting (no answer may come).
+            cancellation = request.cancellation
+            assert cancellation is not None
+            self._abandon(call, cancellation.reason)
+            raise RequestCancelled(cancellation.reason, cancellation.kind)
+        except trio.Cancelled:
+            self._abandon(call, "caller cancelled")
+            raise
+        finally:
+            if not self.keep_history and call.finished:
+                self.calls.pop(call.id, None)
+
+    def _abandon(self, call: PendingCall, reason: str | None) -> None:
+        if call.finished:
+            return
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            call.cancel_nowait(reason)
+        if not self.keep_history:
+            self.calls.pop(call.id, None)
+
+    def _fail_all(self, failure: McpTransportError) -> None:
+        """The connection is gone: every call still waiting fails with *failure*."""
+        for call in list(self.calls.values()):
+            call._fail(failure)
+
+    # -- what the server sends ---------------------------------------------------
+
+    def _keep(self, kept: list[Message], message: Message) -> None:
+        kept.append(message)
+        if not self.keep_history and len(kept) > self.MAX_KEPT:
+            del kept[: len(kept) - self.MAX_KEPT]
+
+    def _receive(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            self._keep(self.unexpected, {"non-object": message})
+            return
+        method = message.get("method")
+        params = message.get("params")
+        if method is None:
+            call = self.calls.get(message.get("id"))  # type: ignore[arg-type]
+            if call is None or call.finished:
+                self._keep(self.unexpected, message)
+            else:
+                call._deliver(message)
+        elif "id" in message:
+            self._server_request(message)
+        elif method == "notifications/progress" and isinstance(params, dict):
+            call = self.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
+            if call is None or call.finished:
+                self._keep(self.unexpected, message)
+            else:
+                call._deliver_progress(params)
+        elif method == "notifications/message" and isinstance(params, dict):
+            self._keep(self.log_messages, params)
+        elif (call := self._subscription(params)) is not None:
+            self._keep(call.notifications, message)
+        else:
+            self._keep(self.unexpected, message)
+
+    def _subscription(self, params: object) -> PendingCall | None:
+        """The open ``subscriptions/listen`` call a notification is tagged with, if any."""
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        key = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
+        call = self.calls.get(key) if isinstance(key, int) else None
+        return call if call is not None and not call.finished else None
+
+    def _server_request(self, message: Message) -> None:
+        """A request from the server: ``ping`` is answered, anything else refused."""
+        if message.get("method") == "ping":
+            self._transmit({"jsonrpc": "2.0", "id": message["id"], "result": {}}, None)
+            return
+        self._transmit(
+            {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": -32601, "message": "Method not found"},
+            },
+            None,
+        )
+
+    async def _initialize(self) -> None:
+        self.initialize_result = await self.request(
+            "initialize",
+            {
+                "protocolVersion": LATEST_LEGACY_VERSION,
+                "capabilities": dict(self.client_capabilities),
+                "clientInfo": dict(self.client_info),
+            },
+        )
+        await self.notify("notifications/initialized")
+        if self.log_level is not None:
+            await self.request("logging/setLevel", {"level": self.log_level})

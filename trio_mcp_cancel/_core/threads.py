@@ -1,0 +1,147 @@
+"""Blocking code in worker threads: the polled flag reaches them, the hard cancel abandons them.
+
+A thread cannot be cancelled, only asked to stop.  :func:`run_sync` runs a
+function in a Trio worker thread bound to the current request:
+
+* the flag is visible from the thread: :func:`cancelled` works there (Trio
+  copies the request's context into the thread), and :func:`cancel_token`
+  returns a :class:`CancelToken` whose :meth:`~CancelToken.wait` blocks the
+  thread until the flag is set, instead of a ``time.sleep`` poll;
+* at the hard cancel the thread is abandoned the Trio way
+  (``abandon_on_cancel=True``): the request ends on time, and the thread,
+  which Python cannot stop, is left to finish on its own; a
+  :class:`~.events.ThreadAbandonedEvent` records it, because a thread that
+  ignores the flag keeps its CPU, its memory and its slot in Trio's thread
+  limiter until it returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TypeVar
+
+import trio
+
+from .context import current_request
+from .errors import RequestCancelled
+from .events import EventHub, ThreadAbandonedEvent
+from .request import TrackedRequest
+
+__all__ = ["CancelToken", "cancel_token", "run_sync"]
+
+T = TypeVar("T")
+
+_current_token: ContextVar[CancelToken] = ContextVar("trio_mcp_cancel.cancel_token")
+
+
+class CancelToken:
+    """A thread-safe view of one request's polled flag, for blocking code.
+
+    Reading the flag is one attribute read, safe from any thread; the
+    :class:`threading.Event` behind :meth:`wait` is set from the Trio thread
+    through :meth:`TrackedRequest.on_cancelled`, the moment the flag is.
+    """
+
+    __slots__ = ("_event", "_remove", "request")
+
+    def __init__(self, request: TrackedRequest) -> None:
+        """Create it in the Trio thread (it registers its hook there)."""
+        self.request = request
+        self._event = threading.Event()
+        self._remove = request.on_cancelled(self._event.set)
+
+    @property
+    def cancelled(self) -> bool:
+        """The polled flag."""
+        return self.request.cancellation is not None
+
+    @property
+    def reason(self) -> str | None:
+        return self.request.reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`RequestCancelled` once the flag is set: the sync ``checkpoint``."""
+        cancellation = self.request.cancellation
+        if cancellation is not None:
+            raise RequestCancelled(cancellation.reason, cancellation.kind)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the flag is set or *timeout* passes.
+
+        Returns whether the flag is set.  Never call it from the Trio thread.
+        """
+        return self._event.wait(timeout)
+
+    def close(self) -> None:
+        """Unregister the hook (from the Trio thread); the flag stays readable."""
+        self._remove()
+
+
+def cancel_token() -> CancelToken:
+    """The :class:`CancelToken` of the worker thread :func:`run_sync` is running.
+
+    Raises :class:`RuntimeError` outside such a thread.
+    """
+    token = _current_token.get(None)
+    if token is None:
+        raise RuntimeError("cancel_token() works in threads started by run_sync()")
+    return token
+
+
+async def run_sync(
+    fn: Callable[..., T],
+    *args: object,
+    request: TrackedRequest | None = None,
+    events: EventHub | None = None,
+    limiter: trio.CapacityLimiter | None = None,
+    thread_name: str | None = None,
+) -> T:
+    """Run ``fn(*args)`` in a worker thread bound to the current request.
+
+    In the thread, :func:`cancelled` and :func:`cancel_token` see the
+    request; ``fn`` stops cooperatively by returning or by raising
+    :class:`RequestCancelled` (``cancel_token().raise_if_cancelled()``),
+    which comes out of ``run_sync`` as itself.  When the hard cancel comes
+    first, ``run_sync`` raises ``trio.Cancelled`` at once and the thread is
+    abandoned; *events* (default: the request's registry's) gets a
+    :class:`ThreadAbandonedEvent`.  Outside a tracked request it is
+    ``trio.to_thread.run_sync(..., abandon_on_cancel=True)`` plus the event.
+    """
+    if request is None:
+        request = current_request(None)
+    if events is None and request is not None:
+        events = request.events
+    token = None if request is None else CancelToken(request)
+    finished = threading.Event()
+
+    def in_thread() -> T:
+        reset = None if token is None else _current_token.set(token)
+        try:
+            return fn(*args)
+        finally:
+            if reset is not None:
+                _current_token.reset(reset)
+            finished.set()
+
+    name = thread_name or f"trio_mcp_cancel: {getattr(fn, '__qualname__', repr(fn))}"[:200]
+    try:
+        return await trio.to_thread.run_sync(
+            in_thread, abandon_on_cancel=True, limiter=limiter, thread_name=name
+        )
+    except trio.Cancelled:
+        if not finished.is_set() and events is not None:
+            cancellation = None if request is None else request.cancellation
+            events.emit(
+                ThreadAbandonedEvent(
+                    None if request is None else request.request_id,
+                    None if request is None else request.namespace,
+                    "server" if cancellation is None else cancellation.kind,
+                    name,
+                )
+            )
+        raise
+    finally:
+        if token is not None:
+            token.close()

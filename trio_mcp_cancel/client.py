@@ -1,0 +1,316 @@
+"""A Trio MCP client whose calls are cancelled when the caller's scope is.
+
+For gateways and tools that call other MCP servers::
+
+    @server.tool()
+    async def summarize(ctx: ToolContext, path: str) -> str:
+        async with open_client("http://127.0.0.1:9000/mcp") as upstream:
+            result = await upstream.call_tool("read", {"path": path})
+        return result["content"][0]["text"]
+
+Cancellation reaches the downstream server in both phases: when the
+gateway's request is flagged (its client cancelled it), the downstream call
+is cancelled at once, the way its transport cancels (modern HTTP: close the
+request's stream; legacy HTTP, stdio and WebSocket:
+``notifications/cancelled``), and ``call_tool`` raises
+:class:`~trio_mcp_cancel.RequestCancelled`; a cancelled scope around the
+call (the hard cancel, a timeout) does the same.  Tasks (the Tasks
+extension) are cancelled with :meth:`McpClient.cancel_task` (``tasks/cancel``).
+
+Transports: :func:`open_http_client` (Streamable HTTP, both eras),
+:func:`open_websocket_client`, :func:`open_stdio_client` (a child process
+in its own process group, stopped and reaped on exit), or
+:func:`open_client`, which picks one from the target.  Eras: ``"modern"``
+(2026-07-28: ``_meta`` on every request, no handshake), ``"legacy"``
+(``initialize`` first), or ``"auto"`` (a modern ``server/discover`` first,
+``initialize`` when the server does not speak the modern era).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import trio
+import trio_websocket
+
+from ._client.engine import (
+    ClientEngine,
+    McpError,
+    McpTransportError,
+    Message,
+    PendingCall,
+    ProgressCallback,
+)
+from ._client.http import HttpTransport
+from ._client.streams import MessageTransport, read_lines, stop_child
+
+__all__ = [
+    "ClientEra",
+    "McpClient",
+    "McpError",
+    "McpTransportError",
+    "PendingCall",
+    "ProgressCallback",
+    "open_client",
+    "open_http_client",
+    "open_stdio_client",
+    "open_websocket_client",
+]
+
+ClientEra = Literal["modern", "legacy", "auto"]
+
+#: Errors a modern server answers to a request it understood the era of.
+_MODERN_ERRORS = frozenset({-32020, -32021, -32022})
+
+
+@attrs.define(eq=False)
+class McpClient(ClientEngine):
+    """An MCP client on one transport; made by the ``open_*_client`` functions.
+
+    ``call_tool``, ``request``, ``list_tools``, ``start_call`` and the rest
+    come from the engine shared with the test client.  It forgets answered
+    calls and keeps bounded lists of stray messages, so it can live as long
+    as a gateway does.
+    """
+
+    transport: HttpTransport | MessageTransport | None = attrs.field(default=None, kw_only=True)
+
+    def _transmit(self, message: Message, call: PendingCall | None) -> None:
+        if self.transport is None:
+            raise trio.ClosedResourceError("the client is closed")
+        self.transport.transmit(message, call)
+
+    async def _send_message(self, message: Message) -> None:
+        # Over HTTP every message is its own POST: wait for the server to take
+        # it, so a notification is not overtaken by the request that follows.
+        if isinstance(self.transport, HttpTransport):
+            await self.transport.post(message)
+        else:
+            await super()._send_message(message)
+
+    def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
+        # MCP: never cancel what has finished (the id may be reused by then).
+        if self.transport is None or call.finished:
+            return
+        self.transport.cancel(call, reason)
+
+
+async def _handshake(client: McpClient, era: ClientEra) -> None:
+    if era == "legacy":
+        await client._initialize()
+    elif era == "auto":
+        try:
+            await client.request("server/discover")
+        except McpError as exc:
+            if exc.code in _MODERN_ERRORS:
+                raise
+            client.era = "legacy"
+            await client._initialize()
+
+
+def _new_client(
+    era: ClientEra,
+    client_info: Mapping[str, Any] | None,
+    client_capabilities: Mapping[str, Any] | None,
+    log_level: str | None,
+    forward_cancel: bool,
+) -> McpClient:
+    if era not in ("modern", "legacy", "auto"):
+        raise ValueError(f"era must be 'modern', 'legacy' or 'auto', not {era!r}")
+    client = McpClient(
+        "modern" if era == "auto" else era,
+        dict(client_capabilities or {}),
+        keep_history=False,
+        forward_cancel=forward_cancel,
+    )
+    if client_info is not None:
+        client.client_info = dict(client_info)
+    client.log_level = log_level
+    return client
+
+
+@contextlib.asynccontextmanager
+async def _one_error() -> AsyncIterator[None]:
+    """Our nursery is an implementation detail: a lone exception comes out as itself."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        raise group.exceptions[0] from None
+
+
+@contextlib.asynccontextmanager
+async def open_http_client(
+    url: str,
+    *,
+    era: ClientEra = "modern",
+    headers: Mapping[str, str] | None = None,
+    client_info: Mapping[str, Any] | None = None,
+    client_capabilities: Mapping[str, Any] | None = None,
+    log_level: str | None = None,
+    forward_cancel: bool = True,
+    connect_timeout: float = 10.0,
+    max_response: int = 16 * 1024 * 1024,
+) -> AsyncIterator[McpClient]:
+    """An MCP client of the Streamable HTTP endpoint *url*, for one ``async with``.
+
+    *headers* go on every request (``Authorization``, say).  Modern
+    cancellation closes the request's connection; legacy posts
+    ``notifications/cancelled`` and ends the session (``DELETE``) on exit.
+    Leaving the block closes every stream still open, which cancels those
+    calls on a modern server.
+    """
+    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    async with _one_error(), trio.open_nursery() as nursery:
+        transport = HttpTransport(
+            url,
+            nursery,
+            dict(headers or {}),
+            connect_timeout,
+            max_response,
+            client=client,
+        )
+        client.transport = transport
+        try:
+            await _handshake(client, era)
+            yield client
+        finally:
+            client.transport = None
+            nursery.cancel_scope.cancel()
+            await transport.end_session()
+
+
+@contextlib.asynccontextmanager
+async def open_websocket_client(
+    url: str,
+    *,
+    era: ClientEra = "modern",
+    headers: Mapping[str, str] | None = None,
+    client_info: Mapping[str, Any] | None = None,
+    client_capabilities: Mapping[str, Any] | None = None,
+    log_level: str | None = None,
+    forward_cancel: bool = True,
+    connect_timeout: float = 10.0,
+    max_message_size: int = 1 << 20,
+) -> AsyncIterator[McpClient]:
+    """An MCP client over WebSocket (subprotocol ``mcp``), for one ``async with``.
+
+    Cancellation is ``notifications/cancelled``; closing the connection on
+    exit cancels whatever still runs on the server.
+    """
+    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
+    async with (
+        _one_error(),
+        trio_websocket.open_websocket_url(
+            url,
+            subprotocols=["mcp"],
+            extra_headers=extra,
+            max_message_size=max_message_size,
+            connect_timeout=connect_timeout,
+            disconnect_timeout=connect_timeout,
+        ) as ws,
+    ):
+
+        async def texts() -> AsyncIterator[str]:
+            while True:
+                try:
+                    message = await ws.get_message()
+                except trio_websocket.ConnectionClosed:
+                    return
+                yield message if isinstance(message, str) else message.decode("utf-8", "replace")
+
+        async with trio.open_nursery() as nursery:
+            transport = MessageTransport(ws.send_message, texts(), url, client)
+            client.transport = transport
+            nursery.start_soon(transport.write)
+            nursery.start_soon(transport.read)
+            try:
+                await _handshake(client, era)
+                yield client
+            finally:
+                client.transport = None
+                nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def open_stdio_client(
+    command: Sequence[str],
+    *,
+    era: ClientEra = "modern",
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stderr: int | None = None,
+    client_info: Mapping[str, Any] | None = None,
+    client_capabilities: Mapping[str, Any] | None = None,
+    log_level: str | None = None,
+    forward_cancel: bool = True,
+    shutdown_timeout: float = 2.0,
+    max_message_size: int = 16 * 1024 * 1024,
+) -> AsyncIterator[McpClient]:
+    """Start the stdio MCP server *command* and connect to it, for one ``async with``.
+
+    The server runs in a process group of its own; on exit its stdin is
+    closed, then (after *shutdown_timeout* seconds each) it gets ``SIGTERM``
+    and ``SIGKILL``; it is always reaped, and what it left in its group is
+    killed.  *stderr* (default: inherited) is passed to the child.
+    """
+    if isinstance(command, str):
+        raise TypeError("command must be a sequence of arguments, not a string")
+    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    process = await trio.lowlevel.open_process(
+        list(command),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        stdin = process.stdin
+
+        async def send(text: str) -> None:
+            await stdin.send_all(text.encode() + b"\n")
+
+        async with _one_error(), trio.open_nursery() as nursery:
+            transport = MessageTransport(
+                send, read_lines(process.stdout, max_message_size), str(command[0]), client
+            )
+            client.transport = transport
+            nursery.start_soon(transport.write)
+            nursery.start_soon(transport.read)
+            try:
+                await _handshake(client, era)
+                yield client
+            finally:
+                client.transport = None
+                nursery.cancel_scope.cancel()
+    finally:
+        await stop_child(process, shutdown_timeout)
+
+
+@contextlib.asynccontextmanager
+async def open_client(target: str | Sequence[str], **options: Any) -> AsyncIterator[McpClient]:
+    """:func:`open_http_client` for an ``http(s)://`` URL, :func:`open_websocket_client`
+    for ``ws(s)://``, :func:`open_stdio_client` for a command (a list of arguments)."""
+    if isinstance(target, str):
+        if target.startswith(("http://", "https://")):
+            opener: Any = open_http_client
+        elif target.startswith(("ws://", "wss://")):
+            opener = open_websocket_client
+        else:
+            raise ValueError(
+                f"not an http(s):// or ws(s):// URL: {target[:100]!r}"
+                " (a stdio server is a list of arguments)"
+            )
+    else:
+        opener = open_stdio_client
+    async with opener(target, **options) as client:
+        yield client
