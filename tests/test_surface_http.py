@@ -143,3 +143,19 @@ async def test_modern_resource_read_and_prompt_mrtr_over_http(
         body = reply_of(second)
         (message,) = body["result"]["messages"]
         assert message["content"]["text"] == "Talk about trio (asked)"
+
+
+async def test_listen_needs_a_streamed_response(autojump_clock: trio.testing.MockClock) -> None:
+    server = build()
+    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+        client = AsgiClient(McpHttpApp(server, registry, json_response=True), nursery)
+        async with client.lifespan():
+            message = modern_request(
+                1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+            )
+            listen = post(client, message)
+            with trio.fail_after(10):
+                await listen.done.wait()
+        assert listen.json()["error"]["code"] == -32600
+        assert server.subscriptions.listeners == set()
+        assert_no_leaks(registry)

@@ -29,7 +29,7 @@ from .dispatch import (
     make_context,
     run_target,
 )
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .jsonrpc import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
 from .prompts import completion_result, prompt_result
 from .resources import read_result
@@ -175,6 +175,9 @@ async def _listen(
     """Acknowledge, then forward matching notifications until the request is cancelled."""
     request = call.request
     assert request is not None
+    if exchange.send is None:
+        # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
+        raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
     granted = read_filter(request.params, _LISTEN_FILTERS)
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = server.subscriptions
