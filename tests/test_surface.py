@@ -274,6 +274,12 @@ def test_explicit_schema_must_fit_the_function() -> None:
         async def tool(ctx: ToolContext) -> str:
             return ""
 
+    with pytest.raises(ValueError, match="tool name"):
+
+        @server.tool("has space")
+        async def tool3(ctx: ToolContext) -> str:
+            return ""
+
     with pytest.raises(ValueError, match="type 'object'"):
 
         @server.tool(input_schema={"type": "string"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
@@ -106,6 +107,7 @@ class Tool:
         return result
 
 
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _SCHEMA_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "integer": (int,),
     "number": (int, float),
@@ -194,6 +196,9 @@ def make_tool(
     """
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"tool {name!r} must be an async function")
+    if not _TOOL_NAME.fullmatch(name):
+        # MCP 2025-11-25 "Tool Names": clients may refuse (or mangle) any other name.
+        raise ValueError(f"tool name {name!r}: use 1-128 of A-Z a-z 0-9 _ - .")
     raw_doc = inspect.getdoc(fn)
     doc = description if description is not None else _summary(raw_doc)
     # Clients and models pick tools by their description: never send an empty one.
