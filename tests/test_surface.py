@@ -324,6 +324,10 @@ async def test_legacy_lists_carry_no_cache_fields(autojump_clock: trio.testing.M
     async with open_test_client(server, era="legacy") as client:
         listed = await client.request("resources/list")
         assert await client.request("resources/subscribe", {"uri": "test://text"}) == {}
+        assert await client.request("resources/unsubscribe", {"uri": "test://text"}) == {}
+        with pytest.raises(McpError) as unknown:
+            await client.request("resources/subscribe", {"uri": "test://nope"})
+        assert unknown.value.code == INVALID_PARAMS
         capabilities = client.initialize_result["capabilities"]  # type: ignore[index]
     assert "ttlMs" not in listed and "cacheScope" not in listed
     assert capabilities["resources"] == {"listChanged": False, "subscribe": False}

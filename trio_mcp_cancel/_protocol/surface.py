@@ -29,7 +29,7 @@ from .dispatch import (
     make_context,
     run_target,
 )
-from .jsonrpc import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
 from .prompts import completion_result, prompt_result
 from .resources import read_result
@@ -117,9 +117,7 @@ async def _subscribe(
     Updates would travel on the legacy GET stream, which this library does
     not serve (see README); the modern era subscribes with ``subscriptions/listen``.
     """
-    uri = _params(call).get("uri")
-    if not isinstance(uri, str):
-        raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
+    server.resources.find(_params(call).get("uri"))  # unknown: -32602 with the uri
     return {}
 
 
