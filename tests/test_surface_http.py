@@ -38,6 +38,13 @@ def build() -> McpServer:
             return InputRequired({"topic": elicit("Which topic?", schema)}, state="asked")
         return f"Talk about {answer['content']['topic']} ({ctx.request_state})"
 
+    @server.resource("test://slow", name="slow")
+    async def slow(ctx: ToolContext) -> str:
+        while True:
+            await ctx.checkpoint()
+            await ctx.report_progress(trio.current_time())
+            await trio.sleep(1)
+
     return server
 
 
@@ -159,3 +166,21 @@ async def test_listen_needs_a_streamed_response(autojump_clock: trio.testing.Moc
         assert listen.json()["error"]["code"] == -32600
         assert server.subscriptions.listeners == set()
         assert_no_leaks(registry)
+
+
+async def test_closing_a_resource_read_stream_cancels_the_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    async with serving(server) as (client, events):
+        message = modern_request(3, "resources/read", {"uri": "test://slow"}, progress_token="r")
+        read = post(client, message, "test://slow")
+        first = await read.next_message()
+        assert first["method"] == "notifications/progress"
+        await trio.sleep(2.5)
+        read.disconnect()
+        await read.done.wait()
+        (event,) = events.of_type(RequestCancelledEvent)
+        assert (event.request_id, event.kind) == (3, "disconnect")
+        await trio.sleep(3)
+        assert read.after_disconnect == []
