@@ -10,14 +10,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request
+from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, modern_request
 
 from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.transports.http.rules import check_param_headers
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 
@@ -184,3 +187,74 @@ async def test_closing_a_resource_read_stream_cancels_the_read(
         assert (event.request_id, event.kind) == (3, "disconnect")
         await trio.sleep(3)
         assert read.after_disconnect == []
+
+
+REGION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"},
+    },
+    "required": ["region"],
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "sent", "ok"),
+    [
+        ({"region": "eu"}, {"mcp-param-region": "eu"}, True),
+        ({"region": "eu"}, {"mcp-param-region": "  eu "}, True),
+        ({"region": "Zürich"}, {"mcp-param-region": b64_header("Zürich")}, True),
+        ({"region": "eu", "count": 3}, {"mcp-param-region": "eu", "mcp-param-count": "3"}, True),
+        # A value without the complete =?base64?...?= wrapper is literal.
+        ({"region": "=?base64?ZXU="}, {"mcp-param-region": "=?base64?ZXU="}, True),
+        ({"region": "eu"}, {}, False),  # missing header
+        ({"region": "eu"}, {"mcp-param-region": "us"}, False),  # mismatch
+        ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVsbG8?="}, False),  # padding
+        ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVs!!!bG8=?="}, False),
+        ({"region": "eu"}, {"mcp-param-region": "eu", "mcp-param-count": "1"}, False),  # extra
+    ],
+)
+def test_param_headers_must_mirror_the_body(
+    arguments: dict[str, Any], sent: dict[str, str], ok: bool
+) -> None:
+    if ok:
+        check_param_headers(sent, REGION_SCHEMA, arguments)
+    else:
+        with pytest.raises(JsonRpcError) as refused:
+            check_param_headers(sent, REGION_SCHEMA, arguments)
+        assert refused.value.code == -32020
+
+
+async def test_param_header_mismatch_is_400_before_the_tool_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    ran: list[str] = []
+
+    @server.tool(input_schema=REGION_SCHEMA)
+    async def routed(ctx: ToolContext, region: str, count: int = 1) -> str:
+        ran.append(region)
+        return region
+
+    async with serving(server) as (client, _):
+        message = modern_request(1, "tools/call", {"name": "routed", "arguments": {"region": "eu"}})
+        headers = modern_headers("tools/call", "routed")
+        bad = client.start("POST", {**headers, "mcp-param-region": "us"}, message)
+        await bad.done.wait()
+        assert bad.status == 400 and bad.json()["error"]["code"] == -32020
+        good = client.start("POST", {**headers, "mcp-param-region": "eu"}, message)
+        await good.done.wait()
+        assert reply_of(good)["result"]["content"][0]["text"] == "eu"
+    assert ran == ["eu"]
+
+
+def test_x_mcp_header_must_be_a_header_name() -> None:
+    server = McpServer()
+    with pytest.raises(ValueError, match="x-mcp-header"):
+
+        @server.tool(
+            input_schema={"type": "object", "properties": {"a": {"x-mcp-header": "bad name"}}}
+        )
+        async def tool(ctx: ToolContext, a: str) -> str:
+            return a

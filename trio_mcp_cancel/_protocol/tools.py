@@ -108,6 +108,8 @@ class Tool:
 
 
 _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: An ``x-mcp-header`` value becomes ``Mcp-Param-<value>``: keep it a plain token.
+_HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SCHEMA_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "integer": (int,),
     "number": (int, float),
@@ -166,6 +168,9 @@ def _explicit_params(
         raise TypeError(f"tool {name!r}: the function takes no parameter {missing[0]!r}")
     params: dict[str, tuple[tuple[type, ...], bool]] = {}
     for prop, spec in properties.items():
+        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
+        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
+            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
         kind = spec.get("type") if isinstance(spec, Mapping) else None
         types = _SCHEMA_TYPES.get(kind, ()) if isinstance(kind, str) else ()
         params[prop] = (types, prop in required)
