@@ -25,10 +25,13 @@ const done = await client.callTool({ name: "count", arguments: { n: 3, delay: 0.
 });
 report.completed = { text: done.content?.[0]?.text, progress: seen };
 
-// 2. A long call, aborted after its first progress notification.
+// 2. A long call, aborted after its first progress notification. Its steps are a second apart:
+// a progress notification the server wrote before the cancel reached it would reach the client
+// after the abort whatever the server does (MCP's accepted race), so the test leaves the cancel
+// ample time to arrive first; anything the client sees after the abort is then the server's fault.
 const controller = new AbortController();
 let aborted = false;
-const call = client.callTool({ name: "count", arguments: { n: 1000, delay: 0.02 } }, undefined, {
+const call = client.callTool({ name: "count", arguments: { n: 1000, delay: 1.0 } }, undefined, {
   signal: controller.signal,
   onprogress: () => {
     if (aborted) report.progressAfterAbort += 1;

@@ -173,6 +173,21 @@ async def add(
     return {"sum": a + b}
 
 
+@server.tool(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "query": {"type": "string"},
+        },
+        "required": ["region"],
+    }
+)
+async def test_region_routing(ctx: ToolContext, region: str, query: str = "") -> str:
+    """Its region travels in the Mcp-Param-Region header too (SEP-2243), for routing."""
+    return f"{region}: {query}"
+
+
 # Legacy server-to-client requests (sampling, elicitation over the SSE back
 # channel) are out of scope: these fixtures say so as a tool error.
 _NO_BACK_CHANNEL = (

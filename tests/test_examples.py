@@ -40,3 +40,47 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     assert "running: 1 mcp-demo-child process" in out
     assert "no mcp-demo-child process is left" in out
     assert out.rstrip().endswith("done: 0 requests in flight, 0 rows left")
+
+
+def test_conformance_server_starts_serves_and_stops_on_sigterm() -> None:
+    """The example the conformance suite runs: --port 0, its URL printed, SIGTERM exits 0."""
+    import json
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "conformance_server.py"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("conformance server: http://127.0.0.1:"), line
+        url = line.split(": ", 1)[1].strip()
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
+        request = urllib.request.Request(
+            url,
+            json.dumps(body).encode(),
+            {
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2026-07-28",
+                "mcp-method": "server/discover",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            capabilities = json.loads(response.read())["result"]["capabilities"]
+        assert {"tools", "resources", "prompts", "completions", "logging"} <= set(capabilities)
+        assert capabilities["tools"] == {"listChanged": True}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

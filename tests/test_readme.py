@@ -20,10 +20,47 @@ exec(compile(_block("def test_my_tool_stops_when_cancelled"), "README.md", "exec
 exec(compile(_block("run_stdio(server"), "README.md", "exec"))
 exec(compile(_block("def test_crunch_stops_when_cancelled"), "README.md", "exec"))
 
+_features: dict[str, object] = {}
+exec(compile(_block('McpServer("features-demo")'), "README.md", "exec"), _features)
+
+
+async def test_the_features_example_serves_what_it_says(autojump_clock: object) -> None:
+    from trio_mcp_cancel.testing import open_test_client
+
+    server = _features["server"]
+    caps = {"elicitation": {}}
+    async with open_test_client(server, client_capabilities=caps, log_level="info") as client:
+        assert (await client.call_tool("lookup", {"city": "Oslo"}))["content"][0]["text"] == (
+            "Oslo: 3 results"
+        )
+        assert (await client.call_tool("lookup", {"city": "Atlantis"}))["isError"] is True
+        assert [m["data"] for m in client.log_messages] == ["looking up Oslo"]
+        assert [c["type"] for c in (await client.call_tool("chart"))["content"]] == [
+            "text",
+            "image",
+        ]
+        assert (await client.call_tool("add", {"a": 1, "b": 2}))["structuredContent"] == {"sum": 3}
+        tools = {t["name"]: t for t in (await client.request("tools/list"))["tools"]}
+        assert tools["hello"]["inputSchema"]["additionalProperties"] is False
+        user = await client.request("resources/read", {"uri": "db://users/42"})
+        assert user["contents"][0]["text"] == '{"id": "42"}'
+        review = await client.request("prompts/get", {"name": "review", "arguments": {"path": "a"}})
+        assert review["messages"][0]["content"]["type"] == "resource"
+        asked = await client.call_tool("delete", {"item": "x"})
+        assert asked["resultType"] == "input_required"
+        retry = {
+            "name": "delete",
+            "arguments": {"item": "x"},
+            "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}},
+            "requestState": asked["requestState"],
+        }
+        assert (await client.request("tools/call", retry))["content"][0]["text"] == "deleted x"
+
 
 def test_the_readme_examples_were_loaded() -> None:
     assert "test_my_tool_stops_when_cancelled" in globals()
     assert "test_crunch_stops_when_cancelled" in globals()
+    assert "server" in _features
 
 
 # The "where the work runs" examples: a build tool, a sync tool, a gateway tool.

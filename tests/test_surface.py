@@ -274,6 +274,12 @@ def test_explicit_schema_must_fit_the_function() -> None:
         async def tool(ctx: ToolContext) -> str:
             return ""
 
+    with pytest.raises(ValueError, match="tool name"):
+
+        @server.tool("has space")
+        async def tool3(ctx: ToolContext) -> str:
+            return ""
+
     with pytest.raises(ValueError, match="type 'object'"):
 
         @server.tool(input_schema={"type": "string"})
@@ -318,6 +324,10 @@ async def test_legacy_lists_carry_no_cache_fields(autojump_clock: trio.testing.M
     async with open_test_client(server, era="legacy") as client:
         listed = await client.request("resources/list")
         assert await client.request("resources/subscribe", {"uri": "test://text"}) == {}
+        assert await client.request("resources/unsubscribe", {"uri": "test://text"}) == {}
+        with pytest.raises(McpError) as unknown:
+            await client.request("resources/subscribe", {"uri": "test://nope"})
+        assert unknown.value.code == INVALID_PARAMS
         capabilities = client.initialize_result["capabilities"]  # type: ignore[index]
     assert "ttlMs" not in listed and "cacheScope" not in listed
     assert capabilities["resources"] == {"listChanged": False, "subscribe": False}

@@ -10,14 +10,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request
+from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, modern_request
 
 from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.transports.http.rules import check_param_headers
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 
@@ -37,6 +40,13 @@ def build() -> McpServer:
             schema = {"type": "object", "properties": {"topic": {"type": "string"}}}
             return InputRequired({"topic": elicit("Which topic?", schema)}, state="asked")
         return f"Talk about {answer['content']['topic']} ({ctx.request_state})"
+
+    @server.resource("test://slow", name="slow")
+    async def slow(ctx: ToolContext) -> str:
+        while True:
+            await ctx.checkpoint()
+            await ctx.report_progress(trio.current_time())
+            await trio.sleep(1)
 
     return server
 
@@ -143,3 +153,108 @@ async def test_modern_resource_read_and_prompt_mrtr_over_http(
         body = reply_of(second)
         (message,) = body["result"]["messages"]
         assert message["content"]["text"] == "Talk about trio (asked)"
+
+
+async def test_listen_needs_a_streamed_response(autojump_clock: trio.testing.MockClock) -> None:
+    server = build()
+    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+        client = AsgiClient(McpHttpApp(server, registry, json_response=True), nursery)
+        async with client.lifespan():
+            message = modern_request(
+                1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+            )
+            listen = post(client, message)
+            with trio.fail_after(10):
+                await listen.done.wait()
+        assert listen.json()["error"]["code"] == -32600
+        assert server.subscriptions.listeners == set()
+        assert_no_leaks(registry)
+
+
+async def test_closing_a_resource_read_stream_cancels_the_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    async with serving(server) as (client, events):
+        message = modern_request(3, "resources/read", {"uri": "test://slow"}, progress_token="r")
+        read = post(client, message, "test://slow")
+        first = await read.next_message()
+        assert first["method"] == "notifications/progress"
+        await trio.sleep(2.5)
+        read.disconnect()
+        await read.done.wait()
+        (event,) = events.of_type(RequestCancelledEvent)
+        assert (event.request_id, event.kind) == (3, "disconnect")
+        await trio.sleep(3)
+        assert read.after_disconnect == []
+
+
+REGION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"},
+    },
+    "required": ["region"],
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "sent", "ok"),
+    [
+        ({"region": "eu"}, {"mcp-param-region": "eu"}, True),
+        ({"region": "eu"}, {"mcp-param-region": "  eu "}, True),
+        ({"region": "Zürich"}, {"mcp-param-region": b64_header("Zürich")}, True),
+        ({"region": "eu", "count": 3}, {"mcp-param-region": "eu", "mcp-param-count": "3"}, True),
+        # A value without the complete =?base64?...?= wrapper is literal.
+        ({"region": "=?base64?ZXU="}, {"mcp-param-region": "=?base64?ZXU="}, True),
+        ({"region": "eu"}, {}, False),  # missing header
+        ({"region": "eu"}, {"mcp-param-region": "us"}, False),  # mismatch
+        ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVsbG8?="}, False),  # padding
+        ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVs!!!bG8=?="}, False),
+        ({"region": "eu"}, {"mcp-param-region": "eu", "mcp-param-count": "1"}, False),  # extra
+    ],
+)
+def test_param_headers_must_mirror_the_body(
+    arguments: dict[str, Any], sent: dict[str, str], ok: bool
+) -> None:
+    if ok:
+        check_param_headers(sent, REGION_SCHEMA, arguments)
+    else:
+        with pytest.raises(JsonRpcError) as refused:
+            check_param_headers(sent, REGION_SCHEMA, arguments)
+        assert refused.value.code == -32020
+
+
+async def test_param_header_mismatch_is_400_before_the_tool_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    ran: list[str] = []
+
+    @server.tool(input_schema=REGION_SCHEMA)
+    async def routed(ctx: ToolContext, region: str, count: int = 1) -> str:
+        ran.append(region)
+        return region
+
+    async with serving(server) as (client, _):
+        message = modern_request(1, "tools/call", {"name": "routed", "arguments": {"region": "eu"}})
+        headers = modern_headers("tools/call", "routed")
+        bad = client.start("POST", {**headers, "mcp-param-region": "us"}, message)
+        await bad.done.wait()
+        assert bad.status == 400 and bad.json()["error"]["code"] == -32020
+        good = client.start("POST", {**headers, "mcp-param-region": "eu"}, message)
+        await good.done.wait()
+        assert reply_of(good)["result"]["content"][0]["text"] == "eu"
+    assert ran == ["eu"]
+
+
+def test_x_mcp_header_must_be_a_header_name() -> None:
+    server = McpServer()
+    with pytest.raises(ValueError, match="x-mcp-header"):
+
+        @server.tool(
+            input_schema={"type": "object", "properties": {"a": {"x-mcp-header": "bad name"}}}
+        )
+        async def tool(ctx: ToolContext, a: str) -> str:
+            return a

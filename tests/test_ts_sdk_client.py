@@ -77,7 +77,8 @@ async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
     async def echo(ctx: ToolContext, text: str) -> str:
         return text
 
-    async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
+    # A grace longer than a step, so the tool stops at its own next checkpoint.
+    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
         registry.subscribe(events.append)
         config = Config()
         config.bind = ["127.0.0.1:0"]

@@ -383,6 +383,14 @@ class McpServer(ServerFeatures):
     of them is answered at once with error ``-32001`` (``data.limit`` says
     which), never queued: a queue would turn a flood into a hang for
     everyone behind it.  ``None`` disables a cap.
+
+    Resources, prompts, completion and ``subscriptions/listen`` are
+    registered through :class:`~.features.ServerFeatures` and served by
+    :mod:`.surface`; ``resources/read``, ``prompts/get`` and listen streams
+    run tracked, like tool calls, and count against the same caps.
+    *state_secret* (at least 32 bytes; default: random per process) seals
+    MRTR ``requestState`` values for *state_ttl* seconds; *resource_ttl_ms*
+    and *resource_cache_scope* are the caching hints of modern reads.
     """
 
     def __init__(

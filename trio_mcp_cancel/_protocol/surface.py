@@ -29,7 +29,7 @@ from .dispatch import (
     make_context,
     run_target,
 )
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
 from .prompts import completion_result, prompt_result
 from .resources import read_result
@@ -117,9 +117,7 @@ async def _subscribe(
     Updates would travel on the legacy GET stream, which this library does
     not serve (see README); the modern era subscribes with ``subscriptions/listen``.
     """
-    uri = _params(call).get("uri")
-    if not isinstance(uri, str):
-        raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
+    server.resources.find(_params(call).get("uri"))  # unknown: -32602 with the uri
     return {}
 
 
@@ -175,6 +173,9 @@ async def _listen(
     """Acknowledge, then forward matching notifications until the request is cancelled."""
     request = call.request
     assert request is not None
+    if exchange.send is None:
+        # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
+        raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
     granted = read_filter(request.params, _LISTEN_FILTERS)
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = server.subscriptions

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
 
@@ -114,6 +115,9 @@ class Tool:
         return result
 
 
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: An ``x-mcp-header`` value becomes ``Mcp-Param-<value>``: keep it a plain token.
+_HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SCHEMA_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "integer": (int,),
     "number": (int, float),
@@ -172,6 +176,9 @@ def _explicit_params(
         raise TypeError(f"tool {name!r}: the function takes no parameter {missing[0]!r}")
     params: dict[str, tuple[tuple[type, ...], bool]] = {}
     for prop, spec in properties.items():
+        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
+        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
+            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
         kind = spec.get("type") if isinstance(spec, Mapping) else None
         types = _SCHEMA_TYPES.get(kind, ()) if isinstance(kind, str) else ()
         params[prop] = (types, prop in required)
@@ -207,6 +214,9 @@ def make_tool(
     if not callable(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise TypeError(f"tool {name!r} must be an async function or a plain function")
     run = fn if inspect.iscoroutinefunction(fn) else _threaded(fn, name)
+    if not _TOOL_NAME.fullmatch(name):
+        # MCP 2025-11-25 "Tool Names": clients may refuse (or mangle) any other name.
+        raise ValueError(f"tool name {name!r}: use 1-128 of A-Z a-z 0-9 _ - .")
     raw_doc = inspect.getdoc(fn)
     doc = description if description is not None else _summary(raw_doc)
     # Clients and models pick tools by their description: never send an empty one.

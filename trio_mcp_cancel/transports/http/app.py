@@ -423,6 +423,12 @@ class McpHttpApp:
             await self._respond(send, status, jsonrpc.encode(exc.to_message()))
             return None
         call = self.server.prepare(message, caller, envelope=envelope)
+        if call.tool is not None and call.error is None and call.request is not None:
+            try:  # tools/call: x-mcp-header arguments must match their Mcp-Param-* headers
+                params = call.request.params
+                rules.check_param_headers(headers, call.tool.input_schema, params.get("arguments"))
+            except JsonRpcError as exc:
+                exc.request_id, call.error = call.request.id, exc
         return _Routed(call, caller, [], "modern")
 
     async def _legacy(self, post: _Post) -> _Routed | None:

@@ -41,6 +41,7 @@ __all__ = [
     "check_content_length",
     "check_content_type",
     "check_origin",
+    "check_param_headers",
     "decode_header_value",
     "is_initialize",
     "is_notification",
@@ -222,6 +223,54 @@ def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> E
         raise unsupported
     assert envelope is not None
     return envelope
+
+
+def _header_form(value: object) -> str | None:
+    """How a primitive argument is written in its ``Mcp-Param-*`` header (``None``: not one)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def check_param_headers(
+    headers: Mapping[str, str], input_schema: Mapping[str, Any], arguments: object
+) -> None:
+    """``-32020`` unless every ``x-mcp-header`` argument is mirrored in its header (SEP-2243).
+
+    A tool parameter annotated ``"x-mcp-header": "Region"`` in its input
+    schema travels in ``Mcp-Param-Region`` too (verbatim, or as
+    ``=?base64?...?=``), so intermediaries can route on it without reading
+    the body.  The two must agree: a missing header for an argument that is
+    present, a header for an argument that is absent, a malformed Base64
+    value, or a different value are all refused, so a proxy and the server
+    never act on different values.
+    """
+    properties = input_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return
+    given = arguments if isinstance(arguments, Mapping) else {}
+    for name, spec in properties.items():
+        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
+        if not isinstance(header, str):
+            continue
+        sent = headers.get(f"mcp-param-{header.lower()}")
+        if name not in given:
+            if sent is not None:
+                raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Param-{header} sent without {name!r}")
+            continue
+        expected = _header_form(given[name])
+        if expected is None:
+            continue
+        if sent is None or decode_header_value(sent.strip()) != expected:
+            raise JsonRpcError(
+                HEADER_MISMATCH, f"Mcp-Param-{header} header does not match argument {name!r}"
+            )
 
 
 def status_for(code: int, era: Era) -> int:
