@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 import trio
+from asgi_harness import AsgiClient, headers_of, modern_call
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
 from trio_mcp_cancel import checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, TaskRecord
 from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
@@ -133,6 +135,7 @@ async def instance(
                 store=backend.tasks,
                 bus=backend.bus,
                 instance_id=backend.instance_id,
+                counters=backend.counters,
                 task_status=task_status,
             )
         )
@@ -233,3 +236,76 @@ async def test_redis_down_then_back(prefix: str) -> None:
                     await on_b.request("tasks/cancel", {"taskId": created["taskId"]})
                     await wait_status(on_b, created["taskId"], "cancelled")
                     assert stopped == ["cancelled", "cancelled"]
+
+
+async def test_quota_counters_sum_over_live_instances(redis: RedisServer, prefix: str) -> None:
+    a = RedisBackend(redis.url, prefix=prefix)
+    b = RedisBackend(redis.url, prefix=prefix)
+    crashing = RedisBackend(redis.url, prefix=prefix, liveness=0.3)
+    async with running(a), running(b):
+        assert await a.counters.acquire("calls:t", 3)
+        assert await b.counters.acquire("calls:t", 3)
+        async with running(crashing):
+            assert await crashing.counters.acquire("calls:t", 3)
+            assert not await a.counters.acquire("calls:t", 3)
+            assert not await b.counters.acquire("calls:t", 3)
+        # It stopped without releasing, as a crash would: its unit lapses with it.
+        with trio.fail_after(10):
+            while not await a.counters.acquire("calls:t", 3):
+                await trio.sleep(0.05)
+        assert not await b.counters.acquire("calls:t", 3)
+        await b.counters.release("calls:t")
+        assert await b.counters.acquire("calls:t", 3)
+        assert await a.counters.acquire("calls:other", 1)  # counters are independent
+
+
+async def test_a_task_quota_cannot_be_bypassed_through_another_instance(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped, max_running_per_owner=1) as (a, _):
+        async with instance(redis, prefix, stopped, max_running_per_owner=1) as (b, _):
+            async with client_of(a) as on_a, client_of(b) as on_b:
+                first = await on_a.request("tools/call", {"name": "count", "arguments": {}})
+                with pytest.raises(McpError) as caught:
+                    await on_b.request("tools/call", {"name": "count", "arguments": {}})
+                assert caught.value.code == -32001 and caught.value.data["limit"] == "tenant"
+                await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
+                await wait_status(on_b, first["taskId"], "cancelled")
+                # Its unit was given back: b may run one now.
+                again = await on_b.request("tools/call", {"name": "count", "arguments": {}})
+                await on_b.request("tasks/cancel", {"taskId": again["taskId"]})
+                await wait_status(on_a, again["taskId"], "cancelled")
+
+
+async def test_the_per_tenant_call_cap_counts_every_process(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    apps = []
+    for _ in range(2):
+        server = make_server(TaskManager(), stopped)
+        server.max_calls_per_tenant = 1
+        apps.append(McpHttpApp(server, backend=RedisBackend(redis.url, prefix=prefix)))
+    async with trio.open_nursery() as nursery:
+        one, two = (AsgiClient(app, nursery, client=("192.0.2.7", 1)) for app in apps)
+        async with one.lifespan(), two.lifespan():
+            long = modern_call(1, "count", {"n": 100_000, "delay": 0.01})
+            busy = one.start("POST", headers_of(long), long)
+            await busy.wait_started()
+            refused = await two.post(headers_of(long), modern_call(2, "count", {"n": 1}))
+            assert refused.status == 429
+            assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 1}
+            # Another tenant is not affected.
+            other = AsgiClient(apps[1], nursery, client=("192.0.2.8", 1))
+            quick = modern_call(3, "count", {"n": 1, "delay": 0.0})
+            served = await other.post(headers_of(quick), quick)
+            assert served.status == 200
+            busy.disconnect()
+            await busy.done.wait()
+            with trio.fail_after(10):
+                while True:
+                    retried = await two.post(headers_of(quick), quick)
+                    if retried.status == 200:
+                        break
+                    await trio.sleep(0.02)

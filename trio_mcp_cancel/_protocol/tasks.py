@@ -41,7 +41,14 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .._core.backend import BusMessage, CancelBus, LocalBus
+from .._core.backend import (
+    BackendUnavailable,
+    BusMessage,
+    CancelBus,
+    LocalBus,
+    LocalCounters,
+    SharedCounters,
+)
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.tasks import (
     MemoryTaskStore,
@@ -130,6 +137,8 @@ class TaskManager:
     cancel that arrived while the bus was down."""
     store: TaskStore = attrs.field(factory=MemoryTaskStore)
     bus: CancelBus = attrs.field(factory=LocalBus)
+    counters: SharedCounters = attrs.field(factory=LocalCounters)
+    """With a shared backend, ``max_running_per_owner`` counts every process's tasks."""
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
@@ -157,6 +166,7 @@ class TaskManager:
         store: TaskStore | None = None,
         bus: CancelBus | None = None,
         instance_id: str | None = None,
+        counters: SharedCounters | None = None,
         task_status: trio.TaskStatus[TaskManager] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve tasks until cancelled; *store*/*bus*/*instance_id* come from a backend."""
@@ -168,6 +178,8 @@ class TaskManager:
             self.bus = bus
         if instance_id is not None:
             self.instance_id = instance_id
+        if counters is not None:
+            self.counters = counters
         unsubscribe = self.bus.subscribe(self._on_bus)
         try:
             async with trio.open_nursery() as nursery:
@@ -261,7 +273,12 @@ class TaskManager:
         # Counted before the await, so concurrent creations cannot overshoot.
         self._add(record.task_id, _Running(exchange, owner))
         try:
-            await self.store.create(record)
+            await self._acquire_shared(owner)
+            try:
+                await self.store.create(record)
+            except BaseException:
+                await self._release_shared(owner)
+                raise
         except TaskStoreUnavailable as exc:
             self._remove(record.task_id)
             raise _unavailable(exc) from exc
@@ -270,6 +287,30 @@ class TaskManager:
             raise
         nursery.start_soon(self._work, record.task_id, runner, exchange)
         return {"resultType": "task", **record.to_wire()}
+
+    async def _acquire_shared(self, owner: str) -> None:
+        """Count the task against its owner's quota on every process (shared backend)."""
+        if not self.counters.shared:
+            return
+        try:
+            taken = await self.counters.acquire("tasks:" + owner, self.max_running_per_owner)
+        except BackendUnavailable as exc:
+            raise TaskStoreUnavailable(str(exc)) from exc
+        if not taken:
+            raise JsonRpcError(
+                _TOO_MANY,
+                "Too many running tasks",
+                {"limit": "tenant", "max": self.max_running_per_owner},
+            )
+
+    async def _release_shared(self, owner: str) -> None:
+        if not self.counters.shared:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            try:
+                await self.counters.release("tasks:" + owner)
+            except BackendUnavailable as exc:
+                logger.warning("task quota not released yet (repaired later): %s", exc)
 
     def _add(self, task_id: str, running: _Running) -> None:
         if not self._running:
@@ -338,7 +379,9 @@ class TaskManager:
                 )
             raise
         finally:
+            owner = self._running[task_id].owner
             self._remove(task_id)
+            await self._release_shared(owner)
         await self._settle(task_id, status, result=result, error=error, message=message)
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:

@@ -24,6 +24,10 @@ ASGI lifespan connects it.
   the task record, which running tasks re-read now and then, so a message
   lost while Redis was down is honoured once it is back.
 
+* ``{prefix}:quota:{name}``: per-tenant counters of calls and tasks in
+  flight, summed over every live process, so a quota cannot be bypassed by
+  spreading requests over workers (see :class:`RedisCounters`).
+
 **When Redis is down** nothing local stops: requests keep running, a
 cancel of a request running in this process works as before.  What needs
 Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
@@ -59,7 +63,7 @@ from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub
 from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreUnavailable
 
-__all__ = ["RedisBackend", "RedisBus", "RedisSessionRecords", "RedisTaskStore"]
+__all__ = ["RedisBackend", "RedisBus", "RedisCounters", "RedisSessionRecords", "RedisTaskStore"]
 
 logger = logging.getLogger("trio_mcp_cancel.redis")
 T = TypeVar("T")
@@ -309,6 +313,117 @@ class RedisSessionRecords:
         )
 
 
+_ACQUIRE: Final = """
+local total = 0
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if fields[i] == ARGV[1] or redis.call('EXISTS', ARGV[3] .. fields[i]) == 1 then
+    total = total + tonumber(fields[i + 1])
+  else
+    redis.call('HDEL', KEYS[1], fields[i])
+  end
+end
+if total >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return 1
+"""
+
+_RELEASE: Final = """
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return left
+"""
+
+_RESYNC: Final = """
+if tonumber(ARGV[2]) > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], 86400000)
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+"""
+
+
+@attrs.define(eq=False)
+class RedisCounters:
+    """Quota counters: one hash per counter, one field per live instance.
+
+    Each instance's units count only while its liveness key
+    ``{prefix}:alive:{instance}`` exists (the backend refreshes it every
+    ``liveness / 3`` seconds), so the units of a process that died lapse
+    within ``liveness`` seconds.  (Standalone Redis or Sentinel: the Lua
+    script reads the liveness keys it is not given, which Redis Cluster
+    does not allow.)
+    """
+
+    client: coredis.Redis[str]
+    health: _Health
+    prefix: str
+    instance_id: str
+    shared: bool = True
+    _acquire: Any = attrs.field(init=False, default=None)
+    _release: Any = attrs.field(init=False, default=None)
+    _resync: Any = attrs.field(init=False, default=None)
+    _held: dict[str, int] = attrs.field(init=False, factory=dict)
+    """Units this process holds, by counter: the truth a failed release is repaired from."""
+    _dirty: set[str] = attrs.field(init=False, factory=set)
+
+    def __attrs_post_init__(self) -> None:
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._release = self.client.register_script(_RELEASE)
+        self._resync = self.client.register_script(_RESYNC)
+
+    @property
+    def alive_key(self) -> str:
+        return f"{self.prefix}:alive:{self.instance_id}"
+
+    async def acquire(self, name: str, cap: int) -> bool:
+        key = f"{self.prefix}:quota:{name}"
+        args = [self.instance_id, str(cap), f"{self.prefix}:alive:"]
+        taken: object = await self.health.call(
+            "quota.acquire",
+            lambda: self._acquire(keys=[key], args=args),
+            BackendUnavailable,
+        )
+        if taken == 1:
+            self._held[name] = self._held.get(name, 0) + 1
+        return taken == 1
+
+    async def release(self, name: str) -> None:
+        """Give a unit back; when Redis cannot be told, the next heartbeat repairs it."""
+        held = self._held.get(name, 0) - 1
+        if held > 0:
+            self._held[name] = held
+        else:
+            self._held.pop(name, None)
+        key = f"{self.prefix}:quota:{name}"
+        try:
+            await self.health.call(
+                "quota.release",
+                lambda: self._release(keys=[key], args=[self.instance_id]),
+                BackendUnavailable,
+            )
+        except BackendUnavailable:
+            self._dirty.add(name)
+            raise
+
+    async def resync(self) -> None:
+        """Write the true count of every counter a failed release left wrong."""
+        for name in list(self._dirty):
+            key = f"{self.prefix}:quota:{name}"
+            count = str(self._held.get(name, 0))
+            await self.health.call(
+                "quota.resync",
+                lambda key=key, count=count: self._resync(  # type: ignore[misc]
+                    keys=[key], args=[self.instance_id, count]
+                ),
+                BackendUnavailable,
+            )
+            self._dirty.discard(name)
+
+
 @attrs.define(eq=False)
 class RedisBus:
     """Cancellation requests over Redis pub/sub; see the module docstring."""
@@ -381,6 +496,14 @@ class RedisBus:
             await trio.sleep(reconnect_delay)
 
 
+async def _beat(backend: RedisBackend) -> None:
+    key = backend.counters.alive_key
+    ttl = max(1, int(backend.liveness * 1000))
+    await backend.tasks.health.call(
+        "heartbeat", lambda: backend.client.set(key, "1", px=ttl), BackendUnavailable
+    )
+
+
 class _Resubscribe(Exception):
     """The subscription ended with errors only: subscribe again."""
 
@@ -398,6 +521,8 @@ class RedisBackend:
         reconnect_delay: longest pause between reconnection attempts of the
             subscription.
         clock: wall-clock time for stored times (tests derive it from Trio's clock).
+        liveness: seconds after which the quota units of a process that
+            stopped refreshing its liveness key (it died) no longer count.
     """
 
     def __init__(
@@ -411,6 +536,7 @@ class RedisBackend:
         clock: Clock = time.time,
         instance_id: str | None = None,
         events: EventHub | None = None,
+        liveness: float = 15.0,
     ) -> None:
         self.url = url
         self.instance_id = instance_id or secrets.token_hex(8)
@@ -426,7 +552,19 @@ class RedisBackend:
         self.tasks = RedisTaskStore(self.client, health, prefix, clock)
         self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
         self.sessions = RedisSessionRecords(self.client, health, prefix)
+        self.counters = RedisCounters(self.client, health, prefix, self.instance_id)
+        self.liveness = liveness
         self._running = False
+
+    async def _heartbeat(self) -> None:
+        """Keep this instance's liveness key (see :class:`RedisCounters`) alive."""
+        while True:
+            try:
+                await _beat(self)
+                await self.counters.resync()
+            except BackendUnavailable:
+                pass  # reported by the health check; retried next beat
+            await trio.sleep(self.liveness / 3)
 
     @property
     def health_down(self) -> bool:
@@ -448,6 +586,7 @@ class RedisBackend:
         try:
             async with self.client, trio.open_nursery() as nursery:
                 nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                nursery.start_soon(self._heartbeat)
                 with trio.move_on_after(self.tasks.health.op_timeout):
                     await self.bus.subscribed.wait()
                 task_status.started(self)

@@ -80,7 +80,7 @@ from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
-from .shared import SessionSharing
+from .shared import SessionSharing, tenant_call_slot
 
 __all__ = ["McpHttpApp"]
 
@@ -299,6 +299,7 @@ class McpHttpApp:
                     store=backend.tasks,
                     bus=backend.bus,
                     instance_id=backend.instance_id,
+                    counters=backend.counters,
                 )
             )
 
@@ -499,6 +500,22 @@ class McpHttpApp:
         raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
 
     async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
+        backend = self.backend
+        if backend is None or not backend.counters.shared or self.server.refusal(
+            routed.call, routed.caller
+        ):
+            await self._answer_here(routed, receive, send)
+            return
+        # Scale-out: the per-tenant cap counts the calls of every process.
+        cap = self.server.max_calls_per_tenant
+        async with tenant_call_slot(backend.counters, routed.call, routed.caller, cap) as refused:
+            if refused is not None:
+                body = jsonrpc.encode(refused)
+                await self._respond(send, 429, body, [*routed.extra, *_RETRY_AFTER], json=True)
+                return
+            await self._answer_here(routed, receive, send)
+
+    async def _answer_here(self, routed: _Routed, receive: Receive, send: Send) -> None:
         call, caller = routed.call, routed.caller
         refused = self.server.refusal(call, caller)
         if refused is not None:

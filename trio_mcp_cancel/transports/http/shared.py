@@ -27,16 +27,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
 
-from ..._core.backend import Backend, BackendUnavailable, BusMessage
-from ..._protocol.dispatch import Channel, LegacyState
+from ..._core.backend import Backend, BackendUnavailable, BusMessage, SharedCounters
+from ..._protocol.dispatch import Call, Caller, Channel, LegacyState, too_many_requests
+from ..._protocol.jsonrpc import Message
 from .sessions import Session, SessionLimitReached, SessionStore
 
-__all__ = ["SessionSharing", "session_key"]
+__all__ = ["SessionSharing", "session_key", "tenant_call_slot"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
@@ -185,3 +188,39 @@ class SessionSharing:
             await self.backend.bus.publish(message)
         except BackendUnavailable as exc:
             logger.warning("cancel not forwarded to other workers: %s", exc)
+
+
+@asynccontextmanager
+async def tenant_call_slot(
+    counters: SharedCounters, call: Call, caller: Caller, cap: int | None
+) -> AsyncIterator[Message | None]:
+    """Hold one of the tenant's tool-call slots counted over every process.
+
+    Yields the refusal (``-32001``, ``data.limit == "tenant"``) when the
+    tenant already runs *cap* calls across the deployment, else ``None``
+    for as long as the call runs.  When the backend is unreachable the call
+    is admitted on this process's own per-tenant limit alone (reported as a
+    ``backend.unavailable`` event): a Redis outage must not stop service.
+    """
+    tenant, request = caller.tenant, call.request
+    if cap is None or tenant is None or call.tool is None or request is None:
+        yield None
+        return
+    name = "calls:" + tenant
+    try:
+        taken = await counters.acquire(name, cap)
+    except BackendUnavailable as exc:
+        logger.warning("tenant quota checked locally only: %s", exc)
+        yield None
+        return
+    if not taken:
+        yield too_many_requests(request.id, "tenant", cap)
+        return
+    try:
+        yield None
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            try:
+                await counters.release(name)
+            except BackendUnavailable as exc:
+                logger.warning("tenant quota not released yet (repaired later): %s", exc)
