@@ -765,7 +765,12 @@ async def _call_tool(
         envelope = call.envelope
         declared = envelope.client_capabilities if envelope is not None else None
         if server.tasks.wanted(tool.task_support, declared):
-            return await _start_task(server, call, caller, tool, arguments)
+            try:
+                return await _start_task(server, call, caller, tool, arguments)
+            except tasks.TasksUnavailable:
+                if tool.task_support == "required":
+                    raise
+                # The shared task store is down: answer the ordinary way instead.
     ctx = ToolContext(
         request.id,
         caller,

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TASKS_EXTENSION",
     "TaskManager",
+    "TasksUnavailable",
     "TaskSupport",
     "client_declares_tasks",
     "require_tasks_extension",
@@ -98,9 +99,16 @@ def require_tasks_extension() -> JsonRpcError:
     )
 
 
+class TasksUnavailable(JsonRpcError):
+    """``-32603``: the task store (a shared backend) cannot be reached."""
+
+    def __init__(self) -> None:
+        super().__init__(INTERNAL_ERROR, "Internal error: the task store is unavailable")
+
+
 def _unavailable(exc: Exception) -> JsonRpcError:
     logger.warning("task store unavailable: %s", exc)
-    return JsonRpcError(INTERNAL_ERROR, "Internal error: the task store is unavailable")
+    return TasksUnavailable()
 
 
 def _not_found() -> JsonRpcError:
