@@ -313,3 +313,25 @@ async def test_the_per_tenant_call_cap_counts_every_process(
                     if retried.status == 200:
                         break
                     await trio.sleep(0.02)
+
+
+async def test_a_task_whose_process_died_is_settled_failed(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped) as (a, backend):
+        async with client_of(a) as client:
+            # A record left "working" by a process that died (no liveness key).
+            ghost = record("ghost-task")
+            ghost.owner, ghost.instance = client.namespace, "dead-instance"
+            await backend.tasks.create(ghost)
+            await backend.client.delete([f"{prefix}:alive:dead-instance"])
+            status = await client.request("tasks/get", {"taskId": "ghost-task"})
+            assert status["status"] == "failed"
+            assert status["error"]["message"] == "The server process running it stopped"
+            # A live instance's task is left alone.
+            live = (await client.request("tools/call", {"name": "count", "arguments": {}}))
+            status = await client.request("tasks/get", {"taskId": live["taskId"]})
+            assert status["status"] == "working"
+            await client.request("tasks/cancel", {"taskId": live["taskId"]})
+            await wait_status(client, live["taskId"], "cancelled")

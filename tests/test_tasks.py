@@ -175,6 +175,10 @@ async def test_cancel_sets_the_flag_at_once_and_the_task_settles_cancelled(
         task_id = created["taskId"]
         await trio.sleep(2.5)
         assert client.registry.in_flight(task_id, "task:" + client.namespace)
+        # Our tasks never ask for input: tasks/update is acknowledged and changes nothing.
+        update = {"taskId": task_id, "inputResponses": {"x": {"action": "accept"}}}
+        assert (await client.request("tasks/update", update))["resultType"] == "complete"
+        assert (await get(client, task_id))["status"] == "working"
         cancelled_at = trio.current_time()
         ack = await client.request("tasks/cancel", {"taskId": task_id})
         assert set(ack) - {"_meta"} == {"resultType"} and ack["resultType"] == "complete"

@@ -23,6 +23,10 @@ was down is still honoured.
 (its principal, or its client namespace when unauthenticated); a task of
 somebody else is "not found", exactly like an unknown one.
 
+**A process that dies** cannot settle its tasks; with a shared store a
+``tasks/get`` elsewhere notices that its liveness key lapsed and settles
+the task ``failed`` (otherwise records expire with their TTL).
+
 **Bounds.**  Running tasks are bounded server-wide and per owner
 (``-32001`` when full, like other admission limits); records expire
 ``ttl_ms`` after creation (the store drops them, and the janitor purges
@@ -415,7 +419,24 @@ class TaskManager:
 
     async def get(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._record(owner, params)
+        if not record.terminal and record.task_id not in self._running:
+            record = await self._settle_if_orphaned(record)
         return record.to_wire()
+
+    async def _settle_if_orphaned(self, record: TaskRecord) -> TaskRecord:
+        """A task whose process died would stay ``working`` until its TTL: fail it now."""
+        try:
+            if not await self.store.orphaned(record):
+                return record
+            settled = await self.store.settle(
+                record.task_id,
+                "failed",
+                error={"code": INTERNAL_ERROR, "message": "The server process running it stopped"},
+                message="the server process running the task stopped",
+            )
+        except TaskStoreUnavailable as exc:
+            raise _unavailable(exc) from exc
+        return record if settled is None else settled
 
     async def cancel(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """Ask for the task to stop: here at once, elsewhere through the bus.

@@ -88,8 +88,9 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
         raise rest
 
 _CREATE: Final = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 if ARGV[1] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return 1
 """
 
@@ -163,6 +164,8 @@ class RedisTaskStore:
     health: _Health
     prefix: str = "tmc"
     clock: Clock = time.time
+    liveness: float = 15.0
+    """See :class:`RedisCounters`: a task whose process's liveness key is gone is orphaned."""
     _create: Any = attrs.field(init=False, default=None)
     _settle: Any = attrs.field(init=False, default=None)
     _request_cancel: Any = attrs.field(init=False, default=None)
@@ -192,11 +195,28 @@ class RedisTaskStore:
         ]  # fmt: skip
         at = "" if math.isinf(expires) else str(int(expires * 1000))
         key = self.key(record.task_id)
+        # The creator's liveness key is set with the record, so a task is
+        # never seen without it (after a Redis restart, say).
+        alive = self._alive_key(record.instance)
+        live_ms = str(max(1, int(self.liveness * 1000)))
         await self.health.call(
             "tasks.create",
-            lambda: self._create(keys=[key], args=[at, *fields]),
+            lambda: self._create(keys=[key, alive], args=[at, live_ms, *fields]),
             TaskStoreUnavailable,
         )
+
+    def _alive_key(self, instance: str) -> str:
+        return f"{self.prefix}:alive:{instance}"
+
+    async def orphaned(self, record: TaskRecord) -> bool:
+        """Whether the process running the task stopped refreshing its liveness key."""
+        if record.terminal or not record.instance:
+            return False
+        key = self._alive_key(record.instance)
+        alive = await self.health.call(
+            "tasks.orphaned", lambda: self.client.exists([key]), TaskStoreUnavailable
+        )
+        return alive == 0
 
     async def get(self, task_id: str) -> TaskRecord | None:
         key = self.key(task_id)
@@ -549,7 +569,7 @@ class RedisBackend:
             stream_timeout=op_timeout,
         )
         health = _Health(self.events, op_timeout)
-        self.tasks = RedisTaskStore(self.client, health, prefix, clock)
+        self.tasks = RedisTaskStore(self.client, health, prefix, clock, liveness)
         self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
         self.sessions = RedisSessionRecords(self.client, health, prefix)
         self.counters = RedisCounters(self.client, health, prefix, self.instance_id)
