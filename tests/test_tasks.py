@@ -142,6 +142,10 @@ async def test_without_the_extension_the_call_is_ordinary_and_tasks_methods_are_
         with pytest.raises(McpError) as caught:
             await client.request("tools/call", {"name": "only_task", "arguments": {}})
         assert caught.value.code == -32021
+        # Called the ordinary way, a tool raising JsonRpcError gets that error.
+        with pytest.raises(McpError) as caught:
+            await client.request("tools/call", {"name": "protocol_error_job", "arguments": {}})
+        assert (caught.value.code, caught.value.data) == (-32603, {"why": "test"})
 
 
 async def test_unknown_and_removed_methods_and_bad_ids(
