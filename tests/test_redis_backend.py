@@ -18,7 +18,7 @@ from asgi_harness import AsgiClient, headers_of, modern_call
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
 from trio_mcp_cancel import checkpoint_cancelled
-from trio_mcp_cancel.backends import BackendEvent, TaskRecord
+from trio_mcp_cancel.backends import BackendEvent, TaskRecord, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
@@ -335,3 +335,20 @@ async def test_a_task_whose_process_died_is_settled_failed(
             assert status["status"] == "working"
             await client.request("tasks/cancel", {"taskId": live["taskId"]})
             await wait_status(client, live["taskId"], "cancelled")
+
+
+async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: str) -> None:
+    offset = 0.0
+    backend = RedisBackend(redis.url, prefix=prefix, clock=lambda: time.time() + offset)
+    async with running(backend):
+        store = backend.tasks
+        await store.create(record("one", ttl_ms=5_000), 2)
+        await store.create(record("two", ttl_ms=5_000), 2)
+        with pytest.raises(TaskStoreFull):
+            await store.create(record("three", ttl_ms=5_000), 2)
+        assert await store.get("three") is None
+        await store.create(record("uncapped", ttl_ms=5_000))  # no cap asked for
+        offset = 10.0  # the first ones expired: room again
+        await store.create(record("four", ttl_ms=5_000, now=time.time() + offset), 2)
+        index = [key async for key in backend.client.scan_iter(f"{prefix}:owner:*")]
+        assert len(index) == 1 and 0 < await backend.client.pttl(index[0]) <= 15_000

@@ -425,3 +425,20 @@ async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(
             assert polled.json()["result"]["status"] == "cancelled"
         assert not server.tasks.running
         client.check()
+
+
+async def test_task_records_per_owner_are_bounded_until_they_expire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = make_server(Seen(), max_tasks_per_owner=2, ttl_ms=10_000, purge_interval=1000)
+    async with serving(server) as (client, _):
+        for _ in range(2):
+            await start_task(client, "count", n=1)
+        await server.tasks.wait_idle()  # finished records still take room
+        with pytest.raises(McpError) as caught:
+            await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
+        assert caught.value.code == -32001
+        assert caught.value.data == {"limit": "tasks", "max": 2}
+        assert server.tasks.running_count == 0 and client.registry.in_flight_count == 0
+        await trio.sleep(10.5)
+        assert (await start_task(client, "count", n=1))["status"] == "working"

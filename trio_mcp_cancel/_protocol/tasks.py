@@ -59,6 +59,7 @@ from .._core.tasks import (
     TaskRecord,
     TaskStatus,
     TaskStore,
+    TaskStoreFull,
     TaskStoreUnavailable,
     new_task_id,
 )
@@ -143,6 +144,9 @@ class TaskManager:
     """The ``pollIntervalMs`` clients are asked to respect."""
     max_running: int = 256
     max_running_per_owner: int = 32
+    max_tasks_per_owner: int | None = 1000
+    """Unexpired task records one owner may hold, finished ones included (they
+    take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``)."""
     purge_interval: float = 60.0
     cancel_poll_interval: float = 2.0
     """With a shared bus: how often running tasks' records are re-read for a
@@ -287,7 +291,12 @@ class TaskManager:
         try:
             await self._acquire_shared(owner)
             try:
-                await self.store.create(record)
+                await self.store.create(record, self.max_tasks_per_owner)
+            except TaskStoreFull as exc:
+                await self._release_shared(owner)
+                raise JsonRpcError(
+                    _TOO_MANY, "Too many tasks", {"limit": "tasks", "max": exc.cap}
+                ) from None
             except BaseException:
                 await self._release_shared(owner)
                 raise

@@ -38,6 +38,7 @@ succeeds again; coredis reconnects by itself, the subscription too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -61,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub
-from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreUnavailable
+from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreFull, TaskStoreUnavailable
 
 __all__ = ["RedisBackend", "RedisBus", "RedisCounters", "RedisSessionRecords", "RedisTaskStore"]
 
@@ -87,9 +88,30 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
     if rest is not None:
         raise rest
 
+# KEYS: the task, its creator's liveness key, the owner's index of tasks.
+# ARGV: expiry (ms since the epoch, or ''), liveness ms, now ms, cap (or ''),
+# task id, then the record's fields.
 _CREATE: Final = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-if ARGV[1] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+if ARGV[4] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+if ARGV[1] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[1], ARGV[5])
+  if redis.call('PTTL', KEYS[3]) == -1 then
+    -- new index, or one holding unlimited tasks (which keep it for ever)
+    if redis.call('ZCOUNT', KEYS[3], '+inf', '+inf') == 0 then
+      redis.call('PEXPIREAT', KEYS[3], ARGV[1])
+    end
+  else
+    redis.call('PEXPIREAT', KEYS[3], ARGV[1], 'GT')
+  end
+else
+  redis.call('ZADD', KEYS[3], '+inf', ARGV[5])
+  redis.call('PERSIST', KEYS[3])
+end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return 1
 """
@@ -178,7 +200,7 @@ class RedisTaskStore:
     def key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
         expires = record.expires_at
         fields = [
             "owner", record.owner,
@@ -198,12 +220,23 @@ class RedisTaskStore:
         # The creator's liveness key is set with the record, so a task is
         # never seen without it (after a Redis restart, say).
         alive = self._alive_key(record.instance)
-        live_ms = str(max(1, int(self.liveness * 1000)))
-        await self.health.call(
+        owned = f"{self.prefix}:owner:{hashlib.sha256(record.owner.encode()).hexdigest()}"
+        args = [
+            at,
+            str(max(1, int(self.liveness * 1000))),
+            str(int(self.clock() * 1000)),
+            "" if max_per_owner is None else str(max_per_owner),
+            record.task_id,
+            *fields,
+        ]
+        created: object = await self.health.call(
             "tasks.create",
-            lambda: self._create(keys=[key, alive], args=[at, live_ms, *fields]),
+            lambda: self._create(keys=[key, alive, owned], args=args),
             TaskStoreUnavailable,
         )
+        if created == 0:
+            assert max_per_owner is not None
+            raise TaskStoreFull(max_per_owner)
 
     def _alive_key(self, instance: str) -> str:
         return f"{self.prefix}:alive:{instance}"
