@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, headers_of, modern_call
+from asgi_harness import (
+    AsgiClient,
+    headers_of,
+    initialize,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+)
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
 from trio_mcp_cancel import checkpoint_cancelled
@@ -352,3 +360,35 @@ async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: st
         await store.create(record("four", ttl_ms=5_000, now=time.time() + offset), 2)
         index = [key async for key in backend.client.scan_iter(f"{prefix}:owner:*")]
         assert len(index) == 1 and 0 < await backend.client.pttl(index[0]) <= 15_000
+
+
+async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefix: str) -> None:
+    apps = [
+        McpHttpApp(
+            make_server(TaskManager(), []),
+            backend=RedisBackend(redis.url, prefix=prefix),
+            max_sessions_per_tenant=2,
+        )
+        for _ in range(2)
+    ]
+    async with trio.open_nursery() as nursery:
+        one, two = (AsgiClient(app, nursery, client=("192.0.2.9", 1)) for app in apps)
+        async with one.lifespan(), two.lifespan():
+            first = await initialize(one)
+            await initialize(one)
+            refused = await two.post(legacy_headers(version=None), initialize_message())
+            assert refused.status == 429
+            assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 2}
+            assert "mcp-session-id" not in refused.headers
+            # Another tenant is not affected.
+            other = AsgiClient(apps[1], nursery, client=("192.0.2.10", 1))
+            await initialize(other)
+            # Ending a session anywhere frees its place everywhere.
+            deleted = await two.request("DELETE", legacy_headers(first))
+            assert deleted.status == 204
+            gone = await one.post(legacy_headers(first), legacy_call(5, "count", {"n": 1}))
+            assert gone.status == 404
+            third = await initialize(two)
+            reply = await one.post(legacy_headers(third), legacy_call(6, "count", {"n": 1}))
+            assert reply.status == 200  # and usable from the other process
+            assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"

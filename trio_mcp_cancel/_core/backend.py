@@ -97,13 +97,23 @@ class SessionRecords(Protocol):
 
     shared: bool
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None: ...
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
+        """Store (or refresh) a session; ``False`` when *tenant* already holds
+        *cap* live sessions across every process (a new one is then not stored)."""
 
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
-    async def touch(self, key: str, ttl: float | None) -> None: ...
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None: ...
 
-    async def delete(self, key: str) -> None: ...
+    async def delete(self, key: str, *, tenant: str | None = None) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -112,17 +122,26 @@ class LocalSessionRecords:
 
     shared: bool = False
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
         await trio.lowlevel.checkpoint()
+        return True
 
     async def get(self, key: str) -> dict[str, Any] | None:
         await trio.lowlevel.checkpoint()
         return None
 
-    async def touch(self, key: str, ttl: float | None) -> None:
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, key: str, *, tenant: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
 
 

@@ -55,6 +55,7 @@ try:
     import coredis
     import coredis.exceptions
     from coredis.retry import ExponentialBackoffRetryPolicy
+    from coredis.tokens import PureToken
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
@@ -318,25 +319,80 @@ class RedisTaskStore:
         return 0
 
 
+# KEYS: the session record, its tenant's index of live sessions.
+# ARGV: record JSON, TTL ms (or ''), now ms, cap (or ''), member, index score.
+_PUT_SESSION: Final = """
+if ARGV[4] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+  if not redis.call('ZSCORE', KEYS[2], ARGV[5])
+     and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+    return 0
+  end
+end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
+if ARGV[2] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT') end
+if redis.call('PTTL', KEYS[2]) == -1 and ARGV[2] ~= '' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 1
+"""
+
+
 @attrs.define(eq=False)
 class RedisSessionRecords:
-    """Legacy session records (JSON strings with an idle TTL), shared by every worker."""
+    """Legacy session records (JSON strings with an idle TTL), shared by every worker.
+
+    Each tenant also has an index of its live sessions (a sorted set scored
+    by expiry), which bounds sessions per tenant across every process.
+    """
 
     client: coredis.Redis[str]
     health: _Health
     prefix: str = "tmc"
+    clock: Clock = time.time
     shared: bool = True
+    _put: Any = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._put = self.client.register_script(_PUT_SESSION)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:session:{key}"
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+    def _index(self, tenant: str | None) -> str:
+        name = hashlib.sha256((tenant or "").encode()).hexdigest()
+        return f"{self.prefix}:sessions-of:{name}"
+
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
         text = json.dumps(record, separators=(",", ":"))
-        px = None if ttl is None else max(1, int(ttl * 1000))
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.put", lambda: self.client.set(redis_key, text, px=px), BackendUnavailable
+        now_ms = int(self.clock() * 1000)
+        ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
+        args = [
+            text,
+            "" if ttl_ms is None else str(ttl_ms),
+            str(now_ms),
+            "" if cap is None else str(cap),
+            key,
+            "+inf" if ttl_ms is None else str(now_ms + ttl_ms),
+        ]
+        keys = [self._key(key), self._index(tenant)]
+        stored: object = await self.health.call(
+            "sessions.put", lambda: self._put(keys=keys, args=args), BackendUnavailable
         )
+        return stored == 1
 
     async def get(self, key: str) -> dict[str, Any] | None:
         redis_key = self._key(key)
@@ -349,21 +405,27 @@ class RedisSessionRecords:
             return None
         return record if isinstance(record, dict) else None
 
-    async def touch(self, key: str, ttl: float | None) -> None:
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
         if ttl is None:
             return
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.touch",
-            lambda: self.client.pexpire(redis_key, max(1, int(ttl * 1000))),
-            BackendUnavailable,
-        )
+        redis_key, index = self._key(key), self._index(tenant)
+        ttl_ms = max(1, int(ttl * 1000))
+        expiry = int(self.clock() * 1000) + ttl_ms
 
-    async def delete(self, key: str) -> None:
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.delete", lambda: self.client.delete([redis_key]), BackendUnavailable
-        )
+        async def refresh() -> None:
+            await self.client.pexpire(redis_key, ttl_ms)
+            await self.client.zadd(index, {key: expiry}, condition=PureToken.XX)
+
+        await self.health.call("sessions.touch", refresh, BackendUnavailable)
+
+    async def delete(self, key: str, *, tenant: str | None = None) -> None:
+        redis_key, index = self._key(key), self._index(tenant)
+
+        async def remove() -> None:
+            await self.client.delete([redis_key])
+            await self.client.zrem(index, [key])
+
+        await self.health.call("sessions.delete", remove, BackendUnavailable)
 
 
 _ACQUIRE: Final = """
@@ -604,7 +666,7 @@ class RedisBackend:
         health = _Health(self.events, op_timeout)
         self.tasks = RedisTaskStore(self.client, health, prefix, clock, liveness)
         self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
-        self.sessions = RedisSessionRecords(self.client, health, prefix)
+        self.sessions = RedisSessionRecords(self.client, health, prefix, clock)
         self.counters = RedisCounters(self.client, health, prefix, self.instance_id)
         self.liveness = liveness
         self._running = False

@@ -443,6 +443,8 @@ class McpHttpApp:
                 return None
             for old in evicted:
                 old.channel.cancel_all("session evicted")
+                if self._sharing is not None:
+                    await self._sharing.end(old)  # on every worker: it freed a shared place
         # The namespace names the session by its public id: namespaces end up
         # in events and logs, and the session id itself is a credential.
         public_id = session.public_id if session else None
@@ -527,10 +529,19 @@ class McpHttpApp:
             return
         reply = await self.server.run(call, caller, Exchange(), allow_silence=False)
         assert reply is not None
-        if routed.session is not None and self._sharing is not None and call.request is not None:
-            if call.request.method in ("initialize", "logging/setLevel"):
+        session = routed.session
+        if session is not None and self._sharing is not None and call.request is not None:
+            method = call.request.method
+            if method in ("initialize", "logging/setLevel"):
                 # Shared before the answer: the next POST may go to another worker.
-                await self._sharing.save(routed.session)
+                assert self.sessions is not None
+                cap = self.sessions.max_sessions_per_tenant if method == "initialize" else None
+                if not await self._sharing.save(session, cap):
+                    # Its tenant holds its whole quota on other workers.
+                    self.sessions.end(session.id)
+                    limit = SessionLimitReached("tenant", self.sessions.max_sessions_per_tenant)
+                    await self._refuse_session(send, {"id": call.request.id}, limit)
+                    return
         status = 200
         if "error" in reply:
             status = rules.status_for(reply["error"]["code"], routed.era)

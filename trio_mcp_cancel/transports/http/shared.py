@@ -102,17 +102,30 @@ class SessionSharing:
         """The session this process holds under backend key *key*, if any."""
         return self._by_key.get(key)
 
-    async def save(self, session: Session) -> None:
-        """Write *session* through (after ``initialize`` and ``logging/setLevel``)."""
+    async def save(self, session: Session, cap: int | None = None) -> bool:
+        """Write *session* through (after ``initialize`` and ``logging/setLevel``).
+
+        With *cap* (a new session), ``False`` when its tenant already holds
+        *cap* sessions across every worker: the session is then not shared,
+        and the caller refuses it.  When the backend is unreachable the
+        session is kept (usable on this worker only) and this is ``True``.
+        """
         key = session_key(session.id)
         self._by_key[key] = session
         if not self.shared:
-            return
+            return True
         try:
-            await self.backend.sessions.put(key, _record(session), self.idle_timeout)
-            self._touched[session] = trio.current_time()
+            stored = await self.backend.sessions.put(
+                key, _record(session), self.idle_timeout, tenant=session.tenant, cap=cap
+            )
         except BackendUnavailable as exc:
             logger.warning("session not shared with other workers: %s", exc)
+            return True
+        if stored:
+            self._touched[session] = trio.current_time()
+        else:
+            self._by_key.pop(key, None)
+        return stored
 
     async def touch(self, session: Session) -> None:
         """Keep the shared record alive while the session is used here (throttled)."""
@@ -123,7 +136,9 @@ class SessionSharing:
             return
         self._touched[session] = now
         try:
-            await self.backend.sessions.touch(session_key(session.id), self.idle_timeout)
+            await self.backend.sessions.touch(
+                session_key(session.id), self.idle_timeout, tenant=session.tenant
+            )
         except BackendUnavailable as exc:
             logger.warning("session lifetime not refreshed: %s", exc)
 
@@ -158,6 +173,7 @@ class SessionSharing:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            await self.end(old)
         self._by_key[key] = session
         self._touched[session] = trio.current_time()
         return session
@@ -169,7 +185,7 @@ class SessionSharing:
         if not self.shared:
             return
         try:
-            await self.backend.sessions.delete(key)
+            await self.backend.sessions.delete(key, tenant=session.tenant)
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
             logger.warning("session end not shared with other workers: %s", exc)
