@@ -459,9 +459,17 @@ class McpHttpApp:
         extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
         call = self.server.prepare(message, caller)
         if call.notification is not None:
-            self.server.notify(call.notification, caller)
-            if self._sharing is not None and call.notification.method == "notifications/cancelled":
-                await self._sharing.forward_cancel(caller.namespace, call.notification.params)
+            notified = call.notification
+            target: Any = notified.params.get("requestId")
+            forward = (
+                self._sharing is not None
+                and notified.method == "notifications/cancelled"
+                # Running here, it runs nowhere else: no need to tell the others.
+                and not caller.registry.in_flight(target, caller.namespace)
+            )
+            self.server.notify(notified, caller)
+            if forward and self._sharing is not None:
+                await self._sharing.forward_cancel(caller.namespace, notified.params)
         if call.request is None and call.error is None:
             await self._respond(send, 202, b"", extra)
             return None
