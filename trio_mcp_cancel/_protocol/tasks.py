@@ -112,7 +112,7 @@ class TasksUnavailable(JsonRpcError):
 
 
 def _unavailable(exc: Exception) -> JsonRpcError:
-    logger.warning("task store unavailable: %s", exc)
+    logger.debug("task store unavailable: %s", exc)
     return TasksUnavailable()
 
 
@@ -227,7 +227,7 @@ class TaskManager:
                     next_purge = now + self.purge_interval
                     await self.store.purge()
             except TaskStoreUnavailable as exc:
-                logger.warning("task janitor: %s", exc)
+                logger.debug("task janitor: %s", exc)
 
     def _on_bus(self, message: BusMessage) -> None:
         if message.get("type") == "task.cancel":

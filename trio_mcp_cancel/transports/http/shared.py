@@ -19,7 +19,9 @@ What cannot be shared is forwarded instead, over the backend's bus:
 The backend key of a session is a SHA-256 of its id: the id is a
 credential, and never leaves the process in clear.  When the backend is
 unreachable, sessions known locally keep working, and the cross-worker
-parts are logged and reported as ``backend.unavailable`` events.
+parts fail: the outage is reported once, by the backend's
+``backend.unavailable`` event (and its log line); each operation that
+failed is logged at debug level only, so an outage cannot flood the log.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ class SessionSharing:
                 key, _record(session), self.idle_timeout, tenant=session.tenant, cap=cap
             )
         except BackendUnavailable as exc:
-            logger.warning("session not shared with other workers: %s", exc)
+            logger.debug("session not shared with other workers: %s", exc)
             return True
         if stored:
             self._touched[session] = trio.current_time()
@@ -140,7 +142,7 @@ class SessionSharing:
                 session_key(session.id), self.idle_timeout, tenant=session.tenant
             )
         except BackendUnavailable as exc:
-            logger.warning("session lifetime not refreshed: %s", exc)
+            logger.debug("session lifetime not refreshed: %s", exc)
 
     async def find(
         self, session_id: str, principal: str | None, store: SessionStore
@@ -152,7 +154,7 @@ class SessionSharing:
         try:
             record = await self.backend.sessions.get(key)
         except BackendUnavailable as exc:
-            logger.warning("cannot look up a session of another worker: %s", exc)
+            logger.debug("cannot look up a session of another worker: %s", exc)
             return None
         if record is None or record.get("principal") != principal:
             return None
@@ -203,7 +205,7 @@ class SessionSharing:
         try:
             await self.backend.bus.publish(message)
         except BackendUnavailable as exc:
-            logger.warning("cancel not forwarded to other workers: %s", exc)
+            logger.debug("cancel not forwarded to other workers: %s", exc)
 
 
 @asynccontextmanager
@@ -226,7 +228,7 @@ async def tenant_call_slot(
     try:
         taken = await counters.acquire(name, cap)
     except BackendUnavailable as exc:
-        logger.warning("tenant quota checked locally only: %s", exc)
+        logger.debug("tenant quota checked locally only: %s", exc)
         yield None
         return
     if not taken:
@@ -239,4 +241,4 @@ async def tenant_call_slot(
             try:
                 await counters.release(name)
             except BackendUnavailable as exc:
-                logger.warning("tenant quota not released yet (repaired later): %s", exc)
+                logger.debug("tenant quota not released yet (repaired later): %s", exc)
