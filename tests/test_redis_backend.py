@@ -22,6 +22,7 @@ from asgi_harness import (
     legacy_call,
     legacy_headers,
     modern_call,
+    modern_request,
 )
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
@@ -392,3 +393,27 @@ async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefi
             reply = await one.post(legacy_headers(third), legacy_call(6, "count", {"n": 1}))
             assert reply.status == 200  # and usable from the other process
             assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"
+
+
+async def test_an_app_whose_redis_is_unreachable_still_serves() -> None:
+    """Redis down from the start: the app starts, serves what needs no Redis, says what fails."""
+    stopped: list[str] = []
+    backend = RedisBackend("redis://127.0.0.1:1/0", op_timeout=0.5, reconnect_delay=0.2)
+    events: list[BackendEvent] = []
+    backend.events.subscribe(events.append)  # type: ignore[arg-type]
+    app = McpHttpApp(make_server(TaskManager(), stopped), backend=backend)
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            quick = modern_call(1, "count", {"n": 1, "delay": 0.0}, capabilities=WITH_TASKS)
+            served = await client.post(headers_of(quick), quick)
+            assert served.status == 200  # called the ordinary way, not as a task
+            assert served.messages()[-1]["result"]["resultType"] == "complete"
+            get = modern_request(2, "tasks/get", {"taskId": "x"}, capabilities=WITH_TASKS)
+            failed = await client.post(headers_of(get), get)
+            assert failed.json()["error"]["code"] == -32603
+            session = await initialize(client)  # legacy sessions work on this worker
+            reply = await client.post(legacy_headers(session), legacy_call(3, "count", {"n": 1}))
+            assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"
+    assert events and events[0].name == "backend.unavailable"
+    assert stopped == ["done", "done"]
