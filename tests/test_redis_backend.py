@@ -417,3 +417,20 @@ async def test_an_app_whose_redis_is_unreachable_still_serves() -> None:
             assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"
     assert events and events[0].name == "backend.unavailable"
     assert stopped == ["done", "done"]
+
+
+async def test_shutdown_records_running_tasks_failed_in_redis(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped) as (a, _):
+        async with client_of(a) as client:
+            task_id = (await client.request("tools/call", {"name": "count", "arguments": {}}))[
+                "taskId"
+            ]
+    # That process is gone; another one reads what it recorded on its way out.
+    async with instance(redis, prefix, stopped) as (b, _), client_of(b) as client:
+        status = await client.request("tasks/get", {"taskId": task_id})
+        assert status["status"] == "failed"
+        assert status["error"] == {"code": -32603, "message": "The server shut down"}
+    assert stopped == ["done"]
