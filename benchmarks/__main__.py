@@ -19,6 +19,7 @@ from pathlib import Path
 import trio
 
 from . import (
+    bench_cross_process,
     bench_e2e,
     bench_early_cancel,
     bench_flood,
@@ -35,6 +36,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_e2e.NAME: bench_e2e.run,
     bench_early_cancel.NAME: bench_early_cancel.rows,
     bench_hostile.NAME: bench_hostile.rows,
+    bench_cross_process.NAME: bench_cross_process.rows,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -14,11 +14,22 @@ from typing import Any
 
 import pytest
 import trio
+from asgi_harness import (
+    AsgiClient,
+    headers_of,
+    initialize,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    modern_request,
+)
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
 from trio_mcp_cancel import checkpoint_cancelled
-from trio_mcp_cancel.backends import BackendEvent, TaskRecord
+from trio_mcp_cancel.backends import BackendEvent, TaskRecord, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
@@ -133,6 +144,7 @@ async def instance(
                 store=backend.tasks,
                 bus=backend.bus,
                 instance_id=backend.instance_id,
+                counters=backend.counters,
                 task_status=task_status,
             )
         )
@@ -217,19 +229,208 @@ async def test_redis_down_then_back(prefix: str) -> None:
                         while a.tasks.running_here(first["taskId"]):
                             await trio.sleep(0.01)
                     assert stopped == ["cancelled"]
+                    # An optional task tool is called the ordinary way meanwhile.
+                    quick = {"name": "count", "arguments": {"n": 1}}
+                    ordinary = await on_a.request("tools/call", quick)
+                    assert ordinary["resultType"] == "complete"
                     redis.start()  # same port, empty: the old records are gone
                     with trio.fail_after(15):
                         while True:
                             try:
-                                created = await on_a.request(
-                                    "tools/call", {"name": "count", "arguments": {}}
-                                )
-                                break
-                            except McpError:
-                                await trio.sleep(0.1)
+                                await on_a.request("tasks/get", {"taskId": "probe"})
+                            except McpError as exc:
+                                if exc.code == -32602:  # "not found": the store answers
+                                    break
+                            await trio.sleep(0.1)
+                    created = await on_a.request("tools/call", {"name": "count", "arguments": {}})
                     assert created["resultType"] == "task"
                     assert events[-1].name == "backend.recovered"
                     # The subscription came back too: a cancel through b reaches a.
                     await on_b.request("tasks/cancel", {"taskId": created["taskId"]})
                     await wait_status(on_b, created["taskId"], "cancelled")
-                    assert stopped == ["cancelled", "cancelled"]
+                    assert stopped == ["cancelled", "done", "cancelled"]
+
+
+async def test_quota_counters_sum_over_live_instances(redis: RedisServer, prefix: str) -> None:
+    a = RedisBackend(redis.url, prefix=prefix)
+    b = RedisBackend(redis.url, prefix=prefix)
+    crashing = RedisBackend(redis.url, prefix=prefix, liveness=0.3)
+    async with running(a), running(b):
+        assert await a.counters.acquire("calls:t", 3)
+        assert await b.counters.acquire("calls:t", 3)
+        async with running(crashing):
+            assert await crashing.counters.acquire("calls:t", 3)
+            assert not await a.counters.acquire("calls:t", 3)
+            assert not await b.counters.acquire("calls:t", 3)
+        # It stopped without releasing, as a crash would: its unit lapses with it.
+        with trio.fail_after(10):
+            while not await a.counters.acquire("calls:t", 3):
+                await trio.sleep(0.05)
+        assert not await b.counters.acquire("calls:t", 3)
+        await b.counters.release("calls:t")
+        assert await b.counters.acquire("calls:t", 3)
+        assert await a.counters.acquire("calls:other", 1)  # counters are independent
+
+
+async def test_a_task_quota_cannot_be_bypassed_through_another_instance(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped, max_running_per_owner=1) as (a, _):
+        async with instance(redis, prefix, stopped, max_running_per_owner=1) as (b, _):
+            async with client_of(a) as on_a, client_of(b) as on_b:
+                first = await on_a.request("tools/call", {"name": "count", "arguments": {}})
+                with pytest.raises(McpError) as caught:
+                    await on_b.request("tools/call", {"name": "count", "arguments": {}})
+                assert caught.value.code == -32001 and caught.value.data["limit"] == "tenant"
+                await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
+                await wait_status(on_b, first["taskId"], "cancelled")
+                # Its unit was given back: b may run one now.
+                again = await on_b.request("tools/call", {"name": "count", "arguments": {}})
+                await on_b.request("tasks/cancel", {"taskId": again["taskId"]})
+                await wait_status(on_a, again["taskId"], "cancelled")
+
+
+async def test_the_per_tenant_call_cap_counts_every_process(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    apps = []
+    for _ in range(2):
+        server = make_server(TaskManager(), stopped)
+        server.max_calls_per_tenant = 1
+        apps.append(McpHttpApp(server, backend=RedisBackend(redis.url, prefix=prefix)))
+    async with trio.open_nursery() as nursery:
+        one, two = (AsgiClient(app, nursery, client=("192.0.2.7", 1)) for app in apps)
+        async with one.lifespan(), two.lifespan():
+            long = modern_call(1, "count", {"n": 100_000, "delay": 0.01})
+            busy = one.start("POST", headers_of(long), long)
+            await busy.wait_started()
+            refused = await two.post(headers_of(long), modern_call(2, "count", {"n": 1}))
+            assert refused.status == 429
+            assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 1}
+            # Another tenant is not affected.
+            other = AsgiClient(apps[1], nursery, client=("192.0.2.8", 1))
+            quick = modern_call(3, "count", {"n": 1, "delay": 0.0})
+            served = await other.post(headers_of(quick), quick)
+            assert served.status == 200
+            busy.disconnect()
+            await busy.done.wait()
+            with trio.fail_after(10):
+                while True:
+                    retried = await two.post(headers_of(quick), quick)
+                    if retried.status == 200:
+                        break
+                    await trio.sleep(0.02)
+
+
+async def test_a_task_whose_process_died_is_settled_failed(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped) as (a, backend):
+        async with client_of(a) as client:
+            # A record left "working" by a process that died (no liveness key).
+            ghost = record("ghost-task")
+            ghost.owner, ghost.instance = client.namespace, "dead-instance"
+            await backend.tasks.create(ghost)
+            await backend.client.delete([f"{prefix}:alive:dead-instance"])
+            status = await client.request("tasks/get", {"taskId": "ghost-task"})
+            assert status["status"] == "failed"
+            assert status["error"]["message"] == "The server process running it stopped"
+            # A live instance's task is left alone.
+            live = (await client.request("tools/call", {"name": "count", "arguments": {}}))
+            status = await client.request("tasks/get", {"taskId": live["taskId"]})
+            assert status["status"] == "working"
+            await client.request("tasks/cancel", {"taskId": live["taskId"]})
+            await wait_status(client, live["taskId"], "cancelled")
+
+
+async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: str) -> None:
+    offset = 0.0
+    backend = RedisBackend(redis.url, prefix=prefix, clock=lambda: time.time() + offset)
+    async with running(backend):
+        store = backend.tasks
+        await store.create(record("one", ttl_ms=5_000), 2)
+        await store.create(record("two", ttl_ms=5_000), 2)
+        with pytest.raises(TaskStoreFull):
+            await store.create(record("three", ttl_ms=5_000), 2)
+        assert await store.get("three") is None
+        await store.create(record("uncapped", ttl_ms=5_000))  # no cap asked for
+        offset = 10.0  # the first ones expired: room again
+        await store.create(record("four", ttl_ms=5_000, now=time.time() + offset), 2)
+        index = [key async for key in backend.client.scan_iter(f"{prefix}:owner:*")]
+        assert len(index) == 1 and 0 < await backend.client.pttl(index[0]) <= 15_000
+
+
+async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefix: str) -> None:
+    apps = [
+        McpHttpApp(
+            make_server(TaskManager(), []),
+            backend=RedisBackend(redis.url, prefix=prefix),
+            max_sessions_per_tenant=2,
+        )
+        for _ in range(2)
+    ]
+    async with trio.open_nursery() as nursery:
+        one, two = (AsgiClient(app, nursery, client=("192.0.2.9", 1)) for app in apps)
+        async with one.lifespan(), two.lifespan():
+            first = await initialize(one)
+            await initialize(one)
+            refused = await two.post(legacy_headers(version=None), initialize_message())
+            assert refused.status == 429
+            assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 2}
+            assert "mcp-session-id" not in refused.headers
+            # Another tenant is not affected.
+            other = AsgiClient(apps[1], nursery, client=("192.0.2.10", 1))
+            await initialize(other)
+            # Ending a session anywhere frees its place everywhere.
+            deleted = await two.request("DELETE", legacy_headers(first))
+            assert deleted.status == 204
+            gone = await one.post(legacy_headers(first), legacy_call(5, "count", {"n": 1}))
+            assert gone.status == 404
+            third = await initialize(two)
+            reply = await one.post(legacy_headers(third), legacy_call(6, "count", {"n": 1}))
+            assert reply.status == 200  # and usable from the other process
+            assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"
+
+
+async def test_an_app_whose_redis_is_unreachable_still_serves() -> None:
+    """Redis down from the start: the app starts, serves what needs no Redis, says what fails."""
+    stopped: list[str] = []
+    backend = RedisBackend("redis://127.0.0.1:1/0", op_timeout=0.5, reconnect_delay=0.2)
+    events: list[BackendEvent] = []
+    backend.events.subscribe(events.append)  # type: ignore[arg-type]
+    app = McpHttpApp(make_server(TaskManager(), stopped), backend=backend)
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            quick = modern_call(1, "count", {"n": 1, "delay": 0.0}, capabilities=WITH_TASKS)
+            served = await client.post(headers_of(quick), quick)
+            assert served.status == 200  # called the ordinary way, not as a task
+            assert served.messages()[-1]["result"]["resultType"] == "complete"
+            get = modern_request(2, "tasks/get", {"taskId": "x"}, capabilities=WITH_TASKS)
+            failed = await client.post(headers_of(get), get)
+            assert failed.json()["error"]["code"] == -32603
+            session = await initialize(client)  # legacy sessions work on this worker
+            reply = await client.post(legacy_headers(session), legacy_call(3, "count", {"n": 1}))
+            assert reply.messages()[-1]["result"]["content"][0]["text"] == "counted to 1"
+    assert events and events[0].name == "backend.unavailable"
+    assert stopped == ["done", "done"]
+
+
+async def test_shutdown_records_running_tasks_failed_in_redis(
+    redis: RedisServer, prefix: str
+) -> None:
+    stopped: list[str] = []
+    async with instance(redis, prefix, stopped) as (a, _):
+        async with client_of(a) as client:
+            task_id = (await client.request("tools/call", {"name": "count", "arguments": {}}))[
+                "taskId"
+            ]
+    # That process is gone; another one reads what it recorded on its way out.
+    async with instance(redis, prefix, stopped) as (b, _), client_of(b) as client:
+        status = await client.request("tasks/get", {"taskId": task_id})
+        assert status["status"] == "failed"
+        assert status["error"] == {"code": -32603, "message": "The server shut down"}
+    assert stopped == ["done"]

@@ -176,14 +176,19 @@ async def test_redis_killed_mid_run_and_restarted() -> None:
             ack = await task_request(client, a.url, "tasks/cancel", task_id)
             if "result" not in ack:
                 assert ack["error"]["code"] == -32603
+            # A task-capable tool is called the ordinary way while the store is down.
+            params = {"name": "count", "arguments": {"n": 2, "delay": 0.01}}
+            reply = await modern(client, b.url, "tools/call", params, capabilities=WITH_TASKS)
+            assert reply["result"]["resultType"] == "complete"
             redis.start()  # same port, empty
             with trio.fail_after(20):
-                while True:
-                    try:
-                        fresh = await start_task(client, a.url)
-                        break
-                    except (AssertionError, KeyError):
+                for url in (a.url, b.url):
+                    while True:
+                        probe = await task_request(client, url, "tasks/get", "probe")
+                        if probe["error"]["code"] == -32602:  # the store answers again
+                            break
                         await trio.sleep(0.1)
+            fresh = await start_task(client, a.url)
             # Reconnected, subscription included: a cross-process cancel works again.
             with trio.fail_after(20):
                 while True:

@@ -142,6 +142,10 @@ async def test_without_the_extension_the_call_is_ordinary_and_tasks_methods_are_
         with pytest.raises(McpError) as caught:
             await client.request("tools/call", {"name": "only_task", "arguments": {}})
         assert caught.value.code == -32021
+        # Called the ordinary way, a tool raising JsonRpcError gets that error.
+        with pytest.raises(McpError) as caught:
+            await client.request("tools/call", {"name": "protocol_error_job", "arguments": {}})
+        assert (caught.value.code, caught.value.data) == (-32603, {"why": "test"})
 
 
 async def test_unknown_and_removed_methods_and_bad_ids(
@@ -175,6 +179,10 @@ async def test_cancel_sets_the_flag_at_once_and_the_task_settles_cancelled(
         task_id = created["taskId"]
         await trio.sleep(2.5)
         assert client.registry.in_flight(task_id, "task:" + client.namespace)
+        # Our tasks never ask for input: tasks/update is acknowledged and changes nothing.
+        update = {"taskId": task_id, "inputResponses": {"x": {"action": "accept"}}}
+        assert (await client.request("tasks/update", update))["resultType"] == "complete"
+        assert (await get(client, task_id))["status"] == "working"
         cancelled_at = trio.current_time()
         ack = await client.request("tasks/cancel", {"taskId": task_id})
         assert set(ack) - {"_meta"} == {"resultType"} and ack["resultType"] == "complete"
@@ -417,3 +425,20 @@ async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(
             assert polled.json()["result"]["status"] == "cancelled"
         assert not server.tasks.running
         client.check()
+
+
+async def test_task_records_per_owner_are_bounded_until_they_expire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = make_server(Seen(), max_tasks_per_owner=2, ttl_ms=10_000, purge_interval=1000)
+    async with serving(server) as (client, _):
+        for _ in range(2):
+            await start_task(client, "count", n=1)
+        await server.tasks.wait_idle()  # finished records still take room
+        with pytest.raises(McpError) as caught:
+            await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
+        assert caught.value.code == -32001
+        assert caught.value.data == {"limit": "tasks", "max": 2}
+        assert server.tasks.running_count == 0 and client.registry.in_flight_count == 0
+        await trio.sleep(10.5)
+        assert (await start_task(client, "count", n=1))["status"] == "working"

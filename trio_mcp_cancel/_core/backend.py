@@ -43,9 +43,11 @@ __all__ = [
     "BusMessage",
     "CancelBus",
     "LocalBus",
+    "LocalCounters",
     "LocalSessionRecords",
     "MemoryBackend",
     "SessionRecords",
+    "SharedCounters",
 ]
 
 BusMessage = dict[str, Any]
@@ -95,13 +97,23 @@ class SessionRecords(Protocol):
 
     shared: bool
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None: ...
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
+        """Store (or refresh) a session; ``False`` when *tenant* already holds
+        *cap* live sessions across every process (a new one is then not stored)."""
 
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
-    async def touch(self, key: str, ttl: float | None) -> None: ...
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None: ...
 
-    async def delete(self, key: str) -> None: ...
+    async def delete(self, key: str, *, tenant: str | None = None) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -110,17 +122,58 @@ class LocalSessionRecords:
 
     shared: bool = False
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
         await trio.lowlevel.checkpoint()
+        return True
 
     async def get(self, key: str) -> dict[str, Any] | None:
         await trio.lowlevel.checkpoint()
         return None
 
-    async def touch(self, key: str, ttl: float | None) -> None:
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, key: str, *, tenant: str | None = None) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class SharedCounters(Protocol):
+    """Counters of things in flight summed over every live process, for quotas.
+
+    ``acquire(name, cap)`` takes one unit when the total is below *cap*
+    (atomically, across processes) and says whether it did; ``release``
+    gives it back.  A process that dies stops counting (its units lapse
+    with its liveness), so a crash never leaks quota.  ``shared=False``:
+    the process's own limits are all there is, and ``acquire`` always
+    succeeds.  Both may raise :class:`BackendUnavailable`.
+    """
+
+    shared: bool
+
+    async def acquire(self, name: str, cap: int) -> bool: ...
+
+    async def release(self, name: str) -> None: ...
+
+
+@attrs.define(eq=False)
+class LocalCounters:
+    """One process: its local admission limits already count everything."""
+
+    shared: bool = False
+
+    async def acquire(self, name: str, cap: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def release(self, name: str) -> None:
         await trio.lowlevel.checkpoint()
 
 
@@ -140,6 +193,9 @@ class Backend(Protocol):
     @property
     def sessions(self) -> SessionRecords: ...
 
+    @property
+    def counters(self) -> SharedCounters: ...
+
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve the bus until cancelled, and close cleanly."""
 
@@ -151,6 +207,7 @@ class MemoryBackend:
     tasks: TaskStore = attrs.field(factory=MemoryTaskStore)
     bus: CancelBus = attrs.field(factory=LocalBus)
     sessions: SessionRecords = attrs.field(factory=LocalSessionRecords)
+    counters: SharedCounters = attrs.field(factory=LocalCounters)
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

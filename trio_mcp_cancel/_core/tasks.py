@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
 import attrs
+import trio
 
 __all__ = [
     "TERMINAL",
@@ -39,6 +40,7 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TaskStore",
+    "TaskStoreFull",
     "TaskStoreUnavailable",
     "iso8601",
     "new_task_id",
@@ -54,6 +56,14 @@ Clock = Callable[[], float]
 
 class TaskStoreUnavailable(Exception):
     """The shared store cannot be reached; the operation did not happen."""
+
+
+class TaskStoreFull(Exception):
+    """The owner already holds as many unexpired task records as it may."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"too many tasks (max {cap})")
+        self.cap = cap
 
 
 def new_task_id() -> str:
@@ -167,8 +177,13 @@ class TaskStore(Protocol):
 
     clock: Clock
 
-    async def create(self, record: TaskRecord) -> None:
-        """Store a new record; once this returns, ``get`` finds it (durable creation)."""
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
+        """Store a new record; once this returns, ``get`` finds it (durable creation).
+
+        Raises :class:`TaskStoreFull` when ``record.owner`` already holds
+        *max_per_owner* unexpired records (finished ones included: they
+        take room until their TTL).
+        """
 
     async def get(self, task_id: str) -> TaskRecord | None: ...
 
@@ -189,6 +204,9 @@ class TaskStore(Protocol):
     async def purge(self) -> int:
         """Drop expired records; how many went."""
 
+    async def orphaned(self, record: TaskRecord) -> bool:
+        """Whether the process running *record*'s work is gone (it will never settle it)."""
+
 
 @attrs.define(eq=False)
 class MemoryTaskStore:
@@ -203,26 +221,40 @@ class MemoryTaskStore:
     clock: Clock = time.time
     max_tasks: int = 100_000
     _records: OrderedDict[str, TaskRecord] = attrs.field(init=False, factory=OrderedDict)
+    _by_owner: dict[str, set[str]] = attrs.field(init=False, factory=dict)
 
     def __len__(self) -> int:
         return len(self._records)
 
-    async def create(self, record: TaskRecord) -> None:
-        if len(self._records) >= self.max_tasks:
+    def _drop(self, task_id: str) -> None:
+        record = self._records.pop(task_id)
+        owned = self._by_owner[record.owner]
+        owned.discard(task_id)
+        if not owned:
+            del self._by_owner[record.owner]
+
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
+        if len(self._records) >= self.max_tasks or (
+            max_per_owner is not None
+            and len(self._by_owner.get(record.owner, ())) >= max_per_owner
+        ):
             await self.purge()
+        if max_per_owner is not None and len(self._by_owner.get(record.owner, ())) >= max_per_owner:
+            raise TaskStoreFull(max_per_owner)
         if len(self._records) >= self.max_tasks:
             victim = next((r for r in self._records.values() if r.terminal), None)
             if victim is None:
                 raise TaskStoreUnavailable("task store is full")
-            del self._records[victim.task_id]
+            self._drop(victim.task_id)
         self._records[record.task_id] = _copy(record)
+        self._by_owner.setdefault(record.owner, set()).add(record.task_id)
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._records.get(task_id)
         if record is None:
             return None
         if record.expires_at <= self.clock():
-            del self._records[task_id]
+            self._drop(task_id)
             return None
         return _copy(record)
 
@@ -250,11 +282,16 @@ class MemoryTaskStore:
             record.updated_at = self.clock()
         return _copy(record)
 
+    async def orphaned(self, record: TaskRecord) -> bool:
+        """One process: whoever runs a task is this process, alive by definition."""
+        await trio.lowlevel.checkpoint()
+        return False
+
     async def purge(self) -> int:
         now = self.clock()
         expired = [r.task_id for r in self._records.values() if r.expires_at <= now]
         for task_id in expired:
-            del self._records[task_id]
+            self._drop(task_id)
         return len(expired)
 
 

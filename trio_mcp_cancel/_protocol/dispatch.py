@@ -939,7 +939,12 @@ async def _call_tool(
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
     if call.era == "modern" and tool.task_support != "forbidden":
         if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
-            return await _start_task(server, call, caller, tool, arguments)
+            try:
+                return await _start_task(server, call, caller, tool, arguments)
+            except tasks.TasksUnavailable:
+                if tool.task_support == "required":
+                    raise
+                # The shared task store is down: answer the ordinary way instead.
     ctx = make_context(server, call, caller, exchange, tool.name)
     return await _invoke(server, call, caller, exchange, started, ctx, arguments)
 

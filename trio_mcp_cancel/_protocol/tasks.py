@@ -23,6 +23,10 @@ was down is still honoured.
 (its principal, or its client namespace when unauthenticated); a task of
 somebody else is "not found", exactly like an unknown one.
 
+**A process that dies** cannot settle its tasks; with a shared store a
+``tasks/get`` elsewhere notices that its liveness key lapsed and settles
+the task ``failed`` (otherwise records expire with their TTL).
+
 **Bounds.**  Running tasks are bounded server-wide and per owner
 (``-32001`` when full, like other admission limits); records expire
 ``ttl_ms`` after creation (the store drops them, and the janitor purges
@@ -41,13 +45,21 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .._core.backend import BusMessage, CancelBus, LocalBus
+from .._core.backend import (
+    BackendUnavailable,
+    BusMessage,
+    CancelBus,
+    LocalBus,
+    LocalCounters,
+    SharedCounters,
+)
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.tasks import (
     MemoryTaskStore,
     TaskRecord,
     TaskStatus,
     TaskStore,
+    TaskStoreFull,
     TaskStoreUnavailable,
     new_task_id,
 )
@@ -61,6 +73,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TASKS_EXTENSION",
     "TaskManager",
+    "TasksUnavailable",
     "TaskSupport",
     "client_declares_tasks",
     "require_tasks_extension",
@@ -91,9 +104,16 @@ def require_tasks_extension() -> JsonRpcError:
     )
 
 
+class TasksUnavailable(JsonRpcError):
+    """``-32603``: the task store (a shared backend) cannot be reached."""
+
+    def __init__(self) -> None:
+        super().__init__(INTERNAL_ERROR, "Internal error: the task store is unavailable")
+
+
 def _unavailable(exc: Exception) -> JsonRpcError:
-    logger.warning("task store unavailable: %s", exc)
-    return JsonRpcError(INTERNAL_ERROR, "Internal error: the task store is unavailable")
+    logger.debug("task store unavailable: %s", exc)
+    return TasksUnavailable()
 
 
 def _not_found() -> JsonRpcError:
@@ -124,12 +144,17 @@ class TaskManager:
     """The ``pollIntervalMs`` clients are asked to respect."""
     max_running: int = 256
     max_running_per_owner: int = 32
+    max_tasks_per_owner: int | None = 1000
+    """Unexpired task records one owner may hold, finished ones included (they
+    take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``)."""
     purge_interval: float = 60.0
     cancel_poll_interval: float = 2.0
     """With a shared bus: how often running tasks' records are re-read for a
     cancel that arrived while the bus was down."""
     store: TaskStore = attrs.field(factory=MemoryTaskStore)
     bus: CancelBus = attrs.field(factory=LocalBus)
+    counters: SharedCounters = attrs.field(factory=LocalCounters)
+    """With a shared backend, ``max_running_per_owner`` counts every process's tasks."""
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
@@ -157,6 +182,7 @@ class TaskManager:
         store: TaskStore | None = None,
         bus: CancelBus | None = None,
         instance_id: str | None = None,
+        counters: SharedCounters | None = None,
         task_status: trio.TaskStatus[TaskManager] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve tasks until cancelled; *store*/*bus*/*instance_id* come from a backend."""
@@ -168,6 +194,8 @@ class TaskManager:
             self.bus = bus
         if instance_id is not None:
             self.instance_id = instance_id
+        if counters is not None:
+            self.counters = counters
         unsubscribe = self.bus.subscribe(self._on_bus)
         try:
             async with trio.open_nursery() as nursery:
@@ -199,7 +227,7 @@ class TaskManager:
                     next_purge = now + self.purge_interval
                     await self.store.purge()
             except TaskStoreUnavailable as exc:
-                logger.warning("task janitor: %s", exc)
+                logger.debug("task janitor: %s", exc)
 
     def _on_bus(self, message: BusMessage) -> None:
         if message.get("type") == "task.cancel":
@@ -261,7 +289,17 @@ class TaskManager:
         # Counted before the await, so concurrent creations cannot overshoot.
         self._add(record.task_id, _Running(exchange, owner))
         try:
-            await self.store.create(record)
+            await self._acquire_shared(owner)
+            try:
+                await self.store.create(record, self.max_tasks_per_owner)
+            except TaskStoreFull as exc:
+                await self._release_shared(owner)
+                raise JsonRpcError(
+                    _TOO_MANY, "Too many tasks", {"limit": "tasks", "max": exc.cap}
+                ) from None
+            except BaseException:
+                await self._release_shared(owner)
+                raise
         except TaskStoreUnavailable as exc:
             self._remove(record.task_id)
             raise _unavailable(exc) from exc
@@ -270,6 +308,30 @@ class TaskManager:
             raise
         nursery.start_soon(self._work, record.task_id, runner, exchange)
         return {"resultType": "task", **record.to_wire()}
+
+    async def _acquire_shared(self, owner: str) -> None:
+        """Count the task against its owner's quota on every process (shared backend)."""
+        if not self.counters.shared:
+            return
+        try:
+            taken = await self.counters.acquire("tasks:" + owner, self.max_running_per_owner)
+        except BackendUnavailable as exc:
+            raise TaskStoreUnavailable(str(exc)) from exc
+        if not taken:
+            raise JsonRpcError(
+                _TOO_MANY,
+                "Too many running tasks",
+                {"limit": "tenant", "max": self.max_running_per_owner},
+            )
+
+    async def _release_shared(self, owner: str) -> None:
+        if not self.counters.shared:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            try:
+                await self.counters.release("tasks:" + owner)
+            except BackendUnavailable as exc:
+                logger.warning("task quota not released yet (repaired later): %s", exc)
 
     def _add(self, task_id: str, running: _Running) -> None:
         if not self._running:
@@ -338,7 +400,9 @@ class TaskManager:
                 )
             raise
         finally:
+            owner = self._running[task_id].owner
             self._remove(task_id)
+            await self._release_shared(owner)
         await self._settle(task_id, status, result=result, error=error, message=message)
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
@@ -364,7 +428,24 @@ class TaskManager:
 
     async def get(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._record(owner, params)
+        if not record.terminal and record.task_id not in self._running:
+            record = await self._settle_if_orphaned(record)
         return record.to_wire()
+
+    async def _settle_if_orphaned(self, record: TaskRecord) -> TaskRecord:
+        """A task whose process died would stay ``working`` until its TTL: fail it now."""
+        try:
+            if not await self.store.orphaned(record):
+                return record
+            settled = await self.store.settle(
+                record.task_id,
+                "failed",
+                error={"code": INTERNAL_ERROR, "message": "The server process running it stopped"},
+                message="the server process running the task stopped",
+            )
+        except TaskStoreUnavailable as exc:
+            raise _unavailable(exc) from exc
+        return record if settled is None else settled
 
     async def cancel(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """Ask for the task to stop: here at once, elsewhere through the bus.

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from .._core.backend import Backend, BackendUnavailable, CancelBus, LocalBus, MemoryBackend
 from .._core.events import BackendEvent
-from .._core.tasks import MemoryTaskStore, TaskRecord, TaskStore, TaskStoreUnavailable
+from .._core.tasks import (
+    MemoryTaskStore,
+    TaskRecord,
+    TaskStore,
+    TaskStoreFull,
+    TaskStoreUnavailable,
+)
 
 __all__ = [
     "Backend",
@@ -22,5 +28,6 @@ __all__ = [
     "MemoryTaskStore",
     "TaskRecord",
     "TaskStore",
+    "TaskStoreFull",
     "TaskStoreUnavailable",
 ]

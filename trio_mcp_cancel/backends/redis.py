@@ -24,6 +24,10 @@ ASGI lifespan connects it.
   the task record, which running tasks re-read now and then, so a message
   lost while Redis was down is honoured once it is back.
 
+* ``{prefix}:quota:{name}``: per-tenant counters of calls and tasks in
+  flight, summed over every live process, so a quota cannot be bypassed by
+  spreading requests over workers (see :class:`RedisCounters`).
+
 **When Redis is down** nothing local stops: requests keep running, a
 cancel of a request running in this process works as before.  What needs
 Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
@@ -34,6 +38,7 @@ succeeds again; coredis reconnects by itself, the subscription too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -50,6 +55,7 @@ try:
     import coredis
     import coredis.exceptions
     from coredis.retry import ExponentialBackoffRetryPolicy
+    from coredis.tokens import PureToken
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
@@ -57,9 +63,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub
-from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreUnavailable
+from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreFull, TaskStoreUnavailable
 
-__all__ = ["RedisBackend", "RedisBus", "RedisSessionRecords", "RedisTaskStore"]
+__all__ = ["RedisBackend", "RedisBus", "RedisCounters", "RedisSessionRecords", "RedisTaskStore"]
 
 logger = logging.getLogger("trio_mcp_cancel.redis")
 T = TypeVar("T")
@@ -83,9 +89,31 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
     if rest is not None:
         raise rest
 
+# KEYS: the task, its creator's liveness key, the owner's index of tasks.
+# ARGV: expiry (ms since the epoch, or ''), liveness ms, now ms, cap (or ''),
+# task id, then the record's fields.
 _CREATE: Final = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-if ARGV[1] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+if ARGV[4] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+if ARGV[1] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[1], ARGV[5])
+  if redis.call('PTTL', KEYS[3]) == -1 then
+    -- new index, or one holding unlimited tasks (which keep it for ever)
+    if redis.call('ZCOUNT', KEYS[3], '+inf', '+inf') == 0 then
+      redis.call('PEXPIREAT', KEYS[3], ARGV[1])
+    end
+  else
+    redis.call('PEXPIREAT', KEYS[3], ARGV[1], 'GT')
+  end
+else
+  redis.call('ZADD', KEYS[3], '+inf', ARGV[5])
+  redis.call('PERSIST', KEYS[3])
+end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return 1
 """
 
@@ -159,6 +187,8 @@ class RedisTaskStore:
     health: _Health
     prefix: str = "tmc"
     clock: Clock = time.time
+    liveness: float = 15.0
+    """See :class:`RedisCounters`: a task whose process's liveness key is gone is orphaned."""
     _create: Any = attrs.field(init=False, default=None)
     _settle: Any = attrs.field(init=False, default=None)
     _request_cancel: Any = attrs.field(init=False, default=None)
@@ -171,7 +201,7 @@ class RedisTaskStore:
     def key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
         expires = record.expires_at
         fields = [
             "owner", record.owner,
@@ -188,11 +218,39 @@ class RedisTaskStore:
         ]  # fmt: skip
         at = "" if math.isinf(expires) else str(int(expires * 1000))
         key = self.key(record.task_id)
-        await self.health.call(
+        # The creator's liveness key is set with the record, so a task is
+        # never seen without it (after a Redis restart, say).
+        alive = self._alive_key(record.instance)
+        owned = f"{self.prefix}:owner:{hashlib.sha256(record.owner.encode()).hexdigest()}"
+        args = [
+            at,
+            str(max(1, int(self.liveness * 1000))),
+            str(int(self.clock() * 1000)),
+            "" if max_per_owner is None else str(max_per_owner),
+            record.task_id,
+            *fields,
+        ]
+        created: object = await self.health.call(
             "tasks.create",
-            lambda: self._create(keys=[key], args=[at, *fields]),
+            lambda: self._create(keys=[key, alive, owned], args=args),
             TaskStoreUnavailable,
         )
+        if created == 0:
+            assert max_per_owner is not None
+            raise TaskStoreFull(max_per_owner)
+
+    def _alive_key(self, instance: str) -> str:
+        return f"{self.prefix}:alive:{instance}"
+
+    async def orphaned(self, record: TaskRecord) -> bool:
+        """Whether the process running the task stopped refreshing its liveness key."""
+        if record.terminal or not record.instance:
+            return False
+        key = self._alive_key(record.instance)
+        alive = await self.health.call(
+            "tasks.orphaned", lambda: self.client.exists([key]), TaskStoreUnavailable
+        )
+        return alive == 0
 
     async def get(self, task_id: str) -> TaskRecord | None:
         key = self.key(task_id)
@@ -261,25 +319,80 @@ class RedisTaskStore:
         return 0
 
 
+# KEYS: the session record, its tenant's index of live sessions.
+# ARGV: record JSON, TTL ms (or ''), now ms, cap (or ''), member, index score.
+_PUT_SESSION: Final = """
+if ARGV[4] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+  if not redis.call('ZSCORE', KEYS[2], ARGV[5])
+     and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+    return 0
+  end
+end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
+if ARGV[2] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT') end
+if redis.call('PTTL', KEYS[2]) == -1 and ARGV[2] ~= '' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 1
+"""
+
+
 @attrs.define(eq=False)
 class RedisSessionRecords:
-    """Legacy session records (JSON strings with an idle TTL), shared by every worker."""
+    """Legacy session records (JSON strings with an idle TTL), shared by every worker.
+
+    Each tenant also has an index of its live sessions (a sorted set scored
+    by expiry), which bounds sessions per tenant across every process.
+    """
 
     client: coredis.Redis[str]
     health: _Health
     prefix: str = "tmc"
+    clock: Clock = time.time
     shared: bool = True
+    _put: Any = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._put = self.client.register_script(_PUT_SESSION)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}:session:{key}"
 
-    async def put(self, key: str, record: dict[str, Any], ttl: float | None) -> None:
+    def _index(self, tenant: str | None) -> str:
+        name = hashlib.sha256((tenant or "").encode()).hexdigest()
+        return f"{self.prefix}:sessions-of:{name}"
+
+    async def put(
+        self,
+        key: str,
+        record: dict[str, Any],
+        ttl: float | None,
+        *,
+        tenant: str | None = None,
+        cap: int | None = None,
+    ) -> bool:
         text = json.dumps(record, separators=(",", ":"))
-        px = None if ttl is None else max(1, int(ttl * 1000))
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.put", lambda: self.client.set(redis_key, text, px=px), BackendUnavailable
+        now_ms = int(self.clock() * 1000)
+        ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
+        args = [
+            text,
+            "" if ttl_ms is None else str(ttl_ms),
+            str(now_ms),
+            "" if cap is None else str(cap),
+            key,
+            "+inf" if ttl_ms is None else str(now_ms + ttl_ms),
+        ]
+        keys = [self._key(key), self._index(tenant)]
+        stored: object = await self.health.call(
+            "sessions.put", lambda: self._put(keys=keys, args=args), BackendUnavailable
         )
+        return stored == 1
 
     async def get(self, key: str) -> dict[str, Any] | None:
         redis_key = self._key(key)
@@ -292,21 +405,138 @@ class RedisSessionRecords:
             return None
         return record if isinstance(record, dict) else None
 
-    async def touch(self, key: str, ttl: float | None) -> None:
+    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
         if ttl is None:
             return
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.touch",
-            lambda: self.client.pexpire(redis_key, max(1, int(ttl * 1000))),
+        redis_key, index = self._key(key), self._index(tenant)
+        ttl_ms = max(1, int(ttl * 1000))
+        expiry = int(self.clock() * 1000) + ttl_ms
+
+        async def refresh() -> None:
+            await self.client.pexpire(redis_key, ttl_ms)
+            await self.client.zadd(index, {key: expiry}, condition=PureToken.XX)
+
+        await self.health.call("sessions.touch", refresh, BackendUnavailable)
+
+    async def delete(self, key: str, *, tenant: str | None = None) -> None:
+        redis_key, index = self._key(key), self._index(tenant)
+
+        async def remove() -> None:
+            await self.client.delete([redis_key])
+            await self.client.zrem(index, [key])
+
+        await self.health.call("sessions.delete", remove, BackendUnavailable)
+
+
+_ACQUIRE: Final = """
+local total = 0
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if fields[i] == ARGV[1] or redis.call('EXISTS', ARGV[3] .. fields[i]) == 1 then
+    total = total + tonumber(fields[i + 1])
+  else
+    redis.call('HDEL', KEYS[1], fields[i])
+  end
+end
+if total >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return 1
+"""
+
+_RELEASE: Final = """
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return left
+"""
+
+_RESYNC: Final = """
+if tonumber(ARGV[2]) > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], 86400000)
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+"""
+
+
+@attrs.define(eq=False)
+class RedisCounters:
+    """Quota counters: one hash per counter, one field per live instance.
+
+    Each instance's units count only while its liveness key
+    ``{prefix}:alive:{instance}`` exists (the backend refreshes it every
+    ``liveness / 3`` seconds), so the units of a process that died lapse
+    within ``liveness`` seconds.  (Standalone Redis or Sentinel: the Lua
+    script reads the liveness keys it is not given, which Redis Cluster
+    does not allow.)
+    """
+
+    client: coredis.Redis[str]
+    health: _Health
+    prefix: str
+    instance_id: str
+    shared: bool = True
+    _acquire: Any = attrs.field(init=False, default=None)
+    _release: Any = attrs.field(init=False, default=None)
+    _resync: Any = attrs.field(init=False, default=None)
+    _held: dict[str, int] = attrs.field(init=False, factory=dict)
+    """Units this process holds, by counter: the truth a failed release is repaired from."""
+    _dirty: set[str] = attrs.field(init=False, factory=set)
+
+    def __attrs_post_init__(self) -> None:
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._release = self.client.register_script(_RELEASE)
+        self._resync = self.client.register_script(_RESYNC)
+
+    @property
+    def alive_key(self) -> str:
+        return f"{self.prefix}:alive:{self.instance_id}"
+
+    async def acquire(self, name: str, cap: int) -> bool:
+        key = f"{self.prefix}:quota:{name}"
+        args = [self.instance_id, str(cap), f"{self.prefix}:alive:"]
+        taken: object = await self.health.call(
+            "quota.acquire",
+            lambda: self._acquire(keys=[key], args=args),
             BackendUnavailable,
         )
+        if taken == 1:
+            self._held[name] = self._held.get(name, 0) + 1
+        return taken == 1
 
-    async def delete(self, key: str) -> None:
-        redis_key = self._key(key)
-        await self.health.call(
-            "sessions.delete", lambda: self.client.delete([redis_key]), BackendUnavailable
-        )
+    async def release(self, name: str) -> None:
+        """Give a unit back; when Redis cannot be told, the next heartbeat repairs it."""
+        held = self._held.get(name, 0) - 1
+        if held > 0:
+            self._held[name] = held
+        else:
+            self._held.pop(name, None)
+        key = f"{self.prefix}:quota:{name}"
+        try:
+            await self.health.call(
+                "quota.release",
+                lambda: self._release(keys=[key], args=[self.instance_id]),
+                BackendUnavailable,
+            )
+        except BackendUnavailable:
+            self._dirty.add(name)
+            raise
+
+    async def resync(self) -> None:
+        """Write the true count of every counter a failed release left wrong."""
+        for name in list(self._dirty):
+            key = f"{self.prefix}:quota:{name}"
+            count = str(self._held.get(name, 0))
+            await self.health.call(
+                "quota.resync",
+                lambda key=key, count=count: self._resync(  # type: ignore[misc]
+                    keys=[key], args=[self.instance_id, count]
+                ),
+                BackendUnavailable,
+            )
+            self._dirty.discard(name)
 
 
 @attrs.define(eq=False)
@@ -381,6 +611,14 @@ class RedisBus:
             await trio.sleep(reconnect_delay)
 
 
+async def _beat(backend: RedisBackend) -> None:
+    key = backend.counters.alive_key
+    ttl = max(1, int(backend.liveness * 1000))
+    await backend.tasks.health.call(
+        "heartbeat", lambda: backend.client.set(key, "1", px=ttl), BackendUnavailable
+    )
+
+
 class _Resubscribe(Exception):
     """The subscription ended with errors only: subscribe again."""
 
@@ -398,6 +636,8 @@ class RedisBackend:
         reconnect_delay: longest pause between reconnection attempts of the
             subscription.
         clock: wall-clock time for stored times (tests derive it from Trio's clock).
+        liveness: seconds after which the quota units of a process that
+            stopped refreshing its liveness key (it died) no longer count.
     """
 
     def __init__(
@@ -411,6 +651,7 @@ class RedisBackend:
         clock: Clock = time.time,
         instance_id: str | None = None,
         events: EventHub | None = None,
+        liveness: float = 15.0,
     ) -> None:
         self.url = url
         self.instance_id = instance_id or secrets.token_hex(8)
@@ -423,10 +664,22 @@ class RedisBackend:
             stream_timeout=op_timeout,
         )
         health = _Health(self.events, op_timeout)
-        self.tasks = RedisTaskStore(self.client, health, prefix, clock)
+        self.tasks = RedisTaskStore(self.client, health, prefix, clock, liveness)
         self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
-        self.sessions = RedisSessionRecords(self.client, health, prefix)
+        self.sessions = RedisSessionRecords(self.client, health, prefix, clock)
+        self.counters = RedisCounters(self.client, health, prefix, self.instance_id)
+        self.liveness = liveness
         self._running = False
+
+    async def _heartbeat(self) -> None:
+        """Keep this instance's liveness key (see :class:`RedisCounters`) alive."""
+        while True:
+            try:
+                await _beat(self)
+                await self.counters.resync()
+            except BackendUnavailable:
+                pass  # reported by the health check; retried next beat
+            await trio.sleep(self.liveness / 3)
 
     @property
     def health_down(self) -> bool:
@@ -448,6 +701,7 @@ class RedisBackend:
         try:
             async with self.client, trio.open_nursery() as nursery:
                 nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                nursery.start_soon(self._heartbeat)
                 with trio.move_on_after(self.tasks.health.op_timeout):
                     await self.bus.subscribed.wait()
                 task_status.started(self)

@@ -81,7 +81,7 @@ from . import rules, sse
 from .lazy import await_then
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
-from .shared import SessionSharing
+from .shared import SessionSharing, tenant_call_slot
 
 __all__ = ["McpHttpApp"]
 
@@ -300,6 +300,7 @@ class McpHttpApp:
                     store=backend.tasks,
                     bus=backend.bus,
                     instance_id=backend.instance_id,
+                    counters=backend.counters,
                 )
             )
 
@@ -449,6 +450,8 @@ class McpHttpApp:
                 return None
             for old in evicted:
                 old.channel.cancel_all("session evicted")
+                if self._sharing is not None:
+                    await self._sharing.end(old)  # on every worker: it freed a shared place
         # The namespace names the session by its public id: namespaces end up
         # in events and logs, and the session id itself is a credential.
         public_id = session.public_id if session else None
@@ -463,9 +466,17 @@ class McpHttpApp:
         extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
         call = self.server.prepare(message, caller)
         if call.notification is not None:
-            self.server.notify(call.notification, caller)
-            if self._sharing is not None and call.notification.method == "notifications/cancelled":
-                await self._sharing.forward_cancel(caller.namespace, call.notification.params)
+            notified = call.notification
+            target: Any = notified.params.get("requestId")
+            forward = (
+                self._sharing is not None
+                and notified.method == "notifications/cancelled"
+                # Running here, it runs nowhere else: no need to tell the others.
+                and not caller.registry.in_flight(target, caller.namespace)
+            )
+            self.server.notify(notified, caller)
+            if forward and self._sharing is not None:
+                await self._sharing.forward_cancel(caller.namespace, notified.params)
         if call.request is None and call.error is None:
             await self._respond(send, 202, b"", extra)
             return None
@@ -506,6 +517,22 @@ class McpHttpApp:
         raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
 
     async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
+        backend = self.backend
+        if backend is None or not backend.counters.shared or self.server.refusal(
+            routed.call, routed.caller
+        ):
+            await self._answer_here(routed, receive, send)
+            return
+        # Scale-out: the per-tenant cap counts the calls of every process.
+        cap = self.server.max_calls_per_tenant
+        async with tenant_call_slot(backend.counters, routed.call, routed.caller, cap) as refused:
+            if refused is not None:
+                body = jsonrpc.encode(refused)
+                await self._respond(send, 429, body, [*routed.extra, *_RETRY_AFTER], json=True)
+                return
+            await self._answer_here(routed, receive, send)
+
+    async def _answer_here(self, routed: _Routed, receive: Receive, send: Send) -> None:
         call, caller = routed.call, routed.caller
         refused = self.server.refusal(call, caller)
         if refused is not None:
@@ -517,10 +544,19 @@ class McpHttpApp:
             return
         reply = await self.server.run(call, caller, Exchange(), allow_silence=False)
         assert reply is not None
-        if routed.session is not None and self._sharing is not None and call.request is not None:
-            if call.request.method in ("initialize", "logging/setLevel"):
+        session = routed.session
+        if session is not None and self._sharing is not None and call.request is not None:
+            method = call.request.method
+            if method in ("initialize", "logging/setLevel"):
                 # Shared before the answer: the next POST may go to another worker.
-                await self._sharing.save(routed.session)
+                assert self.sessions is not None
+                cap = self.sessions.max_sessions_per_tenant if method == "initialize" else None
+                if not await self._sharing.save(session, cap):
+                    # Its tenant holds its whole quota on other workers.
+                    self.sessions.end(session.id)
+                    limit = SessionLimitReached("tenant", self.sessions.max_sessions_per_tenant)
+                    await self._refuse_session(send, {"id": call.request.id}, limit)
+                    return
         status = 200
         if "error" in reply:
             status = rules.status_for(reply["error"]["code"], routed.era)

@@ -19,7 +19,9 @@ What cannot be shared is forwarded instead, over the backend's bus:
 The backend key of a session is a SHA-256 of its id: the id is a
 credential, and never leaves the process in clear.  When the backend is
 unreachable, sessions known locally keep working, and the cross-worker
-parts are logged and reported as ``backend.unavailable`` events.
+parts fail: the outage is reported once, by the backend's
+``backend.unavailable`` event (and its log line); each operation that
+failed is logged at debug level only, so an outage cannot flood the log.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
 
-from ..._core.backend import Backend, BackendUnavailable, BusMessage
-from ..._protocol.dispatch import Channel, LegacyState
+from ..._core.backend import Backend, BackendUnavailable, BusMessage, SharedCounters
+from ..._protocol.dispatch import Call, Caller, Channel, LegacyState, too_many_requests
+from ..._protocol.jsonrpc import Message
 from .sessions import Session, SessionLimitReached, SessionStore
 
-__all__ = ["SessionSharing", "session_key"]
+__all__ = ["SessionSharing", "session_key", "tenant_call_slot"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
@@ -99,17 +104,30 @@ class SessionSharing:
         """The session this process holds under backend key *key*, if any."""
         return self._by_key.get(key)
 
-    async def save(self, session: Session) -> None:
-        """Write *session* through (after ``initialize`` and ``logging/setLevel``)."""
+    async def save(self, session: Session, cap: int | None = None) -> bool:
+        """Write *session* through (after ``initialize`` and ``logging/setLevel``).
+
+        With *cap* (a new session), ``False`` when its tenant already holds
+        *cap* sessions across every worker: the session is then not shared,
+        and the caller refuses it.  When the backend is unreachable the
+        session is kept (usable on this worker only) and this is ``True``.
+        """
         key = session_key(session.id)
         self._by_key[key] = session
         if not self.shared:
-            return
+            return True
         try:
-            await self.backend.sessions.put(key, _record(session), self.idle_timeout)
-            self._touched[session] = trio.current_time()
+            stored = await self.backend.sessions.put(
+                key, _record(session), self.idle_timeout, tenant=session.tenant, cap=cap
+            )
         except BackendUnavailable as exc:
-            logger.warning("session not shared with other workers: %s", exc)
+            logger.debug("session not shared with other workers: %s", exc)
+            return True
+        if stored:
+            self._touched[session] = trio.current_time()
+        else:
+            self._by_key.pop(key, None)
+        return stored
 
     async def touch(self, session: Session) -> None:
         """Keep the shared record alive while the session is used here (throttled)."""
@@ -120,9 +138,11 @@ class SessionSharing:
             return
         self._touched[session] = now
         try:
-            await self.backend.sessions.touch(session_key(session.id), self.idle_timeout)
+            await self.backend.sessions.touch(
+                session_key(session.id), self.idle_timeout, tenant=session.tenant
+            )
         except BackendUnavailable as exc:
-            logger.warning("session lifetime not refreshed: %s", exc)
+            logger.debug("session lifetime not refreshed: %s", exc)
 
     async def find(
         self, session_id: str, principal: str | None, store: SessionStore
@@ -134,7 +154,7 @@ class SessionSharing:
         try:
             record = await self.backend.sessions.get(key)
         except BackendUnavailable as exc:
-            logger.warning("cannot look up a session of another worker: %s", exc)
+            logger.debug("cannot look up a session of another worker: %s", exc)
             return None
         if record is None or record.get("principal") != principal:
             return None
@@ -155,6 +175,7 @@ class SessionSharing:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            await self.end(old)
         self._by_key[key] = session
         self._touched[session] = trio.current_time()
         return session
@@ -166,7 +187,7 @@ class SessionSharing:
         if not self.shared:
             return
         try:
-            await self.backend.sessions.delete(key)
+            await self.backend.sessions.delete(key, tenant=session.tenant)
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
             logger.warning("session end not shared with other workers: %s", exc)
@@ -184,4 +205,40 @@ class SessionSharing:
         try:
             await self.backend.bus.publish(message)
         except BackendUnavailable as exc:
-            logger.warning("cancel not forwarded to other workers: %s", exc)
+            logger.debug("cancel not forwarded to other workers: %s", exc)
+
+
+@asynccontextmanager
+async def tenant_call_slot(
+    counters: SharedCounters, call: Call, caller: Caller, cap: int | None
+) -> AsyncIterator[Message | None]:
+    """Hold one of the tenant's tool-call slots counted over every process.
+
+    Yields the refusal (``-32001``, ``data.limit == "tenant"``) when the
+    tenant already runs *cap* calls across the deployment, else ``None``
+    for as long as the call runs.  When the backend is unreachable the call
+    is admitted on this process's own per-tenant limit alone (reported as a
+    ``backend.unavailable`` event): a Redis outage must not stop service.
+    """
+    tenant, request = caller.tenant, call.request
+    if cap is None or tenant is None or call.tool is None or request is None:
+        yield None
+        return
+    name = "calls:" + tenant
+    try:
+        taken = await counters.acquire(name, cap)
+    except BackendUnavailable as exc:
+        logger.debug("tenant quota checked locally only: %s", exc)
+        yield None
+        return
+    if not taken:
+        yield too_many_requests(request.id, "tenant", cap)
+        return
+    try:
+        yield None
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            try:
+                await counters.release(name)
+            except BackendUnavailable as exc:
+                logger.debug("tenant quota not released yet (repaired later): %s", exc)
