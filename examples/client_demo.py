@@ -14,15 +14,27 @@
    own client (``trio_mcp_cancel.client``): cancelling the caller's scope
    closes the stream, the server sends the child SIGTERM, and no
    ``mcp-demo-child`` process is left.
+7. The Tasks extension (modern HTTP): a ``tools/call`` declaring
+   ``io.modelcontextprotocol/tasks`` is answered at once with
+   ``resultType: "task"``; ``tasks/get`` (routed by ``Mcp-Name: <taskId>``)
+   shows it ``working``, ``tasks/cancel`` gets the empty ack, and polling
+   (spaced by ``pollIntervalMs``) sees it settle ``cancelled``.
+8. stdio: the server as a child process (``slow_server.py --stdio``), a
+   legacy session on its stdin/stdout, cancelled by
+   ``notifications/cancelled``; a ``ping`` is still answered, request 2
+   never is, and closing stdin ends the session with exit status 0.
 
 Run with ``python3 dev.py demo`` (or ``python examples/client_demo.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +47,12 @@ from slow_server import CHILD_MARK, describe, run_demo_server
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent, open_registry
 from trio_mcp_cancel.client import open_http_client
+from trio_mcp_cancel.server import TASKS_EXTENSION
 
+HERE = Path(__file__).resolve().parent
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 GRACE = 1.0
+MODERN = "2026-07-28"
 
 
 def say(text: str) -> None:
@@ -121,26 +136,36 @@ async def http_by_notification(mcp: McpHttpClient) -> None:
     say("[client] the stream ended with no response, as MCP requires after a cancel")
 
 
+def modern_meta(capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The envelope every modern (2026-07-28) request carries in ``_meta``: no initialize."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": capabilities or {},
+        "io.modelcontextprotocol/clientInfo": {"name": "client-demo", "version": "1"},
+    }
+
+
+def modern_headers(method: str, name: str | None = None) -> dict[str, str]:
+    """The routing headers a modern request mirrors from its body (the server checks they agree)."""
+    headers = {**HEADERS, "mcp-protocol-version": MODERN, "mcp-method": method}
+    if name is not None:
+        headers["mcp-name"] = name
+    return headers
+
+
 async def modern_by_stream_close(url: str, client: httpx.AsyncClient, registry: Registry) -> None:
     say("\n== 0. Modern HTTP (2026-07-28): cancel by closing the request's stream")
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "client-demo", "version": "1"},
-        "progressToken": "m1",
-    }
     call = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
-        "params": {"name": "count", "arguments": {"n": 50, "delay": 0.1}, "_meta": meta},
+        "params": {
+            "name": "count",
+            "arguments": {"n": 50, "delay": 0.1},
+            "_meta": {**modern_meta(), "progressToken": "m1"},
+        },
     }
-    headers = {
-        **HEADERS,
-        "mcp-protocol-version": "2026-07-28",
-        "mcp-method": "tools/call",
-        "mcp-name": "count",
-    }
+    headers = modern_headers("tools/call", "count")
     await close_after_progress(client, url, headers, call, registry)
 
 
@@ -308,6 +333,251 @@ async def child_process_demo(url: str, registry: Registry) -> None:
         say(f"[client] the tool has stopped, and no {CHILD_MARK} process is left")
 
 
+async def modern_rpc(
+    client: httpx.AsyncClient,
+    url: str,
+    request_id: int,
+    method: str,
+    params: dict[str, Any],
+    *,
+    capabilities: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Send one modern request (envelope in ``_meta``, routing headers) and return its result."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": method,
+        "params": {**params, "_meta": modern_meta(capabilities)},
+    }
+    headers = modern_headers(method, name)
+    async with client.stream("POST", url, headers=headers, json=message) as response:
+        async for reply in sse_messages(response):
+            if reply.get("id") != request_id:
+                say(f"[client] unexpected message: {json.dumps(reply)}")
+            elif "error" in reply:
+                raise RuntimeError(f"{method} failed: {json.dumps(reply['error'])}")
+            else:
+                result: dict[str, Any] = reply["result"]
+                return result
+    raise RuntimeError(f"{method}: the stream ended with no response")
+
+
+async def next_cancel(
+    receive: trio.MemoryReceiveChannel[Event], kind: str, namespace_prefix: str
+) -> RequestCancelledEvent:
+    """The next cancel the server records of *kind*, in a namespace with that prefix."""
+    async for event in receive:
+        if (
+            isinstance(event, RequestCancelledEvent)
+            and event.kind == kind
+            and event.namespace.startswith(namespace_prefix)
+        ):
+            return event
+    raise AssertionError("the event hub closed")
+
+
+async def task_demo(url: str, client: httpx.AsyncClient, registry: Registry) -> None:
+    say("\n== 7. Tasks extension (modern HTTP): a tools/call run as a task, then tasks/cancel")
+    capabilities: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
+    ids = itertools.count(1)
+    say(f"[client] tools/call count, declaring {TASKS_EXTENSION} in _meta clientCapabilities")
+    created = await modern_rpc(
+        client,
+        url,
+        next(ids),
+        "tools/call",
+        {"name": "count", "arguments": {"n": 600, "delay": 0.1}},
+        capabilities=capabilities,
+        name="count",
+    )
+    task_id = created["taskId"]
+    short = f"{task_id[:8]}…"
+    say(
+        f"[client] answered at once: resultType={created['resultType']!r} taskId={short}"
+        f" status={created['status']!r} pollIntervalMs={created.get('pollIntervalMs')}"
+    )
+    interval = created.get("pollIntervalMs", 1000) / 1000
+
+    async def get() -> str:
+        # Mcp-Name carries the task id, so a load balancer can route the poll.
+        task = await modern_rpc(
+            client,
+            url,
+            next(ids),
+            "tasks/get",
+            {"taskId": task_id},
+            capabilities=capabilities,
+            name=task_id,
+        )
+        message = task.get("statusMessage")
+        detail = f" statusMessage={message!r}" if message is not None else ""
+        say(f"[client] tasks/get (Mcp-Name: {short}) -> status={task['status']!r}{detail}")
+        status: str = task["status"]
+        return status
+
+    await get()
+    await trio.sleep(interval)  # polls are spaced by the server's pollIntervalMs
+    await get()
+    receive = registry.events.open_channel()
+    async with receive:
+        ack = await modern_rpc(
+            client,
+            url,
+            next(ids),
+            "tasks/cancel",
+            {"taskId": task_id},
+            capabilities=capabilities,
+            name=task_id,
+        )
+        task_fields = sorted(set(ack) - {"resultType", "_meta"})
+        verdict = f"UNEXPECTED task fields {task_fields}" if task_fields else "the empty ack"
+        say(f"[client] tasks/cancel (Mcp-Name: {short}) -> {verdict}: {json.dumps(ack)}")
+        with trio.fail_after(5):
+            event = await next_cancel(receive, "client", "task:")
+    say(
+        f"[client] server recorded: kind={event.kind} reason={event.reason!r}"
+        f" for task {str(event.request_id)[:8]}…"
+    )
+    with trio.fail_after(10):
+        while True:  # cancellation is eventually consistent: poll until it settles
+            await trio.sleep(interval)
+            if await get() != "working":
+                break
+    with trio.fail_after(5):
+        await registry.wait_idle()
+    say("[client] the task has stopped; nothing is left in flight")
+
+
+class JsonLines:
+    """Newline-delimited JSON-RPC read from a child's stdout (stdio framing)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def line(self) -> bytes | None:
+        """The next line without its newline; ``None`` at end of file."""
+        while b"\n" not in self.buffer:
+            chunk = await self.stream.receive_some()
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    async def receive(self) -> dict[str, Any] | None:
+        line = await self.line()
+        if line is None:
+            return None
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+
+async def stdio_demo() -> None:
+    say("\n== 8. stdio: the server as a child process, cancelled by notifications/cancelled")
+    command = [sys.executable, str(HERE / "slow_server.py"), "--stdio", "--grace", str(GRACE)]
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                check=False,
+            )
+        )
+        assert process.stdin and process.stdout and process.stderr
+        stdin = process.stdin
+        say(f"[client] started {HERE.name}/slow_server.py --stdio (pid {process.pid})")
+        recorded = trio.Event()
+
+        async def relay_stderr(stderr: trio.abc.ReceiveStream) -> None:
+            """The server's events arrive as log lines on its stderr."""
+            lines = JsonLines(stderr)
+            while (line := await lines.line()) is not None:
+                text = line.decode(errors="replace")
+                say(f"[stdio server] {text}")
+                if text.startswith("request.cancelled"):
+                    recorded.set()
+
+        nursery.start_soon(relay_stderr, process.stderr)
+        stdout = JsonLines(process.stdout)
+
+        async def send(message: dict[str, Any]) -> None:
+            say(f"[client] -> {json.dumps(message)}")
+            await stdin.send_all(json.dumps(message).encode() + b"\n")
+
+        async def receive() -> dict[str, Any]:
+            with trio.fail_after(10):
+                message = await stdout.receive()
+            if message is None:
+                raise RuntimeError("the stdio server closed stdout")
+            return message
+
+        await send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "client-demo", "version": "1"},
+                },
+            }
+        )
+        reply = await receive()
+        info = reply["result"]["serverInfo"]
+        say(f"[client] <- initialized: {info['name']} {reply['result']['protocolVersion']}")
+        await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "count",
+                    "arguments": {"n": 600, "delay": 0.1},
+                    "_meta": {"progressToken": "s1"},
+                },
+            }
+        )
+        while True:
+            message = await receive()
+            if message.get("method") != "notifications/progress":
+                say(f"[client] unexpected message: {json.dumps(message)}")
+                continue
+            say(f"[client] <- progress {message['params']['progress']}/600")
+            if message["params"]["progress"] == 2:
+                break
+        await send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 2, "reason": "stop counting"},
+            }
+        )
+        with trio.fail_after(5):
+            await recorded.wait()
+        # The session goes on: a ping after the cancel is answered; request 2 never is.
+        await send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        while (message := await receive()).get("id") != 3:
+            if message.get("id") == 2:
+                say(f"[client] unexpected message: {json.dumps(message)}")
+        say(f"[client] <- ping answered: {json.dumps(message)}")
+        say("[client] closing stdin: the end of the session")
+        await stdin.aclose()
+        with trio.fail_after(10):
+            while (late := await stdout.receive()) is not None:
+                if late.get("id") == 2:
+                    say(f"[client] unexpected message: {json.dumps(late)}")
+            await process.wait()
+    say("[client] stdout closed, and no response followed the cancel")
+    say(f"[client] the stdio server exited with status {process.returncode}")
+
+
 async def main() -> None:
     def show(event: Event) -> None:
         say(describe(event))
@@ -325,6 +595,9 @@ async def main() -> None:
             await websocket_demo(ws_url, registry)
             await stubborn_demo(mcp)
         await child_process_demo(http_url, registry)
+        async with httpx.AsyncClient(timeout=10) as client:
+            await task_demo(http_url, client, registry)
+        await stdio_demo()
         say(
             f"\ndone: {registry.in_flight_count} requests in flight, {registry.row_count} rows left"
         )

@@ -31,7 +31,7 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     # (6. below closes a modern stream too: the third.)
     assert out.count("reason='client disconnected', kind='disconnect'") == 3
     assert "reason='connection closed', kind='disconnect'" in out
-    assert out.count("nothing is left in flight") == 3
+    assert out.count("nothing is left in flight") == 4  # 0., 2., 4. and 7.
     # 5.: the stubborn tool was hard-cancelled, and its stream ended unanswered.
     assert "request.hard_cancelled: request_id=4" in out
     assert "the stream ended, with no response" in out
@@ -39,6 +39,27 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     assert "[client] progress: child started" in out
     assert "running: 1 mcp-demo-child process" in out
     assert "no mcp-demo-child process is left" in out
+    # 7.: the Tasks extension: created at once, polled working, cancelled by tasks/cancel.
+    task = out[out.index("== 7.") : out.index("== 8.")]
+    assert "answered at once: resultType='task' taskId=" in task
+    assert task.count("-> status='working'") >= 2  # polled twice before the cancel
+    assert "tasks/cancel (Mcp-Name: " in task and "-> the empty ack: " in task
+    assert "namespace='task:" in task and "reason='task cancelled', kind='client'" in task
+    assert "server recorded: kind=client reason='task cancelled' for task" in task
+    assert task.rstrip().endswith(
+        "-> status='cancelled' statusMessage='cancelled by the client'\n"
+        "[client] the task has stopped; nothing is left in flight"
+    )
+    # 8.: stdio: the server as a child process, cancelled by notification.
+    stdio = out[out.index("== 8.") :]
+    assert "[client] <- initialized: slow-demo 2025-11-25" in stdio
+    assert "[client] <- progress 2/600" in stdio
+    assert "[stdio server] request.cancelled" in stdio
+    assert "reason='stop counting', kind='client'" in stdio
+    assert "kind='disconnect'" not in stdio  # the notification's cancel came first, not EOF's
+    assert "ping answered" in stdio
+    assert "stdout closed, and no response followed the cancel" in stdio
+    assert "the stdio server exited with status 0" in stdio
     assert out.rstrip().endswith("done: 0 requests in flight, 0 rows left")
 
 
