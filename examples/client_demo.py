@@ -111,10 +111,7 @@ async def sse_messages(response: httpx.Response) -> Any:
 async def wait_for_event(registry: Registry, kind: str) -> RequestCancelledEvent:
     receive = registry.events.open_channel()
     async with receive:
-        async for event in receive:
-            if isinstance(event, RequestCancelledEvent) and event.kind == kind:
-                return event
-    raise AssertionError("unreachable")
+        return await next_cancel(receive, kind)
 
 
 async def http_by_notification(mcp: McpHttpClient) -> None:
@@ -364,7 +361,7 @@ async def modern_rpc(
 
 
 async def next_cancel(
-    receive: trio.MemoryReceiveChannel[Event], kind: str, namespace_prefix: str
+    receive: trio.MemoryReceiveChannel[Event], kind: str, namespace_prefix: str = ""
 ) -> RequestCancelledEvent:
     """The next cancel the server records of *kind*, in a namespace with that prefix."""
     async for event in receive:
