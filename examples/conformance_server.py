@@ -32,6 +32,7 @@ from trio_mcp_cancel.server import (
     EmbeddedResource,
     Image,
     InputRequired,
+    JsonRpcError,
     McpServer,
     Message,
     Text,
@@ -410,6 +411,43 @@ async def test_input_required_result_capabilities(ctx: ToolContext) -> str | Inp
     if not requests:
         return "the client declared no input capability"
     return InputRequired(requests)
+
+
+# -- the Tasks extension (io.modelcontextprotocol/tasks, SEP-2663; not scored) -------
+
+
+@server.tool()
+async def greet(ctx: ToolContext, name: str = "World") -> str:
+    """Returns a synchronous greeting (never a task)."""
+    return f"Hello, {name}!"
+
+
+@server.tool(task="optional")
+async def slow_compute(
+    ctx: ToolContext,
+    seconds: Annotated[float, "how long to work"] = 1.0,
+    label: Annotated[str, "a label echoed in the result"] = "work",
+) -> str:
+    """Works for *seconds*: a task when the client declares the extension; tasks/cancel stops it."""
+    deadline = trio.current_time() + max(0.0, seconds)
+    while trio.current_time() < deadline:
+        await ctx.checkpoint()
+        await trio.sleep(min(0.1, deadline - trio.current_time()))
+    return f"Completed {label} after {seconds}s"
+
+
+@server.tool(task="required")
+async def failing_job(ctx: ToolContext) -> str:
+    """Always ends in a tool execution error (a completed task with isError)."""
+    await trio.sleep(1.0)
+    raise ToolError("The task job failed")
+
+
+@server.tool(task="required")
+async def protocol_error_job(ctx: ToolContext) -> str:
+    """Always ends in a protocol error (a failed task with its JSON-RPC error)."""
+    await trio.sleep(0.2)
+    raise JsonRpcError(-32603, "Internal error: protocol_error_job always fails")
 
 
 # -- resources ---------------------------------------------------------------------
