@@ -962,7 +962,16 @@ async def _start_task(
             client_capabilities=client_capabilities(call, caller),
         )
         key = (task_id, "task:" + caller.namespace)
-        return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
+        result = await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
+        if result.get("resultType") == "input_required":
+            # A task cannot park for input here: fail it clearly rather than
+            # "complete" it with something that is not a tool result.
+            raise JsonRpcError(
+                jsonrpc.INTERNAL_ERROR,
+                f"Tool {tool.name!r} asked for client input while running as a task; "
+                "this server gathers input before a task starts (before_task)",
+            )
+        return result
 
     return await server.tasks.start(caller.namespace, runner, Exchange())
 
