@@ -450,6 +450,23 @@ async def protocol_error_job(ctx: ToolContext) -> str:
     raise JsonRpcError(-32603, "Internal error: protocol_error_job always fails")
 
 
+async def _ask_user_name(ctx: ToolContext) -> InputRequired | None:
+    """MRTR before the task: ask for the name until the retry carries it."""
+    if _accepted(ctx.input_responses, "user_name") is None:
+        return InputRequired(
+            {"user_name": elicit("What is your name?", _NAME_SCHEMA)}, state={"asked": "user_name"}
+        )
+    return None
+
+
+@server.tool(task="required", before_task=_ask_user_name)
+async def test_tool_with_task(ctx: ToolContext) -> str:
+    """Asks the user's name (MRTR, no task yet), then greets them from a task."""
+    answer = _accepted(ctx.input_responses, "user_name") or {}
+    await trio.sleep(0.5)
+    return f"Hello, {answer.get('name')}! (greeted from a task)"
+
+
 # -- resources ---------------------------------------------------------------------
 
 

@@ -450,6 +450,7 @@ class McpServer(ServerFeatures):
         annotations: Mapping[str, Any] | None = None,
         title: str | None = None,
         task: TaskSupport = "forbidden",
+        before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
 
@@ -474,12 +475,20 @@ class McpServer(ServerFeatures):
         shape) are what the client must declare to call it (``-32021``).
         *task* (modern era, Tasks extension): ``"optional"`` runs the call as
         a task when the client declares the extension on the request,
-        ``"required"`` only as a task (``-32021`` otherwise).
+        ``"required"`` only as a task (``-32021`` otherwise).  A task cannot
+        ask for input while it runs: *before_task*, ``async (ctx,
+        **arguments)``, runs first, in the request itself; when it returns
+        :class:`~.mrtr.InputRequired` that is the answer (no task yet), and
+        when it returns ``None`` the task is created and the tool sees the
+        same ``ctx.input_responses`` and ``ctx.request_state`` (SEP-2663:
+        finish MRTR exchanges before creating the task).
         """
         if task not in ("forbidden", "optional", "required"):
             raise ValueError("task must be 'forbidden', 'optional' or 'required'")
         if task != "forbidden" and not cancellable:
             raise ValueError("a task-capable tool must be cancellable (tasks/cancel stops it)")
+        if before_task is not None and task == "forbidden":
+            raise ValueError("before_task needs task='optional' or 'required'")
 
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
@@ -496,6 +505,7 @@ class McpServer(ServerFeatures):
                 annotations=annotations,
                 title=title,
                 task_support=task,
+                before_task=before_task,
             )
             self.tools_changed()
             return fn
@@ -939,15 +949,32 @@ async def _call_tool(
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
     if call.era == "modern" and tool.task_support != "forbidden":
         if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
-            return await _start_task(server, call, caller, tool, arguments)
+            first = make_context(server, call, caller, exchange, tool.name)
+            if tool.before_task is not None:
+                try:
+                    asked = await tool.before_task(first, **arguments)
+                except ToolError as exc:
+                    return error_result(str(exc))
+                if isinstance(asked, InputRequired):
+                    return input_required(server, call, caller, asked, tool.name)
+            return await _start_task(server, call, caller, tool, arguments, first)
     ctx = make_context(server, call, caller, exchange, tool.name)
     return await _invoke(server, call, caller, exchange, started, ctx, arguments)
 
 
 async def _start_task(
-    server: McpServer, call: Call, caller: Caller, tool: Tool, arguments: dict[str, Any]
+    server: McpServer,
+    call: Call,
+    caller: Caller,
+    tool: Tool,
+    arguments: dict[str, Any],
+    first: ToolContext,
 ) -> dict[str, Any]:
-    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663)."""
+    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663).
+
+    The task's ``ctx`` keeps the MRTR input of the request that created it
+    (*first*'s ``input_responses`` and verified ``request_state``).
+    """
     assert call.request is not None
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
@@ -959,7 +986,9 @@ async def _start_task(
             exchange,
             None,
             call.era,
-            client_capabilities=client_capabilities(call, caller),
+            client_capabilities=first.client_capabilities,
+            input_responses=first.input_responses,
+            request_state=first.request_state,
         )
         key = (task_id, "task:" + caller.namespace)
         result = await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
