@@ -1,11 +1,11 @@
 """Tasks and client input (SEP-2663 + SEP-2322), in memory on MockClock.
 
-A task cannot ask for input while it runs here, so a task-capable tool
-gathers it first: ``before_task`` answers ``InputRequired`` in the request
-itself (no task yet), and the retry that carries the answers creates the
-task, whose tool sees them.  A tool that still returns ``InputRequired``
-from inside a task fails the task clearly instead of "completing" it with
-something that is not a tool result.
+Inside a task, a tool returning ``InputRequired`` parks the task in
+``input_required`` (``tasks/get`` shows the pending ``inputRequests``)
+until ``tasks/update`` answers every key, possibly in several calls; then
+the tool runs again with the answers.  ``before_task`` gathers input before
+the task exists instead: it answers ``InputRequired`` in the request itself
+(no task yet), and the retry that carries the answers creates the task.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ import trio.testing
 from test_tasks import get, serving
 
 from trio_mcp_cancel._core.tasks import MemoryTaskStore
-from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
+from trio_mcp_cancel.server import (
+    InputRequired,
+    McpServer,
+    TaskManager,
+    ToolContext,
+    elicit,
+    sample,
+)
 from trio_mcp_cancel.testing import McpError
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -48,9 +55,24 @@ def make_server() -> tuple[McpServer, list[str]]:
         return f"{greeting}, {answered_name(ctx)} (state {ctx.request_state})"
 
     @server.tool(task="optional")
-    async def asks_inside(ctx: ToolContext) -> str | InputRequired:
+    async def confirm(ctx: ToolContext, item: str = "x") -> str | InputRequired:
         await trio.sleep(1.0)
-        return InputRequired({"user_name": elicit("What is your name?", NAME)})
+        answers = ctx.input_responses or {}
+        if "first" not in answers or "second" not in answers:
+            return InputRequired(
+                {"first": elicit(f"Delete {item}?", NAME), "second": elicit("Sure?", NAME)},
+                state={"item": item},
+            )
+        names = [answers[key]["content"]["name"] for key in ("first", "second")]
+        return f"{ctx.request_state['item']}: {' and '.join(names)}"
+
+    @server.tool(task="optional")
+    async def samples(ctx: ToolContext) -> str | InputRequired:
+        return InputRequired({"q": sample("Hi?", 10)})
+
+    @server.tool(task="optional")
+    async def state_only(ctx: ToolContext) -> str | InputRequired:
+        return InputRequired(state="nothing to ask")
 
     return server, asked
 
@@ -98,19 +120,85 @@ async def test_a_tampered_state_creates_no_task(autojump_clock: trio.testing.Moc
         assert server.tasks.running_count == 0
 
 
-async def test_input_asked_inside_a_task_fails_the_task_clearly(
+def accept(name: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"name": name}}
+
+
+async def test_a_task_parks_for_input_and_resumes_when_every_key_is_answered(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, _ = make_server()
     async with serving(server, capabilities=CAPABILITIES) as (client, _):
-        created = await client.request("tools/call", {"name": "asks_inside", "arguments": {}})
-        assert created["resultType"] == "task"
-        await trio.sleep(2.0)
-        done = await get(client, created["taskId"])
-        assert done["status"] == "failed" and "result" not in done
-        assert done["error"]["code"] == -32603
-        assert "asked for client input while running as a task" in done["error"]["message"]
+        created = await client.request(
+            "tools/call", {"name": "confirm", "arguments": {"item": "f"}}
+        )
+        task_id = created["taskId"]
+        await trio.sleep(1.5)
+        parked = await get(client, task_id)
+        assert parked["status"] == "input_required" and "requestState" not in parked
+        assert sorted(parked["inputRequests"]) == ["first", "second"]
+        assert parked["inputRequests"]["first"]["method"] == "elicitation/create"
+
+        update = {"taskId": task_id, "inputResponses": {"first": accept("A"), "bogus": {}}}
+        ack = await client.request("tasks/update", update)
+        assert set(ack) - {"_meta"} == {"resultType"} and ack["resultType"] == "complete"
+        partial = await get(client, task_id)
+        assert partial["status"] == "input_required"
+        assert list(partial["inputRequests"]) == ["second"]  # the answered key is gone
+        # An unknown key, or one already answered, changes nothing.
+        update = {"taskId": task_id, "inputResponses": {"first": accept("Z")}}
+        await client.request("tasks/update", update)
+        assert list((await get(client, task_id))["inputRequests"]) == ["second"]
+
+        update = {"taskId": task_id, "inputResponses": {"second": accept("B")}}
+        await client.request("tasks/update", update)
+        await trio.sleep(0.01)
+        assert (await get(client, task_id))["status"] == "working"
+        await trio.sleep(1.5)
+        done = await get(client, task_id)
+        assert done["status"] == "completed" and "inputRequests" not in done
+        assert done["result"]["content"][0]["text"] == "f: A and B"
         assert server.tasks.running_count == 0 and client.registry.in_flight_count == 0
+
+
+async def test_a_parked_task_is_cancelled_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    server, _ = make_server()
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        task_id = (await client.request("tools/call", {"name": "confirm", "arguments": {}}))[
+            "taskId"
+        ]
+        await trio.sleep(1.5)
+        assert (await get(client, task_id))["status"] == "input_required"
+        cancelled_at = trio.current_time()
+        await client.request("tasks/cancel", {"taskId": task_id})
+        await server.tasks.wait_idle()
+        assert trio.current_time() - cancelled_at < 0.1  # not after the grace period
+        done = await get(client, task_id)
+        assert done["status"] == "cancelled" and "inputRequests" not in done
+        # tasks/update on a finished task is acknowledged and changes nothing.
+        update = {"taskId": task_id, "inputResponses": {"first": accept("late")}}
+        assert (await client.request("tasks/update", update))["resultType"] == "complete"
+        assert (await get(client, task_id))["status"] == "cancelled"
+        assert client.registry.in_flight_count == 0
+
+
+async def test_bad_input_requests_in_a_task_fail_it_clearly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, _ = make_server()
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        undeclared = await client.request("tools/call", {"name": "samples", "arguments": {}})
+        empty = await client.request("tools/call", {"name": "state_only", "arguments": {}})
+        await server.tasks.wait_idle()
+        failed = await get(client, undeclared["taskId"])
+        # The client did not declare sampling: asking for it is -32021, as outside tasks.
+        assert failed["status"] == "failed" and failed["error"]["code"] == -32021
+        failed = await get(client, empty["taskId"])
+        assert failed["status"] == "failed" and failed["error"]["code"] == -32603
+        assert "without inputRequests" in failed["error"]["message"]
+        with pytest.raises(McpError) as caught:
+            await client.request("tasks/update", {"taskId": empty["taskId"], "inputResponses": 3})
+        assert caught.value.code == -32602
 
 
 def test_before_task_needs_a_task_capable_tool() -> None:

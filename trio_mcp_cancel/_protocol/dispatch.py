@@ -475,13 +475,16 @@ class McpServer(ServerFeatures):
         shape) are what the client must declare to call it (``-32021``).
         *task* (modern era, Tasks extension): ``"optional"`` runs the call as
         a task when the client declares the extension on the request,
-        ``"required"`` only as a task (``-32021`` otherwise).  A task cannot
-        ask for input while it runs: *before_task*, ``async (ctx,
-        **arguments)``, runs first, in the request itself; when it returns
-        :class:`~.mrtr.InputRequired` that is the answer (no task yet), and
-        when it returns ``None`` the task is created and the tool sees the
-        same ``ctx.input_responses`` and ``ctx.request_state`` (SEP-2663:
-        finish MRTR exchanges before creating the task).
+        ``"required"`` only as a task (``-32021`` otherwise).  Inside a task,
+        returning :class:`~.mrtr.InputRequired` parks the task in
+        ``input_required`` until ``tasks/update`` answers every request, and
+        the tool runs again with them in ``ctx.input_responses`` (and the
+        state in ``ctx.request_state``).  *before_task*, ``async (ctx,
+        **arguments)``, gathers input before the task exists (SEP-2663:
+        finish MRTR exchanges before creating the task): it runs in the
+        request itself; an ``InputRequired`` it returns is the answer (no
+        task yet), ``None`` creates the task, whose tool sees the same
+        verified ``input_responses`` and ``request_state``.
         """
         if task not in ("forbidden", "optional", "required"):
             raise ValueError("task must be 'forbidden', 'optional' or 'required'")
@@ -886,7 +889,15 @@ def input_required(
         raise JsonRpcError(
             INVALID_PARAMS, "This request needs client input, which requires MCP 2026-07-28"
         )
-    declared = client_capabilities(call, caller)
+    _check_declared(value, client_capabilities(call, caller))
+    token = None
+    if value.state is not None:
+        token = server.state_signer.seal(value.state, _mrtr_binding(call, caller, target))
+    return input_required_result(value, token)
+
+
+def _check_declared(value: InputRequired, declared: Mapping[str, Any]) -> None:
+    """Input may only be asked of capabilities the client declared (``-32021``)."""
     missing: dict[str, Any] = {n: {} for n in value.capabilities() if n not in declared}
     if missing:
         raise JsonRpcError(
@@ -894,10 +905,6 @@ def input_required(
             "Missing required client capability",
             {"requiredCapabilities": missing},
         )
-    token = None
-    if value.state is not None:
-        token = server.state_signer.seal(value.state, _mrtr_binding(call, caller, target))
-    return input_required_result(value, token)
 
 
 async def run_target(
@@ -991,16 +998,21 @@ async def _start_task(
             request_state=first.request_state,
         )
         key = (task_id, "task:" + caller.namespace)
-        result = await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
-        if result.get("resultType") == "input_required":
-            # A task cannot park for input here: fail it clearly rather than
-            # "complete" it with something that is not a tool result.
-            raise JsonRpcError(
-                jsonrpc.INTERNAL_ERROR,
-                f"Tool {tool.name!r} asked for client input while running as a task; "
-                "this server gathers input before a task starts (before_task)",
-            )
-        return result
+
+        async def ask(value: InputRequired) -> None:
+            # In a task, InputRequired parks the task in input_required until
+            # tasks/update answers it; then the tool runs again with the answers.
+            if not value.requests:
+                raise JsonRpcError(
+                    jsonrpc.INTERNAL_ERROR,
+                    f"Tool {tool.name!r} returned InputRequired without inputRequests in a task",
+                )
+            _check_declared(value, ctx.client_capabilities)
+            wire = input_required_result(value, None)["inputRequests"]
+            ctx.input_responses = await server.tasks.ask(task_id, wire)
+            ctx.request_state = value.state
+
+        return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
     return await server.tasks.start(caller.namespace, runner, Exchange())
 
@@ -1018,14 +1030,25 @@ async def _invoke(
     ctx: ToolContext,
     arguments: dict[str, Any],
     key: tuple[RequestId, str] | None = None,
+    ask: Callable[[InputRequired], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Run ``call.tool`` with *ctx* (see :func:`run_target`); its result, as a tool result."""
+    """Run ``call.tool`` with *ctx* (see :func:`run_target`); its result, as a tool result.
+
+    With *ask* (a task), an ``InputRequired`` is handed to it and the tool
+    runs again, still tracked, once it returns.
+    """
     tool = call.tool
     assert tool is not None
+
+    async def body() -> Any:
+        value = await tool.fn(ctx, **arguments)
+        while ask is not None and isinstance(value, InputRequired):
+            await ask(value)
+            value = await tool.fn(ctx, **arguments)
+        return value
+
     try:
-        value = await run_target(
-            call, caller, exchange, started, lambda: tool.fn(ctx, **arguments), key
-        )
+        value = await run_target(call, caller, exchange, started, body, key)
         if isinstance(value, InputRequired):
             return input_required(server, call, caller, value, tool.name)
         return tool.result(value)

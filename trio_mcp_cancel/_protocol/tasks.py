@@ -42,6 +42,7 @@ import attrs
 import trio
 
 from .._core.backend import BusMessage, CancelBus, LocalBus
+from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.tasks import (
     MemoryTaskStore,
@@ -101,11 +102,29 @@ def _not_found() -> JsonRpcError:
 
 
 @attrs.define(eq=False)
+class _Inputs:
+    """What a parked task still waits for, and the answers so far."""
+
+    pending: dict[str, Any]
+    answers: dict[str, Any] = attrs.field(factory=dict)
+    changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def give(self, responses: Mapping[str, Any]) -> None:
+        """Take the answers to pending keys; unknown or already answered keys are ignored."""
+        for key, value in responses.items():
+            if key in self.pending:
+                del self.pending[key]
+                self.answers[key] = value
+                self.changed.set()
+
+
+@attrs.define(eq=False)
 class _Running:
     """A task this process runs: how to reach its request."""
 
     exchange: Exchange
     owner: str
+    inputs: _Inputs | None = None
 
 
 @attrs.define(eq=False)
@@ -202,17 +221,53 @@ class TaskManager:
                 logger.warning("task janitor: %s", exc)
 
     def _on_bus(self, message: BusMessage) -> None:
+        task_id = message.get("task")
+        if not isinstance(task_id, str):
+            return
         if message.get("type") == "task.cancel":
-            task_id = message.get("task")
-            if isinstance(task_id, str):
-                self._cancel_here(task_id)
+            self._cancel_here(task_id)
+        elif message.get("type") == "task.input":
+            responses = message.get("responses")
+            running = self._running.get(task_id)
+            if isinstance(responses, dict) and running is not None and running.inputs:
+                running.inputs.give(responses)
 
     def _cancel_here(self, task_id: str) -> bool:
         running = self._running.get(task_id)
         if running is None:
             return False
         running.exchange.cancel("task cancelled", kind="client")
+        if running.inputs is not None:
+            running.inputs.changed.set()  # a parked task wakes up to see the flag
         return True
+
+    async def ask(self, task_id: str, requests: Mapping[str, Any]) -> dict[str, Any]:
+        """Park a running task in ``input_required`` until ``tasks/update`` answers every key.
+
+        Called from inside the task's tool (so a cancel stops it at once,
+        with :class:`RequestCancelled`); answers may come in several
+        ``tasks/update`` calls, and ``tasks/get`` shows what is still
+        pending.  Returns the answers, the task ``working`` again.
+        """
+        running = self._running.get(task_id)
+        if running is None or not requests:
+            raise JsonRpcError(INTERNAL_ERROR, "Internal error: this task cannot ask for input")
+        inputs = running.inputs = _Inputs(dict(requests))
+        try:
+            while inputs.pending:
+                inputs.changed = trio.Event()
+                await self.store.settle(
+                    task_id, "input_required", input_requests=dict(inputs.pending)
+                )
+                if running.exchange.cancel_kind is None:
+                    await inputs.changed.wait()
+                await checkpoint_cancelled()
+            await self.store.settle(task_id, "working")
+        except TaskStoreUnavailable as exc:
+            raise _unavailable(exc) from exc
+        finally:
+            running.inputs = None
+        return inputs.answers
 
     # -- tools/call --------------------------------------------------------
 
@@ -399,8 +454,26 @@ class TaskManager:
         return {}
 
     async def update(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``tasks/update``: our tasks never ask for input, so any response is ignored."""
-        await self._record(owner, params)
+        """``tasks/update``: hand ``inputResponses`` to the parked task; an empty ack.
+
+        Keys the task does not wait for are ignored (SEP-2663); a task
+        running in another process gets them through the bus.
+        """
+        responses = params.get("inputResponses", {})
+        if not isinstance(responses, dict):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+        record = await self._record(owner, params)
+        running = self._running.get(record.task_id)
+        if running is not None:
+            if running.inputs is not None:
+                running.inputs.give(responses)
+        elif record.status == "input_required" and self.bus.shared and responses:
+            try:
+                await self.bus.publish(
+                    {"type": "task.input", "task": record.task_id, "responses": responses}
+                )
+            except Exception as exc:
+                raise _unavailable(exc) from exc
         return {}
 
 
