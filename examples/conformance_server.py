@@ -450,6 +450,37 @@ async def protocol_error_job(ctx: ToolContext) -> str:
     raise JsonRpcError(-32603, "Internal error: protocol_error_job always fails")
 
 
+_CONFIRM_SCHEMA = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean"}},
+    "required": ["confirm"],
+}
+
+
+@server.tool(task="optional")
+async def confirm_delete(ctx: ToolContext, filename: str = "file.txt") -> str | InputRequired:
+    """Asks for confirmation from inside the task (input_required, answered by tasks/update)."""
+    answer = _accepted(ctx.input_responses, "confirm")
+    if answer is None:
+        return InputRequired({"confirm": elicit(f"Delete {filename}?", _CONFIRM_SCHEMA)})
+    return f"Delete {filename} confirmed: {answer.get('confirm') is True}"
+
+
+@server.tool(task="optional")
+async def multi_input(ctx: ToolContext) -> str | InputRequired:
+    """Asks two questions at once from inside the task; they may be answered one at a time."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    first, second = (
+        _accepted(ctx.input_responses, "first"),
+        _accepted(ctx.input_responses, "second"),
+    )
+    if first is None or second is None:
+        return InputRequired(
+            {"first": elicit("First input?", schema), "second": elicit("Second input?", schema)}
+        )
+    return f"Inputs received: {first.get('name')}, {second.get('name')}"
+
+
 async def _ask_user_name(ctx: ToolContext) -> InputRequired | None:
     """MRTR before the task: ask for the name until the retry carries it."""
     if _accepted(ctx.input_responses, "user_name") is None:

@@ -64,4 +64,5 @@ def test_stale_entries_and_missing_scenarios_fail(out: Path, tmp_path: Path) -> 
 
 def test_the_repository_baseline_parses() -> None:
     entries = run_suite.read_baseline(run_suite.TASKS_BASELINE)
-    assert entries and all(entry.startswith("tasks-") for entry in entries)
+    assert all(entry.startswith("tasks-") for entry in entries)
+    assert "server:" in run_suite.TASKS_BASELINE.read_text()

@@ -18,6 +18,12 @@ process also re-reads the records of its running tasks every
 ``cancel_poll_interval`` seconds, so a bus message lost while the backend
 was down is still honoured.
 
+**Input while running.**  A tool that returns ``InputRequired`` inside a
+task parks it (:meth:`TaskManager.ask`): the record goes ``input_required``
+with the pending ``inputRequests``, ``tasks/update`` hands answers to it
+(here, or through the bus from another process), and the tool runs again
+once every key is answered.
+
 **Who may see a task.**  Task ids are unguessable (256 bits) and every
 ``tasks/*`` request is checked against the caller that created the task
 (its principal, or its client namespace when unauthenticated); a task of
