@@ -2,7 +2,8 @@
 
 The record (with its pending ``inputRequests``) lives in Redis, so any
 process answers ``tasks/get``; ``tasks/update`` landing on a process that
-does not run the task reaches the one that does through the bus.
+does not run the task reaches the one that does through the bus, and its
+status changes reach ``subscriptions/listen`` streams on other processes.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ async def test_input_for_a_task_on_one_instance_arrives_through_another(
             created = await on_a.request("tools/call", {"name": "confirm", "arguments": {}})
             task_id = created["taskId"]
             parked = await wait_status(on_b, task_id, "input_required")
+            # A listener on B hears about A's task through the bus.
+            wanted = {"notifications": {"taskIds": [task_id]}}
+            listen = on_b.start_request("subscriptions/listen", wanted)
+            await on_b.wait_in_flight(listen)
             assert parked["inputRequests"]["ok"]["method"] == "elicitation/create"
             assert a.tasks.running_here(task_id) and not b.tasks.running_here(task_id)
             answer = {"ok": {"action": "accept", "content": {"ok": True}}}
@@ -78,4 +83,11 @@ async def test_input_for_a_task_on_one_instance_arrives_through_another(
             done = await wait_status(on_b, task_id, "completed")
             assert done["result"]["content"][0]["text"] == "confirmed: True"
             assert "inputRequests" not in done
+            with trio.fail_after(10):
+                while [m["params"]["status"] for m in listen.notifications[1:]] != [
+                    "working",
+                    "completed",
+                ]:
+                    await trio.sleep(0.02)
+            await listen.cancel()
             assert on_a.registry.in_flight_count == 0

@@ -429,6 +429,8 @@ class McpServer(ServerFeatures):
         self.tasks: TaskManager = TaskManager() if tasks is None else tasks
         """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
         self._init_features(state_secret, state_ttl, resource_ttl_ms, resource_cache_scope)
+        # Task status changes reach the subscriptions/listen streams that asked (taskIds).
+        self.tasks.on_change = lambda task: self.subscriptions.publish("notifications/tasks", task)
         self._methods.update(surface.METHODS)
         self._targets: dict[str, Callable[[McpServer, Mapping[str, Any]], Tool]] = dict(
             surface.TARGETS

@@ -155,6 +155,10 @@ class TaskManager:
     cancel that arrived while the bus was down."""
     store: TaskStore = attrs.field(factory=MemoryTaskStore)
     bus: CancelBus = attrs.field(factory=LocalBus)
+    on_change: Callable[[dict[str, Any]], object] | None = None
+    """Told each new status as a ``DetailedTask`` (the server fans it out as
+    ``notifications/tasks`` to ``subscriptions/listen`` streams; changes in
+    other processes arrive through the bus)."""
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
@@ -232,6 +236,10 @@ class TaskManager:
             return
         if message.get("type") == "task.cancel":
             self._cancel_here(task_id)
+        elif message.get("type") == "task.changed":
+            detail = message.get("detail")
+            if isinstance(detail, dict) and self.on_change is not None:
+                self.on_change(detail)
         elif message.get("type") == "task.input":
             responses = message.get("responses")
             running = self._running.get(task_id)
@@ -262,13 +270,13 @@ class TaskManager:
         try:
             while inputs.pending:
                 inputs.changed = trio.Event()
-                await self.store.settle(
+                await self._set_status(
                     task_id, "input_required", input_requests=dict(inputs.pending)
                 )
                 if running.exchange.cancel_kind is None:
                     await inputs.changed.wait()
                 await checkpoint_cancelled()
-            await self.store.settle(task_id, "working")
+            await self._set_status(task_id, "working")
         except TaskStoreUnavailable as exc:
             raise _unavailable(exc) from exc
         finally:
@@ -404,10 +412,25 @@ class TaskManager:
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
         try:
-            await self.store.settle(task_id, status, **fields)
+            await self._set_status(task_id, status, **fields)
         except TaskStoreUnavailable as exc:
             # The record stays "working" until it expires; nothing else leaks.
             logger.warning("task %s ended %s, not recorded: %s", task_id[:8], status, exc)
+
+    async def _set_status(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
+        """Record a new status and tell whoever listens (here, and other processes)."""
+        record = await self.store.settle(task_id, status, **fields)
+        if record is None or record.status != status:
+            return  # gone, or already terminal: nothing changed
+        detail = record.to_wire()
+        if self.on_change is not None:
+            self.on_change(detail)
+        if self.bus.shared:
+            message = {"type": "task.changed", "task": task_id, "detail": detail}
+            try:
+                await self.bus.publish({**message, "origin": self.instance_id})
+            except Exception as exc:  # listeners elsewhere miss one status; polling still works
+                logger.debug("task %s status not published: %s", task_id[:8], exc)
 
     # -- tasks/* -------------------------------------------------------------
 
@@ -422,6 +445,14 @@ class TaskManager:
         if record is None or not secrets.compare_digest(record.owner, owner):
             raise _not_found()
         return record
+
+    async def owns(self, owner: str, task_id: str) -> bool:
+        """Whether *task_id* is a live task of *owner* (``False`` for unknown ones)."""
+        try:
+            await self._record(owner, {"taskId": task_id})
+        except JsonRpcError:
+            return False
+        return True
 
     async def get(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._record(owner, params)
