@@ -152,7 +152,7 @@ async def test_a_task_parks_for_input_and_resumes_when_every_key_is_answered(
 
         update = {"taskId": task_id, "inputResponses": {"second": accept("B")}}
         await client.request("tasks/update", update)
-        await trio.sleep(0.01)
+        # Recorded before the acknowledgement: a tasks/get right after sees it.
         assert (await get(client, task_id))["status"] == "working"
         await trio.sleep(1.5)
         done = await get(client, task_id)
@@ -209,3 +209,31 @@ def test_before_task_needs_a_task_capable_tool() -> None:
 
     with pytest.raises(ValueError, match="before_task"):
         server.tool(before_task=never)
+
+
+class SlowStore(MemoryTaskStore):
+    """A store whose writes take a while, like a remote one."""
+
+    async def settle(self, task_id: str, status: Any, **fields: Any) -> Any:
+        await trio.sleep(0.5)
+        return await super().settle(task_id, status, **fields)
+
+
+async def test_an_update_is_recorded_before_it_is_acknowledged(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, _ = make_server()
+    server.tasks.store = SlowStore()
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        created = await client.request("tools/call", {"name": "confirm", "arguments": {}})
+        task_id = created["taskId"]
+        await trio.sleep(2.0)
+        assert (await get(client, task_id))["status"] == "input_required"
+        update = {"taskId": task_id, "inputResponses": {"first": accept("A")}}
+        await client.request("tasks/update", update)
+        assert list((await get(client, task_id))["inputRequests"]) == ["second"]
+        update = {"taskId": task_id, "inputResponses": {"second": accept("B")}}
+        await client.request("tasks/update", update)
+        assert (await get(client, task_id))["status"] == "working"
+        await trio.sleep(3.0)
+        assert (await get(client, task_id))["result"]["content"][0]["text"] == "x: A and B"

@@ -109,19 +109,29 @@ def _not_found() -> JsonRpcError:
 
 @attrs.define(eq=False)
 class _Inputs:
-    """What a parked task still waits for, and the answers so far."""
+    """What a parked task still waits for, and the answers so far.
+
+    Whoever hands answers in records the new state (under ``lock``, so the
+    last write is the latest state) before the ``tasks/update`` is
+    acknowledged: a ``tasks/get`` right after it sees the answered keys gone.
+    ``wake`` is set once every key is answered (and ``working`` recorded),
+    or when the task is cancelled.
+    """
 
     pending: dict[str, Any]
     answers: dict[str, Any] = attrs.field(factory=dict)
-    changed: trio.Event = attrs.field(factory=trio.Event)
+    wake: trio.Event = attrs.field(factory=trio.Event)
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
 
-    def give(self, responses: Mapping[str, Any]) -> None:
-        """Take the answers to pending keys; unknown or already answered keys are ignored."""
+    def give(self, responses: Mapping[str, Any]) -> bool:
+        """Take the answers to pending keys (others are ignored); whether any was new."""
+        taken = False
         for key, value in responses.items():
             if key in self.pending:
                 del self.pending[key]
                 self.answers[key] = value
-                self.changed.set()
+                taken = True
+        return taken
 
 
 @attrs.define(eq=False)
@@ -243,8 +253,10 @@ class TaskManager:
         elif message.get("type") == "task.input":
             responses = message.get("responses")
             running = self._running.get(task_id)
-            if isinstance(responses, dict) and running is not None and running.inputs:
-                running.inputs.give(responses)
+            inputs = running.inputs if running is not None else None
+            if isinstance(responses, dict) and inputs is not None and inputs.give(responses):
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._record_inputs_quietly, task_id, inputs)
 
     def _cancel_here(self, task_id: str) -> bool:
         running = self._running.get(task_id)
@@ -252,8 +264,29 @@ class TaskManager:
             return False
         running.exchange.cancel("task cancelled", kind="client")
         if running.inputs is not None:
-            running.inputs.changed.set()  # a parked task wakes up to see the flag
+            running.inputs.wake.set()  # a parked task wakes up to see the flag
         return True
+
+    async def _record_inputs_quietly(self, task_id: str, inputs: _Inputs) -> None:
+        try:
+            await self._record_inputs(task_id, inputs)
+        except TaskStoreUnavailable as exc:
+            logger.warning("task %s input not recorded: %s", task_id[:8], exc)
+
+    async def _record_inputs(self, task_id: str, inputs: _Inputs) -> None:
+        """Record what a parked task still waits for; wake it once nothing is left."""
+        async with inputs.lock:
+            if inputs.wake.is_set():
+                return  # already resumed, or cancelled
+            if inputs.pending:
+                await self._set_status(
+                    task_id, "input_required", input_requests=dict(inputs.pending)
+                )
+                return
+            try:
+                await self._set_status(task_id, "working")
+            finally:
+                inputs.wake.set()
 
     async def ask(self, task_id: str, requests: Mapping[str, Any]) -> dict[str, Any]:
         """Park a running task in ``input_required`` until ``tasks/update`` answers every key.
@@ -268,18 +301,17 @@ class TaskManager:
             raise JsonRpcError(INTERNAL_ERROR, "Internal error: this task cannot ask for input")
         inputs = running.inputs = _Inputs(dict(requests))
         try:
-            while inputs.pending:
-                inputs.changed = trio.Event()
+            async with inputs.lock:
                 await self._set_status(
                     task_id, "input_required", input_requests=dict(inputs.pending)
                 )
-                if running.exchange.cancel_kind is None:
-                    await inputs.changed.wait()
-                await checkpoint_cancelled()
-            await self._set_status(task_id, "working")
+            if running.exchange.cancel_kind is None:
+                await inputs.wake.wait()
+            await checkpoint_cancelled()
         except TaskStoreUnavailable as exc:
             raise _unavailable(exc) from exc
         finally:
+            inputs.wake.set()
             running.inputs = None
         return inputs.answers
 
@@ -502,8 +534,12 @@ class TaskManager:
         record = await self._record(owner, params)
         running = self._running.get(record.task_id)
         if running is not None:
-            if running.inputs is not None:
-                running.inputs.give(responses)
+            inputs = running.inputs
+            if inputs is not None and inputs.give(responses):
+                try:
+                    await self._record_inputs(record.task_id, inputs)
+                except TaskStoreUnavailable as exc:
+                    raise _unavailable(exc) from exc
         elif record.status == "input_required" and self.bus.shared and responses:
             try:
                 await self.bus.publish(
