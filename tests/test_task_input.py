@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from test_tasks import get, serving
+from test_tasks import get, serving, wall_clock
 
 from trio_mcp_cancel._core.tasks import MemoryTaskStore
 from trio_mcp_cancel.server import (
@@ -237,3 +237,21 @@ async def test_an_update_is_recorded_before_it_is_acknowledged(
         assert (await get(client, task_id))["status"] == "working"
         await trio.sleep(3.0)
         assert (await get(client, task_id))["result"]["content"][0]["text"] == "x: A and B"
+
+
+async def test_a_task_waiting_for_input_ends_when_its_record_expires(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, _ = make_server()
+    server.tasks.store = MemoryTaskStore(clock=wall_clock)
+    server.tasks.ttl_ms = 60_000
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        created = await client.request("tools/call", {"name": "confirm", "arguments": {}})
+        await trio.sleep(30.0)
+        assert (await get(client, created["taskId"]))["status"] == "input_required"
+        assert server.tasks.running_count == 1
+        await trio.sleep(31.0)
+        # Nobody can answer any more: the work is gone, nothing waits for ever.
+        assert server.tasks.running_count == 0 and client.registry.in_flight_count == 0
+        with pytest.raises(McpError):
+            await get(client, created["taskId"])  # expired: not found

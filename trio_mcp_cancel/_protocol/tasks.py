@@ -305,9 +305,15 @@ class TaskManager:
                 await self._set_status(
                     task_id, "input_required", input_requests=dict(inputs.pending)
                 )
-            if running.exchange.cancel_kind is None:
-                await inputs.wake.wait()
+            record = await self.store.get(task_id)
+            # No answer can come once the record expired: never wait past it.
+            left = 0.0 if record is None else record.expires_at - self.store.clock()
+            with trio.move_on_after(max(0.0, left)) as waiting:
+                if running.exchange.cancel_kind is None:
+                    await inputs.wake.wait()
             await checkpoint_cancelled()
+            if waiting.cancelled_caught:
+                raise JsonRpcError(INTERNAL_ERROR, "The task expired while waiting for input")
         except TaskStoreUnavailable as exc:
             raise _unavailable(exc) from exc
         finally:
