@@ -10,8 +10,11 @@ serves both MCP eras on http://127.0.0.1:3000/mcp and prints that URL.
 Every fixture is an ordinary tool, resource or prompt, so this file is also
 a tour of the server API: content of every type, structured output, a
 hand-written JSON Schema, resources and templates, prompts and completion,
-logging, progress, list-changed notifications and multi round-trip
-requests (``InputRequired``).
+logging, progress, list-changed notifications, multi round-trip
+requests (``InputRequired``) and the Tasks extension (tools that run as
+tasks, ask for input inside them or before them, and stop on
+``tasks/cancel``), whose not-scored scenarios ``dev.py conformance`` also
+judges (``conformance/baseline-tasks.yml``).
 """
 
 from __future__ import annotations
