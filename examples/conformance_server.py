@@ -10,8 +10,11 @@ serves both MCP eras on http://127.0.0.1:3000/mcp and prints that URL.
 Every fixture is an ordinary tool, resource or prompt, so this file is also
 a tour of the server API: content of every type, structured output, a
 hand-written JSON Schema, resources and templates, prompts and completion,
-logging, progress, list-changed notifications and multi round-trip
-requests (``InputRequired``).
+logging, progress, list-changed notifications, multi round-trip
+requests (``InputRequired``) and the Tasks extension (tools that run as
+tasks, ask for input inside them or before them, and stop on
+``tasks/cancel``), whose not-scored scenarios ``dev.py conformance`` also
+judges (``conformance/baseline-tasks.yml``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from trio_mcp_cancel.server import (
     EmbeddedResource,
     Image,
     InputRequired,
+    JsonRpcError,
     McpServer,
     Message,
     Text,
@@ -410,6 +414,91 @@ async def test_input_required_result_capabilities(ctx: ToolContext) -> str | Inp
     if not requests:
         return "the client declared no input capability"
     return InputRequired(requests)
+
+
+# -- the Tasks extension (io.modelcontextprotocol/tasks, SEP-2663; not scored) -------
+
+
+@server.tool()
+async def greet(ctx: ToolContext, name: str = "World") -> str:
+    """Returns a synchronous greeting (never a task)."""
+    return f"Hello, {name}!"
+
+
+@server.tool(task="optional")
+async def slow_compute(
+    ctx: ToolContext,
+    seconds: Annotated[float, "how long to work"] = 1.0,
+    label: Annotated[str, "a label echoed in the result"] = "work",
+) -> str:
+    """Works for *seconds*: a task when the client declares the extension; tasks/cancel stops it."""
+    deadline = trio.current_time() + max(0.0, seconds)
+    while trio.current_time() < deadline:
+        await ctx.checkpoint()
+        await trio.sleep(min(0.1, deadline - trio.current_time()))
+    return f"Completed {label} after {seconds}s"
+
+
+@server.tool(task="required")
+async def failing_job(ctx: ToolContext) -> str:
+    """Always ends in a tool execution error (a completed task with isError)."""
+    await trio.sleep(1.0)
+    raise ToolError("The task job failed")
+
+
+@server.tool(task="required")
+async def protocol_error_job(ctx: ToolContext) -> str:
+    """Always ends in a protocol error (a failed task with its JSON-RPC error)."""
+    await trio.sleep(0.2)
+    raise JsonRpcError(-32603, "Internal error: protocol_error_job always fails")
+
+
+_CONFIRM_SCHEMA = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean"}},
+    "required": ["confirm"],
+}
+
+
+@server.tool(task="optional")
+async def confirm_delete(ctx: ToolContext, filename: str = "file.txt") -> str | InputRequired:
+    """Asks for confirmation from inside the task (input_required, answered by tasks/update)."""
+    answer = _accepted(ctx.input_responses, "confirm")
+    if answer is None:
+        return InputRequired({"confirm": elicit(f"Delete {filename}?", _CONFIRM_SCHEMA)})
+    return f"Delete {filename} confirmed: {answer.get('confirm') is True}"
+
+
+@server.tool(task="optional")
+async def multi_input(ctx: ToolContext) -> str | InputRequired:
+    """Asks two questions at once from inside the task; they may be answered one at a time."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    first, second = (
+        _accepted(ctx.input_responses, "first"),
+        _accepted(ctx.input_responses, "second"),
+    )
+    if first is None or second is None:
+        return InputRequired(
+            {"first": elicit("First input?", schema), "second": elicit("Second input?", schema)}
+        )
+    return f"Inputs received: {first.get('name')}, {second.get('name')}"
+
+
+async def _ask_user_name(ctx: ToolContext) -> InputRequired | None:
+    """MRTR before the task: ask for the name until the retry carries it."""
+    if _accepted(ctx.input_responses, "user_name") is None:
+        return InputRequired(
+            {"user_name": elicit("What is your name?", _NAME_SCHEMA)}, state={"asked": "user_name"}
+        )
+    return None
+
+
+@server.tool(task="required", before_task=_ask_user_name)
+async def test_tool_with_task(ctx: ToolContext) -> str:
+    """Asks the user's name (MRTR, no task yet), then greets them from a task."""
+    answer = _accepted(ctx.input_responses, "user_name") or {}
+    await trio.sleep(0.5)
+    return f"Hello, {answer.get('name')}! (greeted from a task)"
 
 
 # -- resources ---------------------------------------------------------------------

@@ -15,7 +15,8 @@ derived from ``trio.current_time()`` so that ``MockClock`` still drives
 expiry.
 
 The state machine (:func:`transition`): ``working`` and ``input_required``
-may move to each other or to a terminal state; ``completed``, ``failed``
+(which carries the pending ``inputRequests``) may move to each other or to
+a terminal state; ``completed``, ``failed``
 and ``cancelled`` are terminal and never change again.  A store applies it
 atomically, so two processes settling one task cannot both win.
 """
@@ -96,6 +97,8 @@ class TaskRecord:
     """A ``tasks/cancel`` arrived (maybe at another process); the runner obeys it."""
     instance: str = ""
     """The server process running the work."""
+    input_requests: dict[str, Any] | None = None
+    """While ``input_required``: the still unanswered ``inputRequests`` (key -> request)."""
 
     @property
     def terminal(self) -> bool:
@@ -122,6 +125,8 @@ class TaskRecord:
             out["result"] = self.result
         if self.status == "failed" and self.error is not None:
             out["error"] = self.error
+        if self.status == "input_required" and self.input_requests is not None:
+            out["inputRequests"] = self.input_requests
         return out
 
     def dumps(self) -> str:
@@ -144,11 +149,13 @@ def transition(
     result: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
     message: str | None = None,
+    input_requests: dict[str, Any] | None = None,
 ) -> bool:
     """Move *record* to *status* in place; ``False`` (and no change) when it is terminal.
 
     ``completed`` carries *result*, ``failed`` carries *error* (the JSON-RPC
-    error object), as the extension requires.
+    error object), ``input_required`` its pending *input_requests*, as the
+    extension requires.
     """
     if record.terminal:
         return False
@@ -162,6 +169,7 @@ def transition(
     record.updated_at = now
     record.result = result if status == "completed" else None
     record.error = error if status == "failed" else None
+    record.input_requests = input_requests if status == "input_required" else None
     if message is not None:
         record.status_message = message
     return True
@@ -195,6 +203,7 @@ class TaskStore(Protocol):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        input_requests: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
         """Apply :func:`transition`; the record after it (``None``: gone)."""
 
@@ -266,11 +275,20 @@ class MemoryTaskStore:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        input_requests: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
         record = self._records.get(task_id)
         if record is None:
             return None
-        transition(record, status, self.clock(), result=result, error=error, message=message)
+        transition(
+            record,
+            status,
+            self.clock(),
+            result=result,
+            error=error,
+            message=message,
+            input_requests=input_requests,
+        )
         return _copy(record)
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:

@@ -429,6 +429,8 @@ class McpServer(ServerFeatures):
         self.tasks: TaskManager = TaskManager() if tasks is None else tasks
         """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
         self._init_features(state_secret, state_ttl, resource_ttl_ms, resource_cache_scope)
+        # Task status changes reach the subscriptions/listen streams that asked (taskIds).
+        self.tasks.on_change = lambda task: self.subscriptions.publish("notifications/tasks", task)
         self._methods.update(surface.METHODS)
         self._targets: dict[str, Callable[[McpServer, Mapping[str, Any]], Tool]] = dict(
             surface.TARGETS
@@ -450,6 +452,7 @@ class McpServer(ServerFeatures):
         annotations: Mapping[str, Any] | None = None,
         title: str | None = None,
         task: TaskSupport = "forbidden",
+        before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
 
@@ -474,12 +477,23 @@ class McpServer(ServerFeatures):
         shape) are what the client must declare to call it (``-32021``).
         *task* (modern era, Tasks extension): ``"optional"`` runs the call as
         a task when the client declares the extension on the request,
-        ``"required"`` only as a task (``-32021`` otherwise).
+        ``"required"`` only as a task (``-32021`` otherwise).  Inside a task,
+        returning :class:`~.mrtr.InputRequired` parks the task in
+        ``input_required`` until ``tasks/update`` answers every request, and
+        the tool runs again with them in ``ctx.input_responses`` (and the
+        state in ``ctx.request_state``).  *before_task*, ``async (ctx,
+        **arguments)``, gathers input before the task exists (SEP-2663:
+        finish MRTR exchanges before creating the task): it runs in the
+        request itself; an ``InputRequired`` it returns is the answer (no
+        task yet), ``None`` creates the task, whose tool sees the same
+        verified ``input_responses`` and ``request_state``.
         """
         if task not in ("forbidden", "optional", "required"):
             raise ValueError("task must be 'forbidden', 'optional' or 'required'")
         if task != "forbidden" and not cancellable:
             raise ValueError("a task-capable tool must be cancellable (tasks/cancel stops it)")
+        if before_task is not None and task == "forbidden":
+            raise ValueError("before_task needs task='optional' or 'required'")
 
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
@@ -496,6 +510,7 @@ class McpServer(ServerFeatures):
                 annotations=annotations,
                 title=title,
                 task_support=task,
+                before_task=before_task,
             )
             self.tools_changed()
             return fn
@@ -876,7 +891,15 @@ def input_required(
         raise JsonRpcError(
             INVALID_PARAMS, "This request needs client input, which requires MCP 2026-07-28"
         )
-    declared = client_capabilities(call, caller)
+    _check_declared(value, client_capabilities(call, caller))
+    token = None
+    if value.state is not None:
+        token = server.state_signer.seal(value.state, _mrtr_binding(call, caller, target))
+    return input_required_result(value, token)
+
+
+def _check_declared(value: InputRequired, declared: Mapping[str, Any]) -> None:
+    """Input may only be asked of capabilities the client declared (``-32021``)."""
     missing: dict[str, Any] = {n: {} for n in value.capabilities() if n not in declared}
     if missing:
         raise JsonRpcError(
@@ -884,10 +907,6 @@ def input_required(
             "Missing required client capability",
             {"requiredCapabilities": missing},
         )
-    token = None
-    if value.state is not None:
-        token = server.state_signer.seal(value.state, _mrtr_binding(call, caller, target))
-    return input_required_result(value, token)
 
 
 async def run_target(
@@ -939,8 +958,16 @@ async def _call_tool(
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
     if call.era == "modern" and tool.task_support != "forbidden":
         if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
+            first = make_context(server, call, caller, exchange, tool.name)
+            if tool.before_task is not None:
+                try:
+                    asked = await tool.before_task(first, **arguments)
+                except ToolError as exc:
+                    return error_result(str(exc))
+                if isinstance(asked, InputRequired):
+                    return input_required(server, call, caller, asked, tool.name)
             try:
-                return await _start_task(server, call, caller, tool, arguments)
+                return await _start_task(server, call, caller, tool, arguments, first)
             except tasks.TasksUnavailable:
                 if tool.task_support == "required":
                     raise
@@ -950,9 +977,18 @@ async def _call_tool(
 
 
 async def _start_task(
-    server: McpServer, call: Call, caller: Caller, tool: Tool, arguments: dict[str, Any]
+    server: McpServer,
+    call: Call,
+    caller: Caller,
+    tool: Tool,
+    arguments: dict[str, Any],
+    first: ToolContext,
 ) -> dict[str, Any]:
-    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663)."""
+    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663).
+
+    The task's ``ctx`` keeps the MRTR input of the request that created it
+    (*first*'s ``input_responses`` and verified ``request_state``).
+    """
     assert call.request is not None
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
@@ -964,10 +1000,26 @@ async def _start_task(
             exchange,
             None,
             call.era,
-            client_capabilities=client_capabilities(call, caller),
+            client_capabilities=first.client_capabilities,
+            input_responses=first.input_responses,
+            request_state=first.request_state,
         )
         key = (task_id, "task:" + caller.namespace)
-        return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key)
+
+        async def ask(value: InputRequired) -> None:
+            # In a task, InputRequired parks the task in input_required until
+            # tasks/update answers it; then the tool runs again with the answers.
+            if not value.requests:
+                raise JsonRpcError(
+                    jsonrpc.INTERNAL_ERROR,
+                    f"Tool {tool.name!r} returned InputRequired without inputRequests in a task",
+                )
+            _check_declared(value, ctx.client_capabilities)
+            wire = input_required_result(value, None)["inputRequests"]
+            ctx.input_responses = await server.tasks.ask(task_id, wire)
+            ctx.request_state = value.state
+
+        return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
     return await server.tasks.start(caller.namespace, runner, Exchange())
 
@@ -985,14 +1037,25 @@ async def _invoke(
     ctx: ToolContext,
     arguments: dict[str, Any],
     key: tuple[RequestId, str] | None = None,
+    ask: Callable[[InputRequired], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Run ``call.tool`` with *ctx* (see :func:`run_target`); its result, as a tool result."""
+    """Run ``call.tool`` with *ctx* (see :func:`run_target`); its result, as a tool result.
+
+    With *ask* (a task), an ``InputRequired`` is handed to it and the tool
+    runs again, still tracked, once it returns.
+    """
     tool = call.tool
     assert tool is not None
+
+    async def body() -> Any:
+        value = await tool.fn(ctx, **arguments)
+        while ask is not None and isinstance(value, InputRequired):
+            await ask(value)
+            value = await tool.fn(ctx, **arguments)
+        return value
+
     try:
-        value = await run_target(
-            call, caller, exchange, started, lambda: tool.fn(ctx, **arguments), key
-        )
+        value = await run_target(call, caller, exchange, started, body, key)
         if isinstance(value, InputRequired):
             return input_required(server, call, caller, value, tool.name)
         return tool.result(value)

@@ -1,7 +1,9 @@
 """``subscriptions/listen``: the modern era's notification stream, and its fan-out.
 
 A client opens a listen request naming what it wants (``toolsListChanged``,
-``promptsListChanged``, ``resourcesListChanged``, ``resourceSubscriptions``);
+``promptsListChanged``, ``resourcesListChanged``, ``resourceSubscriptions``,
+and with the Tasks extension ``taskIds``: ``notifications/tasks`` whenever
+one of its tasks changes status);
 the server first acknowledges what it accepted
 (``notifications/subscriptions/acknowledged``), then sends each matching
 notification tagged with ``_meta["io.modelcontextprotocol/subscriptionId"]``.
@@ -48,10 +50,14 @@ class Filter:
 
     methods: frozenset[str] = frozenset()
     resource_uris: frozenset[str] = frozenset()
+    task_ids: frozenset[str] = frozenset()
 
-    def wants(self, method: str, uri: str | None) -> bool:
+    def wants(self, method: str, key: str | None) -> bool:
+        """*key*: the notification's ``uri`` (resources) or ``taskId`` (tasks)."""
         if method == "notifications/resources/updated":
-            return uri is not None and uri in self.resource_uris
+            return key is not None and key in self.resource_uris
+        if method == "notifications/tasks":
+            return key is not None and key in self.task_ids
         return method in self.methods
 
     def to_wire(self) -> dict[str, Any]:
@@ -60,6 +66,8 @@ class Filter:
         }
         if self.resource_uris:
             wire["resourceSubscriptions"] = sorted(self.resource_uris)
+        if self.task_ids:
+            wire["taskIds"] = sorted(self.task_ids)
         return wire
 
 
@@ -83,7 +91,13 @@ def read_filter(params: Mapping[str, Any], supported: frozenset[str]) -> Filter:
     if len(uris) > _MAX_URIS:
         raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} resource URIs")
     granted = frozenset(uris) if "resourceSubscriptions" in supported else frozenset()
-    return Filter(methods, granted)
+    task_ids = wanted.get("taskIds", [])
+    if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+        raise JsonRpcError(INVALID_PARAMS, "Invalid params: taskIds must be strings")
+    if len(task_ids) > _MAX_URIS:
+        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} task ids")
+    tasks = frozenset(task_ids) if "taskIds" in supported else frozenset()
+    return Filter(methods, granted, tasks)
 
 
 @attrs.define(eq=False)
@@ -120,10 +134,12 @@ class SubscriptionHub:
         Returns how many listeners got it.  A listener whose queue is full is
         marked overflowed (its stream then ends).
         """
-        uri = params.get("uri") if params is not None else None
+        key = None
+        if params is not None:
+            key = params.get("taskId" if method == "notifications/tasks" else "uri")
         delivered = 0
         for listener in list(self.listeners):
-            if listener.overflowed or not listener.filter.wants(method, uri):
+            if listener.overflowed or not listener.filter.wants(method, key):
                 continue
             message: dict[str, Any] = {"method": method, "params": dict(params or {})}
             try:

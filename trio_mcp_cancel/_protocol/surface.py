@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import attrs
 import trio
 
 from .._core.context import checkpoint_cancelled
@@ -25,6 +26,7 @@ from .dispatch import (
     Exchange,
     McpServer,
     _Method,
+    client_capabilities,
     input_required,
     make_context,
     run_target,
@@ -34,6 +36,7 @@ from .mrtr import InputRequired
 from .prompts import completion_result, prompt_result
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, read_filter
+from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 from .versions import Era
 
@@ -44,7 +47,13 @@ __all__ = ["LISTEN_POLL_INTERVAL", "METHODS", "TARGETS"]
 LISTEN_POLL_INTERVAL: Final = 0.5
 _MODERN: Final[frozenset[Era]] = frozenset({"modern"})
 _LISTEN_FILTERS: Final = frozenset(
-    {"toolsListChanged", "promptsListChanged", "resourcesListChanged", "resourceSubscriptions"}
+    {
+        "toolsListChanged",
+        "promptsListChanged",
+        "resourcesListChanged",
+        "resourceSubscriptions",
+        "taskIds",
+    }
 )
 
 
@@ -177,6 +186,13 @@ async def _listen(
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
     granted = read_filter(request.params, _LISTEN_FILTERS)
+    if granted.task_ids:
+        # Tasks extension: declared on this request (-32021), and only the
+        # caller's own tasks are granted (others are "not found", silently).
+        if not client_declares_tasks(client_capabilities(call, caller)):
+            raise require_tasks_extension()
+        owned = [t for t in granted.task_ids if await server.tasks.owns(caller.namespace, t)]
+        granted = attrs.evolve(granted, task_ids=frozenset(owned))
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = server.subscriptions
 

@@ -18,6 +18,12 @@ process also re-reads the records of its running tasks every
 ``cancel_poll_interval`` seconds, so a bus message lost while the backend
 was down is still honoured.
 
+**Input while running.**  A tool that returns ``InputRequired`` inside a
+task parks it (:meth:`TaskManager.ask`): the record goes ``input_required``
+with the pending ``inputRequests``, ``tasks/update`` hands answers to it
+(here, or through the bus from another process), and the tool runs again
+once every key is answered.
+
 **Who may see a task.**  Task ids are unguessable (256 bits) and every
 ``tasks/*`` request is checked against the caller that created the task
 (its principal, or its client namespace when unauthenticated); a task of
@@ -53,6 +59,7 @@ from .._core.backend import (
     LocalCounters,
     SharedCounters,
 )
+from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.tasks import (
     MemoryTaskStore,
@@ -121,11 +128,39 @@ def _not_found() -> JsonRpcError:
 
 
 @attrs.define(eq=False)
+class _Inputs:
+    """What a parked task still waits for, and the answers so far.
+
+    Whoever hands answers in records the new state (under ``lock``, so the
+    last write is the latest state) before the ``tasks/update`` is
+    acknowledged: a ``tasks/get`` right after it sees the answered keys gone.
+    ``wake`` is set once every key is answered (and ``working`` recorded),
+    or when the task is cancelled.
+    """
+
+    pending: dict[str, Any]
+    answers: dict[str, Any] = attrs.field(factory=dict)
+    wake: trio.Event = attrs.field(factory=trio.Event)
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    def give(self, responses: Mapping[str, Any]) -> bool:
+        """Take the answers to pending keys (others are ignored); whether any was new."""
+        taken = False
+        for key, value in responses.items():
+            if key in self.pending:
+                del self.pending[key]
+                self.answers[key] = value
+                taken = True
+        return taken
+
+
+@attrs.define(eq=False)
 class _Running:
     """A task this process runs: how to reach its request."""
 
     exchange: Exchange
     owner: str
+    inputs: _Inputs | None = None
 
 
 @attrs.define(eq=False)
@@ -155,6 +190,10 @@ class TaskManager:
     bus: CancelBus = attrs.field(factory=LocalBus)
     counters: SharedCounters = attrs.field(factory=LocalCounters)
     """With a shared backend, ``max_running_per_owner`` counts every process's tasks."""
+    on_change: Callable[[dict[str, Any]], object] | None = None
+    """Told each new status as a ``DetailedTask`` (the server fans it out as
+    ``notifications/tasks`` to ``subscriptions/listen`` streams; changes in
+    other processes arrive through the bus)."""
     instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
@@ -230,17 +269,85 @@ class TaskManager:
                 logger.debug("task janitor: %s", exc)
 
     def _on_bus(self, message: BusMessage) -> None:
+        task_id = message.get("task")
+        if not isinstance(task_id, str):
+            return
         if message.get("type") == "task.cancel":
-            task_id = message.get("task")
-            if isinstance(task_id, str):
-                self._cancel_here(task_id)
+            self._cancel_here(task_id)
+        elif message.get("type") == "task.changed":
+            detail = message.get("detail")
+            if isinstance(detail, dict) and self.on_change is not None:
+                self.on_change(detail)
+        elif message.get("type") == "task.input":
+            responses = message.get("responses")
+            running = self._running.get(task_id)
+            inputs = running.inputs if running is not None else None
+            if isinstance(responses, dict) and inputs is not None and inputs.give(responses):
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._record_inputs_quietly, task_id, inputs)
 
     def _cancel_here(self, task_id: str) -> bool:
         running = self._running.get(task_id)
         if running is None:
             return False
         running.exchange.cancel("task cancelled", kind="client")
+        if running.inputs is not None:
+            running.inputs.wake.set()  # a parked task wakes up to see the flag
         return True
+
+    async def _record_inputs_quietly(self, task_id: str, inputs: _Inputs) -> None:
+        try:
+            await self._record_inputs(task_id, inputs)
+        except TaskStoreUnavailable as exc:
+            logger.warning("task %s input not recorded: %s", task_id[:8], exc)
+
+    async def _record_inputs(self, task_id: str, inputs: _Inputs) -> None:
+        """Record what a parked task still waits for; wake it once nothing is left."""
+        async with inputs.lock:
+            if inputs.wake.is_set():
+                return  # already resumed, or cancelled
+            if inputs.pending:
+                await self._set_status(
+                    task_id, "input_required", input_requests=dict(inputs.pending)
+                )
+                return
+            try:
+                await self._set_status(task_id, "working")
+            finally:
+                inputs.wake.set()
+
+    async def ask(self, task_id: str, requests: Mapping[str, Any]) -> dict[str, Any]:
+        """Park a running task in ``input_required`` until ``tasks/update`` answers every key.
+
+        Called from inside the task's tool (so a cancel stops it at once,
+        with :class:`RequestCancelled`); answers may come in several
+        ``tasks/update`` calls, and ``tasks/get`` shows what is still
+        pending.  Returns the answers, the task ``working`` again.
+        """
+        running = self._running.get(task_id)
+        if running is None or not requests:
+            raise JsonRpcError(INTERNAL_ERROR, "Internal error: this task cannot ask for input")
+        inputs = running.inputs = _Inputs(dict(requests))
+        try:
+            async with inputs.lock:
+                await self._set_status(
+                    task_id, "input_required", input_requests=dict(inputs.pending)
+                )
+            record = await self.store.get(task_id)
+            # No answer can come once the record expired: never wait past it.
+            left = 0.0 if record is None else record.expires_at - self.store.clock()
+            with trio.move_on_after(max(0.0, left)) as waiting:
+                if running.exchange.cancel_kind is None:
+                    await inputs.wake.wait()
+            await checkpoint_cancelled()
+            if waiting.cancelled_caught:
+                raise JsonRpcError(INTERNAL_ERROR, "The task expired while waiting for input")
+        except TaskStoreUnavailable as exc:
+            raise _unavailable(exc) from exc
+        finally:
+            inputs.wake.set()
+            running.inputs = None
+        return inputs.answers
 
     # -- tools/call --------------------------------------------------------
 
@@ -407,10 +514,25 @@ class TaskManager:
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
         try:
-            await self.store.settle(task_id, status, **fields)
+            await self._set_status(task_id, status, **fields)
         except TaskStoreUnavailable as exc:
             # The record stays "working" until it expires; nothing else leaks.
             logger.warning("task %s ended %s, not recorded: %s", task_id[:8], status, exc)
+
+    async def _set_status(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
+        """Record a new status and tell whoever listens (here, and other processes)."""
+        record = await self.store.settle(task_id, status, **fields)
+        if record is None or record.status != status:
+            return  # gone, or already terminal: nothing changed
+        detail = record.to_wire()
+        if self.on_change is not None:
+            self.on_change(detail)
+        if self.bus.shared:
+            message = {"type": "task.changed", "task": task_id, "detail": detail}
+            try:
+                await self.bus.publish({**message, "origin": self.instance_id})
+            except Exception as exc:  # listeners elsewhere miss one status; polling still works
+                logger.debug("task %s status not published: %s", task_id[:8], exc)
 
     # -- tasks/* -------------------------------------------------------------
 
@@ -425,6 +547,14 @@ class TaskManager:
         if record is None or not secrets.compare_digest(record.owner, owner):
             raise _not_found()
         return record
+
+    async def owns(self, owner: str, task_id: str) -> bool:
+        """Whether *task_id* is a live task of *owner* (``False`` for unknown ones)."""
+        try:
+            await self._record(owner, {"taskId": task_id})
+        except JsonRpcError:
+            return False
+        return True
 
     async def get(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
         record = await self._record(owner, params)
@@ -480,8 +610,30 @@ class TaskManager:
         return {}
 
     async def update(self, owner: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``tasks/update``: our tasks never ask for input, so any response is ignored."""
-        await self._record(owner, params)
+        """``tasks/update``: hand ``inputResponses`` to the parked task; an empty ack.
+
+        Keys the task does not wait for are ignored (SEP-2663); a task
+        running in another process gets them through the bus.
+        """
+        responses = params.get("inputResponses", {})
+        if not isinstance(responses, dict):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+        record = await self._record(owner, params)
+        running = self._running.get(record.task_id)
+        if running is not None:
+            inputs = running.inputs
+            if inputs is not None and inputs.give(responses):
+                try:
+                    await self._record_inputs(record.task_id, inputs)
+                except TaskStoreUnavailable as exc:
+                    raise _unavailable(exc) from exc
+        elif record.status == "input_required" and self.bus.shared and responses:
+            try:
+                await self.bus.publish(
+                    {"type": "task.input", "task": record.task_id, "responses": responses}
+                )
+            except Exception as exc:
+                raise _unavailable(exc) from exc
         return {}
 
 

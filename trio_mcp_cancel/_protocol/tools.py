@@ -67,6 +67,9 @@ class Tool:
     extra_arguments: bool = False
     """Arguments outside ``params`` are passed on (the function takes ``**kwargs``)."""
     meta: Mapping[str, Any] | None = None
+    before_task: Callable[..., Awaitable[Any]] | None = None
+    """Tasks extension: ``async (ctx, **arguments)`` run before a task is created; an
+    ``InputRequired`` it returns is the answer (MRTR first), ``None`` creates the task."""
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -199,6 +202,7 @@ def make_tool(
     annotations: Mapping[str, Any] | None = None,
     title: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    before_task: Callable[..., Awaitable[Any]] | None = None,
 ) -> Tool:
     """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``, or a plain ``def``.
 
@@ -231,6 +235,7 @@ def make_tool(
         title=title,
         meta=None if meta is None else dict(meta),
         task_support=task_support,
+        before_task=before_task,
     )
     if input_schema is not None:
         schema = copy.deepcopy(dict(input_schema))

@@ -122,7 +122,7 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 0 end
 if status == 'completed' or status == 'failed' or status == 'cancelled' then return 1 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'updated_at', ARGV[2],
-           'result', ARGV[3], 'error', ARGV[4])
+           'result', ARGV[3], 'error', ARGV[4], 'input_requests', ARGV[6] or '')
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'status_message', ARGV[5]) end
 return 2
 """
@@ -215,6 +215,7 @@ class RedisTaskStore:
             "error", _dump(record.error),
             "cancel_requested", "1" if record.cancel_requested else "0",
             "instance", record.instance,
+            "input_requests", _dump(record.input_requests),
         ]  # fmt: skip
         at = "" if math.isinf(expires) else str(int(expires * 1000))
         key = self.key(record.task_id)
@@ -272,6 +273,7 @@ class RedisTaskStore:
             error=_load(data.get("error")),
             cancel_requested=data.get("cancel_requested") == "1",
             instance=data.get("instance", ""),
+            input_requests=_load(data.get("input_requests")),
         )
         if record.expires_at <= self.clock():
             return None
@@ -285,6 +287,7 @@ class RedisTaskStore:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        input_requests: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
         if status == "completed" and result is None:
             raise ValueError("a completed task needs its result")
@@ -296,6 +299,7 @@ class RedisTaskStore:
             _dump(result if status == "completed" else None),
             _dump(error if status == "failed" else None),
             message or "",
+            _dump(input_requests if status == "input_required" else None),
         ]
         key = self.key(task_id)
         await self.health.call(

@@ -1,0 +1,93 @@
+"""A task parked for input, answered through another process (real redis-server).
+
+The record (with its pending ``inputRequests``) lives in Redis, so any
+process answers ``tasks/get``; ``tasks/update`` landing on a process that
+does not run the task reaches the one that does through the bus, and its
+status changes reach ``subscriptions/listen`` streams on other processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+from deploy_harness import RedisServer
+from test_redis_backend import prefix, redis, running, wait_status
+
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
+from trio_mcp_cancel.testing import McpTestClient, open_test_client
+
+__all__ = ["prefix", "redis"]  # the fixtures, for pytest
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+def make_server() -> McpServer:
+    server = McpServer("redis-task-input", tasks=TaskManager(cancel_poll_interval=1000))
+
+    @server.tool(task="optional")
+    async def confirm(ctx: ToolContext) -> str | InputRequired:
+        answer = (ctx.input_responses or {}).get("ok")
+        if answer is None:
+            return InputRequired({"ok": elicit("Go ahead?", SCHEMA)})
+        return f"confirmed: {answer['content']['ok']}"
+
+    return server
+
+
+@asynccontextmanager
+async def instance(redis: RedisServer, prefix: str) -> AsyncIterator[McpServer]:
+    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
+    server = make_server()
+    async with running(backend), trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: server.tasks.run(
+                store=backend.tasks,
+                bus=backend.bus,
+                instance_id=backend.instance_id,
+                task_status=task_status,
+            )
+        )
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
+    async with open_test_client(
+        server, namespace="session:same-caller", client_capabilities=CAPABILITIES, grace_period=30
+    ) as client:
+        yield client
+
+
+async def test_input_for_a_task_on_one_instance_arrives_through_another(
+    redis: RedisServer, prefix: str
+) -> None:
+    async with instance(redis, prefix) as a, instance(redis, prefix) as b:
+        async with client_of(a) as on_a, client_of(b) as on_b:
+            created = await on_a.request("tools/call", {"name": "confirm", "arguments": {}})
+            task_id = created["taskId"]
+            parked = await wait_status(on_b, task_id, "input_required")
+            # A listener on B hears about A's task through the bus.
+            wanted = {"notifications": {"taskIds": [task_id]}}
+            listen = on_b.start_request("subscriptions/listen", wanted)
+            await on_b.wait_in_flight(listen)
+            assert parked["inputRequests"]["ok"]["method"] == "elicitation/create"
+            assert a.tasks.running_here(task_id) and not b.tasks.running_here(task_id)
+            answer = {"ok": {"action": "accept", "content": {"ok": True}}}
+            ack = await on_b.request("tasks/update", {"taskId": task_id, "inputResponses": answer})
+            assert ack["resultType"] == "complete"
+            done = await wait_status(on_b, task_id, "completed")
+            assert done["result"]["content"][0]["text"] == "confirmed: True"
+            assert "inputRequests" not in done
+            with trio.fail_after(10):
+                while [m["params"]["status"] for m in listen.notifications[1:]] != [
+                    "working",
+                    "completed",
+                ]:
+                    await trio.sleep(0.02)
+            await listen.cancel()
+            assert on_a.registry.in_flight_count == 0
