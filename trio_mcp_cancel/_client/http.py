@@ -29,21 +29,12 @@ import h11
 import trio
 
 from .._protocol.versions import LATEST_VERSION
+from ..transports.http.rules import NAME_BEARING
 from .engine import ClientEngine, McpTransportError, Message, PendingCall
 
 __all__ = ["HttpTransport", "SseDecoder"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
-
-#: Methods whose ``Mcp-Name`` header names a parameter (2026-07-28 HTTP).
-_NAME_PARAMS: dict[str, str] = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
 
 
 def _header_value(value: str) -> str:
@@ -220,7 +211,7 @@ class HttpTransport:
             if "id" in message:
                 headers.append(("Mcp-Method", method))
                 params = message.get("params")
-                key = _NAME_PARAMS.get(method)
+                key = NAME_BEARING.get(method)
                 if key is not None and isinstance(params, dict):
                     value = params.get(key)
                     if isinstance(value, str):
