@@ -258,6 +258,11 @@ class ToolContext:
         return request
 
     @property
+    def last_progress(self) -> float | None:
+        """The last progress value reported (``None`` before the first): the next must exceed it."""
+        return None if self._last_progress == -math.inf else self._last_progress
+
+    @property
     def cancelled(self) -> bool:
         """The polled flag of this request (always false for a non-cancellable tool)."""
         request = self._exchange.request
