@@ -239,7 +239,7 @@ async def test_http_chain_a_cancelled_call_on_a_settles_bs_task_cancelled() -> N
     # Mcp-Name (B's app checks it), and the cancel on A reaches B's task.
     b = Downstream(poll_interval_ms=50)
     with trio.fail_after(BOUND):
-        async with http_server(b.server, grace_period=5) as (url, b_registry):
+        async with http_server(b.server, grace_period=0.5) as (url, b_registry):
             b_events = EventRecorder.attach(b_registry)
             async with open_http_client(
                 url, tasks=True, task_polling=TaskPolling(min_interval=0.05)
