@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from test_client import http_server
+from test_client import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RequestCancelled
@@ -212,11 +212,7 @@ async def test_memory_chain_a_cancelled_call_on_a_cancels_bs_task(
         a = gateway(upstream)
         async with open_test_client(a, grace_period=10) as to_a:
             a_events = EventRecorder.attach(to_a.registry)
-            call = to_a.start_call("relay")
-            await b.started.wait()
-            await trio.sleep(1.5)
-            cancelled_at = trio.current_time()
-            await call.cancel("user pressed stop")
+            call, cancelled_at = await cancel_relay(to_a, b.started)
             await to_a.registry.wait_idle()
             await b.stopped.wait()
             # B's task saw the flag within one round trip (the same instant on

@@ -242,7 +242,7 @@ class McpTestClient(ClientEngine):
     async def _read(self) -> None:
         async with self._end.receive:
             async for text in self._end.receive:
-                self._receive(json.loads(text))
+                self._receive_text(text)
 
 
 @contextlib.asynccontextmanager

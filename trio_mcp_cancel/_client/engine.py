@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -475,6 +476,15 @@ class ClientEngine:
         kept.append(message)
         if not self.keep_history and len(kept) > self.MAX_KEPT:
             del kept[: len(kept) - self.MAX_KEPT]
+
+    def _receive_text(self, text: str) -> None:
+        """One message as text off the wire; what is not JSON is kept in ``unexpected``."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            self._keep(self.unexpected, {"non-json": text[:200]})
+            return
+        self._receive(message)
 
     def _receive(self, message: Any) -> None:
         if not isinstance(message, dict):

@@ -328,12 +328,7 @@ class HttpTransport:
             event = await self._next_event(conn, stream)
             if isinstance(event, h11.Data):
                 for data in decoder.feed(event.data):
-                    try:
-                        message = json.loads(data)
-                    except ValueError:
-                        self.client._keep(self.client.unexpected, {"non-json": data[:200]})
-                        continue
-                    self.client._receive(message)
+                    self.client._receive_text(data)
                 if call is not None and call.finished:
                     return  # the answer ends the stream; no need to wait for the close
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
