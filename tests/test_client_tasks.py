@@ -17,6 +17,7 @@ from test_client import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RequestCancelled
+from trio_mcp_cancel._client.engine import ClientEngine
 from trio_mcp_cancel._core.tasks import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, TaskPolling, open_http_client
 from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
@@ -25,6 +26,7 @@ from trio_mcp_cancel.testing import (
     McpError,
     McpTaskError,
     McpTestClient,
+    PendingCall,
     assert_no_leaks,
     open_test_client,
 )
@@ -309,3 +311,83 @@ async def test_a_task_made_for_a_call_cancelled_in_flight_is_cancelled_too(
             [] if how == "scope" else ["tools/call"]
         )
         assert b.server.tasks.running_count == 0
+
+
+# -- answers our server never gives, from a scripted server ---------------------
+
+
+class Scripted(ClientEngine):
+    """A client whose "server" answers each request at once from *answers* (by method)."""
+
+    def __init__(self, answers: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__("modern", tasks=True)
+        self.answers = answers
+        self.sent: list[dict[str, Any]] = []
+
+    def _transmit(self, message: dict[str, Any], call: PendingCall | None) -> None:
+        self.sent.append(message)
+        if call is not None:
+            result = self.answers[message["method"]].pop(0)
+            self._receive({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+
+def task(status: str, **fields: Any) -> dict[str, Any]:
+    return {"taskId": "t1", "status": status, "ttlMs": None, **fields}
+
+
+def methods(client: Scripted) -> list[str]:
+    return [m["method"] for m in client.sent]
+
+
+async def test_input_required_gives_up_and_cancels_the_task(autojump_clock: MockClock) -> None:
+    client = Scripted(
+        {
+            "tools/call": [{"resultType": "task", **task("working")}],
+            "tasks/get": [task("input_required", inputRequests={"name": {}})],
+            "tasks/cancel": [{}],
+        }
+    )
+    with pytest.raises(McpTaskError) as caught:
+        await client.call_tool("x")
+    assert caught.value.status == "input_required" and caught.value.task_id == "t1"
+    assert methods(client) == ["tools/call", "tasks/get", "tasks/cancel"]
+    declared = client.sent[-1]["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+    assert declared == {"extensions": {TASKS: {}}}  # tasks/* declare the extension too
+
+
+async def test_poll_intervals_are_honoured_within_bounds(autojump_clock: MockClock) -> None:
+    client = Scripted(
+        {
+            "tools/call": [{"resultType": "task", **task("working", pollIntervalMs=10**9)}],
+            "tasks/get": [
+                task("working", pollIntervalMs=0),
+                task("working", pollIntervalMs="soon"),
+                task("completed", result={"content": []}),
+            ],
+        }
+    )
+    times: list[float] = []
+    assert await client.call_tool("x", on_task=lambda t: times.append(trio.current_time())) == {
+        "content": []
+    }
+    # Capped at 60 s, floored at 10 ms, the default (1 s) for a non-number.
+    assert times == pytest.approx([0, 60, 60.01, 61.01])
+
+
+async def test_invalid_task_answers_are_errors(autojump_clock: MockClock) -> None:
+    # A task the call did not declare (SEP-2663: an invalid response).
+    client = Scripted({"tools/call": [{"resultType": "task", **task("working")}]})
+    with pytest.raises(McpError, match="did not declare"):
+        await client.call_tool("x", task=False)
+    # A poll answering about another task: stop following, cancel ours.
+    client = Scripted(
+        {
+            "tools/call": [{"resultType": "task", **task("working")}],
+            "tasks/get": [{**task("working"), "taskId": "t2"}],
+            "tasks/cancel": [{}],
+        }
+    )
+    with pytest.raises(McpError, match="invalid task"):
+        await client.call_tool("x")
+    assert client.sent[-1]["method"] == "tasks/cancel"
+    assert client.sent[-1]["params"]["taskId"] == "t1"
