@@ -257,11 +257,16 @@ async def test_stuck_threads_of_one_tool_cannot_starve_the_others(
                     "text"
                 ] == str(n + 1)
             assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
-            # A call cancelled while waiting for a slot started no thread to abandon.
+            # A call cancelled while waiting for a slot ends at the flag (it has
+            # no work to stop), and started no thread to abandon.
+            cancelled_at = trio.current_time()
             await second.cancel("stop")
             await client.registry.wait_idle()
+            assert trio.current_time() == cancelled_at
+            await client.assert_no_answer(second)
             assert len(recorder.of_type(ThreadAbandonedEvent)) == 1
             assert own.statistics().tasks_waiting == 0
+            assert own.borrowed_tokens == 1  # still the abandoned thread's
     finally:
         release.set()
 
@@ -308,3 +313,26 @@ def test_thread_limits_are_checked_and_made_per_run() -> None:
 
     # A limiter per Trio run: an abandoned thread of an ended run holds no slot of the next.
     assert trio.run(limiter) is not trio.run(limiter)
+
+
+async def test_a_flagged_request_still_gets_a_free_thread_and_a_queued_one_stops(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    one = trio.CapacityLimiter(1)
+    async with open_registry(grace_period=None) as reg:
+        try:
+            async with tracked(1, "ns") as request:
+                reg.cancel_request(request, "early")
+                # A free slot: the thread runs and sees the flag itself.
+                assert await run_sync(cancelled, limiter=one) is True
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(lambda: run_sync(release.wait, limiter=one))
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert one.borrowed_tokens == 1
+                    # No free slot: a flagged request does not queue for one.
+                    with pytest.raises(RequestCancelled, match="early"):
+                        await run_sync(lambda: "never", limiter=one)
+                    release.set()
+        finally:
+            release.set()

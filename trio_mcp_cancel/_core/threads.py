@@ -130,19 +130,50 @@ class ThreadLimit:
 
 
 class _Slot:
-    """A limiter as Trio's ``to_thread`` uses it, noting whether the slot was
-    acquired: once it is, a thread runs (Trio documents any object with these
-    two methods as a limiter)."""
+    """A limiter as Trio's ``to_thread`` uses it (Trio documents any object
+    with these two methods as a limiter).
 
-    __slots__ = ("acquired", "limiter")
+    It notes whether the slot was acquired (once it is, a thread runs), and
+    a call that has to *wait* for a slot stops waiting when its request is
+    flagged, with :class:`RequestCancelled`: a queued call has no work to
+    stop politely, so it ends at once instead of at the hard cancel.  A free
+    slot is taken even when the flag is set, so the thread can see it.
+    """
 
-    def __init__(self, limiter: trio.CapacityLimiter) -> None:
+    __slots__ = ("acquired", "limiter", "request")
+
+    def __init__(self, limiter: trio.CapacityLimiter, request: TrackedRequest | None) -> None:
         self.limiter = limiter
+        self.request = request
         self.acquired = False
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
-        await self.limiter.acquire_on_behalf_of(borrower)
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(borrower)
+        except trio.WouldBlock:
+            if self.request is None:
+                await self.limiter.acquire_on_behalf_of(borrower)
+            else:
+                await self._wait_unless_flagged(self.request, borrower)
+        else:
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                self.limiter.release_on_behalf_of(borrower)
+                raise
         self.acquired = True
+
+    async def _wait_unless_flagged(self, request: TrackedRequest, borrower: object) -> None:
+        with trio.CancelScope() as waiting:
+            remove = request.on_cancelled(waiting.cancel)
+            try:
+                await self.limiter.acquire_on_behalf_of(borrower)
+            finally:
+                remove()
+        if waiting.cancelled_caught:
+            cancellation = request.cancellation
+            assert cancellation is not None
+            raise RequestCancelled(cancellation.reason, cancellation.kind)
 
     def release_on_behalf_of(self, borrower: object) -> None:
         self.limiter.release_on_behalf_of(borrower)
@@ -175,7 +206,9 @@ async def run_sync(
     which comes out of ``run_sync`` as itself.  When the hard cancel comes
     first, ``run_sync`` raises ``trio.Cancelled`` at once and the thread is
     abandoned; *events* (default: the request's registry's) gets a
-    :class:`ThreadAbandonedEvent`.  Outside a tracked request it is
+    :class:`ThreadAbandonedEvent`.  A call that has to wait for a slot of
+    *limiter* (default: Trio's) stops waiting when the flag is set, with
+    :class:`RequestCancelled`.  Outside a tracked request it is
     ``trio.to_thread.run_sync(..., abandon_on_cancel=True)`` plus the event.
     """
     if request is None:
@@ -183,7 +216,7 @@ async def run_sync(
     if events is None and request is not None:
         events = request.events
     token = None if request is None else CancelToken(request)
-    slot = _Slot(limiter or trio.to_thread.current_default_thread_limiter())
+    slot = _Slot(limiter or trio.to_thread.current_default_thread_limiter(), request)
     finished = threading.Event()
 
     def in_thread() -> T:
