@@ -391,3 +391,21 @@ async def test_invalid_task_answers_are_errors(autojump_clock: MockClock) -> Non
         await client.call_tool("x")
     assert client.sent[-1]["method"] == "tasks/cancel"
     assert client.sent[-1]["params"]["taskId"] == "t1"
+
+
+async def test_a_task_past_its_ttl_is_given_up_and_cancelled(autojump_clock: MockClock) -> None:
+    working = task("working", ttlMs=1000, pollIntervalMs=600)
+    client = Scripted(
+        {
+            "tools/call": [{"resultType": "task", **working}],
+            "tasks/get": [working, working],
+            "tasks/cancel": [{}],
+        }
+    )
+    times: list[float] = []
+    with pytest.raises(McpTaskError, match="TTL") as caught:
+        await client.call_tool("x", on_task=lambda t: times.append(trio.current_time()))
+    assert caught.value.status == "working"
+    # The last poll comes at the TTL, not a poll interval past it.
+    assert times == pytest.approx([0, 0.6, 1.0])
+    assert methods(client) == ["tools/call", "tasks/get", "tasks/get", "tasks/cancel"]

@@ -144,22 +144,18 @@ def _outcome(task: Message) -> Message:
         error = task.get("error")
         error = error if isinstance(error, dict) else {}
         code = error.get("code")
-        return _raise(
+        raise McpTaskError(
             code if isinstance(code, int) else 0,
             str(error.get("message") or task.get("statusMessage") or "task failed"),
             error.get("data"),
             task,
         )
-    return _raise(
+    raise McpTaskError(
         REQUEST_CANCELLED,
         f"task cancelled: {task.get('statusMessage') or 'no reason given'}",
         None,
         task,
     )
-
-
-def _raise(code: int, message: str, data: object, task: Message) -> Message:
-    raise McpTaskError(code, message, data, task)
 
 
 async def follow_task(
@@ -189,8 +185,8 @@ async def follow_task(
                 raise McpTaskError(
                     0, "the task needs input, which this client cannot give", None, task
                 )
-            ttl = task.get("ttlMs")
-            if isinstance(ttl, int) and not isinstance(ttl, bool):
+            ttl = task.get("ttlMs")  # null: unlimited
+            if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and math.isfinite(ttl):
                 expires = started + ttl / 1000
                 if trio.current_time() >= expires:
                     raise McpTaskError(0, "the task outlived its TTL", None, task)
