@@ -83,7 +83,6 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
     if rest is not None:
         raise rest
 
-
 _CREATE: Final = """
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 if ARGV[1] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
