@@ -9,6 +9,7 @@ where the grace period takes no real time.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -336,3 +337,33 @@ async def test_a_flagged_request_still_gets_a_free_thread_and_a_queued_one_stops
                     release.set()
         finally:
             release.set()
+
+
+async def test_a_tool_with_a_number_of_threads_runs_that_many_at_once(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    entered: list[int] = []
+    server = McpServer("one-at-a-time")
+
+    @server.tool(thread_limiter=1)
+    def single(ctx: ToolContext, n: int) -> int:
+        entered.append(n)
+        release.wait()
+        return n
+
+    try:
+        async with open_test_client(server) as client:
+            calls = [client.start_call("single", {"n": n}) for n in range(3)]
+            while not entered:
+                await trio.sleep(0.01)
+            # Real time for unlimited threads to enter (the clock is virtual).
+            await trio.to_thread.run_sync(time.sleep, 0.2)
+            await client.settle()
+            assert len(entered) == 1  # the others wait for the tool's one thread
+            assert server.sync_tool_threads.limiter.borrowed_tokens == 0  # not the shared pool
+            release.set()
+            results = sorted([(await call.result())["content"][0]["text"] for call in calls])
+            assert results == ["0", "1", "2"] and sorted(entered) == [0, 1, 2]
+    finally:
+        release.set()
