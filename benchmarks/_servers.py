@@ -208,7 +208,7 @@ def _serve_sdk_uvicorn() -> None:
 def main(kind: str) -> None:
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # noqa: RUF059
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if kind == "floor":
         trio.run(_serve_hypercorn_trio, floor_app)

@@ -69,7 +69,7 @@ async def per_call(kind: str, n: int) -> tuple[float, int]:
 async def run(quick: bool) -> list[Row]:
     from .bench_e2e import sdk_installed
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # noqa: RUF059
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     sizes = (50,) if quick else (1000, 10_000)
     sizes = tuple(n for n in sizes if n + 100 < hard)
@@ -81,7 +81,9 @@ async def run(quick: bool) -> list[Row]:
             growth, in_flight = await per_call(kind, n)
             results[(kind, n)] = growth
             who = "ours" if kind == "ours" else "MCP SDK (uvicorn)"
-            label = f"{who}: RSS growth per in-flight call, {n:,} slow calls ({in_flight:,} in flight)"  # noqa: E501
+            label = (
+                f"{who}: RSS growth per in-flight call, {n:,} slow calls ({in_flight:,} in flight)"
+            )
             if kind == "ours":
                 ok = growth <= TARGET and in_flight == n
                 rows.append(Row(BENCH, label, f"{growth / 1024:.1f} KiB",

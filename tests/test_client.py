@@ -36,7 +36,13 @@ from trio_mcp_cancel.client import (
 )
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, McpTestClient, assert_no_leaks, open_test_client
+from trio_mcp_cancel.testing import (
+    EventRecorder,
+    McpTestClient,
+    PendingCall,
+    assert_no_leaks,
+    open_test_client,
+)
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 BOUND = 30
@@ -88,32 +94,48 @@ def hard_cancel_times(registry: Registry) -> list[float]:
     return times
 
 
+async def cancel_relay(to_a: McpTestClient, started: trio.Event) -> tuple[PendingCall, float]:
+    """Call A's ``relay``, cancel it a second after B's tool started: ``(call, when)``."""
+    call = to_a.start_call("relay")
+    await started.wait()
+    await trio.sleep(1)
+    cancelled_at = trio.current_time()
+    await call.cancel("user pressed stop")
+    return call, cancelled_at
+
+
+@asynccontextmanager
+async def memory_chain(
+    b: Downstream, *, forward_cancel: bool = True
+) -> AsyncIterator[tuple[McpTestClient, McpTestClient, list[float]]]:
+    """A (grace 10) whose ``relay`` calls B (grace 4) in memory: ``(to_a, to_b, b_hard)``."""
+    upstream: list[McpTestClient] = []
+    async with open_test_client(b.server, grace_period=4) as to_b:
+        to_b.forward_cancel = forward_cancel
+        upstream.append(to_b)
+        b_hard = hard_cancel_times(to_b.registry)
+        async with open_test_client(gateway(upstream), grace_period=10) as to_a:
+            yield to_a, to_b, b_hard
+
+
 async def test_memory_chain_forwards_the_flag_at_once_and_both_end_on_time(
     autojump_clock: MockClock,
 ) -> None:
     b = Downstream()
-    upstream: list[McpTestClient] = []
-    async with open_test_client(b.server, grace_period=4) as to_b:
-        upstream.append(to_b)
-        b_hard = hard_cancel_times(to_b.registry)
-        async with open_test_client(gateway(upstream), grace_period=10) as to_a:
-            a_events = EventRecorder.attach(to_a.registry)
-            call = to_a.start_call("relay")
-            await b.started.wait()
-            await trio.sleep(1)
-            cancelled_at = trio.current_time()
-            await call.cancel("user pressed stop")
-            await to_b.registry.wait_idle()
-            await to_a.registry.wait_idle()
-            # B's flag was set in the same instant (one message, no waiting),
-            # by a client cancel; B ignored it and was hard-cancelled exactly
-            # its grace period later.  A's call ended at the flag: nothing
-            # was left to wait for, so A never needed its own hard cancel.
-            assert b.flagged == [(cancelled_at, "client")]
-            assert b_hard == [cancelled_at + 4]
-            assert a_events.of_type(HardCancelEvent) == []
-            await to_a.assert_no_answer(call)
-            assert_no_leaks(to_a.registry)
+    async with memory_chain(b) as (to_a, to_b, b_hard):
+        a_events = EventRecorder.attach(to_a.registry)
+        call, cancelled_at = await cancel_relay(to_a, b.started)
+        await to_b.registry.wait_idle()
+        await to_a.registry.wait_idle()
+        # B's flag was set in the same instant (one message, no waiting),
+        # by a client cancel; B ignored it and was hard-cancelled exactly
+        # its grace period later.  A's call ended at the flag: nothing
+        # was left to wait for, so A never needed its own hard cancel.
+        assert b.flagged == [(cancelled_at, "client")]
+        assert b_hard == [cancelled_at + 4]
+        assert a_events.of_type(HardCancelEvent) == []
+        await to_a.assert_no_answer(call)
+        assert_no_leaks(to_a.registry)
         assert_no_leaks(to_b.registry)
 
 
@@ -121,21 +143,17 @@ async def test_without_forwarding_the_hard_cancel_of_a_cancels_b(
     autojump_clock: MockClock,
 ) -> None:
     b = Downstream()
-    upstream: list[McpTestClient] = []
-    async with open_test_client(b.server, grace_period=4) as to_b:
-        to_b.forward_cancel = False  # only the enclosing scope's cancel reaches B
-        upstream.append(to_b)
-        b_hard = hard_cancel_times(to_b.registry)
-        async with open_test_client(gateway(upstream), grace_period=10) as to_a:
-            a_hard = hard_cancel_times(to_a.registry)
-            call = to_a.start_call("relay")
-            await b.started.wait()
-            cancelled_at = trio.current_time()
-            await call.cancel("stop")
-            await to_b.registry.wait_idle()
-            assert a_hard == [cancelled_at + 10]  # A hard-cancelled on time...
-            assert b.flagged == [(cancelled_at + 10, "client")]  # ...which cancels B's call
-            assert b_hard == [cancelled_at + 14]
+    # Only the enclosing scope's cancel reaches B.
+    async with memory_chain(b, forward_cancel=False) as (to_a, to_b, b_hard):
+        a_hard = hard_cancel_times(to_a.registry)
+        call = to_a.start_call("relay")
+        await b.started.wait()
+        cancelled_at = trio.current_time()
+        await call.cancel("stop")
+        await to_b.registry.wait_idle()
+        assert a_hard == [cancelled_at + 10]  # A hard-cancelled on time...
+        assert b.flagged == [(cancelled_at + 10, "client")]  # ...which cancels B's call
+        assert b_hard == [cancelled_at + 14]
 
 
 async def test_a_cancelled_scope_cancels_the_downstream_call(autojump_clock: MockClock) -> None:

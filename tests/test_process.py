@@ -250,6 +250,23 @@ async def test_lines_are_streamed_as_progress() -> None:
     assert reports == [(1, "compiling a"), (2, "compiling b")]
 
 
+async def test_a_reporter_with_last_progress_is_continued_from_it() -> None:
+    # Any reporter may say where it stands (ToolContext.last_progress does).
+    reports: list[float] = []
+
+    class Ctx:
+        last_progress = 41.7
+
+        async def report_progress(
+            self, progress: float, total: float | None = None, message: str | None = None
+        ) -> None:
+            reports.append(progress)
+
+    with trio.fail_after(BOUND):
+        await run_process([PY, "-c", "print('a'); print('b')"], progress=Ctx())
+    assert reports == [42, 43]
+
+
 async def test_line_progress_continues_after_the_tools_own_progress() -> None:
     from trio_mcp_cancel.server import ToolContext
 
@@ -262,9 +279,12 @@ async def test_line_progress_continues_after_the_tools_own_progress() -> None:
             sent.append(message["params"])  # type: ignore[arg-type]
 
     ctx = ToolContext(1, None, "tok", Exchange())  # type: ignore[arg-type]
+    assert ctx.last_progress is None
     await ctx.report_progress(10.5, None, "before")
+    assert ctx.last_progress == 10.5
     with trio.fail_after(BOUND):
         await run_process([PY, "-c", "print('one'); print('two')"], progress=ctx)
+    assert ctx.last_progress == 12
     await ctx.report_progress(13, None, "after")
     assert [(p["progress"], p["message"]) for p in sent] == [
         (10.5, "before"),

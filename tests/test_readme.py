@@ -65,7 +65,7 @@ def test_the_readme_examples_were_loaded() -> None:
 
 # The "where the work runs" examples: a build tool, a sync tool, a gateway tool.
 _work: dict[str, object] = {}
-for _needle in ("async def build(", "def checksum(", "async def ask_upstream("):
+for _needle in ("async def build(", "def checksum(", "async def ask_upstream(", "def run_job("):
     exec(compile(_block(_needle), "README.md", "exec"), _work)
 
 
@@ -75,7 +75,7 @@ async def test_the_readme_work_tools_register_and_the_sync_one_runs(tmp_path: Pa
 
     server = _work["server"]
     assert isinstance(server, McpServer)
-    assert set(server.tools) == {"build", "checksum", "ask_upstream"}
+    assert set(server.tools) == {"build", "checksum", "ask_upstream", "run_job"}
     data = tmp_path / "data"
     data.write_bytes(b"abc" * 1000)
     async with open_test_client(server) as client:

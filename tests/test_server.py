@@ -1052,6 +1052,14 @@ def check_reply(reply: Message, message: object = None) -> None:
         assert reply["id"] == message["id"]
 
 
+def is_cancel_notification(message: object) -> bool:
+    return (
+        isinstance(message, dict)
+        and message.get("method") == "notifications/cancelled"
+        and "id" not in message
+    )
+
+
 def is_request(message: object) -> bool:
     return (
         isinstance(message, dict)
@@ -1075,7 +1083,12 @@ async def handle_fuzzed(message: object) -> Message | None:
         caller = Caller("session:fuzz", registry)
         with trio.fail_after(5):
             reply = await FUZZ_SERVER.handle(message, caller, Exchange(send=sink))
-        assert_no_leaks(registry)
+        if is_cancel_notification(message):
+            # A cancel for a request not (yet) here is kept as a row, by design:
+            # the bounded table of early cancels. Only that one row may remain.
+            assert registry.in_flight_count == 0 and registry.row_count <= 1
+        else:
+            assert_no_leaks(registry)
     list(iter_notifications(sink))
     if reply is not None:
         check_reply(reply, message)

@@ -9,6 +9,7 @@ where the grace period takes no real time.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -220,3 +221,149 @@ def test_generators_are_not_tools() -> None:
 
     with pytest.raises(TypeError, match="plain function"):
         server.tool()(gen)
+
+
+async def test_stuck_threads_of_one_tool_cannot_starve_the_others(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    own = trio.CapacityLimiter(1)
+    server = McpServer("limits", sync_tool_threads=2)
+
+    @server.tool(thread_limiter=own)
+    def stuck(ctx: ToolContext) -> str:
+        release.wait()
+        return "too late"
+
+    @server.tool()
+    def add(ctx: ToolContext, a: int, b: int) -> int:
+        return a + b
+
+    try:
+        async with open_test_client(server, grace_period=3) as client:
+            recorder = EventRecorder.attach(client.registry)
+            first = client.start_call("stuck")
+            await trio.sleep(1)
+            await first.cancel("stop")
+            await client.registry.wait_idle()
+            assert len(recorder.of_type(ThreadAbandonedEvent)) == 1
+            # The abandoned thread still runs and holds the tool's only slot...
+            assert own.borrowed_tokens == 1
+            second = client.start_call("stuck")
+            await client.wait_in_flight(second)
+            assert own.statistics().tasks_waiting == 1  # ...so the next call waits for it,
+            # while every other sync tool runs, and Trio's default limiter is untouched.
+            for n in range(5):
+                assert (await client.call_tool("add", {"a": n, "b": 1}))["content"][0][
+                    "text"
+                ] == str(n + 1)
+            assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+            # A call cancelled while waiting for a slot ends at the flag (it has
+            # no work to stop), and started no thread to abandon.
+            cancelled_at = trio.current_time()
+            await second.cancel("stop")
+            await client.registry.wait_idle()
+            assert trio.current_time() == cancelled_at
+            await client.assert_no_answer(second)
+            assert len(recorder.of_type(ThreadAbandonedEvent)) == 1
+            assert own.statistics().tasks_waiting == 0
+            assert own.borrowed_tokens == 1  # still the abandoned thread's
+    finally:
+        release.set()
+
+
+async def test_the_server_wide_thread_limit_is_not_trios_default(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    server = sync_server(release)
+    assert server.sync_tool_threads.total == 40
+    try:
+        async with open_test_client(server, grace_period=3) as client:
+            calls = [client.start_call("stuck") for _ in range(3)]
+            await trio.sleep(1)
+            for call in calls:
+                await call.cancel("stop")
+            await client.registry.wait_idle()
+            pool = server.sync_tool_threads.limiter
+            assert pool.borrowed_tokens == 3  # three abandoned threads, in the tools' pool
+            assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+            # Trio's own thread users (DNS lookups, trio.Path) are not starved.
+            assert await trio.to_thread.run_sync(lambda: 7) == 7
+            result = await client.call_tool("add", {"a": 1})
+            assert result["structuredContent"]["sum"] == 3
+    finally:
+        release.set()
+
+
+def test_thread_limits_are_checked_and_made_per_run() -> None:
+    for bad in (0, -1, 1.5, True, "4"):
+        with pytest.raises(ValueError, match="thread limit"):
+            McpServer(sync_tool_threads=bad)  # type: ignore[arg-type]
+    server = McpServer()
+    with pytest.raises(TypeError, match="sync"):
+
+        @server.tool(thread_limiter=2)
+        async def not_sync(ctx: ToolContext) -> str:
+            return "no"
+
+    async def limiter() -> trio.CapacityLimiter:
+        first = server.sync_tool_threads.limiter
+        assert server.sync_tool_threads.limiter is first and first.total_tokens == 40
+        return first
+
+    # A limiter per Trio run: an abandoned thread of an ended run holds no slot of the next.
+    assert trio.run(limiter) is not trio.run(limiter)
+
+
+async def test_a_flagged_request_still_gets_a_free_thread_and_a_queued_one_stops(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    one = trio.CapacityLimiter(1)
+    async with open_registry(grace_period=None) as reg:
+        try:
+            async with tracked(1, "ns") as request:
+                reg.cancel_request(request, "early")
+                # A free slot: the thread runs and sees the flag itself.
+                assert await run_sync(cancelled, limiter=one) is True
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(lambda: run_sync(release.wait, limiter=one))
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert one.borrowed_tokens == 1
+                    # No free slot: a flagged request does not queue for one.
+                    with pytest.raises(RequestCancelled, match="early"):
+                        await run_sync(lambda: "never", limiter=one)
+                    release.set()
+        finally:
+            release.set()
+
+
+async def test_a_tool_with_a_number_of_threads_runs_that_many_at_once(
+    autojump_clock: MockClock,
+) -> None:
+    release = threading.Event()
+    entered: list[int] = []
+    server = McpServer("one-at-a-time")
+
+    @server.tool(thread_limiter=1)
+    def single(ctx: ToolContext, n: int) -> int:
+        entered.append(n)
+        release.wait()
+        return n
+
+    try:
+        async with open_test_client(server) as client:
+            calls = [client.start_call("single", {"n": n}) for n in range(3)]
+            while not entered:
+                await trio.sleep(0.01)
+            # Real time for unlimited threads to enter (the clock is virtual).
+            await trio.to_thread.run_sync(time.sleep, 0.2)
+            await client.settle()
+            assert len(entered) == 1  # the others wait for the tool's one thread
+            assert server.sync_tool_threads.limiter.borrowed_tokens == 0  # not the shared pool
+            release.set()
+            results = sorted([(await call.result())["content"][0]["text"] for call in calls])
+            assert results == ["0", "1", "2"] and sorted(entered) == [0, 1, 2]
+    finally:
+        release.set()

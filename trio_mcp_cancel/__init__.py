@@ -58,7 +58,7 @@ from ._core.registry import (
     tracked,
 )
 from ._core.request import Cancellation, TrackedRequest
-from ._core.threads import CancelToken, cancel_token, run_sync
+from ._core.threads import CancelToken, ThreadLimit, cancel_token, run_sync
 from ._core.validation import (
     MAX_ID_BYTES,
     RequestId,
@@ -95,6 +95,7 @@ __all__ = [
     "RequestId",
     "RequestLike",
     "ThreadAbandonedEvent",
+    "ThreadLimit",
     "TrackedRequest",
     "cancel_token",
     "cancelled",

@@ -14,8 +14,13 @@ is cancelled at once, the way its transport cancels (modern HTTP: close the
 request's stream; legacy HTTP, stdio and WebSocket:
 ``notifications/cancelled``), and ``call_tool`` raises
 :class:`~trio_mcp_cancel.RequestCancelled`; a cancelled scope around the
-call (the hard cancel, a timeout) does the same.  Tasks (the Tasks
-extension) are cancelled with :meth:`McpClient.cancel_task` (``tasks/cancel``).
+call (the hard cancel, a timeout) does the same.
+
+Tasks (the Tasks extension, modern era): with ``tasks=True`` (or
+``call_tool(..., task=True)``) a call declares the extension, and when the
+server answers with a task, ``call_tool`` polls ``tasks/get`` until it is
+done and returns its result; cancelling the call, either way, sends
+``tasks/cancel``, since a task outlives the request that made it.
 
 Transports: :func:`open_http_client` (Streamable HTTP, both eras),
 :func:`open_websocket_client`, :func:`open_stdio_client` (a child process
@@ -31,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import attrs
 import trio
@@ -47,14 +52,19 @@ from ._client.engine import (
 )
 from ._client.http import HttpTransport
 from ._client.streams import MessageTransport, read_lines, stop_child
+from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
 
 __all__ = [
     "ClientEra",
+    "ClientOptions",
     "McpClient",
     "McpError",
+    "McpTaskError",
     "McpTransportError",
     "PendingCall",
     "ProgressCallback",
+    "TaskCallback",
+    "TaskPolling",
     "open_client",
     "open_http_client",
     "open_stdio_client",
@@ -112,25 +122,63 @@ async def _handshake(client: McpClient, era: ClientEra) -> None:
             await client._initialize()
 
 
-def _new_client(
-    era: ClientEra,
-    client_info: Mapping[str, Any] | None,
-    client_capabilities: Mapping[str, Any] | None,
-    log_level: str | None,
-    forward_cancel: bool,
-) -> McpClient:
+class ClientOptions(TypedDict, total=False):
+    """What every ``open_*_client`` takes, besides its transport's own options.
+
+    *era*: ``"modern"`` (default), ``"legacy"`` or ``"auto"``.
+    *client_info*, *client_capabilities*: what the client says it is and
+    declares.  *log_level*: the log messages wanted.  *forward_cancel*
+    (default true): cancel a call when the tracked request the caller runs
+    in is flagged.  *tasks* (default false): declare the Tasks extension on
+    ``tools/call``; *task_polling*: how tasks are followed.
+    """
+
+    era: ClientEra
+    client_info: Mapping[str, Any] | None
+    client_capabilities: Mapping[str, Any] | None
+    log_level: str | None
+    forward_cancel: bool
+    tasks: bool
+    task_polling: TaskPolling
+
+
+def _new_client(options: ClientOptions) -> McpClient:
+    era = options.get("era", "modern")
     if era not in ("modern", "legacy", "auto"):
         raise ValueError(f"era must be 'modern', 'legacy' or 'auto', not {era!r}")
     client = McpClient(
         "modern" if era == "auto" else era,
-        dict(client_capabilities or {}),
+        dict(options.get("client_capabilities") or {}),
         keep_history=False,
-        forward_cancel=forward_cancel,
+        forward_cancel=options.get("forward_cancel", True),
+        tasks=options.get("tasks", False),
+        task_polling=options.get("task_polling", TaskPolling()),
     )
+    client_info = options.get("client_info")
     if client_info is not None:
         client.client_info = dict(client_info)
-    client.log_level = log_level
+    client.log_level = options.get("log_level")
     return client
+
+
+@contextlib.asynccontextmanager
+async def _connected(
+    client: McpClient,
+    transport: HttpTransport | MessageTransport,
+    era: ClientEra,
+    nursery: trio.Nursery,
+) -> AsyncIterator[McpClient]:
+    """Attach *transport* (whose tasks run in *nursery*), shake hands, and detach on exit."""
+    client.transport = transport
+    if isinstance(transport, MessageTransport):
+        nursery.start_soon(transport.write)
+        nursery.start_soon(transport.read)
+    try:
+        await _handshake(client, era)
+        yield client
+    finally:
+        client.transport = None
+        nursery.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager
@@ -148,14 +196,10 @@ async def _one_error() -> AsyncIterator[None]:
 async def open_http_client(
     url: str,
     *,
-    era: ClientEra = "modern",
     headers: Mapping[str, str] | None = None,
-    client_info: Mapping[str, Any] | None = None,
-    client_capabilities: Mapping[str, Any] | None = None,
-    log_level: str | None = None,
-    forward_cancel: bool = True,
     connect_timeout: float = 10.0,
     max_response: int = 16 * 1024 * 1024,
+    **options: Unpack[ClientOptions],
 ) -> AsyncIterator[McpClient]:
     """An MCP client of the Streamable HTTP endpoint *url*, for one ``async with``.
 
@@ -163,25 +207,17 @@ async def open_http_client(
     cancellation closes the request's connection; legacy posts
     ``notifications/cancelled`` and ends the session (``DELETE``) on exit.
     Leaving the block closes every stream still open, which cancels those
-    calls on a modern server.
+    calls on a modern server.  *options*: :class:`ClientOptions`.
     """
-    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    client = _new_client(options)
     async with _one_error(), trio.open_nursery() as nursery:
         transport = HttpTransport(
-            url,
-            nursery,
-            dict(headers or {}),
-            connect_timeout,
-            max_response,
-            client=client,
+            url, nursery, dict(headers or {}), connect_timeout, max_response, client=client
         )
-        client.transport = transport
         try:
-            await _handshake(client, era)
-            yield client
+            async with _connected(client, transport, options.get("era", "modern"), nursery):
+                yield client
         finally:
-            client.transport = None
-            nursery.cancel_scope.cancel()
             await transport.end_session()
 
 
@@ -189,21 +225,18 @@ async def open_http_client(
 async def open_websocket_client(
     url: str,
     *,
-    era: ClientEra = "modern",
     headers: Mapping[str, str] | None = None,
-    client_info: Mapping[str, Any] | None = None,
-    client_capabilities: Mapping[str, Any] | None = None,
-    log_level: str | None = None,
-    forward_cancel: bool = True,
     connect_timeout: float = 10.0,
     max_message_size: int = 1 << 20,
+    **options: Unpack[ClientOptions],
 ) -> AsyncIterator[McpClient]:
     """An MCP client over WebSocket (subprotocol ``mcp``), for one ``async with``.
 
     Cancellation is ``notifications/cancelled``; closing the connection on
-    exit cancels whatever still runs on the server.
+    exit cancels whatever still runs on the server.  *options*:
+    :class:`ClientOptions`.
     """
-    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    client = _new_client(options)
     extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
     async with (
         _one_error(),
@@ -227,31 +260,20 @@ async def open_websocket_client(
 
         async with trio.open_nursery() as nursery:
             transport = MessageTransport(ws.send_message, texts(), url, client)
-            client.transport = transport
-            nursery.start_soon(transport.write)
-            nursery.start_soon(transport.read)
-            try:
-                await _handshake(client, era)
+            async with _connected(client, transport, options.get("era", "modern"), nursery):
                 yield client
-            finally:
-                client.transport = None
-                nursery.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager
 async def open_stdio_client(
     command: Sequence[str],
     *,
-    era: ClientEra = "modern",
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     stderr: int | None = None,
-    client_info: Mapping[str, Any] | None = None,
-    client_capabilities: Mapping[str, Any] | None = None,
-    log_level: str | None = None,
-    forward_cancel: bool = True,
     shutdown_timeout: float = 2.0,
     max_message_size: int = 16 * 1024 * 1024,
+    **options: Unpack[ClientOptions],
 ) -> AsyncIterator[McpClient]:
     """Start the stdio MCP server *command* and connect to it, for one ``async with``.
 
@@ -259,10 +281,11 @@ async def open_stdio_client(
     closed, then (after *shutdown_timeout* seconds each) it gets ``SIGTERM``
     and ``SIGKILL``; it is always reaped, and what it left in its group is
     killed.  *stderr* (default: inherited) is passed to the child.
+    *options*: :class:`ClientOptions`.
     """
     if isinstance(command, str):
         raise TypeError("command must be a sequence of arguments, not a string")
-    client = _new_client(era, client_info, client_capabilities, log_level, forward_cancel)
+    client = _new_client(options)
     process = await trio.lowlevel.open_process(
         list(command),
         stdin=subprocess.PIPE,
@@ -283,15 +306,8 @@ async def open_stdio_client(
             transport = MessageTransport(
                 send, read_lines(process.stdout, max_message_size), str(command[0]), client
             )
-            client.transport = transport
-            nursery.start_soon(transport.write)
-            nursery.start_soon(transport.read)
-            try:
-                await _handshake(client, era)
+            async with _connected(client, transport, options.get("era", "modern"), nursery):
                 yield client
-            finally:
-                client.transport = None
-                nursery.cancel_scope.cancel()
     finally:
         await stop_child(process, shutdown_timeout)
 

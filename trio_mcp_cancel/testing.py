@@ -46,7 +46,7 @@ import trio
 import trio.testing
 
 from . import __version__
-from ._client.engine import ClientEngine, McpError, Message, PendingCall
+from ._client.engine import ClientEngine, McpError, McpTaskError, Message, PendingCall
 from ._core.events import Event
 from ._core.registry import (
     USE_CONFIG,
@@ -62,6 +62,7 @@ from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memor
 __all__ = [
     "EventRecorder",
     "McpError",
+    "McpTaskError",
     "McpTestClient",
     "PendingCall",
     "advance_past_grace",
@@ -241,7 +242,7 @@ class McpTestClient(ClientEngine):
     async def _read(self) -> None:
         async with self._end.receive:
             async for text in self._end.receive:
-                self._receive(json.loads(text))
+                self._receive_text(text)
 
 
 @contextlib.asynccontextmanager
@@ -254,6 +255,7 @@ async def open_test_client(
     client_capabilities: Mapping[str, Any] | None = None,
     client_info: Mapping[str, Any] | None = None,
     log_level: str | None = None,
+    tasks: bool = False,
     grace: float | UseConfig | None = USE_CONFIG,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
@@ -268,6 +270,9 @@ async def open_test_client(
     transports.  Leaving the block disconnects: the server cancels what
     still runs and the block ends once it has all stopped (at most the
     grace period later; under ``autojump_clock``, no real time at all).
+    *tasks*: declare the Tasks extension on ``tools/call`` (``call_tool``
+    then follows a task to its end; the server's ``TaskManager`` must be
+    running for it to make one).
 
     An exception from the block comes out as itself, not wrapped in an
     exception group.
@@ -309,6 +314,7 @@ async def open_test_client(
                     registry=registry,
                     caller=caller,
                     end=client_end,
+                    tasks=tasks,
                 )
                 client.log_level = log_level
                 nursery.start_soon(client._read)

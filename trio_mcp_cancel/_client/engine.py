@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from .. import __version__
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
 from .._protocol.subscriptions import META_SUBSCRIPTION_ID
+from .._protocol.tasks import client_declares_tasks
 from .._protocol.versions import (
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
@@ -46,39 +48,24 @@ from .._protocol.versions import (
     META_PROTOCOL_VERSION,
     Era,
 )
+from .errors import McpError, McpTransportError, Message
+from .tasks import McpTaskError, TaskCallback, TaskPolling, follow_task, with_tasks
 
 __all__ = [
     "ClientEngine",
     "McpError",
+    "McpTaskError",
     "McpTransportError",
     "Message",
     "PendingCall",
     "ProgressCallback",
+    "TaskCallback",
+    "TaskPolling",
 ]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
 
-Message = dict[str, Any]
 ProgressCallback = Callable[[Message], object]
-
-
-class McpError(Exception):
-    """A JSON-RPC error answer (``-32800`` for a cancelled request, say)."""
-
-    def __init__(self, code: int, message: str, data: object = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.data = data
-
-
-class McpTransportError(McpError):
-    """No answer can come: the connection broke, or the server answered
-    something that is not JSON-RPC (an HTTP error page, say).  ``code`` is 0
-    (there is no JSON-RPC code); ``data`` holds the HTTP status, if any."""
-
-    def __init__(self, message: str, data: object = None) -> None:
-        super().__init__(0, message, data)
 
 
 @attrs.define(eq=False)
@@ -102,6 +89,10 @@ class PendingCall:
     """The client cancelled it."""
     failure: McpTransportError | None = None
     """Why no answer can come, when the transport gave up."""
+    task_capabilities: Mapping[str, Any] | None = None
+    """A ``tools/call`` that declared the Tasks extension: the capabilities it sent."""
+    detached: bool = False
+    """Nobody waits for the answer (forgotten once it came)."""
     _done: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -177,6 +168,10 @@ class ClientEngine:
     :attr:`MAX_KEPT` entries, so a long-lived client does not grow.
     *forward_cancel*: cancel a call when the polled flag of the request
     the caller runs in is set (see the module docstring).
+    *tasks*: declare the Tasks extension on ``tools/call`` (modern era), so
+    a server may answer with a task, which :meth:`call_tool` follows to its
+    end and cancels with ``tasks/cancel`` (see :mod:`._client.tasks`);
+    declaring it in *client_capabilities* does the same.
     """
 
     MAX_KEPT = 1000
@@ -194,7 +189,12 @@ class ClientEngine:
     """Calls sent and not yet forgotten, by id."""
     keep_history: bool = True
     forward_cancel: bool = True
+    tasks: bool = attrs.field(default=False, kw_only=True)
+    task_polling: TaskPolling = attrs.field(factory=TaskPolling, kw_only=True)
     _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+    _abandoned_task_calls: dict[int, PendingCall] = attrs.field(factory=dict)
+    """Cancelled ``tools/call``s that may have made a task before the cancel
+    reached the server (without *keep_history* they are no longer in ``calls``)."""
 
     # -- what a transport provides -------------------------------------------
 
@@ -220,11 +220,17 @@ class ClientEngine:
             return str(self.initialize_result.get("protocolVersion", LATEST_LEGACY_VERSION))
         return LATEST_VERSION if self.era == "modern" else LATEST_LEGACY_VERSION
 
-    def envelope(self) -> Message:
-        """The modern ``_meta`` keys this client puts on every request."""
+    def envelope(self, capabilities: Mapping[str, Any] | None = None) -> Message:
+        """The modern ``_meta`` keys this client puts on every request.
+
+        *capabilities* replace :attr:`client_capabilities` for one request
+        (the modern era declares them per request).
+        """
+        if capabilities is None:
+            capabilities = self.client_capabilities
         meta: Message = {
             META_PROTOCOL_VERSION: LATEST_VERSION,
-            META_CLIENT_CAPABILITIES: dict(self.client_capabilities),
+            META_CLIENT_CAPABILITIES: dict(capabilities),
             META_CLIENT_INFO: dict(self.client_info),
         }
         if self.log_level is not None:
@@ -254,10 +260,12 @@ class ClientEngine:
         envelope: bool = True,
         progress: bool = False,
         on_progress: ProgressCallback | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> PendingCall:
         """Send a request without waiting for its answer.
 
-        *envelope*: add the modern ``_meta`` envelope (modern era only).
+        *envelope*: add the modern ``_meta`` envelope (modern era only), with
+        *capabilities* instead of the client's own, if given.
         *progress* (or *on_progress*): ask for progress, with the request id
         as the progress token, as the MCP SDKs do.
         """
@@ -265,12 +273,16 @@ class ClientEngine:
         body: Message = dict(params or {})
         meta: Message = dict(body.get("_meta") or {})
         if envelope and self.era == "modern":
-            meta.update(self.envelope())
+            meta.update(self.envelope(capabilities))
         if progress or on_progress is not None:
             meta["progressToken"] = request_id
         if meta:
             body["_meta"] = meta
         call = PendingCall(request_id, method, self, on_progress)
+        if method == "tools/call" and envelope and self.era == "modern":
+            sent = self.client_capabilities if capabilities is None else capabilities
+            if client_declares_tasks(sent):
+                call.task_capabilities = sent
         self.calls[request_id] = call
         self._transmit({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}, call)
         return call
@@ -289,13 +301,37 @@ class ClientEngine:
         *,
         progress: bool = True,
         on_progress: ProgressCallback | None = None,
+        task: bool | None = None,
     ) -> PendingCall:
         """Send ``tools/call`` without waiting: cancel it, watch its progress.
 
         Progress is asked for by default, so ``call.progress`` fills up.
+        *task*: declare the Tasks extension on this call (``None``: as the
+        client does); the answer may then be a ``CreateTaskResult``.
         """
         params: Message = {"name": name, "arguments": dict(arguments or {})}
-        return self.start_request("tools/call", params, progress=progress, on_progress=on_progress)
+        return self.start_request(
+            "tools/call",
+            params,
+            progress=progress,
+            on_progress=on_progress,
+            capabilities=self._call_capabilities(task),
+        )
+
+    def declares_tasks(self, task: bool | None = None) -> bool:
+        """Whether a ``tools/call`` declares the Tasks extension (*task*: this call's choice).
+
+        Only the modern era declares capabilities per request; a legacy
+        call is always an ordinary one.
+        """
+        if self.era != "modern":
+            return False
+        if task is not None:
+            return task
+        return self.tasks or client_declares_tasks(self.client_capabilities)
+
+    def _call_capabilities(self, task: bool | None) -> dict[str, Any]:
+        return with_tasks(self.client_capabilities, self.declares_tasks(task))
 
     async def call_tool(
         self,
@@ -303,6 +339,8 @@ class ClientEngine:
         arguments: Mapping[str, Any] | None = None,
         *,
         progress: ProgressCallback | None = None,
+        task: bool | None = None,
+        on_task: TaskCallback | None = None,
     ) -> Message:
         """Call a tool and return its result (``content``, ``isError``, ...).
 
@@ -312,11 +350,29 @@ class ClientEngine:
         server when the calling scope is cancelled, or when the polled flag
         of the request the caller runs in is set (then this raises
         :class:`RequestCancelled`).
+
+        With the Tasks extension declared (*task*, or the client's *tasks*)
+        the server may run the call as a task: it is followed (``tasks/get``
+        at the server's ``pollIntervalMs``; *on_task* sees every ``Task``)
+        and its result returned; a ``failed`` or ``cancelled`` task raises
+        :class:`McpTaskError`.  Cancelling the call sends ``tasks/cancel``.
         """
         self._refuse_if_flagged()
-        return await self._wait(
-            self.start_call(name, arguments, progress=False, on_progress=progress)
+        capabilities = self._call_capabilities(task)
+        result = await self._wait(
+            self.start_request(
+                "tools/call",
+                {"name": name, "arguments": dict(arguments or {})},
+                on_progress=progress,
+                capabilities=capabilities,
+            )
         )
+        if result.get("resultType") != "task":
+            return result
+        if not client_declares_tasks(capabilities):
+            # SEP-2663: a task the client did not ask for is an invalid response.
+            raise McpError(0, "the server answered with a task, which this call did not declare")
+        return await follow_task(self, result, capabilities=capabilities, on_task=on_task)
 
     async def list_tools(self) -> list[Message]:
         """``tools/list``, every page."""
@@ -329,22 +385,33 @@ class ClientEngine:
             if not cursor:
                 return tools
 
+    async def get_task(self, task_id: str) -> Message:
+        """``tasks/get`` (Tasks extension): the task's status, and its result once done."""
+        return await self._task_request("tasks/get", task_id, self._call_capabilities(True))
+
     async def cancel_task(self, task_id: str) -> Message:
         """``tasks/cancel`` (Tasks extension): the way a task, not a request, is cancelled.
 
-        The hook for task-augmented calls: MCP forbids
-        ``notifications/cancelled`` for tasks.  Waiting on tasks
-        (``tasks/get``, ``notifications/tasks``) is the Tasks extension's.
+        MCP forbids ``notifications/cancelled`` for tasks.  :meth:`call_tool`
+        sends it by itself when a followed task's caller is cancelled; this
+        is for a task id kept from elsewhere (``on_task``).
         """
-        return await self.request("tasks/cancel", {"taskId": task_id})
+        return await self._task_request("tasks/cancel", task_id, self._call_capabilities(True))
+
+    async def _task_request(
+        self, method: str, task_id: str, capabilities: Mapping[str, Any]
+    ) -> Message:
+        # No forwarding of the caller's flag: following a task handles it.
+        call = self.start_request(method, {"taskId": task_id}, capabilities=capabilities)
+        return await self._wait(call, forward=False)
 
     def _refuse_if_flagged(self) -> None:
         request = current_request(None) if self.forward_cancel else None
         if request is not None and request.cancellation is not None:
             raise RequestCancelled(request.cancellation.reason, request.cancellation.kind)
 
-    async def _wait(self, call: PendingCall) -> Message:
-        request = current_request(None) if self.forward_cancel else None
+    async def _wait(self, call: PendingCall, *, forward: bool = True) -> Message:
+        request = current_request(None) if self.forward_cancel and forward else None
         try:
             if request is None:
                 return await call.result()
@@ -374,6 +441,29 @@ class ClientEngine:
             call.cancel_nowait(reason)
         if not self.keep_history:
             self.calls.pop(call.id, None)
+            if call.task_capabilities is not None:
+                self._abandoned_task_calls[call.id] = call
+                while len(self._abandoned_task_calls) > self.MAX_KEPT:
+                    del self._abandoned_task_calls[next(iter(self._abandoned_task_calls))]
+
+    def _cancel_late_task(self, call: PendingCall, message: Message) -> None:
+        """The answer to a cancelled call is a task: nobody follows it, so cancel it.
+
+        The server made the task before the cancel reached it (one round trip
+        of overlap).  The ``tasks/cancel`` is sent without waiting; its
+        answer is dropped when it comes.
+        """
+        result = message.get("result")
+        if call.task_capabilities is None or not isinstance(result, dict):
+            return
+        task_id = result.get("taskId")
+        if result.get("resultType") != "task" or not isinstance(task_id, str):
+            return
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            cancel = self.start_request(
+                "tasks/cancel", {"taskId": task_id}, capabilities=call.task_capabilities
+            )
+            cancel.detached = True
 
     def _fail_all(self, failure: McpTransportError) -> None:
         """The connection is gone: every call still waiting fails with *failure*."""
@@ -387,6 +477,15 @@ class ClientEngine:
         if not self.keep_history and len(kept) > self.MAX_KEPT:
             del kept[: len(kept) - self.MAX_KEPT]
 
+    def _receive_text(self, text: str) -> None:
+        """One message as text off the wire; what is not JSON is kept in ``unexpected``."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            self._keep(self.unexpected, {"non-json": text[:200]})
+            return
+        self._receive(message)
+
     def _receive(self, message: Any) -> None:
         if not isinstance(message, dict):
             self._keep(self.unexpected, {"non-object": message})
@@ -397,8 +496,15 @@ class ClientEngine:
             call = self.calls.get(message.get("id"))  # type: ignore[arg-type]
             if call is None or call.finished:
                 self._keep(self.unexpected, message)
+                late = self._abandoned_task_calls.pop(message.get("id"), None)  # type: ignore[arg-type]
+                if late is not None:
+                    self._cancel_late_task(late, message)
             else:
                 call._deliver(message)
+                if call.cancelled:
+                    self._cancel_late_task(call, message)
+                if call.detached and not self.keep_history:
+                    self.calls.pop(call.id, None)
         elif "id" in message:
             self._server_request(message)
         elif method == "notifications/progress" and isinstance(params, dict):

@@ -29,21 +29,12 @@ import h11
 import trio
 
 from .._protocol.versions import LATEST_VERSION
+from ..transports.http.rules import NAME_BEARING
 from .engine import ClientEngine, McpTransportError, Message, PendingCall
 
 __all__ = ["HttpTransport", "SseDecoder"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
-
-#: Methods whose ``Mcp-Name`` header names a parameter (2026-07-28 HTTP).
-_NAME_PARAMS: dict[str, str] = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
 
 
 def _header_value(value: str) -> str:
@@ -220,7 +211,7 @@ class HttpTransport:
             if "id" in message:
                 headers.append(("Mcp-Method", method))
                 params = message.get("params")
-                key = _NAME_PARAMS.get(method)
+                key = NAME_BEARING.get(method)
                 if key is not None and isinstance(params, dict):
                     value = params.get(key)
                     if isinstance(value, str):
@@ -337,12 +328,7 @@ class HttpTransport:
             event = await self._next_event(conn, stream)
             if isinstance(event, h11.Data):
                 for data in decoder.feed(event.data):
-                    try:
-                        message = json.loads(data)
-                    except ValueError:
-                        self.client._keep(self.client.unexpected, {"non-json": data[:200]})
-                        continue
-                    self.client._receive(message)
+                    self.client._receive_text(data)
                 if call is not None and call.finished:
                     return  # the answer ends the stream; no need to wait for the close
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):

@@ -55,12 +55,7 @@ class MessageTransport:
         assert self.client is not None
         try:
             async for text in self.texts:
-                try:
-                    message = json.loads(text)
-                except ValueError:
-                    self.client._keep(self.client.unexpected, {"non-json": text[:200]})
-                    continue
-                self.client._receive(message)
+                self.client._receive_text(text)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
             self._gone(f"{self.name}: receiving failed: {exc!r}")
         else:

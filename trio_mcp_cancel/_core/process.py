@@ -55,7 +55,12 @@ _RESERVED: Final = frozenset(
 
 
 class ProgressReporter(Protocol):
-    """What ``progress=`` needs: a :class:`~trio_mcp_cancel.server.ToolContext` fits."""
+    """What ``progress=`` needs: a :class:`~trio_mcp_cancel.server.ToolContext` fits.
+
+    A reporter that also has a ``last_progress`` number (``ToolContext``
+    does) has its line count continue from it, since MCP progress must
+    increase.
+    """
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -340,12 +345,12 @@ async def _drain(
 
 def _with_progress(progress: ProgressReporter, on_line: LineCallback | None) -> LineCallback:
     # MCP progress must increase: continue from what the tool already reported
-    # (a ToolContext remembers it), so a tool may report before and after.
+    # (ToolContext.last_progress), so a tool may report before and after.
     count = 0
 
     async def report(name: Literal["stdout", "stderr"], line: str) -> None:
         nonlocal count
-        last = getattr(progress, "_last_progress", None)
+        last = getattr(progress, "last_progress", None)
         if isinstance(last, (int, float)) and math.isfinite(last):
             count = max(count, math.floor(last))
         count += 1

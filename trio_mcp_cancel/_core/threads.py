@@ -11,8 +11,14 @@ function in a Trio worker thread bound to the current request:
   (``abandon_on_cancel=True``): the request ends on time, and the thread,
   which Python cannot stop, is left to finish on its own; a
   :class:`~.events.ThreadAbandonedEvent` records it, because a thread that
-  ignores the flag keeps its CPU, its memory and its slot in Trio's thread
+  ignores the flag keeps its CPU, its memory and its slot in its thread
   limiter until it returns.
+
+That last point is why sync tools do not use Trio's default limiter: a tool
+whose abandoned threads pile up would take every slot, and with them every
+other sync tool, and Trio's own users of the default limiter (DNS lookups,
+``trio.Path``).  :class:`ThreadLimit` gives a server (and, when asked, one
+tool) a limiter of its own.
 """
 
 from __future__ import annotations
@@ -20,16 +26,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import trio
+from trio.lowlevel import RunVar
 
 from .context import current_request
 from .errors import RequestCancelled
 from .events import EventHub, ThreadAbandonedEvent
 from .request import TrackedRequest
 
-__all__ = ["CancelToken", "cancel_token", "run_sync"]
+__all__ = ["CancelToken", "ThreadLimit", "cancel_token", "run_sync"]
 
 T = TypeVar("T")
 
@@ -79,6 +86,99 @@ class CancelToken:
         self._remove()
 
 
+class ThreadLimit:
+    """How many worker threads a server's sync tools (or one tool's) may hold at once.
+
+    Given a number, the :class:`trio.CapacityLimiter` is made on first use
+    in each Trio run: a server object outlives a run (tests run many), and
+    a thread abandoned in a run that has ended never gives its slot back.
+    Given a ``CapacityLimiter``, that one is used as is (share it between
+    tools, or with your own ``run_sync`` calls, deliberately).
+
+    Threads abandoned at a hard cancel keep their slots until they return:
+    size the limit for the stuck threads you tolerate, and watch
+    ``thread.abandoned`` events.
+    """
+
+    __slots__ = ("_fixed", "_per_run", "total")
+
+    def __init__(self, limit: int | trio.CapacityLimiter) -> None:
+        if isinstance(limit, trio.CapacityLimiter):
+            self._fixed: trio.CapacityLimiter | None = limit
+            self.total = limit.total_tokens
+        elif isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+            self._fixed = None
+            self.total = limit
+        else:
+            raise ValueError(f"a thread limit is an int >= 1 or a trio.CapacityLimiter: {limit!r}")
+        self._per_run: RunVar[trio.CapacityLimiter] = RunVar("trio_mcp_cancel.thread_limit")
+
+    @property
+    def limiter(self) -> trio.CapacityLimiter:
+        """This run's limiter (call it inside ``trio.run``)."""
+        if self._fixed is not None:
+            return self._fixed
+        try:
+            return self._per_run.get()
+        except LookupError:
+            limiter = trio.CapacityLimiter(self.total)
+            self._per_run.set(limiter)
+            return limiter
+
+    def __repr__(self) -> str:
+        return f"ThreadLimit({self.total})"
+
+
+class _Slot:
+    """A limiter as Trio's ``to_thread`` uses it (Trio documents any object
+    with these two methods as a limiter).
+
+    It notes whether the slot was acquired (once it is, a thread runs), and
+    a call that has to *wait* for a slot stops waiting when its request is
+    flagged, with :class:`RequestCancelled`: a queued call has no work to
+    stop politely, so it ends at once instead of at the hard cancel.  A free
+    slot is taken even when the flag is set, so the thread can see it.
+    """
+
+    __slots__ = ("acquired", "limiter", "request")
+
+    def __init__(self, limiter: trio.CapacityLimiter, request: TrackedRequest | None) -> None:
+        self.limiter = limiter
+        self.request = request
+        self.acquired = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(borrower)
+        except trio.WouldBlock:
+            if self.request is None:
+                await self.limiter.acquire_on_behalf_of(borrower)
+            else:
+                await self._wait_unless_flagged(self.request, borrower)
+        else:
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                self.limiter.release_on_behalf_of(borrower)
+                raise
+        self.acquired = True
+
+    async def _wait_unless_flagged(self, request: TrackedRequest, borrower: object) -> None:
+        with trio.CancelScope() as waiting:
+            remove = request.on_cancelled(waiting.cancel)
+            try:
+                await self.limiter.acquire_on_behalf_of(borrower)
+            finally:
+                remove()
+        if waiting.cancelled_caught:
+            cancellation = request.cancellation
+            assert cancellation is not None
+            raise RequestCancelled(cancellation.reason, cancellation.kind)
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self.limiter.release_on_behalf_of(borrower)
+
+
 def cancel_token() -> CancelToken:
     """The :class:`CancelToken` of the worker thread :func:`run_sync` is running.
 
@@ -106,7 +206,9 @@ async def run_sync(
     which comes out of ``run_sync`` as itself.  When the hard cancel comes
     first, ``run_sync`` raises ``trio.Cancelled`` at once and the thread is
     abandoned; *events* (default: the request's registry's) gets a
-    :class:`ThreadAbandonedEvent`.  Outside a tracked request it is
+    :class:`ThreadAbandonedEvent`.  A call that has to wait for a slot of
+    *limiter* (default: Trio's) stops waiting when the flag is set, with
+    :class:`RequestCancelled`.  Outside a tracked request it is
     ``trio.to_thread.run_sync(..., abandon_on_cancel=True)`` plus the event.
     """
     if request is None:
@@ -114,6 +216,7 @@ async def run_sync(
     if events is None and request is not None:
         events = request.events
     token = None if request is None else CancelToken(request)
+    slot = _Slot(limiter or trio.to_thread.current_default_thread_limiter(), request)
     finished = threading.Event()
 
     def in_thread() -> T:
@@ -128,10 +231,14 @@ async def run_sync(
     name = thread_name or f"trio_mcp_cancel: {getattr(fn, '__qualname__', repr(fn))}"[:200]
     try:
         return await trio.to_thread.run_sync(
-            in_thread, abandon_on_cancel=True, limiter=limiter, thread_name=name
+            in_thread,
+            abandon_on_cancel=True,
+            limiter=cast(trio.CapacityLimiter, slot),
+            thread_name=name,
         )
     except trio.Cancelled:
-        if not finished.is_set() and events is not None:
+        # Cancelled while waiting for a limiter slot: no thread to abandon.
+        if slot.acquired and not finished.is_set() and events is not None:
             cancellation = None if request is None else request.cancellation
             events.emit(
                 ThreadAbandonedEvent(

@@ -27,6 +27,7 @@ happens here, in this order:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,6 +41,7 @@ from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
+from .._core.threads import ThreadLimit
 from .._core.validation import RequestId, is_valid_request_id
 from . import jsonrpc, tasks
 from .content import ToolError
@@ -258,6 +260,11 @@ class ToolContext:
         return request
 
     @property
+    def last_progress(self) -> float | None:
+        """The last progress value reported (``None`` before the first): the next must exceed it."""
+        return None if self._last_progress == -math.inf else self._last_progress
+
+    @property
     def cancelled(self) -> bool:
         """The polled flag of this request (always false for a non-cancellable tool)."""
         request = self._exchange.request
@@ -408,6 +415,7 @@ class McpServer(ServerFeatures):
         state_ttl: float = 600.0,
         resource_ttl_ms: int = 0,
         resource_cache_scope: CacheScope = "private",
+        sync_tool_threads: int | trio.CapacityLimiter = 40,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
@@ -426,6 +434,8 @@ class McpServer(ServerFeatures):
         self.tools: dict[str, Tool] = {}
         self._methods: dict[str, _Method] = dict(_METHODS)
         # Resources, prompts, completion, subscriptions and MRTR (see .features, .surface).
+        self.sync_tool_threads = ThreadLimit(sync_tool_threads)
+        """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`."""
         self.tasks: TaskManager = TaskManager() if tasks is None else tasks
         """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
         self._init_features(state_secret, state_ttl, resource_ttl_ms, resource_cache_scope)
@@ -453,6 +463,7 @@ class McpServer(ServerFeatures):
         title: str | None = None,
         task: TaskSupport = "forbidden",
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
+        thread_limiter: int | trio.CapacityLimiter | None = None,
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
 
@@ -467,6 +478,10 @@ class McpServer(ServerFeatures):
 
         A plain ``def`` is a sync tool, run in a worker thread that sees the
         polled flag and is abandoned at the hard cancel (:mod:`.tools`).
+        Its threads come from the server's *sync_tool_threads*, or from
+        *thread_limiter* (a number of threads, or a ``CapacityLimiter``):
+        give a tool that may get stuck a limit of its own, so its abandoned
+        threads cannot starve the other sync tools.
 
         The input schema comes from the annotations of the named parameters
         after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
@@ -495,8 +510,12 @@ class McpServer(ServerFeatures):
         if before_task is not None and task == "forbidden":
             raise ValueError("before_task needs task='optional' or 'required'")
 
+        threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
+
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
+            if threads is not None and inspect.iscoroutinefunction(fn):
+                raise TypeError(f"tool {tool_name!r}: thread_limiter is for sync (def) tools")
             if tool_name in self.tools:
                 raise ValueError(f"tool {tool_name!r} is already registered")
             self.tools[tool_name] = make_tool(
@@ -511,6 +530,7 @@ class McpServer(ServerFeatures):
                 title=title,
                 task_support=task,
                 before_task=before_task,
+                threads=self.sync_tool_threads if threads is None else threads,
             )
             self.tools_changed()
             return fn

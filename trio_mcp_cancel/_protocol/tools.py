@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_typ
 
 import attrs
 
-from .._core.threads import run_sync
+from .._core.threads import ThreadLimit, run_sync
 from . import jsonrpc
 from .content import ToolResult, is_content, json_text, to_content
 
@@ -203,11 +203,13 @@ def make_tool(
     title: str | None = None,
     meta: Mapping[str, Any] | None = None,
     before_task: Callable[..., Awaitable[Any]] | None = None,
+    threads: ThreadLimit | None = None,
 ) -> Tool:
     """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``, or a plain ``def``.
 
     A plain function is a *sync tool*: it runs in a worker thread (see
-    :func:`_threaded`), so blocking code never stalls the event loop.
+    :func:`_threaded`), so blocking code never stalls the event loop;
+    *threads* bounds how many it holds (default: a limit of its own, 40).
 
     Without *input_schema* the schema is derived from the signature: JSON
     types from the annotations, defaults, and descriptions from
@@ -217,7 +219,9 @@ def make_tool(
     """
     if not callable(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise TypeError(f"tool {name!r} must be an async function or a plain function")
-    run = fn if inspect.iscoroutinefunction(fn) else _threaded(fn, name)
+    run: Callable[..., Awaitable[Any]] = fn
+    if not inspect.iscoroutinefunction(fn):
+        run = _threaded(fn, name, ThreadLimit(40) if threads is None else threads)
     if not _TOOL_NAME.fullmatch(name):
         # MCP 2025-11-25 "Tool Names": clients may refuse (or mangle) any other name.
         raise ValueError(f"tool name {name!r}: use 1-128 of A-Z a-z 0-9 _ - .")
@@ -287,13 +291,17 @@ def _summary(doc: str | None) -> str | None:
     return "\n".join(kept).strip()
 
 
-def _threaded(fn: Callable[..., Any], name: str) -> Callable[..., Awaitable[Any]]:
+def _threaded(
+    fn: Callable[..., Any], name: str, threads: ThreadLimit
+) -> Callable[..., Awaitable[Any]]:
     """Run a sync tool in a worker thread bound to its request.
 
     The thread sees the polled flag (``cancelled()``, ``ctx.cancelled``,
     ``cancel_token()``); at the hard cancel it is abandoned, the request
     ends on time and a ``thread.abandoned`` event is emitted.  ``async``
     ``ctx`` methods are called from the thread with ``trio.from_thread.run``.
+    The thread comes from *threads*, never from Trio's default limiter, so
+    stuck threads starve only the tools that share their limit.
     """
 
     @functools.wraps(fn)
@@ -301,6 +309,7 @@ def _threaded(fn: Callable[..., Any], name: str) -> Callable[..., Awaitable[Any]
         return await run_sync(
             functools.partial(fn, ctx, **arguments),
             events=ctx.registry.events,
+            limiter=threads.limiter,
             thread_name=f"trio_mcp_cancel tool {name}"[:200],
         )
 

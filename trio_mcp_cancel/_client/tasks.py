@@ -1,0 +1,232 @@
+"""The client side of the Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663).
+
+A client that declares the extension on a ``tools/call`` must take either
+answer: the tool's result, or a ``CreateTaskResult`` (``resultType:
+"task"`` and the flat ``Task`` fields).  :func:`follow_task` turns the
+second into the first, so ``call_tool`` returns a tool result either way:
+it polls ``tasks/get`` at the server's ``pollIntervalMs`` until the task is
+terminal and returns the inlined ``result`` (``completed``), or raises
+:class:`McpTaskError` (``failed``: the task's JSON-RPC error; ``cancelled``).
+
+**Cancellation is the point.**  A task outlives the request that made it
+(and the connection), so closing a stream or ``notifications/cancelled``
+cannot stop it; MCP forbids the latter for tasks anyway.  Whenever the
+client stops following a task that is not terminal, it sends
+``tasks/cancel``:
+
+* the caller's tracked request is flagged (a gateway's own client
+  cancelled): ``tasks/cancel`` at once, in the polite phase, then
+  :class:`RequestCancelled`, as for a plain call; the hard cancel of the
+  request bounds the wait for the acknowledgement;
+* the caller's cancel scope is cancelled (a timeout, the hard cancel):
+  ``tasks/cancel`` in a shielded scope bounded by
+  :attr:`TaskPolling.cancel_timeout`, then ``trio.Cancelled`` goes on; a
+  task left running with nobody following it is the leak this avoids;
+* anything else ends the following (the task asks for input this client
+  cannot give, its TTL ran out, the connection broke): the same bounded
+  ``tasks/cancel``, then the error.
+
+The acknowledgement is eventually consistent (SEP-2663): the client does
+not wait for ``cancelled``, it has nothing left to wait for.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from .._core.context import current_request
+from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._protocol.tasks import TASKS_EXTENSION
+from .errors import McpError, Message
+
+if TYPE_CHECKING:
+    from .engine import ClientEngine
+
+__all__ = [
+    "TERMINAL",
+    "McpTaskError",
+    "TaskCallback",
+    "TaskPolling",
+    "follow_task",
+    "with_tasks",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.client")
+
+TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+_STATUSES: Final = TERMINAL | {"working", "input_required"}
+
+TaskCallback = Callable[[Message], object]
+"""Called with every ``Task`` the server sends: the ``CreateTaskResult``, then each poll."""
+
+
+class McpTaskError(McpError):
+    """A task ended without a result.
+
+    ``status`` is ``"failed"`` (``code``/``message``/``data`` are the task's
+    JSON-RPC error), ``"cancelled"`` (code ``-32800``), or the status it
+    was in when the client gave up on it (``input_required``: this client
+    cannot answer input requests; ``working`` past its TTL).  ``task`` is
+    the last ``Task`` the server sent.
+    """
+
+    def __init__(self, code: int, message: str, data: object, task: Message) -> None:
+        super().__init__(code, message, data)
+        self.task = task
+        self.task_id = str(task.get("taskId", ""))
+        self.status = str(task.get("status", ""))
+
+
+@attrs.frozen
+class TaskPolling:
+    """How a client follows tasks.
+
+    The server's ``pollIntervalMs`` is honoured (SHOULD), within
+    [*min_interval*, *max_interval*] seconds, so a bad value can neither
+    make the client spin nor park it for a day; *default_interval* is used
+    when the server gives none.  *cancel_timeout* bounds the wait for the
+    ``tasks/cancel`` acknowledgement when the caller is already cancelled.
+    """
+
+    default_interval: float = 1.0
+    min_interval: float = 0.01
+    max_interval: float = 60.0
+    cancel_timeout: float = 2.0
+
+    def interval(self, task: Message) -> float:
+        value = task.get("pollIntervalMs")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return self.default_interval
+        seconds = value / 1000 if math.isfinite(value) else self.max_interval
+        return min(max(seconds, self.min_interval), self.max_interval)
+
+
+def with_tasks(capabilities: Mapping[str, Any], declared: bool) -> dict[str, Any]:
+    """*capabilities* with the Tasks extension declared, or without it."""
+    out = dict(capabilities)
+    extensions = dict(out.get("extensions") or {})
+    if declared:
+        extensions[TASKS_EXTENSION] = dict(extensions.get(TASKS_EXTENSION) or {})
+    else:
+        extensions.pop(TASKS_EXTENSION, None)
+    if extensions:
+        out["extensions"] = extensions
+    else:
+        out.pop("extensions", None)
+    return out
+
+
+def _checked(task: Message, task_id: str | None) -> Message:
+    """*task* if it is a ``Task`` (of *task_id*, once known), else :class:`McpError`."""
+    found = task.get("taskId")
+    if not isinstance(found, str) or not found or (task_id is not None and found != task_id):
+        raise McpError(0, f"invalid task from the server: {task!r}"[:500])
+    if task.get("status") not in _STATUSES:
+        raise McpError(0, f"invalid task status from the server: {task.get('status')!r}"[:500])
+    return task
+
+
+def _outcome(task: Message) -> Message:
+    """A terminal task's result, or :class:`McpTaskError`."""
+    status = task["status"]
+    if status == "completed":
+        result = task.get("result")
+        if not isinstance(result, dict):
+            raise McpError(0, f"a completed task without a result: {task!r}"[:500])
+        return result
+    if status == "failed":
+        error = task.get("error")
+        error = error if isinstance(error, dict) else {}
+        code = error.get("code")
+        raise McpTaskError(
+            code if isinstance(code, int) else 0,
+            str(error.get("message") or task.get("statusMessage") or "task failed"),
+            error.get("data"),
+            task,
+        )
+    raise McpTaskError(
+        REQUEST_CANCELLED,
+        f"task cancelled: {task.get('statusMessage') or 'no reason given'}",
+        None,
+        task,
+    )
+
+
+async def follow_task(
+    engine: ClientEngine,
+    created: Message,
+    *,
+    capabilities: Mapping[str, Any],
+    on_task: TaskCallback | None = None,
+) -> Message:
+    """Follow the task *created* announced to its end; see the module docstring."""
+    task = _checked(created, None)
+    task_id: str = task["taskId"]
+    polling = engine.task_polling
+    request = current_request(None) if engine.forward_cancel else None
+    started = trio.current_time()
+    cancel_acked = False
+
+    async def poll() -> Message:
+        nonlocal task
+        while True:
+            if on_task is not None:
+                on_task(task)
+            status = task["status"]
+            if status in TERMINAL:
+                return task
+            if status == "input_required":
+                raise McpTaskError(
+                    0, "the task needs input, which this client cannot give", None, task
+                )
+            ttl = task.get("ttlMs")  # null: unlimited
+            if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and math.isfinite(ttl):
+                expires = started + ttl / 1000
+                if trio.current_time() >= expires:
+                    raise McpTaskError(0, "the task outlived its TTL", None, task)
+                await trio.sleep(min(polling.interval(task), expires - trio.current_time()))
+            else:
+                await trio.sleep(polling.interval(task))
+            answer = await engine._task_request("tasks/get", task_id, capabilities)
+            task = _checked(answer, task_id)
+
+    try:
+        with trio.CancelScope() as flagged:
+            remove = request.on_cancelled(flagged.cancel) if request is not None else None
+            try:
+                final = await poll()
+            finally:
+                if remove is not None:
+                    remove()
+        if not flagged.cancelled_caught:
+            return _outcome(final)
+        # The caller's request was flagged: cancel the task in the polite
+        # phase (the request's hard cancel bounds the wait), then stop.
+        assert request is not None and request.cancellation is not None
+        cancellation = request.cancellation
+        await _cancel_task(engine, task_id, capabilities, cancellation.reason)
+        cancel_acked = True
+        raise RequestCancelled(cancellation.reason, cancellation.kind)
+    except BaseException:
+        if not cancel_acked and task["status"] not in TERMINAL:
+            with trio.CancelScope(shield=True), trio.move_on_after(polling.cancel_timeout):
+                await _cancel_task(engine, task_id, capabilities, "the client stopped following")
+        raise
+
+
+async def _cancel_task(
+    engine: ClientEngine, task_id: str, capabilities: Mapping[str, Any], reason: str | None
+) -> None:
+    """``tasks/cancel``, best effort: an error answer or a broken connection is logged."""
+    try:
+        await engine._task_request("tasks/cancel", task_id, capabilities)
+    except McpError as exc:
+        logger.info("tasks/cancel of %s... (%s) failed: %s", task_id[:8], reason, exc)
+    else:
+        logger.debug("task %s... cancelled (%s)", task_id[:8], reason)
