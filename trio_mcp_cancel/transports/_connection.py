@@ -161,6 +161,10 @@ class MessageConnection:
             message being written (one more stalls the peer); also the
             backlog of everything waiting beyond which no new message is
             read.
+        ends_tasks: when the connection has ended, stop the tasks (Tasks
+            extension) its namespace owns, with the two phases: nobody can
+            reach them any more.  ``False`` when the namespace is shared
+            with other connections (the in-memory transport can do that).
     """
 
     server: McpServer
@@ -171,6 +175,7 @@ class MessageConnection:
     gone: tuple[type[BaseException], ...] = _GONE
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    ends_tasks: bool = True
     closed: bool = attrs.field(init=False, default=False)
     """Nothing more is queued: the stream ended, the peer is gone or stalled."""
     stalled: bool = attrs.field(init=False, default=False)
@@ -351,6 +356,10 @@ class MessageConnection:
                             self.channel.cancel_all(
                                 "connection closed", kind="disconnect", grace=self.grace
                             )
+                if self.ends_tasks:
+                    await self.server.tasks.end_owner(
+                        self.caller.namespace, "connection closed", grace=self.grace
+                    )
             finally:
                 self._finish_writing()
 
