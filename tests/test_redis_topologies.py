@@ -7,6 +7,7 @@ here on ports the kernel picked; real time, every wait bounded.
 
 from __future__ import annotations
 
+import random
 import re
 import secrets
 import socket
@@ -17,9 +18,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import coredis
 import pytest
 import trio
 from coredis._utils import hash_slot
+from coredis.connection import TCPLocation
 from deploy_harness import RedisServer, _free_port, _ping, redis_server, require_redis_server
 
 from trio_mcp_cancel.backends import TaskRecord, TaskStoreFull, TaskStoreUnavailable
@@ -199,8 +202,28 @@ async def test_the_backend_runs_on_a_redis_cluster(cluster: int) -> None:
         assert not a.health_down and not b.health_down
 
 
+def _port_no_client_can_hold() -> int:
+    """A free port below the ephemeral range.
+
+    The backend keeps connecting to a port where nothing listens yet; with
+    an ephemeral port, one of those attempts can connect the socket to
+    itself (TCP simultaneous open) and hold the port the node needs.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(max(1025, low - 10_000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 async def test_a_cluster_down_at_startup_is_connected_once_it_is_up(tmp_path: Path) -> None:
-    port = _free_port()
+    port = _port_no_client_can_hold()
     backend = RedisBackend(
         f"redis+cluster://127.0.0.1:{port}", prefix="late", op_timeout=0.5, reconnect_delay=0.1
     )
@@ -280,3 +303,19 @@ async def test_the_backend_finds_its_primary_through_sentinel(
     async with running(a, b):
         await exercise(a, b)
         assert not a.health_down
+
+
+async def test_from_client_takes_a_coredis_client_built_by_hand(
+    sentinel: int, standalone: RedisServer
+) -> None:
+    prefix = "h" + secrets.token_hex(4)
+    guard = coredis.Sentinel([TCPLocation("127.0.0.1", sentinel)], decode_responses=True)
+    primary = guard.primary_for("main")
+    a = RedisBackend.from_client(primary, connect=[guard, primary], prefix=prefix)
+    b = RedisBackend.from_client(coredis.Redis.from_url(standalone.url, decode_responses=True))
+    assert a.url is None and b.keys.base == "{tmc}"
+    b = RedisBackend.from_client(
+        coredis.Redis.from_url(standalone.url, decode_responses=True), prefix=prefix
+    )
+    async with running(a, b):
+        await exercise(a, b)
