@@ -7,6 +7,7 @@ then once over a real stdio process and once over a real WebSocket.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,21 @@ async def test_tasks_over_a_real_stdio_process(tmp_path: Path) -> None:
             assert "kind='client'" in cancels[0] and "kind='disconnect'" in cancels[1]
             # The count tool obeys the flag: no hard cancel was needed.
             assert "request.hard_cancelled" not in text
+            assert "Traceback" not in text
+
+
+async def test_sigterm_stops_a_stdio_task_as_a_server_shutdown(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
+            await server.send(call(1, "count", {"n": 1000, "delay": 0.05}, **TASKS_META))
+            assert (await server.next_message())["result"]["resultType"] == "task"
+            server.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(5):
+                assert await server.proc.wait() == 0
+            text = server.stderr()
+            [cancel] = [line for line in text.splitlines() if "request.cancelled" in line]
+            assert "namespace='task:session:stdio-" in cancel
+            assert "reason='server shutting down', kind='server'" in cancel
             assert "Traceback" not in text
 
 

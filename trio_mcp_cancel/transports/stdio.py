@@ -198,6 +198,7 @@ async def _watch_signals(
             connection.channel.cancel_all(
                 "server shutting down", kind="server", grace=connection.grace
             )
+            connection.tasks_end_as = ("server shutting down", "server")
             reader.stop()
 
 
