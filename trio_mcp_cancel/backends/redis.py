@@ -9,7 +9,9 @@ ASGI lifespan connects it.
 
 **Standalone, Sentinel or Cluster.**  ``redis://`` (or ``rediss://``,
 ``unix://``) is one Redis server; ``redis+sentinel://host:port[,host:port...]/service[/db]``
-asks the Sentinels for the primary of *service* and follows failovers;
+asks the Sentinels for the primary of *service* and follows failovers (the
+URL's user and password are the primary's; Sentinels that want their own
+need :meth:`RedisBackend.from_client` with coredis's ``sentinel_kwargs``);
 ``redis+cluster://host:port`` (or ``rediss+cluster://``) is a Redis Cluster
 reached through any of its nodes.  :meth:`RedisBackend.from_client` takes a
 coredis client built by hand (any of coredis's ``Redis``, ``RedisCluster``,
