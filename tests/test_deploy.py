@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import coredis
 import httpx
 import pytest
 import trio
@@ -88,5 +89,15 @@ def test_app_from_env_reads_the_settings_and_refuses_bad_ones() -> None:
 def test_mcp_redis_url_selects_the_redis_backend() -> None:
     backend = backend_from_env({"MCP_REDIS_URL": "redis://127.0.0.1:1/3", "MCP_REDIS_PREFIX": "x"})
     assert isinstance(backend, RedisBackend)
-    assert backend.url == "redis://127.0.0.1:1/3" and backend.bus.channel == "x:cancel"
+    assert backend.url == "redis://127.0.0.1:1/3" and backend.bus.channel == "{x}:cancel"
     assert backend_from_env({}) is None and backend_from_env({"MCP_REDIS_URL": " "}) is None
+    # Cluster and Sentinel through coredis's own clients (nothing connects before run()).
+    cluster = backend_from_env({"MCP_REDIS_URL": "redis+cluster://127.0.0.1:1"})
+    assert isinstance(cluster, RedisBackend) and isinstance(cluster.client, coredis.RedisCluster)
+    sentinel = backend_from_env(
+        {"MCP_REDIS_URL": "redis+sentinel://:pw@127.0.0.1:1,[::1]:2/main/2"}
+    )
+    assert isinstance(sentinel, RedisBackend) and isinstance(sentinel.client, coredis.Redis)
+    for bad in ("redis+sentinel://127.0.0.1:1", "redis+sentinel://127.0.0.1/main"):
+        with pytest.raises(ValueError, match="Sentinel"):
+            backend_from_env({"MCP_REDIS_URL": bad})

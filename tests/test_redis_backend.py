@@ -6,6 +6,7 @@ started by the test on a port the kernel picked (see ``deploy_harness``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,12 +27,12 @@ from asgi_harness import (
 )
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 
-from trio_mcp_cancel import checkpoint_cancelled
+from trio_mcp_cancel import Event, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.backends import BackendEvent, TaskRecord, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
-from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
+from trio_mcp_cancel.testing import EventRecorder, McpError, McpTestClient, open_test_client
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ async def test_task_records_round_trip_and_settle_once(redis: RedisServer, prefi
         assert await store.request_cancel("missing") is None
         assert await store.settle("missing", "cancelled") is None
         # The key expires by itself at createdAt + ttlMs (wall-clock).
-        ttl = await backend.client.pttl(f"{prefix}:task:a")
+        ttl = await backend.client.pttl(backend.keys.task("a"))
         assert 0 < ttl <= 60_000
 
 
@@ -96,7 +97,7 @@ async def test_expired_records_are_gone(redis: RedisServer, prefix: str) -> None
         offset = 10.0  # wall-clock moves past the TTL
         assert await backend.tasks.get("old") is None
         assert await backend.tasks.get("forever") is not None
-        assert await backend.client.pttl(f"{prefix}:task:forever") == -1
+        assert await backend.client.pttl(backend.keys.task("forever")) == -1
 
 
 async def test_the_bus_reaches_other_instances_only(redis: RedisServer, prefix: str) -> None:
@@ -212,7 +213,7 @@ async def test_redis_down_then_back(prefix: str) -> None:
                 events: list[BackendEvent] = []
                 backend_a.events.subscribe(events.append)  # type: ignore[arg-type]
                 async with client_of(a) as on_a, client_of(b) as on_b:
-                    first = (await on_a.request("tools/call", {"name": "count", "arguments": {}}))
+                    first = await on_a.request("tools/call", {"name": "count", "arguments": {}})
                     redis.kill()
                     # Cross-process operations fail with a clear error...
                     for _ in range(3):
@@ -324,9 +325,7 @@ async def test_the_per_tenant_call_cap_counts_every_process(
                     await trio.sleep(0.02)
 
 
-async def test_a_task_whose_process_died_is_settled_failed(
-    redis: RedisServer, prefix: str
-) -> None:
+async def test_a_task_whose_process_died_is_settled_failed(redis: RedisServer, prefix: str) -> None:
     stopped: list[str] = []
     async with instance(redis, prefix, stopped) as (a, backend):
         async with client_of(a) as client:
@@ -334,12 +333,12 @@ async def test_a_task_whose_process_died_is_settled_failed(
             ghost = record("ghost-task")
             ghost.owner, ghost.instance = client.namespace, "dead-instance"
             await backend.tasks.create(ghost)
-            await backend.client.delete([f"{prefix}:alive:dead-instance"])
+            await backend.client.delete([backend.keys.alive("dead-instance")])
             status = await client.request("tasks/get", {"taskId": "ghost-task"})
             assert status["status"] == "failed"
             assert status["error"]["message"] == "The server process running it stopped"
             # A live instance's task is left alone.
-            live = (await client.request("tools/call", {"name": "count", "arguments": {}}))
+            live = await client.request("tools/call", {"name": "count", "arguments": {}})
             status = await client.request("tasks/get", {"taskId": live["taskId"]})
             assert status["status"] == "working"
             await client.request("tasks/cancel", {"taskId": live["taskId"]})
@@ -359,7 +358,8 @@ async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: st
         await store.create(record("uncapped", ttl_ms=5_000))  # no cap asked for
         offset = 10.0  # the first ones expired: room again
         await store.create(record("four", ttl_ms=5_000, now=time.time() + offset), 2)
-        index = [key async for key in backend.client.scan_iter(f"{prefix}:owner:*")]
+        pattern = backend.keys.base + ":owner:*"
+        index = [key async for key in backend.client.scan_iter(pattern)]
         assert len(index) == 1 and 0 < await backend.client.pttl(index[0]) <= 15_000
 
 
@@ -434,3 +434,28 @@ async def test_shutdown_records_running_tasks_failed_in_redis(
         assert status["status"] == "failed"
         assert status["error"] == {"code": -32603, "message": "The server shut down"}
     assert stopped == ["done"]
+
+
+async def test_backend_events_reach_the_registry_and_are_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One registry subscriber sees the backend's events with all the others."""
+    backend = RedisBackend("redis://127.0.0.1:1/0", op_timeout=0.5, reconnect_delay=0.2)
+    own: list[Event] = []
+    backend.events.subscribe(own.append)
+    app_events = EventRecorder()
+    with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
+        async with open_registry() as registry, trio.open_nursery() as nursery:
+            registry.subscribe(app_events)
+            app = McpHttpApp(make_server(TaskManager(), []), registry, backend=backend)
+            client = AsgiClient(app, nursery)
+            async with client.lifespan():
+                get = modern_request(1, "tasks/get", {"taskId": "x"}, capabilities=WITH_TASKS)
+                assert (await client.post(headers_of(get), get)).json()["error"]["code"] == -32603
+            # Detached at shutdown: later backend events stay with the backend.
+            backend.events.emit(BackendEvent("backend.recovered", "test", ""))
+    assert app_events.names()[:1] == ["backend.unavailable"]
+    assert "backend.recovered" not in app_events.names()
+    assert [e.name for e in own][:1] == ["backend.unavailable"]
+    logged = [r for r in caplog.records if r.getMessage().startswith("backend.unavailable")]
+    assert len(logged) == 1

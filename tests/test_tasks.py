@@ -322,24 +322,32 @@ async def test_shutdown_settles_running_tasks_failed_and_leaks_nothing(
 ) -> None:
     seen = Seen()
     server = make_server(seen)
-    async with open_test_client(server, client_capabilities=WITH_TASKS) as client:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.tasks.run)
+    manager = trio.CancelScope()
+
+    async def run_manager(task_status: trio.TaskStatus[None]) -> None:
+        with manager:
+            await server.tasks.run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        # Started first, so the client uses it (and does not start one of its own).
+        await nursery.start(run_manager)
+        async with open_test_client(server, client_capabilities=WITH_TASKS) as client:
             task_id = (await start_task(client, "count", n=100))["taskId"]
             await trio.sleep(1.5)
-            nursery.cancel_scope.cancel()
-        assert seen.stopped.is_set()
-        assert not server.tasks.running and server.tasks.running_count == 0
-        assert client.registry.in_flight_count == 0
-        record = await server.tasks.store.get(task_id)
-        assert record is not None and record.status == "failed"
-        assert record.error is not None and record.error["code"] == -32603
-        # Not running: the optional tool is an ordinary call again, a required one fails.
-        result = await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
-        assert result["resultType"] == "complete"
-        with pytest.raises(McpError) as caught:
-            await client.request("tools/call", {"name": "only_task", "arguments": {}})
-        assert caught.value.code == -32603
+            manager.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen.stopped.is_set()
+            assert not server.tasks.running and server.tasks.running_count == 0
+            assert client.registry.in_flight_count == 0
+            record = await server.tasks.store.get(task_id)
+            assert record is not None and record.status == "failed"
+            assert record.error is not None and record.error["code"] == -32603
+            # Not running: the optional tool is an ordinary call again, a required one fails.
+            result = await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
+            assert result["resultType"] == "complete"
+            with pytest.raises(McpError) as caught:
+                await client.request("tools/call", {"name": "only_task", "arguments": {}})
+            assert caught.value.code == -32603
 
 
 async def test_discover_advertises_the_extension_and_legacy_has_no_tasks_methods(

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .events import EventHub
 from .tasks import MemoryTaskStore, TaskStore
 
 __all__ = [
@@ -199,6 +200,10 @@ class Backend(Protocol):
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve the bus until cancelled, and close cleanly."""
 
+    def attach_events(self, hub: EventHub) -> Callable[[], None]:
+        """Send the backend's events (``backend.unavailable``...) to *hub* too, until
+        the returned function is called; the HTTP app attaches its registry's hub."""
+
 
 @attrs.define(eq=False)
 class MemoryBackend:
@@ -213,3 +218,7 @@ class MemoryBackend:
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self)
         await trio.sleep_forever()
+
+    def attach_events(self, hub: EventHub) -> Callable[[], None]:
+        """Nothing can fail here, so there are no events to send."""
+        return lambda: None

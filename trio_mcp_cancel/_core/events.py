@@ -34,6 +34,7 @@ __all__ = [
     "OverrunEvent",
     "RequestCancelledEvent",
     "ThreadAbandonedEvent",
+    "attach_events",
 ]
 
 logger = logging.getLogger("trio_mcp_cancel")
@@ -180,6 +181,8 @@ class EventHub:
     """Events a full channel could not take."""
     # name -> [window start, lines logged in it, lines suppressed in it]
     _log_windows: dict[str, list[float]] = attrs.field(init=False, factory=dict)
+    _forwards: int = attrs.field(init=False, default=0)
+    """Hubs this one forwards to (:func:`attach_events`); they log its events instead."""
 
     def _log_allowed(self, name: str, level: int) -> bool:
         """Rate-limit warnings a client can trigger at will (a refused flood).
@@ -227,7 +230,11 @@ class EventHub:
 
     def emit(self, event: Event) -> None:
         level = _LOG_LEVELS[event.name]
-        if logger.isEnabledFor(level) and self._log_allowed(event.name, level):
+        if (
+            not self._forwards
+            and logger.isEnabledFor(level)
+            and self._log_allowed(event.name, level)
+        ):
             if isinstance(event, EvictionEvent):
                 logger.log(
                     level,
@@ -252,3 +259,26 @@ class EventHub:
                 self.dropped += 1
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._channels.remove(channel)
+
+
+def attach_events(source: EventHub, target: EventHub) -> Callable[[], None]:
+    """Forward every event of *source* to *target* until the returned function is called.
+
+    A component with a hub of its own (a backend, created before any
+    registry exists) is attached to a registry's hub this way, so one
+    ``registry.subscribe`` sees everything.  While attached, *target* logs
+    the events and *source* does not, so each is logged once; subscribers of
+    *source* still get them.
+    """
+    unsubscribe = source.subscribe(target.emit)
+    source._forwards += 1
+    attached = True
+
+    def detach() -> None:
+        nonlocal attached
+        if attached:
+            attached = False
+            unsubscribe()
+            source._forwards -= 1
+
+    return detach

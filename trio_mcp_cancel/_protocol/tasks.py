@@ -61,6 +61,8 @@ from .._core.backend import (
 )
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._core.events import CancelKind
+from .._core.registry import USE_CONFIG, UseConfig
 from .._core.tasks import (
     MemoryTaskStore,
     TaskRecord,
@@ -168,9 +170,11 @@ class TaskManager:
     """Runs tasks in a nursery of its own and answers ``tasks/*``; see the module docstring.
 
     A service: ``await nursery.start(manager.run)`` (the HTTP app's ASGI
-    lifespan does it).  While it is not running, task-capable tools are
-    called the ordinary way, and ``task="required"`` tools fail with
-    ``-32603``.
+    lifespan does it; stdio, WebSocket and the in-memory transport start it
+    while they serve when nobody runs it, see
+    :mod:`trio_mcp_cancel.transports._tasks`).  While it is not running,
+    task-capable tools are called the ordinary way, and ``task="required"``
+    tools fail with ``-32603``.
     """
 
     ttl_ms: int | None = 3_600_000
@@ -199,6 +203,7 @@ class TaskManager:
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
     _per_owner: dict[str, int] = attrs.field(init=False, factory=dict)
     _idle: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _removed: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
 
     def __attrs_post_init__(self) -> None:
         self._idle.set()
@@ -457,6 +462,29 @@ class TaskManager:
             del self._per_owner[running.owner]
         if not self._running:
             self._idle.set()
+        self._removed.unpark_all()
+
+    async def end_owner(
+        self,
+        owner: str,
+        reason: str,
+        *,
+        kind: CancelKind = "disconnect",
+        grace: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel the tasks *owner* runs here, with the two phases, and wait until they end.
+
+        For a connection (stdio, WebSocket) whose tasks are owned by its own
+        namespace: once it closes nobody can ``tasks/get`` them again, so
+        their work is stopped like the connection's other requests (the flag
+        at once, the hard cancel *grace* later) and they settle ``failed``.
+        """
+        ending = [t for t, running in self._running.items() if running.owner == owner]
+        for task_id in ending:
+            self._running[task_id].exchange.cancel(reason, kind=kind, grace=grace)
+        await trio.lowlevel.checkpoint()
+        while any(task_id in self._running for task_id in ending):
+            await self._removed.park()
 
     async def wait_idle(self) -> None:
         """Wait until no task runs here (tests, draining)."""
@@ -510,7 +538,9 @@ class TaskManager:
             owner = self._running[task_id].owner
             self._remove(task_id)
             await self._release_shared(owner)
-        await self._settle(task_id, status, result=result, error=error, message=message)
+        # Shielded: a manager stopping right after the work ended still records how.
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            await self._settle(task_id, status, result=result, error=error, message=message)
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
         try:

@@ -7,24 +7,43 @@ ASGI lifespan connects it.
 
 .. _coredis: https://coredis.readthedocs.io
 
-**What lives in Redis** (keys under *prefix*, ``tmc`` by default):
+**Standalone, Sentinel or Cluster.**  ``redis://`` (or ``rediss://``,
+``unix://``) is one Redis server; ``redis+sentinel://host:port[,host:port...]/service[/db]``
+asks the Sentinels for the primary of *service* and follows failovers (the
+URL's user and password are the primary's; Sentinels that want their own
+need :meth:`RedisBackend.from_client` with coredis's ``sentinel_kwargs``);
+``redis+cluster://host:port`` (or ``rediss+cluster://``) is a Redis Cluster
+reached through any of its nodes.  :meth:`RedisBackend.from_client` takes a
+coredis client built by hand (any of coredis's ``Redis``, ``RedisCluster``,
+or a Sentinel's ``primary_for()``) for settings a URL cannot carry.
 
-* ``{prefix}:task:{taskId}``: a hash per task record.  It expires by itself
+**One hash slot.**  Every key starts with the hash tag ``{prefix}`` (the
+braces are part of the key), so on a Cluster all of a deployment's keys
+live in one slot, and every Lua script, which declares each key it touches
+in ``KEYS``, runs on one node as Cluster requires.  What is stored is small
+(records, counters; no tool data), so one shard carries it easily; give
+each deployment its own prefix to spread several over the cluster.  A
+*prefix* that already holds a ``{...}`` tag is used as it is.
+
+**What lives in Redis** (``P`` is ``{prefix}``, ``{tmc}`` by default):
+
+* ``P:task:{taskId}``: a hash per task record.  It expires by itself
   at ``createdAt + ttlMs`` (``PEXPIREAT``, wall-clock milliseconds), so a
   worker that dies leaves nothing behind for longer than the TTL.  Settling
   and cancel requests are Lua scripts: one atomic step each, so the first
   terminal state wins whichever process writes it.
-* ``{prefix}:session:{sha256 of the session id}``: a legacy session (its
+* ``P:session:{sha256 of the session id}``: a legacy session (its
   principal, public id and what ``initialize`` negotiated), with the
   session idle timeout as its TTL, so any worker can serve the session.
-* ``{prefix}:cancel``: a pub/sub channel.  A ``tasks/cancel`` (or a legacy
-  ``notifications/cancelled``) arriving at the wrong process is published
-  there; the process that runs the work applies it to its local cancel
-  scope, with the registry's two phases.  The request is also written to
-  the task record, which running tasks re-read now and then, so a message
-  lost while Redis was down is honoured once it is back.
+* ``P:cancel``: a pub/sub channel (on a Cluster, ``PUBLISH`` reaches every
+  node). A ``tasks/cancel`` (or a legacy ``notifications/cancelled``)
+  arriving at the wrong process is published there; the process that runs
+  the work applies it to its local cancel scope, with the registry's two
+  phases. The request is also written to the task record, which running
+  tasks re-read now and then, so a message lost while Redis was down is
+  honoured once it is back.
 
-* ``{prefix}:quota:{name}``: per-tenant counters of calls and tasks in
+* ``P:quota:{name}``: per-tenant counters of calls and tasks in
   flight, summed over every live process, so a quota cannot be bypassed by
   spreading requests over workers (see :class:`RedisCounters`).
 
@@ -33,19 +52,25 @@ cancel of a request running in this process works as before.  What needs
 Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
 store is unavailable"), a ``backend.unavailable`` event is emitted (and
 logged) once per outage, and ``backend.recovered`` when an operation
-succeeds again; coredis reconnects by itself, the subscription too.
+succeeds again; coredis reconnects by itself, the subscription too.  The
+events go to the :class:`~trio_mcp_cancel.Registry`'s event hub when the
+backend runs under an HTTP app (see :meth:`RedisBackend.attach_events`),
+so one ``registry.subscribe`` sees them with every other event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import secrets
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import attrs
 import trio
@@ -54,6 +79,7 @@ try:
     import anyio
     import coredis
     import coredis.exceptions
+    from coredis.connection import TCPLocation
     from coredis.retry import ExponentialBackoffRetryPolicy
     from coredis.tokens import PureToken
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -62,14 +88,61 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .._core.backend import BackendUnavailable, BusMessage
-from .._core.events import BackendEvent, EventHub
+from .._core.events import BackendEvent, EventHub, attach_events
 from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreFull, TaskStoreUnavailable
 
-__all__ = ["RedisBackend", "RedisBus", "RedisCounters", "RedisSessionRecords", "RedisTaskStore"]
+__all__ = [
+    "RedisBackend",
+    "RedisBus",
+    "RedisClient",
+    "RedisCounters",
+    "RedisSessionRecords",
+    "RedisTaskStore",
+]
 
 logger = logging.getLogger("trio_mcp_cancel.redis")
 T = TypeVar("T")
 Clock = Callable[[], float]
+
+RedisClient = coredis.Redis[str] | coredis.RedisCluster[str]
+"""A coredis client (``decode_responses=True``): one server, a Sentinel primary, a Cluster."""
+
+
+@attrs.frozen
+class _Keys:
+    """Every key and the channel of one deployment, under one hash tag (module docstring)."""
+
+    prefix: str = "tmc"
+
+    @property
+    def base(self) -> str:
+        tag_start = self.prefix.find("{")
+        if tag_start >= 0 and self.prefix.find("}", tag_start) > tag_start + 1:
+            return self.prefix  # the caller chose the hash tag
+        return "{" + self.prefix + "}"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.base}:task:{task_id}"
+
+    def alive(self, instance: str) -> str:
+        return f"{self.base}:alive:{instance}"
+
+    def owner(self, owner: str) -> str:
+        return f"{self.base}:owner:{hashlib.sha256(owner.encode()).hexdigest()}"
+
+    def session(self, key: str) -> str:
+        return f"{self.base}:session:{key}"
+
+    def sessions_of(self, tenant: str | None) -> str:
+        return f"{self.base}:sessions-of:{hashlib.sha256((tenant or '').encode()).hexdigest()}"
+
+    def quota(self, name: str) -> str:
+        return f"{self.base}:quota:{name}"
+
+    @property
+    def channel(self) -> str:
+        return f"{self.base}:cancel"
+
 
 _REDIS_ERRORS: Final = (coredis.exceptions.RedisError, OSError, TimeoutError)
 #: What coredis's connections raise from their own cleanup when they are
@@ -88,6 +161,7 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
     _, rest = group.split(_SHUTDOWN_NOISE)
     if rest is not None:
         raise rest
+
 
 # KEYS: the task, its creator's liveness key, the owner's index of tasks.
 # ARGV: expiry (ms since the epoch, or ''), liveness ms, now ms, cap (or ''),
@@ -183,9 +257,9 @@ def _load(text: str | None) -> Any:
 class RedisTaskStore:
     """Task records as Redis hashes; see the module docstring."""
 
-    client: coredis.Redis[str]
+    client: RedisClient
     health: _Health
-    prefix: str = "tmc"
+    keys: _Keys = _Keys()
     clock: Clock = time.time
     liveness: float = 15.0
     """See :class:`RedisCounters`: a task whose process's liveness key is gone is orphaned."""
@@ -199,7 +273,7 @@ class RedisTaskStore:
         self._request_cancel = self.client.register_script(_REQUEST_CANCEL)
 
     def key(self, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_id}"
+        return self.keys.task(task_id)
 
     async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
         expires = record.expires_at
@@ -221,8 +295,8 @@ class RedisTaskStore:
         key = self.key(record.task_id)
         # The creator's liveness key is set with the record, so a task is
         # never seen without it (after a Redis restart, say).
-        alive = self._alive_key(record.instance)
-        owned = f"{self.prefix}:owner:{hashlib.sha256(record.owner.encode()).hexdigest()}"
+        alive = self.keys.alive(record.instance)
+        owned = self.keys.owner(record.owner)
         args = [
             at,
             str(max(1, int(self.liveness * 1000))),
@@ -240,14 +314,11 @@ class RedisTaskStore:
             assert max_per_owner is not None
             raise TaskStoreFull(max_per_owner)
 
-    def _alive_key(self, instance: str) -> str:
-        return f"{self.prefix}:alive:{instance}"
-
     async def orphaned(self, record: TaskRecord) -> bool:
         """Whether the process running the task stopped refreshing its liveness key."""
         if record.terminal or not record.instance:
             return False
-        key = self._alive_key(record.instance)
+        key = self.keys.alive(record.instance)
         alive = await self.health.call(
             "tasks.orphaned", lambda: self.client.exists([key]), TaskStoreUnavailable
         )
@@ -355,9 +426,9 @@ class RedisSessionRecords:
     by expiry), which bounds sessions per tenant across every process.
     """
 
-    client: coredis.Redis[str]
+    client: RedisClient
     health: _Health
-    prefix: str = "tmc"
+    keys: _Keys = _Keys()
     clock: Clock = time.time
     shared: bool = True
     _put: Any = attrs.field(init=False, default=None)
@@ -366,11 +437,10 @@ class RedisSessionRecords:
         self._put = self.client.register_script(_PUT_SESSION)
 
     def _key(self, key: str) -> str:
-        return f"{self.prefix}:session:{key}"
+        return self.keys.session(key)
 
     def _index(self, tenant: str | None) -> str:
-        name = hashlib.sha256((tenant or "").encode()).hexdigest()
-        return f"{self.prefix}:sessions-of:{name}"
+        return self.keys.sessions_of(tenant)
 
     async def put(
         self,
@@ -432,34 +502,51 @@ class RedisSessionRecords:
         await self.health.call("sessions.delete", remove, BackendUnavailable)
 
 
+# A counter is one hash: field <instance> holds its units, field
+# "exp:<instance>" the wall-clock ms until which they count (refreshed by
+# the instance's heartbeat).  Scripts touch only KEYS[1] (Cluster-safe).
+# ARGV: instance, cap, now ms, the caller's new expiry ms.
 _ACQUIRE: Final = """
-local total = 0
 local fields = redis.call('HGETALL', KEYS[1])
+local expiry = {}
 for i = 1, #fields, 2 do
-  if fields[i] == ARGV[1] or redis.call('EXISTS', ARGV[3] .. fields[i]) == 1 then
-    total = total + tonumber(fields[i + 1])
-  else
-    redis.call('HDEL', KEYS[1], fields[i])
+  if string.sub(fields[i], 1, 4) == 'exp:' then
+    expiry[string.sub(fields[i], 5)] = tonumber(fields[i + 1])
+  end
+end
+local now = tonumber(ARGV[3])
+local total = 0
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  if string.sub(name, 1, 4) ~= 'exp:' then
+    if name == ARGV[1] or (expiry[name] and expiry[name] > now) then
+      total = total + tonumber(fields[i + 1])
+    else
+      redis.call('HDEL', KEYS[1], name, 'exp:' .. name)
+    end
   end
 end
 if total >= tonumber(ARGV[2]) then return 0 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[1], 'exp:' .. ARGV[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return 1
 """
 
+# ARGV: instance.
 _RELEASE: Final = """
 local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1], 'exp:' .. ARGV[1]) end
 return left
 """
 
+# The instance's true count and a fresh expiry.  ARGV: instance, count, expiry ms.
 _RESYNC: Final = """
 if tonumber(ARGV[2]) > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'exp:' .. ARGV[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[1], 86400000)
 else
-  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[1], ARGV[1], 'exp:' .. ARGV[1])
 end
 return 1
 """
@@ -469,18 +556,22 @@ return 1
 class RedisCounters:
     """Quota counters: one hash per counter, one field per live instance.
 
-    Each instance's units count only while its liveness key
-    ``{prefix}:alive:{instance}`` exists (the backend refreshes it every
-    ``liveness / 3`` seconds), so the units of a process that died lapse
-    within ``liveness`` seconds.  (Standalone Redis or Sentinel: the Lua
-    script reads the liveness keys it is not given, which Redis Cluster
-    does not allow.)
+    Each instance's units count only until the expiry stored next to them
+    in the same hash, which the backend's heartbeat pushes ``liveness``
+    seconds ahead every ``liveness / 3`` seconds (rewriting the true count
+    too, so a Redis restart or a lost release heals within a beat), so the
+    units of a process that died lapse within ``liveness`` seconds.  Every
+    script touches its one hash only, as Redis Cluster requires.  Expiries
+    are wall-clock: the hosts' clocks must agree to well within
+    ``liveness``.
     """
 
-    client: coredis.Redis[str]
+    client: RedisClient
     health: _Health
-    prefix: str
+    keys: _Keys
     instance_id: str
+    clock: Clock = time.time
+    liveness: float = 15.0
     shared: bool = True
     _acquire: Any = attrs.field(init=False, default=None)
     _release: Any = attrs.field(init=False, default=None)
@@ -496,11 +587,16 @@ class RedisCounters:
 
     @property
     def alive_key(self) -> str:
-        return f"{self.prefix}:alive:{self.instance_id}"
+        return self.keys.alive(self.instance_id)
+
+    def _expiry(self) -> tuple[str, str]:
+        now = int(self.clock() * 1000)
+        return str(now), str(now + max(1, int(self.liveness * 1000)))
 
     async def acquire(self, name: str, cap: int) -> bool:
-        key = f"{self.prefix}:quota:{name}"
-        args = [self.instance_id, str(cap), f"{self.prefix}:alive:"]
+        key = self.keys.quota(name)
+        now, expiry = self._expiry()
+        args = [self.instance_id, str(cap), now, expiry]
         taken: object = await self.health.call(
             "quota.acquire",
             lambda: self._acquire(keys=[key], args=args),
@@ -517,7 +613,7 @@ class RedisCounters:
             self._held[name] = held
         else:
             self._held.pop(name, None)
-        key = f"{self.prefix}:quota:{name}"
+        key = self.keys.quota(name)
         try:
             await self.health.call(
                 "quota.release",
@@ -529,14 +625,16 @@ class RedisCounters:
             raise
 
     async def resync(self) -> None:
-        """Write the true count of every counter a failed release left wrong."""
-        for name in list(self._dirty):
-            key = f"{self.prefix}:quota:{name}"
+        """Write the true count, with a fresh expiry, of every counter held here
+        and of every one a failed release left wrong (the heartbeat's job)."""
+        for name in list(self._held.keys() | self._dirty):
+            key = self.keys.quota(name)
             count = str(self._held.get(name, 0))
+            _, expiry = self._expiry()
             await self.health.call(
                 "quota.resync",
-                lambda key=key, count=count: self._resync(  # type: ignore[misc]
-                    keys=[key], args=[self.instance_id, count]
+                lambda key=key, count=count, expiry=expiry: self._resync(  # type: ignore[misc]
+                    keys=[key], args=[self.instance_id, count, expiry]
                 ),
                 BackendUnavailable,
             )
@@ -547,7 +645,7 @@ class RedisCounters:
 class RedisBus:
     """Cancellation requests over Redis pub/sub; see the module docstring."""
 
-    client: coredis.Redis[str]
+    client: RedisClient
     health: _Health
     channel: str
     instance_id: str
@@ -627,19 +725,80 @@ class _Resubscribe(Exception):
     """The subscription ended with errors only: subscribe again."""
 
 
+#: URL schemes of a Redis Cluster (the rest of the URL is coredis's ``redis://`` one).
+_CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_SENTINEL_SCHEME: Final = "redis+sentinel"
+SCHEMES: Final = ("redis", "rediss", "unix", _SENTINEL_SCHEME, *_CLUSTER_SCHEMES)
+"""The URL schemes :class:`RedisBackend` accepts."""
+
+
+def _client_from_url(
+    url: str, options: dict[str, Any]
+) -> tuple[RedisClient, list[contextlib.AbstractAsyncContextManager[Any]]]:
+    """A coredis client for *url*, and what ``run`` must enter to connect it (in order)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SCHEMES:
+        raise ValueError(f"a Redis URL must start with one of {', '.join(SCHEMES)}: {url!r}")
+    if scheme in _CLUSTER_SCHEMES:
+        with warnings.catch_warnings():
+            # coredis's own from_url passes its startup node the deprecated way.
+            warnings.filterwarnings("ignore", "Use coredis.connection.TCPLocation")
+            cluster: RedisClient = coredis.RedisCluster.from_url(
+                f"{_CLUSTER_SCHEMES[scheme]}://{rest}", decode_responses=True, **options
+            )
+        return cluster, [cluster]
+    if scheme == _SENTINEL_SCHEME:
+        parts = urlsplit(url)
+        service, _, db = parts.path.strip("/").partition("/")
+        hosts = parts.netloc.rpartition("@")[2]
+        if not service or not hosts:
+            raise ValueError(
+                "a Sentinel URL is redis+sentinel://[:password@]host:port[,host:port...]"
+                f"/service[/db], not {url!r}"
+            )
+        sentinels = []
+        for host in hosts.split(","):
+            name, _, port = host.rpartition(":")
+            if not name or not port.isdigit():
+                raise ValueError(f"a Sentinel address is host:port, not {host!r} in {url!r}")
+            sentinels.append(TCPLocation(name.strip("[]"), int(port)))
+        extra: dict[str, Any] = {}
+        if parts.password:
+            extra["password"] = unquote(parts.password)
+        if parts.username:
+            extra["username"] = unquote(parts.username)
+        if db:
+            if not db.isdigit():
+                raise ValueError(f"the Sentinel URL's database must be a number: {url!r}")
+            extra["db"] = int(db)
+        sentinel: coredis.Sentinel[str] = coredis.Sentinel(
+            sentinels, decode_responses=True, **options, **extra
+        )
+        primary = sentinel.primary_for(service)
+        return primary, [sentinel, primary]
+    client: RedisClient = coredis.Redis.from_url(url, decode_responses=True, **options)
+    return client, [client]
+
+
 class RedisBackend:
     """Everything shared between server processes, in Redis; see the module docstring.
 
     Parameters:
         url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS,
-            ``unix://`` for a socket).
+            ``unix://`` for a socket), ``redis+sentinel://host:port[,...]/service[/db]``
+            (the primary the Sentinels name), or ``redis+cluster://host:port``
+            (``rediss+cluster://``: a Cluster, any node as the entry point).
+            Or build the coredis client yourself: :meth:`from_client`.
         prefix: prefix of every key and channel, to share one Redis
-            between deployments.
+            between deployments; it becomes the keys' hash tag (``{tmc}``).
         op_timeout: seconds one Redis operation may take before it counts
             as failed (the caller gets a clear error, never a hang).
         reconnect_delay: longest pause between reconnection attempts of the
             subscription.
         clock: wall-clock time for stored times (tests derive it from Trio's clock).
+        events: where ``backend.unavailable``/``backend.recovered`` go first
+            (default: a hub of its own, :attr:`events`); the HTTP app also
+            forwards them to its registry's hub (:meth:`attach_events`).
         liveness: seconds after which the quota units of a process that
             stopped refreshing its liveness key (it died) no longer count.
     """
@@ -657,23 +816,99 @@ class RedisBackend:
         events: EventHub | None = None,
         liveness: float = 15.0,
     ) -> None:
+        client, contexts = _client_from_url(
+            url, {"connect_timeout": connect_timeout, "stream_timeout": op_timeout}
+        )
+        self._setup(
+            client,
+            contexts,
+            url=url,
+            prefix=prefix,
+            op_timeout=op_timeout,
+            reconnect_delay=reconnect_delay,
+            clock=clock,
+            instance_id=instance_id,
+            events=events,
+            liveness=liveness,
+        )
+
+    @classmethod
+    def from_client(
+        cls,
+        client: RedisClient,
+        *,
+        connect: list[contextlib.AbstractAsyncContextManager[Any]] | None = None,
+        prefix: str = "tmc",
+        op_timeout: float = 2.0,
+        reconnect_delay: float = 1.0,
+        clock: Clock = time.time,
+        instance_id: str | None = None,
+        events: EventHub | None = None,
+        liveness: float = 15.0,
+    ) -> RedisBackend:
+        """A backend on a coredis client you configured (``decode_responses=True``).
+
+        :meth:`run` enters *connect* (default: ``[client]``), in order, to
+        connect; for a Sentinel primary pass ``[sentinel, client]``.  The
+        client must not be used by anything else after :meth:`run` ends,
+        which closes it.
+        """
+        self = cls.__new__(cls)
+        self._setup(
+            client,
+            [client] if connect is None else list(connect),
+            url=None,
+            prefix=prefix,
+            op_timeout=op_timeout,
+            reconnect_delay=reconnect_delay,
+            clock=clock,
+            instance_id=instance_id,
+            events=events,
+            liveness=liveness,
+        )
+        return self
+
+    def _setup(
+        self,
+        client: RedisClient,
+        contexts: list[contextlib.AbstractAsyncContextManager[Any]],
+        *,
+        url: str | None,
+        prefix: str,
+        op_timeout: float,
+        reconnect_delay: float,
+        clock: Clock,
+        instance_id: str | None,
+        events: EventHub | None,
+        liveness: float,
+    ) -> None:
+        if not prefix:
+            raise ValueError("the key prefix must not be empty")
         self.url = url
+        self.client: RedisClient = client
+        self._contexts = contexts
         self.instance_id = instance_id or secrets.token_hex(8)
         self.events = EventHub() if events is None else events
         self.reconnect_delay = reconnect_delay
-        self.client: coredis.Redis[str] = coredis.Redis.from_url(
-            url,
-            decode_responses=True,
-            connect_timeout=connect_timeout,
-            stream_timeout=op_timeout,
-        )
+        self.keys = _Keys(prefix)
         health = _Health(self.events, op_timeout)
-        self.tasks = RedisTaskStore(self.client, health, prefix, clock, liveness)
-        self.bus = RedisBus(self.client, health, f"{prefix}:cancel", self.instance_id)
-        self.sessions = RedisSessionRecords(self.client, health, prefix, clock)
-        self.counters = RedisCounters(self.client, health, prefix, self.instance_id)
+        self.tasks = RedisTaskStore(client, health, self.keys, clock, liveness)
+        self.bus = RedisBus(client, health, self.keys.channel, self.instance_id)
+        self.sessions = RedisSessionRecords(client, health, self.keys, clock)
+        self.counters = RedisCounters(
+            client, health, self.keys, self.instance_id, clock=clock, liveness=liveness
+        )
         self.liveness = liveness
         self._running = False
+
+    def attach_events(self, hub: EventHub) -> Callable[[], None]:
+        """Emit ``backend.*`` events to *hub* (a registry's) too; returns the detach function.
+
+        While attached, *hub* logs them (the backend's own hub stops logging
+        them, so an outage is logged once); subscribers of :attr:`events`
+        still get every event.
+        """
+        return attach_events(self.events, hub)
 
     async def _heartbeat(self) -> None:
         """Keep this instance's liveness key (see :class:`RedisCounters`) alive."""
@@ -703,9 +938,8 @@ class RedisBackend:
             raise RuntimeError("this backend is already running")
         self._running = True
         try:
-            async with self.client, trio.open_nursery() as nursery:
-                nursery.start_soon(self.bus.pump, self.reconnect_delay)
-                nursery.start_soon(self._heartbeat)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._serve)
                 with trio.move_on_after(self.tasks.health.op_timeout):
                     await self.bus.subscribed.wait()
                 task_status.started(self)
@@ -714,3 +948,38 @@ class RedisBackend:
             _drop_shutdown_noise(group)
         finally:
             self._running = False
+
+    async def _serve(self) -> None:
+        """Connect the client (until it works), then pump the bus and beat the heart."""
+        async with contextlib.AsyncExitStack() as stack:
+            for context in self._contexts:  # the client (a Sentinel before its primary)
+                await self._enter(stack, context)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                nursery.start_soon(self._heartbeat)
+
+    async def _enter(
+        self, stack: contextlib.AsyncExitStack, context: contextlib.AbstractAsyncContextManager[Any]
+    ) -> None:
+        """Enter *context*, retrying while Redis is unreachable.
+
+        A Cluster client fetches the slot map when entered, so a Cluster
+        that is down at startup must not stop the server: its operations
+        fail as "unavailable" meanwhile, as on any outage.
+        """
+        health = self.tasks.health
+        while True:
+            try:
+                try:
+                    await stack.enter_async_context(context)
+                    return
+                except BaseExceptionGroup as group:
+                    _drop_shutdown_noise(group)
+                    raise _Resubscribe from None
+            except (*_REDIS_ERRORS, _Resubscribe) as exc:
+                if not health.down:
+                    health.down = True
+                    health.events.emit(
+                        BackendEvent("backend.unavailable", "connect", str(exc)[:200])
+                    )
+            await trio.sleep(self.reconnect_delay)

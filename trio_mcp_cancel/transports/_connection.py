@@ -77,6 +77,7 @@ from typing import Final
 import attrs
 import trio
 
+from .._core.events import CancelKind
 from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._protocol import jsonrpc
@@ -161,6 +162,10 @@ class MessageConnection:
             message being written (one more stalls the peer); also the
             backlog of everything waiting beyond which no new message is
             read.
+        ends_tasks: when the connection has ended, stop the tasks (Tasks
+            extension) its namespace owns, with the two phases: nobody can
+            reach them any more.  ``False`` when the namespace is shared
+            with other connections (the in-memory transport can do that).
     """
 
     server: McpServer
@@ -171,6 +176,9 @@ class MessageConnection:
     gone: tuple[type[BaseException], ...] = _GONE
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    ends_tasks: bool = True
+    tasks_end_as: tuple[str, CancelKind] = ("connection closed", "disconnect")
+    """Reason and kind of that stop (a transport shutting down says so)."""
     closed: bool = attrs.field(init=False, default=False)
     """Nothing more is queued: the stream ended, the peer is gone or stalled."""
     stalled: bool = attrs.field(init=False, default=False)
@@ -351,6 +359,11 @@ class MessageConnection:
                             self.channel.cancel_all(
                                 "connection closed", kind="disconnect", grace=self.grace
                             )
+                if self.ends_tasks:
+                    reason, kind = self.tasks_end_as
+                    await self.server.tasks.end_owner(
+                        self.caller.namespace, reason, kind=kind, grace=self.grace
+                    )
             finally:
                 self._finish_writing()
 

@@ -32,6 +32,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._tasks import tasks_served
 
 __all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
 
@@ -107,7 +108,8 @@ async def serve_mcp_memory(
         max_request_time=max_request_time,
         write_timeout=write_timeout,
         max_buffered_bytes=max_buffered_bytes,
+        ends_tasks=namespace is None,
     )
-    async with end.send, end.receive:
+    async with tasks_served(server), end.send, end.receive:
         task_status.started(caller)
         await connection.serve(end.receive)

@@ -13,9 +13,13 @@ Everything beyond the framing is the shared
 * ``notifications/cancelled`` is the only way a stdio client can cancel
   (there is no per-request stream to close); once it is read, nothing more
   is written for that request;
+* ``tasks/cancel`` (Tasks extension) stops a task the same way: the
+  server's task manager runs while the process serves (unless the
+  application runs it), so a task-capable tool becomes a task when the
+  client declares the extension;
 * end of file on stdin is the client going away: every request still
-  running is cancelled (kind ``"disconnect"``), and serving returns once
-  they have finished, at most the grace period later;
+  running is cancelled (kind ``"disconnect"``), its tasks too, and serving
+  returns once they have finished, at most the grace period later;
 * so is a host that keeps the pipes open but stops reading stdout (a
   paused or wedged process): no tool ever blocks writing to it, and once a
   write has waited ``write_timeout`` seconds, or ``max_buffered_bytes`` of
@@ -60,6 +64,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._tasks import tasks_served
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
@@ -193,6 +198,7 @@ async def _watch_signals(
             connection.channel.cancel_all(
                 "server shutting down", kind="server", grace=connection.grace
             )
+            connection.tasks_end_as = ("server shutting down", "server")
             reader.stop()
 
 
@@ -318,7 +324,7 @@ async def _serve(
 
     reader = _LineReader(stdin, max_message_size, too_large)
     logger.debug("serving MCP over stdio as %s", caller.namespace)
-    async with trio.open_nursery() as nursery:
+    async with tasks_served(server), trio.open_nursery() as nursery:
         if handle_signals:
             await nursery.start(_watch_signals, reader, connection, nursery.cancel_scope)
         task_status.started(caller)

@@ -51,6 +51,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._tasks import tasks_served
 from .auth import Authenticator, authenticate, header_map
 
 __all__ = ["serve_mcp_websocket"]
@@ -111,14 +112,15 @@ async def serve_mcp_websocket(
         write_timeout=write_timeout,
         max_buffered_bytes=max_buffered_bytes,
     )
-    await serve_websocket(
-        handler,
-        host,
-        port,
-        None,
-        max_message_size=max_message_size,
-        task_status=task_status,
-    )
+    async with tasks_served(server):
+        await serve_websocket(
+            handler,
+            host,
+            port,
+            None,
+            max_message_size=max_message_size,
+            task_status=task_status,
+        )
 
 
 async def _handle(

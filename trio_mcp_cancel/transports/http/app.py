@@ -244,12 +244,16 @@ class McpHttpApp:
             # The backend outlives the services that use it, so a task that
             # is cancelled at shutdown can still record that it failed.
             async with trio.open_nursery() as outer:
+                if self._registry is None and not _registry_around():
+                    self._own_registry = await outer.start(self._run_registry)
                 if self.backend is not None:
+                    # Backend events reach the registry's subscribers, from the first one on.
+                    outer.start_soon(
+                        _unsubscribe_on_exit, self.backend.attach_events(self.registry.events)
+                    )
                     await outer.start(self.backend.run)
                     outer.start_soon(_unsubscribe_on_exit, self.backend.bus.subscribe(self._on_bus))
                 async with trio.open_nursery() as service:
-                    if self._registry is None and not _registry_around():
-                        self._own_registry = await service.start(self._run_registry)
                     await self._start_tasks(service)
                     self._service = service
                     await send({"type": "lifespan.startup.complete"})

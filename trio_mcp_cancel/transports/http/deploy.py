@@ -11,6 +11,9 @@ the ASGI lifespan.  :func:`app_from_env` reads:
 ``MCP_REDIS_URL``
     ``redis://host:port/db``: share task records and cancellation requests
     through Redis (extra ``redis``); unset: this process only, in memory.
+    ``redis+sentinel://host:port[,host:port...]/service[/db]`` follows the
+    primary the Sentinels name; ``redis+cluster://host:port`` uses a Redis
+    Cluster (``rediss`` variants for TLS).
 ``MCP_REDIS_PREFIX``
     prefix of the Redis keys and channel (default ``tmc``).
 ``MCP_PATH``
@@ -40,6 +43,16 @@ from .app import McpHttpApp
 
 __all__ = ["app_from_env", "backend_from_env"]
 
+#: What ``MCP_REDIS_URL`` may start with (see :mod:`trio_mcp_cancel.backends.redis`).
+_REDIS_SCHEMES = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    "redis+sentinel://",
+    "redis+cluster://",
+    "rediss+cluster://",
+)
+
 
 def _seconds(environ: Mapping[str, str], name: str, default: float | None) -> float | None:
     raw = environ.get(name)
@@ -62,8 +75,11 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     url = environ.get("MCP_REDIS_URL", "").strip()
     if not url:
         return None
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"MCP_REDIS_URL must be a redis:// URL, not {url!r}")
+    if not url.startswith(_REDIS_SCHEMES):
+        raise ValueError(
+            f"MCP_REDIS_URL must be a redis://, rediss://, unix://, redis+sentinel://"
+            f" or redis+cluster:// URL, not {url!r}"
+        )
     from ...backends.redis import RedisBackend  # the optional extra, only when asked for
 
     return RedisBackend(url, prefix=environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc")
