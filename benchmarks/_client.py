@@ -252,7 +252,11 @@ async def stats(server: Server, action: str = "", path: str = "") -> dict[str, A
 
 async def cancel(conn: Connection, server: Server, request_id: object) -> None:
     """POST ``notifications/cancelled`` on *conn* and read its ``202``."""
-    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id},
+    }
     await conn.send(json.dumps(note).encode(), call_headers(server, "", modern=False))
     status, _, _ = await conn.response()
     if status not in (200, 202):

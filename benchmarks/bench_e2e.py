@@ -31,8 +31,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-import trio
-
 from . import _client, _wrk
 from ._client import Server
 from ._common import Row
@@ -54,13 +52,31 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("floor", "bare hypercorn (trio worker), minimal ASGI JSON-RPC app", "floor", "noop", False),
+    Variant(
+        "floor", "bare hypercorn (trio worker), minimal ASGI JSON-RPC app", "floor", "noop", False
+    ),
     Variant("legacy", "ours, legacy session, cancellable no-op", "ours", "noop", False),
-    Variant("legacy-nc", "ours, legacy session, `cancellable=False` no-op", "ours", "noop_fast", False),
+    Variant(
+        "legacy-nc", "ours, legacy session, `cancellable=False` no-op", "ours", "noop_fast", False
+    ),
     Variant("modern", "ours, modern stateless, cancellable no-op", "ours", "noop", True),
-    Variant("modern-nc", "ours, modern stateless, `cancellable=False` no-op", "ours", "noop_fast", True),
-    Variant("sdk-uvicorn", "MCP SDK `MCPServer` on uvicorn (asyncio), session, SSE", "sdk-uvicorn", "noop", False),
-    Variant("sdk-hypercorn", "MCP SDK `MCPServer` on hypercorn trio worker (anyio/trio), session, SSE", "sdk-hypercorn", "noop", False),
+    Variant(
+        "modern-nc", "ours, modern stateless, `cancellable=False` no-op", "ours", "noop_fast", True
+    ),
+    Variant(
+        "sdk-uvicorn",
+        "MCP SDK `MCPServer` on uvicorn (asyncio), session, SSE",
+        "sdk-uvicorn",
+        "noop",
+        False,
+    ),
+    Variant(
+        "sdk-hypercorn",
+        "MCP SDK `MCPServer` on hypercorn trio worker (anyio/trio), session, SSE",
+        "sdk-hypercorn",
+        "noop",
+        False,
+    ),
 )
 
 
@@ -157,7 +173,8 @@ async def run(quick: bool) -> list[Row]:
             rows.append(
                 Row(
                     BENCH,
-                    f"ours ({era}, cancellable) / floor, {conns} conn (round spread {_spread(values)})",
+                    f"ours ({era}, cancellable) / floor, {conns} conn"
+                    f" (round spread {_spread(values)})",
                     f"{ratio:.1%}",
                     f">= {FLOOR_TARGET:.0%}",
                     "PASS" if ratio >= FLOOR_TARGET else "MISS",
@@ -202,7 +219,14 @@ async def run(quick: bool) -> list[Row]:
         cells = ", ".join(
             f"{c}: {statistics.median(ratios('legacy', sdk, c)):.2f}x" for c in connections
         )
-        rows.append(Row(BENCH, f"ours (legacy, cancellable) / {sdk}, req/s ratio at connections", cells, "info"))
+        rows.append(
+            Row(
+                BENCH,
+                f"ours (legacy, cancellable) / {sdk}, req/s ratio at connections",
+                cells,
+                "info",
+            )
+        )
     if not sdk_installed():
         rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp uvicorn`)", "not available"))
     return rows

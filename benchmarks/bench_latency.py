@@ -149,17 +149,38 @@ async def run(quick: bool) -> list[Row]:
             await notification(server, 2)  # warm up
             flags, ends, _ = await notification(server, samples)
             ours = kind == "ours"  # the targets are ours; the SDK's rows are for comparison
-            rows.append(_row(f"{who}: notification -> tool sees it", flags, 0, samples,
-                             NOTIFY_TARGET if ours else None))
-            rows.append(_row(f"{who}: notification -> client has the end of its stream", ends,
-                             samples - len(ends), samples, None))
+            rows.append(
+                _row(
+                    f"{who}: notification -> tool sees it",
+                    flags,
+                    0,
+                    samples,
+                    NOTIFY_TARGET if ours else None,
+                )
+            )
+            rows.append(
+                _row(
+                    f"{who}: notification -> client has the end of its stream",
+                    ends,
+                    samples - len(ends),
+                    samples,
+                    None,
+                )
+            )
             eras = (True, False) if kind == "ours" else (False,)
             for modern in eras:
                 era = "modern" if modern else "legacy"
                 n = samples if kind == "ours" else min(samples, 20)  # the SDK's may pile up
                 flags, never = await close(server, n, modern=modern)
-                rows.append(_row(f"{who} ({era}): stream close -> tool sees it", flags, never, n,
-                                 CLOSE_TARGET if ours else None))
+                rows.append(
+                    _row(
+                        f"{who} ({era}): stream close -> tool sees it",
+                        flags,
+                        never,
+                        n,
+                        CLOSE_TARGET if ours else None,
+                    )
+                )
     if len(kinds) == 1:
         rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp`)", "not available"))
     return rows

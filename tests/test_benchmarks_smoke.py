@@ -24,7 +24,15 @@ def test_quick_benchmarks_run_and_leave_results_alone() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    for bench in ("1 poll", "2 tracked", "3 flood", "3 growth", "4 e2e"):
+    for bench in (
+        "1 poll",
+        "2 tracked",
+        "3 flood",
+        "3 growth",
+        "4 e2e",
+        "5 cancel latency",
+        "6 memory",
+    ):
         assert f"| {bench} |" in done.stdout
     assert "skipped" not in done.stdout
     assert results.read_bytes() == before
