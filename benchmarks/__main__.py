@@ -161,13 +161,18 @@ def snapshot() -> str:
     import subprocess
 
     out = []
-    for argv in (["uptime"], ["top", "-bn1", "-w", "160"]):
+    for argv in (["uptime"], ["top", "-bcn2", "-d1", "-w", "200"]):
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
             continue
         lines = done.stdout.splitlines()
-        out += lines[:20] if argv[0] == "top" else lines
+        if argv[0] == "top":
+            # The second frame: top's first one averages since boot.
+            frames = [i for i, line in enumerate(lines) if line.startswith("top -")]
+            lines = lines[frames[-1] : frames[-1] + 20] if frames else lines[:20]
+        out += lines
+    out.append(f"(this benchmark's own process: PID {os.getpid()})")
     return "\n".join(out)
 
 

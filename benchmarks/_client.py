@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -28,12 +28,15 @@ ACCEPT = "application/json, text/event-stream"
 _ids = itertools.count(1)
 
 
+#: The CPUs this process may use, read once: :func:`pin_self` narrows them.
+_CPUS: Final = sorted(os.sched_getaffinity(0))
+
+
 def cores() -> tuple[str | None, str | None]:
     """``(server core, client core)`` for ``taskset``, or ``None`` where not pinned."""
-    if shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2:
+    if shutil.which("taskset") is None or len(_CPUS) < 2:
         return None, None
-    first, second = sorted(os.sched_getaffinity(0))[:2]
-    return str(first), str(second)
+    return str(_CPUS[0]), str(_CPUS[1])
 
 
 def pin_self() -> None:
