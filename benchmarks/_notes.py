@@ -87,7 +87,7 @@ def analysis(rows: list[Row]) -> str:
             " guarantee, issue 9's, costs one Trio task spawn and two more cancel scopes per"
             " response, the largest single item); (2) for a cancellable call, an **SSE"
             " response** (opened at once so a silent tool survives read timeouts): chunked"
-            " encoding, one more socket write per call (3 instead of 2) and four more response"
+            " encoding, one more socket write per call (3 instead of 2) and more response"
             " headers for h11 to validate; (3) the `tracked()` cancel scope and registry entry;"
             " (4) our own Python (routing, session and tenant lookups, admission counters,"
             " JSON-RPC classification, the modern envelope and `_meta` result), about a tenth"
@@ -110,14 +110,17 @@ def analysis(rows: list[Row]) -> str:
         parts.append(
             "**64 vs 16 connections.**  Everything runs on one Trio scheduler on one core: more"
             " connections mean more tasks per scheduler pass (per call, ours has more tasks and"
-            " cancel scopes than the floor, see the profile), so ours loses a little more than"
-            " the floor as the run queue grows."
+            " cancel scopes than the floor, see the profile), so ours can lose more than the"
+            " floor as the run queue grows.  Read the row with the round spreads of the rate"
+            " rows next to it: on a machine other processes were loading, one 2-second run of a"
+            " variant can lose a third of its rate, and a scaling ratio compares two such runs."
         )
     if _missed(rows, "tool sees it"):
         parts.append(
-            "**Cancel latency.**  A p99 over its bound on a loaded 2-core machine is a"
-            " scheduling delay (the server process waits for its core); the p50 shows the"
-            " path itself."
+            "**Cancel latency.**  The p50 is the path itself (the watcher or the notification"
+            " sets the flag in the same scheduler pass that receives it); a p99 far above the"
+            " p50 on a loaded 2-core machine is most likely the server process waiting for its"
+            " core (see the measuring conditions)."
         )
     if _missed(rows, "RSS growth"):
         floor = _value(rows, "floor (bare hypercorn")
