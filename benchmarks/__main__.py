@@ -191,10 +191,12 @@ def cli(argv: list[str]) -> int:
     before = snapshot()
     start = time.perf_counter()
     rows = trio.run(main, names, args.quick)
-    profile = trio.run(profile_hotpath.report) if full else ""
+    profile = trio.run(profile_hotpath.report, args.quick) if full or args.quick else ""
     elapsed = time.perf_counter() - start
     after = snapshot()
     print(table(rows))
+    if args.quick:
+        print(f"\n{profile}")
     print(f"\n{len(names)} benchmark(s) in {elapsed:.1f} s", file=sys.stderr)
     if args.quick or args.only:
         print("(not a full run: benchmarks/RESULTS.md left as it is)", file=sys.stderr)

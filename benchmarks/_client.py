@@ -74,10 +74,32 @@ class Server:
 @asynccontextmanager
 async def server(kind: str) -> AsyncIterator[Server]:
     """Run a server of *kind* on the server core until the block ends."""
+    async with servers([kind]) as started:
+        yield started[kind]
+
+
+@asynccontextmanager
+async def servers(kinds: list[str]) -> AsyncIterator[dict[str, Server]]:
+    """Run one server of each kind (started and stopped concurrently) until the block ends."""
+    started: dict[str, Server] = {}
+    errors = {kind: tempfile.TemporaryFile() for kind in kinds}  # the SDK logs at shutdown
+    try:
+        async with trio.open_nursery() as nursery:
+            for kind in kinds:
+                nursery.start_soon(_start, kind, errors[kind], started)
+        yield started
+    finally:
+        async with trio.open_nursery() as nursery:
+            for one in started.values():
+                nursery.start_soon(_stop, one.process)
+        for file in errors.values():
+            file.close()
+
+
+async def _start(kind: str, errors: Any, started: dict[str, Server]) -> None:
     core, _ = cores()
     code = f"from benchmarks._servers import main; main({kind!r})"
     argv = pinned([sys.executable, "-c", code], core)
-    errors = tempfile.TemporaryFile()  # shown if it fails; the SDK logs at shutdown
     process = await trio.lowlevel.open_process(argv, cwd=ROOT, stdout=-1, stderr=errors)
     try:
         assert process.stdout is not None
@@ -90,15 +112,20 @@ async def server(kind: str) -> AsyncIterator[Server]:
                     tail = errors.read()[-2000:].decode(errors="replace")
                     raise RuntimeError(f"benchmark server {kind!r} exited: {tail}")
                 line += chunk
-        port = int(line.split(b"READY", 1)[1].split()[0])
-        yield Server(kind, process, port)
-    finally:
-        process.terminate()
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        errors.close()
+    except BaseException:
+        await _stop(process)
+        raise
+    started[kind] = Server(kind, process, int(line.split(b"READY", 1)[1].split()[0]))
+
+
+async def _stop(process: trio.Process) -> None:
+    process.terminate()
+    # Nothing to save: a server still waiting for its open calls is killed.
+    with trio.move_on_after(2):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:

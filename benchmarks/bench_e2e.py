@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from . import _client, _wrk
@@ -92,14 +92,7 @@ def sdk_installed() -> bool:
 @asynccontextmanager
 async def servers(kinds: set[str]) -> AsyncIterator[dict[str, Server]]:
     """Start every server kind at once (their start-up is slow), sessions opened."""
-    async with AsyncExitStack() as stack:
-        started: dict[str, Server] = {}
-
-        async def start(kind: str) -> None:
-            started[kind] = await stack.enter_async_context(_client.server(kind))
-
-        for kind in sorted(kinds):
-            await start(kind)
+    async with _client.servers(sorted(kinds)) as started:
         for kind, server in started.items():
             if kind != "floor":
                 await _client.initialize(server)
@@ -134,7 +127,7 @@ def _spread(values: list[float]) -> str:
 async def run(quick: bool) -> list[Row]:
     variants = [v for v in VARIANTS if sdk_installed() or not v.kind.startswith("sdk")]
     exe = _wrk.path() if quick else _wrk.ensure_installed()
-    rounds, seconds = (1, 1) if quick else (5, 2)
+    rounds, seconds = (1, 1) if quick else (9, 1)
     connections = (16,) if quick else CONNECTIONS
     rows: list[Row] = []
     async with servers({v.kind for v in variants}) as started:
