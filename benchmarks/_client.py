@@ -276,7 +276,10 @@ async def call(
 async def stats(server: Server, action: str = "", path: str = "") -> dict[str, Any]:
     """The server's ``stats`` tool (counters, profile switch)."""
     reply = await call(server, "stats", {"action": action, "path": path})
-    result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
+    try:
+        result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise RuntimeError(f"{server.kind}: stats answered {reply!r}") from None
     return result
 
 
