@@ -19,21 +19,29 @@ from pathlib import Path
 import trio
 
 from . import (
+    _client,
+    _wrk,
     bench_cross_process,
     bench_e2e,
     bench_early_cancel,
     bench_flood,
     bench_hostile,
+    bench_latency,
+    bench_memory,
     bench_poll,
     bench_tracked,
+    profile_hotpath,
 )
 from ._common import Row
+from ._notes import analysis, conditions
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_poll.NAME: bench_poll.run,
     bench_tracked.NAME: bench_tracked.run,
     bench_flood.NAME: bench_flood.run,
     bench_e2e.NAME: bench_e2e.run,
+    bench_latency.NAME: bench_latency.run,
+    bench_memory.NAME: bench_memory.run,
     bench_early_cancel.NAME: bench_early_cancel.rows,
     bench_hostile.NAME: bench_hostile.rows,
     bench_cross_process.NAME: bench_cross_process.rows,
@@ -68,32 +76,78 @@ def command(argv: list[str]) -> str:
     return f"{sys.executable} -m benchmarks{args}"
 
 
-def results_md(rows: list[Row], argv: list[str], elapsed: float) -> str:
+def results_md(
+    rows: list[Row], argv: list[str], elapsed: float, before: str, after: str, profile: str
+) -> str:
     today = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    server_core, client_core = _client.cores()
+    pinning = (
+        f"servers on CPU {server_core}, wrk and the benchmark process (clients, micro-benchmarks)"
+        f" on CPU {client_core} (`taskset`)"
+        if server_core is not None
+        else "not pinned (fewer than two CPUs, or no `taskset`)"
+    )
+    versions = ", ".join(
+        f"{name} {_version(name)}"
+        for name in ("trio", "hypercorn", "h11", "mcp", "anyio", "uvicorn", "starlette")
+    )
     return f"""# Benchmark results
 
 Made by `{command(argv)}` on {today}, in {elapsed:.0f} s.
-Regenerate with `python3 dev.py bench` (`--quick` for a smoke test, `--only NAME` for one of
+Regenerate with `python3 dev.py bench` (it installs `wrk` with apt-get when missing;
+`--quick` for a smoke test, `--only NAME` for one of
 {", ".join(f"`{name}`" for name in BENCHMARKS)}; neither rewrites this file).
 
 - Python {platform.python_version()} ({platform.python_implementation()}),
-  Trio {_version("trio")}, trio-mcp-cancel {_version("trio-mcp-cancel")},
-  mcp {_version("mcp")} (optional: only for the MCP SDK comparison row; not a dependency
-  of this project, `pip install mcp` into the venv by hand to get that row)
-- {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs
+  trio-mcp-cancel {_version("trio-mcp-cancel")}; {versions};
+  {_wrk.version()}
+- {platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs;
+  core pinning: {pinning}
+- Event loops: ours and the floor on hypercorn's Trio worker; the MCP SDK on uvicorn
+  (asyncio, {_asyncio_flavour()}) and on hypercorn's Trio worker (anyio on Trio).
 
-Every comparison is measured in one run (the end-to-end server in a child
-process of it), the variants interleaved round by round; values are medians
-over the rounds, ratios are medians of the per-round ratios.  Absolute times
-depend on the machine and are context only: the targets are ratios, a missed
-one reads MISS and fails nothing.  Rows marked "asserted" are hard bounds the
-benchmark checks.  The end-to-end overhead moves by several percent between
-runs on a 2-core machine (here: from -3% to +6%): the tracked and untracked
-rates are within noise of each other.  See `benchmarks/__init__.py` and each
-module's docstring for what exactly is timed.
+## Measuring conditions
+
+{conditions(before, after)}
+
+## How to read it
+
+Every comparison is measured in one run, each server in a process of its own
+pinned to one core, the load generator (`wrk`, native, one thread) or the
+raw-socket client on the other; the variants are interleaved round by round
+(the order reversed every other round); values are medians over the rounds,
+ratios are medians of the per-round ratios, and the spread of the per-round
+ratios is given as the noise.  Absolute rates depend on the machine and are
+context only: the targets are ratios, and a missed one reads MISS and fails
+nothing.  Rows marked "asserted" are hard bounds the benchmark checks.  Each
+wrk run is checked against the server's own count of tool calls, so every
+response counted was a real call.  See each module's docstring in
+`benchmarks/` for what exactly is timed.
 
 {table(rows)}
+
+## Where the time goes (profile of the no-op `tools/call`)
+
+`python -m benchmarks.profile_hotpath`: cProfile inside each server while wrk
+drives it at 16 connections.  cProfile slows every Python call, so shares and
+counts are the information, not the rates.
+
+{profile}
+## Targets missed, and why
+
+{analysis(rows)}
 """
+
+
+def _asyncio_flavour() -> str:
+    flavour = []
+    for module, label in (("uvloop", "uvloop"), ("httptools", "httptools")):
+        try:
+            __import__(module)
+            flavour.append(label)
+        except ImportError:
+            flavour.append(f"no {label}")
+    return ", ".join(flavour) + "; h11" if "httptools" not in flavour else ", ".join(flavour)
 
 
 async def main(names: list[str], quick: bool) -> list[Row]:
@@ -104,6 +158,26 @@ async def main(names: list[str], quick: bool) -> list[Row]:
     return rows
 
 
+def snapshot() -> str:
+    """``uptime`` and the busiest processes, to record what else loaded the machine."""
+    import subprocess
+
+    out = []
+    for argv in (["uptime"], ["top", "-bcn2", "-d1", "-w", "200"]):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        lines = done.stdout.splitlines()
+        if argv[0] == "top":
+            # The second frame: top's first one averages since boot.
+            frames = [i for i, line in enumerate(lines) if line.startswith("top -")]
+            lines = lines[frames[-1] : frames[-1] + 20] if frames else lines[:20]
+        out += lines
+    out.append(f"(this benchmark's own process: PID {os.getpid()})")
+    return "\n".join(out)
+
+
 def cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
@@ -112,15 +186,25 @@ def cli(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     names = args.only or list(BENCHMARKS)
+    full = not (args.quick or args.only)
+    if full:
+        _wrk.ensure_installed()
+    _client.pin_self()
+    before = snapshot()
     start = time.perf_counter()
     rows = trio.run(main, names, args.quick)
+    profile = trio.run(profile_hotpath.report, args.quick) if full or args.quick else ""
     elapsed = time.perf_counter() - start
+    after = snapshot()
     print(table(rows))
+    if args.quick:
+        print(f"\n{profile}")
     print(f"\n{len(names)} benchmark(s) in {elapsed:.1f} s", file=sys.stderr)
     if args.quick or args.only:
         print("(not a full run: benchmarks/RESULTS.md left as it is)", file=sys.stderr)
     else:
-        RESULTS.write_text(results_md(rows, argv, elapsed), encoding="utf-8")
+        text = results_md(rows, argv, elapsed, before, after, profile)
+        RESULTS.write_text(text, encoding="utf-8")
         print(f"wrote {RESULTS.relative_to(ROOT)}", file=sys.stderr)
     return 0
 

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -28,12 +28,15 @@ ACCEPT = "application/json, text/event-stream"
 _ids = itertools.count(1)
 
 
+#: The CPUs this process may use, read once: :func:`pin_self` narrows them.
+_CPUS: Final = sorted(os.sched_getaffinity(0))
+
+
 def cores() -> tuple[str | None, str | None]:
     """``(server core, client core)`` for ``taskset``, or ``None`` where not pinned."""
-    if shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2:
+    if shutil.which("taskset") is None or len(_CPUS) < 2:
         return None, None
-    first, second = sorted(os.sched_getaffinity(0))[:2]
-    return str(first), str(second)
+    return str(_CPUS[0]), str(_CPUS[1])
 
 
 def pin_self() -> None:
@@ -71,10 +74,32 @@ class Server:
 @asynccontextmanager
 async def server(kind: str) -> AsyncIterator[Server]:
     """Run a server of *kind* on the server core until the block ends."""
+    async with servers([kind]) as started:
+        yield started[kind]
+
+
+@asynccontextmanager
+async def servers(kinds: list[str]) -> AsyncIterator[dict[str, Server]]:
+    """Run one server of each kind (started and stopped concurrently) until the block ends."""
+    started: dict[str, Server] = {}
+    errors = {kind: tempfile.TemporaryFile() for kind in kinds}  # the SDK logs at shutdown
+    try:
+        async with trio.open_nursery() as nursery:
+            for kind in kinds:
+                nursery.start_soon(_start, kind, errors[kind], started)
+        yield started
+    finally:
+        async with trio.open_nursery() as nursery:
+            for one in started.values():
+                nursery.start_soon(_stop, one.process)
+        for file in errors.values():
+            file.close()
+
+
+async def _start(kind: str, errors: Any, started: dict[str, Server]) -> None:
     core, _ = cores()
     code = f"from benchmarks._servers import main; main({kind!r})"
     argv = pinned([sys.executable, "-c", code], core)
-    errors = tempfile.TemporaryFile()  # shown if it fails; the SDK logs at shutdown
     process = await trio.lowlevel.open_process(argv, cwd=ROOT, stdout=-1, stderr=errors)
     try:
         assert process.stdout is not None
@@ -87,15 +112,20 @@ async def server(kind: str) -> AsyncIterator[Server]:
                     tail = errors.read()[-2000:].decode(errors="replace")
                     raise RuntimeError(f"benchmark server {kind!r} exited: {tail}")
                 line += chunk
-        port = int(line.split(b"READY", 1)[1].split()[0])
-        yield Server(kind, process, port)
-    finally:
-        process.terminate()
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        errors.close()
+    except BaseException:
+        await _stop(process)
+        raise
+    started[kind] = Server(kind, process, int(line.split(b"READY", 1)[1].split()[0]))
+
+
+async def _stop(process: trio.Process) -> None:
+    process.terminate()
+    # Nothing to save: a server still waiting for its open calls is killed.
+    with trio.move_on_after(2):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
@@ -246,14 +276,20 @@ async def call(
 async def stats(server: Server, action: str = "", path: str = "") -> dict[str, Any]:
     """The server's ``stats`` tool (counters, profile switch)."""
     reply = await call(server, "stats", {"action": action, "path": path})
-    result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
+    try:
+        result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise RuntimeError(f"{server.kind}: stats answered {reply!r}") from None
     return result
 
 
 async def cancel(conn: Connection, server: Server, request_id: object) -> None:
     """POST ``notifications/cancelled`` on *conn* and read its ``202``."""
-    params = {"requestId": request_id}
-    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id},
+    }
     await conn.send(json.dumps(note).encode(), call_headers(server, "", modern=False))
     status, _, _ = await conn.response()
     if status not in (200, 202):

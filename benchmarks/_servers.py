@@ -66,9 +66,37 @@ def _stats(action: str, path: str) -> dict[str, Any]:
     elif action == "reset":
         CALLS.clear()
         SEEN.clear()
+    elif action == "tm-start":
+        import tracemalloc
+
+        tracemalloc.start(8)
+        PROFILE["tm"] = tracemalloc.take_snapshot()
+    elif action == "tm-top":
+        import tracemalloc
+
+        gc.collect()
+        diff = tracemalloc.take_snapshot().compare_to(PROFILE.pop("tm"), "traceback")
+        PROFILE["top"] = _allocations(diff)
     elif action == "gc":
         gc.collect()
-    return {"calls": dict(CALLS), "seen": dict(SEEN), "in_flight": IN_FLIGHT}
+    return {
+        "calls": dict(CALLS),
+        "seen": dict(SEEN),
+        "in_flight": IN_FLIGHT,
+        "top": PROFILE.pop("top", ""),
+    }
+
+
+def _allocations(diff: list[Any], n: int = 12) -> str:
+    """The largest Python heap growths of a tracemalloc comparison, and their total."""
+    lines = [f"total {sum(d.size_diff for d in diff):,} bytes in {len(diff):,} tracebacks"]
+    for d in diff[:n]:
+        where = " <- ".join(
+            f"{frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.lineno}"
+            for frame in reversed(d.traceback[-4:])
+        )
+        lines.append(f"{d.size_diff:,} bytes, {d.count_diff:,} blocks: {where}")
+    return "\n".join(lines)
 
 
 def _hypercorn_config() -> Any:
@@ -112,6 +140,9 @@ async def floor_app(scope: Any, receive: Any, send: Any) -> None:
         if not message.get("more_body", False):
             break
     request = json.loads(body)
+    if request["params"]["name"] == "slow":  # the memory benchmark's reference
+        await _floor_slow(request, receive, send)
+        return
     if request["params"]["name"] == "stats":  # the harness's counters (not timed)
         text = json.dumps(_stats(**request["params"]["arguments"]))
     else:
@@ -122,6 +153,28 @@ async def floor_app(scope: Any, receive: Any, send: Any) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": reply})
+
+
+async def _floor_slow(request: Any, receive: Any, send: Any) -> None:
+    """An SSE stream with one progress event, open until the client goes.
+
+    The least any server holds for a call in flight on hypercorn: the
+    connection, the ASGI request task and its stream, waiting on receive().
+    """
+    global IN_FLIGHT
+    token = request["params"].get("_meta", {}).get("progressToken")
+    progress = {"progressToken": token, "progress": 1}
+    event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": progress}
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+    IN_FLIGHT += 1
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    finally:
+        IN_FLIGHT -= 1
 
 
 # -- ours --------------------------------------------------------------------
@@ -208,7 +261,7 @@ def _serve_sdk_uvicorn() -> None:
 def main(kind: str) -> None:
     import resource
 
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if kind == "floor":
         trio.run(_serve_hypercorn_trio, floor_app)

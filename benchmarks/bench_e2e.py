@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from . import _client, _wrk
@@ -53,27 +53,15 @@ class Variant:
 
 VARIANTS = (
     Variant(
-        "floor",
-        "bare hypercorn (trio worker), minimal ASGI JSON-RPC app",
-        "floor",
-        "noop",
-        False,
+        "floor", "bare hypercorn (trio worker), minimal ASGI JSON-RPC app", "floor", "noop", False
     ),
     Variant("legacy", "ours, legacy session, cancellable no-op", "ours", "noop", False),
     Variant(
-        "legacy-nc",
-        "ours, legacy session, `cancellable=False` no-op",
-        "ours",
-        "noop_fast",
-        False,
+        "legacy-nc", "ours, legacy session, `cancellable=False` no-op", "ours", "noop_fast", False
     ),
     Variant("modern", "ours, modern stateless, cancellable no-op", "ours", "noop", True),
     Variant(
-        "modern-nc",
-        "ours, modern stateless, `cancellable=False` no-op",
-        "ours",
-        "noop_fast",
-        True,
+        "modern-nc", "ours, modern stateless, `cancellable=False` no-op", "ours", "noop_fast", True
     ),
     Variant(
         "sdk-uvicorn",
@@ -104,14 +92,7 @@ def sdk_installed() -> bool:
 @asynccontextmanager
 async def servers(kinds: set[str]) -> AsyncIterator[dict[str, Server]]:
     """Start every server kind at once (their start-up is slow), sessions opened."""
-    async with AsyncExitStack() as stack:
-        started: dict[str, Server] = {}
-
-        async def start(kind: str) -> None:
-            started[kind] = await stack.enter_async_context(_client.server(kind))
-
-        for kind in sorted(kinds):
-            await start(kind)
+    async with _client.servers(sorted(kinds)) as started:
         for kind, server in started.items():
             if kind != "floor":
                 await _client.initialize(server)
@@ -126,7 +107,20 @@ async def _check(server: Server, variant: Variant) -> None:
         raise RuntimeError(f"{variant.key}: unexpected reply {reply!r}")
 
 
+#: Runs that failed their check and were measured again (reported in the table).
+RETRIED: list[str] = []
+
+
 async def _measure(server: Server, variant: Variant, connections: int, seconds: int) -> float:
+    """One checked wrk run; one that fails its check is run once more, and counted."""
+    try:
+        return await _measure_once(server, variant, connections, seconds)
+    except RuntimeError as exc:
+        RETRIED.append(str(exc))
+        return await _measure_once(server, variant, connections, seconds)
+
+
+async def _measure_once(server: Server, variant: Variant, connections: int, seconds: int) -> float:
     lua = _wrk.script(server, variant.tool, modern=variant.modern)
     before = (await _client.stats(server))["calls"].get(variant.tool, 0)
     result = await _wrk.run(lua, server.port, connections, seconds)
@@ -146,7 +140,7 @@ def _spread(values: list[float]) -> str:
 async def run(quick: bool) -> list[Row]:
     variants = [v for v in VARIANTS if sdk_installed() or not v.kind.startswith("sdk")]
     exe = _wrk.path() if quick else _wrk.ensure_installed()
-    rounds, seconds = (1, 1) if quick else (5, 2)
+    rounds, seconds = (1, 1) if quick else (9, 1)
     connections = (16,) if quick else CONNECTIONS
     rows: list[Row] = []
     async with servers({v.kind for v in variants}) as started:
@@ -231,8 +225,16 @@ async def run(quick: bool) -> list[Row]:
         cells = ", ".join(
             f"{c}: {statistics.median(ratios('legacy', sdk, c)):.2f}x" for c in connections
         )
-        label = f"ours (legacy, cancellable) / {sdk}, req/s ratio at connections"
-        rows.append(Row(BENCH, label, cells, "info"))
+        rows.append(
+            Row(
+                BENCH,
+                f"ours (legacy, cancellable) / {sdk}, req/s ratio at connections",
+                cells,
+                "info",
+            )
+        )
     if not sdk_installed():
         rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp uvicorn`)", "not available"))
+    retried = f"{len(RETRIED)}: " + "; ".join(RETRIED[:3]) if RETRIED else "none"
+    rows.append(Row(BENCH, "wrk runs that failed their check and were run again", retried, "info"))
     return rows

@@ -371,8 +371,12 @@ async def _growth(quick: bool) -> list[Row]:
         rows.append(Row("3 growth", f"{label}: per op at table size", costs))
         ratio = paired_ratio(samples[f"{op}@{large}"], samples[f"{op}@{small}"])
         rows.append(
-            Row("3 growth", f"{label}: ratio cost@{large // 1000}k / cost@{small // 1000}k",
-                fmt_ratio(ratio), "info")
+            Row(
+                "3 growth",
+                f"{label}: ratio cost@{large // 1000}k / cost@{small // 1000}k",
+                fmt_ratio(ratio),
+                "info",
+            )
         )
         if op == "control":
             continue

@@ -98,7 +98,9 @@ async def notification(server: Server, samples: int) -> tuple[list[float], list[
     return await _flags(server, sent), ends, 0
 
 
-async def close(server: Server, samples: int, *, modern: bool) -> tuple[list[float], int]:
+async def close(
+    server: Server, samples: int, *, modern: bool, wait: float = WAIT
+) -> tuple[list[float], int]:
     """(stream close -> flag, calls never cancelled)."""
     sent: dict[str, float] = {}
     for _ in range(samples):
@@ -109,12 +111,12 @@ async def close(server: Server, samples: int, *, modern: bool) -> tuple[list[flo
         # pausing between calls would.
         await trio.sleep(0.002)
     await trio.sleep(0.2 if len(sent) < 50 else 0.5)
-    flags = await _flags(server, sent)
+    flags = await _flags(server, sent, wait)
     return flags, len(sent) - len(flags)
 
 
-async def _flags(server: Server, sent: dict[str, float]) -> list[float]:
-    deadline = trio.current_time() + WAIT
+async def _flags(server: Server, sent: dict[str, float], wait: float = WAIT) -> list[float]:
+    deadline = trio.current_time() + wait
     while True:
         seen = (await _client.stats(server))["seen"]
         if all(key in seen for key in sent) or trio.current_time() > deadline:
@@ -122,9 +124,16 @@ async def _flags(server: Server, sent: dict[str, float]) -> list[float]:
         await trio.sleep(0.05)
 
 
-def _row(label: str, values: list[float], never: int, total: int, target: float | None) -> Row:
+def _row(
+    label: str,
+    values: list[float],
+    never: int,
+    total: int,
+    target: float | None,
+    wait: float = WAIT,
+) -> Row:
     if not values:
-        text = f"never: {never} of {total} calls not cancelled in {WAIT:g} s"
+        text = f"never: {never} of {total} calls not cancelled in {wait:g} s"
         if target is None:
             return Row(BENCH, label, text, "info")
         return Row(BENCH, label, text, f"p99 <= {target * 1e3:g} ms", "MISS")
@@ -140,6 +149,7 @@ async def run(quick: bool) -> list[Row]:
     from .bench_e2e import sdk_installed
 
     samples = 3 if quick else 200
+    wait = 0.5 if quick else WAIT
     rows: list[Row] = []
     kinds = ["ours"] + (["sdk-uvicorn"] if sdk_installed() else [])
     for kind in kinds:
@@ -149,17 +159,39 @@ async def run(quick: bool) -> list[Row]:
             await notification(server, 2)  # warm up
             flags, ends, _ = await notification(server, samples)
             ours = kind == "ours"  # the targets are ours; the SDK's rows are for comparison
-            rows.append(_row(f"{who}: notification -> tool sees it", flags, 0, samples,
-                             NOTIFY_TARGET if ours else None))
-            rows.append(_row(f"{who}: notification -> client has the end of its stream", ends,
-                             samples - len(ends), samples, None))
+            rows.append(
+                _row(
+                    f"{who}: notification -> tool sees it",
+                    flags,
+                    0,
+                    samples,
+                    NOTIFY_TARGET if ours else None,
+                )
+            )
+            rows.append(
+                _row(
+                    f"{who}: notification -> client has the end of its stream",
+                    ends,
+                    samples - len(ends),
+                    samples,
+                    None,
+                )
+            )
             eras = (True, False) if kind == "ours" else (False,)
             for modern in eras:
                 era = "modern" if modern else "legacy"
                 n = samples if kind == "ours" else min(samples, 20)  # the SDK's may pile up
-                flags, never = await close(server, n, modern=modern)
-                rows.append(_row(f"{who} ({era}): stream close -> tool sees it", flags, never, n,
-                                 CLOSE_TARGET if ours else None))
+                flags, never = await close(server, n, modern=modern, wait=wait)
+                rows.append(
+                    _row(
+                        f"{who} ({era}): stream close -> tool sees it",
+                        flags,
+                        never,
+                        n,
+                        CLOSE_TARGET if ours else None,
+                        wait,
+                    )
+                )
     if len(kinds) == 1:
         rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp`)", "not available"))
     return rows

@@ -8,7 +8,9 @@ so spawning the watcher for it is pure cost (a Trio task per call, the
 largest item of the hot path's profile).  :func:`await_then` runs the
 coroutine exactly as ``await`` would, in the same task and the same cancel
 scopes, and calls *on_suspend* once, just before the coroutine's first
-suspension reaches the scheduler.
+suspension reaches the scheduler.  (One visible difference: introspection
+that walks a task's await chain, ``Task.iter_await_frames()``, stops at
+this frame instead of continuing into the tool.)
 """
 
 from __future__ import annotations
