@@ -18,7 +18,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .._core.context import checkpoint_cancelled
+from .._core.context import checkpoint_cancelled, current_request
+from .._core.request import TrackedRequest
 from .dispatch import (
     _LEGACY,
     Call,
@@ -40,11 +41,8 @@ from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 from .versions import Era
 
-__all__ = ["LISTEN_POLL_INTERVAL", "METHODS", "TARGETS"]
+__all__ = ["METHODS", "TARGETS", "next_notification"]
 
-#: How often an idle listen stream looks at its cancellation flag (seconds).
-#: A cancel is seen at once when a notification arrives, else within this.
-LISTEN_POLL_INTERVAL: Final = 0.5
 _MODERN: Final[frozenset[Era]] = frozenset({"modern"})
 _LISTEN_FILTERS: Final = frozenset(
     {
@@ -206,17 +204,15 @@ async def _listen(
                     "params": {"notifications": granted.to_wire(), "_meta": tag},
                 }
             )
+            tracked_request = current_request()
             while True:
                 await checkpoint_cancelled()
-                message: dict[str, Any] | None = None
-                with trio.move_on_after(LISTEN_POLL_INTERVAL):
-                    try:
-                        message = await listener.receive.receive()
-                    except trio.EndOfChannel:
-                        break  # overflowed: end the stream, the client re-lists
+                try:
+                    message = await next_notification(listener.receive, tracked_request)
+                except trio.EndOfChannel:
+                    break  # overflowed: end the stream, the client re-lists
                 if message is None:
-                    continue
-                await checkpoint_cancelled()
+                    continue  # flagged: checkpoint_cancelled() raises
                 params = {**message["params"], "_meta": tag}
                 await exchange.notify(
                     {"jsonrpc": "2.0", "method": message["method"], "params": params}
@@ -227,6 +223,26 @@ async def _listen(
 
     result: dict[str, Any] = await run_target(call, caller, exchange, started, body)
     return result
+
+
+async def next_notification(
+    receive: trio.MemoryReceiveChannel[dict[str, Any]], request: TrackedRequest
+) -> dict[str, Any] | None:
+    """The next queued notification, or ``None`` as soon as *request* is flagged.
+
+    Event-driven, with no timer: the wait ends when the hub queues a message
+    (or closes the queue: ``EndOfChannel``) or when the polled flag is set,
+    whatever set it (``notifications/cancelled``, a closed stream, shutdown),
+    through :meth:`~.TrackedRequest.on_cancelled`.  An idle listener costs
+    nothing and never wakes.
+    """
+    with trio.CancelScope() as wait:
+        remove = request.on_cancelled(wait.cancel)
+        try:
+            return await receive.receive()
+        finally:
+            remove()
+    return None
 
 
 METHODS: Final[dict[str, _Method]] = {
