@@ -49,6 +49,7 @@ from .content import ToolError
 from .features import CacheScope, ServerFeatures
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
 from .mrtr import InputRequired, binding, input_required_result
+from .pagination import DEFAULT_PAGE_SIZE, page
 from .tasks import TaskManager
 from .tools import TaskSupport, Tool, ToolArgumentError, error_result, make_tool
 from .versions import (
@@ -411,6 +412,9 @@ class McpServer(ServerFeatures):
     *state_secret* (at least 32 bytes; default: random per process) seals
     MRTR ``requestState`` values for *state_ttl* seconds; *resource_ttl_ms*
     and *resource_cache_scope* are the caching hints of modern reads.
+    *page_size* is how many items one page of ``tools/list``,
+    ``resources/list``, ``resources/templates/list`` or ``prompts/list``
+    holds; longer lists continue with ``nextCursor`` (:mod:`.pagination`).
     """
 
     def __init__(
@@ -431,9 +435,14 @@ class McpServer(ServerFeatures):
         resource_ttl_ms: int = 0,
         resource_cache_scope: CacheScope = "private",
         sync_tool_threads: int | trio.CapacityLimiter = 40,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.page_size = page_size
+        """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self._call_slots = Slots(max_concurrent_calls, max_calls_per_tenant)
         self._listen_slots = Slots(max_listen_streams, max_listen_streams_per_tenant)
         self.name = name
@@ -863,7 +872,9 @@ async def _discover(
 async def _list_tools(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"tools": server.list_tools()}
+    assert call.request is not None
+    tools, more = page("tools", server.list_tools(), call.request.params, server.page_size)
+    result: dict[str, Any] = {"tools": list(tools), **more}
     if call.era == "modern":
         result["ttlMs"] = server.list_ttl_ms
         result["cacheScope"] = "public"

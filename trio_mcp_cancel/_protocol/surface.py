@@ -34,6 +34,7 @@ from .dispatch import (
 )
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
+from .pagination import page
 from .prompts import completion_result, prompt_result
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, read_filter
@@ -82,21 +83,29 @@ def _params(call: Call) -> Mapping[str, Any]:
     return call.request.params
 
 
+def _listing(server: McpServer, call: Call, key: str, items: list[Any]) -> dict[str, Any]:
+    """One page of a list result under *key* (``cursor`` in, ``nextCursor`` out; ``-32602``).
+
+    Only the page's items are described, and the modern caching fields added.
+    """
+    items_page, more = page(key, items, _params(call), server.page_size)
+    result = {key: [item.describe() for item in items_page], **more}
+    return _cache(server, call, result, listing=True)
+
+
 # -- resources -----------------------------------------------------------------
 
 
 async def _list_resources(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    resources = [r.describe() for r in server.resources.resources.values()]
-    return _cache(server, call, {"resources": resources}, listing=True)
+    return _listing(server, call, "resources", list(server.resources.resources.values()))
 
 
 async def _list_templates(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    templates = [t.describe() for t in server.resources.templates.values()]
-    return _cache(server, call, {"resourceTemplates": templates}, listing=True)
+    return _listing(server, call, "resourceTemplates", list(server.resources.templates.values()))
 
 
 def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
@@ -134,8 +143,7 @@ async def _subscribe(
 async def _list_prompts(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    prompts = [p.describe() for p in server.prompts.prompts.values()]
-    return _cache(server, call, {"prompts": prompts}, listing=True)
+    return _listing(server, call, "prompts", list(server.prompts.prompts.values()))
 
 
 def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
