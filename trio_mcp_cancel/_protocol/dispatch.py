@@ -934,7 +934,21 @@ def _mrtr_binding(call: Call, caller: Caller, target: str) -> str:
     assert call.request is not None
     params = call.request.params
     arguments = params.get("arguments") if call.request.method != "resources/read" else None
-    return binding(caller.principal, call.request.method, target, arguments)
+    return binding(mrtr_identity(caller), call.request.method, target, arguments)
+
+
+def mrtr_identity(caller: Caller) -> str | None:
+    """Who a ``requestState`` is bound to: the principal, else the caller's tenant.
+
+    Without authentication the tenant is the client's address bucket
+    (``ip:<bucket>``), so an anonymous caller elsewhere with the same
+    arguments cannot replay another's state.  The ``principal:`` prefix is
+    :func:`~.._core.namespace.tenant_for`'s, so a principal named like an
+    address never matches that address's anonymous callers.
+    """
+    if caller.principal is not None:
+        return f"principal:{caller.principal}"
+    return caller.tenant
 
 
 def input_required(

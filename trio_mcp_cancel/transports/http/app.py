@@ -413,7 +413,9 @@ class McpHttpApp:
             await self._respond(send, 202, b"")
             return None
         namespace = namespace_for(principal=post.principal, client=post.client)
-        caller = Caller(stateless(namespace), self.registry, tenant=post.tenant)
+        caller = Caller(
+            stateless(namespace), self.registry, principal=post.principal, tenant=post.tenant
+        )
         try:
             if not isinstance(message, dict) or "id" not in message:
                 raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
