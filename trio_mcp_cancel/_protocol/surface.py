@@ -7,7 +7,8 @@ that do work on the server's behalf (``resources/read``, ``prompts/get``,
 finds it while classifying the message and then runs the work inside
 ``tracked()`` like a tool call, so every cancellation form (a closed HTTP
 stream, ``notifications/cancelled``, a time limit, shutdown) stops it the
-same way, with the same admission limits.
+same way, with the same admission limits (a listen stream has its own:
+it is long-lived, not a call; see :class:`~.dispatch.McpServer`).
 """
 
 from __future__ import annotations
