@@ -514,6 +514,55 @@ async def test_listen_acknowledges_then_forwards_what_was_asked(
         assert client.unexpected == []
 
 
+class _Steps(trio.abc.Instrument):
+    """Counts the scheduling steps of every task but the test's own."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.mine = trio.lowlevel.current_task()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is not self.mine:
+            self.steps += 1
+
+
+async def test_an_idle_listener_never_wakes_and_a_cancel_wakes_it_at_once(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """No polling: hours of idle time cost no step; the flag ends the stream at once."""
+    server, _ = build()
+    clock = mock_clock  # no autojump: time moves only when we say
+    # The registry's hourly sweep is the one timer left; switch it off here.
+    async with open_test_client(server, grace_period=5, cleanup_interval=None) as client:
+        listen = client.start_request(
+            "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+        )
+        await client.wait_in_flight(listen)
+        await trio.testing.wait_all_tasks_blocked()
+        steps = _Steps()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            for _ in range(3):
+                clock.jump(3600)
+                await trio.lowlevel.checkpoint()  # the scheduler sees the jumped clock
+                await trio.testing.wait_all_tasks_blocked()
+            assert steps.steps == 0  # nothing woke in three idle hours
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        server.tools_changed()  # a queued notification wakes it
+        await trio.testing.wait_all_tasks_blocked()
+        assert [m["method"] for m in listen.notifications][-1] == (
+            "notifications/tools/list_changed"
+        )
+        start = trio.current_time()
+        await listen.cancel("done")
+        await client.registry.wait_idle()
+        assert trio.current_time() == start  # ended at once, without the clock moving
+        assert server.subscriptions.listeners == set()
+        await client.assert_no_answer(listen)
+        assert_no_leaks(client.registry)
+
+
 async def test_listen_overflow_ends_the_stream_with_a_result(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

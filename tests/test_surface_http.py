@@ -17,7 +17,7 @@ from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, m
 
 from trio_mcp_cancel import RequestCancelledEvent, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
-from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.transports.http.rules import check_param_headers
@@ -52,10 +52,12 @@ def build() -> McpServer:
 
 
 @asynccontextmanager
-async def serving(server: McpServer) -> AsyncIterator[tuple[AsgiClient, EventRecorder]]:
+async def serving(
+    server: McpServer, **options: Any
+) -> AsyncIterator[tuple[AsgiClient, EventRecorder]]:
     async with open_registry(grace_period=5) as registry:
         events = EventRecorder.attach(registry)
-        app = McpHttpApp(server, registry)
+        app = McpHttpApp(server, registry, **options)
         async with trio.open_nursery() as nursery:
             client = AsgiClient(app, nursery)
             async with client.lifespan():
@@ -258,3 +260,63 @@ def test_x_mcp_header_must_be_a_header_name() -> None:
         )
         async def tool(ctx: ToolContext, a: str) -> str:
             return a
+
+
+CAPS = {"elicitation": {}}
+ANSWER = {"topic": {"action": "accept", "content": {"topic": "trio"}}}
+
+
+async def ask_then_retry(
+    client: AsgiClient, first: dict[str, Any], second: dict[str, Any]
+) -> dict[str, Any]:
+    """``prompts/get ask`` as *first* (address, headers), its retry as *second*: the reply."""
+    asked = client.start(
+        "POST",
+        {**modern_headers("prompts/get", "ask"), **first.get("headers", {})},
+        modern_request(1, "prompts/get", {"name": "ask"}, capabilities=CAPS),
+        client=first["address"],
+    )
+    await asked.done.wait()
+    state = reply_of(asked)["result"]["requestState"]
+    params = {"name": "ask", "inputResponses": ANSWER, "requestState": state}
+    retry = client.start(
+        "POST",
+        {**modern_headers("prompts/get", "ask"), **second.get("headers", {})},
+        modern_request(2, "prompts/get", params, capabilities=CAPS),
+        client=second["address"],
+    )
+    await retry.done.wait()
+    return reply_of(retry)
+
+
+async def test_anonymous_state_is_bound_to_the_client_address_bucket(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Without a principal, a state sealed for one IP bucket is refused from another."""
+    server = build()
+    async with serving(server) as (client, _):
+        here = {"address": ("192.0.2.1", 1000)}
+        same_bucket = {"address": ("192.0.2.1", 2000)}  # another port, the same client
+        elsewhere = {"address": ("198.51.100.7", 1000)}
+        ok = await ask_then_retry(client, here, same_bucket)
+        assert ok["result"]["messages"][0]["content"]["text"] == "Talk about trio (asked)"
+        replayed = await ask_then_retry(client, here, elsewhere)
+        assert replayed["error"]["code"] == -32602
+        # IPv6: the /64 is the bucket (a host holds the whole prefix).
+        v6 = {"address": ("2001:db8:1:2::10", 1)}
+        v6_same = {"address": ("2001:db8:1:2::99", 1)}
+        v6_other = {"address": ("2001:db8:1:3::10", 1)}
+        assert "result" in await ask_then_retry(client, v6, v6_same)
+        assert (await ask_then_retry(client, v6, v6_other))["error"]["code"] == -32602
+
+
+async def test_state_is_bound_to_the_principal_over_modern_http(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = build()
+    auth = bearer_auth({"token-a": "alice", "token-b": "bob"})
+    async with serving(server, auth=auth) as (client, _):
+        alice = {"address": ("192.0.2.1", 1), "headers": {"authorization": "Bearer token-a"}}
+        bob = {"address": ("192.0.2.1", 1), "headers": {"authorization": "Bearer token-b"}}
+        assert "result" in await ask_then_retry(client, alice, alice)
+        assert (await ask_then_retry(client, alice, bob))["error"]["code"] == -32602

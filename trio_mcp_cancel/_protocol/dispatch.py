@@ -44,10 +44,12 @@ from .._core.request import TrackedRequest
 from .._core.threads import ThreadLimit
 from .._core.validation import RequestId, is_valid_request_id
 from . import jsonrpc, tasks
+from .admission import Slots
 from .content import ToolError
 from .features import CacheScope, ServerFeatures
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
 from .mrtr import InputRequired, binding, input_required_result
+from .pagination import DEFAULT_PAGE_SIZE, page
 from .tasks import TaskManager
 from .tools import TaskSupport, Tool, ToolArgumentError, error_result, make_tool
 from .versions import (
@@ -96,7 +98,9 @@ _CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.
-Limit = Literal["server", "tenant", "channel"]
+#: ``listen_server`` / ``listen_tenant``: the separate bounds of open
+#: ``subscriptions/listen`` streams (see :class:`McpServer`).
+Limit = Literal["server", "tenant", "channel", "listen_server", "listen_tenant"]
 
 
 def too_many_requests(request_id: RequestId, limit: Limit = "channel", cap: int = 0) -> Message:
@@ -360,6 +364,11 @@ class Call:
         """Whether running it runs a cancellable tool (so it can be cancelled)."""
         return self.tool is not None and self.tool.cancellable and self.error is None
 
+    @property
+    def long_lived(self) -> bool:
+        """A ``subscriptions/listen`` stream: no call caps, no ``max_request_time``."""
+        return self.request is not None and self.request.method == "subscriptions/listen"
+
 
 class _Starter:
     """Calls ``task_status.started()`` exactly once."""
@@ -394,10 +403,18 @@ class McpServer(ServerFeatures):
     Resources, prompts, completion and ``subscriptions/listen`` are
     registered through :class:`~.features.ServerFeatures` and served by
     :mod:`.surface`; ``resources/read``, ``prompts/get`` and listen streams
-    run tracked, like tool calls, and count against the same caps.
+    run tracked, like tool calls; the first two count against the same caps.
+    Open listen streams are not calls (they stay open for hours): they have
+    their own bounds, *max_listen_streams* server-wide and
+    *max_listen_streams_per_tenant* (refused with ``-32001``, ``data.limit``
+    ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
+    transports' ``max_request_time`` does not end them.
     *state_secret* (at least 32 bytes; default: random per process) seals
     MRTR ``requestState`` values for *state_ttl* seconds; *resource_ttl_ms*
     and *resource_cache_scope* are the caching hints of modern reads.
+    *page_size* is how many items one page of ``tools/list``,
+    ``resources/list``, ``resources/templates/list`` or ``prompts/list``
+    holds; longer lists continue with ``nextCursor`` (:mod:`.pagination`).
     """
 
     def __init__(
@@ -410,22 +427,24 @@ class McpServer(ServerFeatures):
         list_ttl_ms: int = 300_000,
         max_concurrent_calls: int | None = 4096,
         max_calls_per_tenant: int | None = 1024,
+        max_listen_streams: int | None = 4096,
+        max_listen_streams_per_tenant: int | None = 32,
         tasks: TaskManager | None = None,
         state_secret: bytes | None = None,
         state_ttl: float = 600.0,
         resource_ttl_ms: int = 0,
         resource_cache_scope: CacheScope = "private",
         sync_tool_threads: int | trio.CapacityLimiter = 40,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
-        for limit in (max_concurrent_calls, max_calls_per_tenant):
-            if limit is not None and limit < 1:
-                raise ValueError("concurrency limits must be at least 1 (or None)")
-        self.max_concurrent_calls = max_concurrent_calls
-        self.max_calls_per_tenant = max_calls_per_tenant
-        self._calls = 0
-        self._tenant_calls: dict[str, int] = {}
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.page_size = page_size
+        """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
+        self._call_slots = Slots(max_concurrent_calls, max_calls_per_tenant)
+        self._listen_slots = Slots(max_listen_streams, max_listen_streams_per_tenant)
         self.name = name
         self.version = version
         self.instructions = instructions
@@ -713,13 +732,14 @@ class McpServer(ServerFeatures):
         request = call.request
         if call.tool is None or request is None:
             return None
-        cap = self.max_concurrent_calls
-        if cap is not None and self._calls >= cap:
-            return too_many_requests(request.id, "server", cap)
-        cap = self.max_calls_per_tenant
-        tenant = caller.tenant
-        if cap is not None and tenant is not None and self._tenant_calls.get(tenant, 0) >= cap:
-            return too_many_requests(request.id, "tenant", cap)
+        if call.long_lived:
+            full = self._listen_slots.full(caller.tenant)
+            if full is not None:
+                return too_many_requests(request.id, _LISTEN_LIMITS[full[0]], full[1])
+        else:
+            full = self._call_slots.full(caller.tenant)
+            if full is not None:
+                return too_many_requests(request.id, _CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
         if call.tracked and channel is not None:
             cap = channel.max_concurrent_requests
@@ -735,9 +755,7 @@ class McpServer(ServerFeatures):
         refused = self.refusal(call, caller)
         if refused is not None or call.tool is None:
             return refused
-        self._calls += 1
-        if caller.tenant is not None:
-            self._tenant_calls[caller.tenant] = self._tenant_calls.get(caller.tenant, 0) + 1
+        self._slots(call).take(caller.tenant)
         if call.tracked and caller.channel is not None:
             caller.channel.exchanges.add(exchange)
         return None
@@ -745,21 +763,38 @@ class McpServer(ServerFeatures):
     def _release(self, call: Call, caller: Caller, exchange: Exchange) -> None:
         if call.tool is None:
             return
-        self._calls -= 1
-        tenant = caller.tenant
-        if tenant is not None:
-            left = self._tenant_calls[tenant] - 1
-            if left:
-                self._tenant_calls[tenant] = left
-            else:
-                del self._tenant_calls[tenant]
+        self._slots(call).give(caller.tenant)
         if caller.channel is not None:
             caller.channel.exchanges.discard(exchange)
+
+    def _slots(self, call: Call) -> Slots:
+        return self._listen_slots if call.long_lived else self._call_slots
+
+    @property
+    def max_concurrent_calls(self) -> int | None:
+        return self._call_slots.total_cap
+
+    @max_concurrent_calls.setter
+    def max_concurrent_calls(self, cap: int | None) -> None:
+        self._call_slots.total_cap = cap
+
+    @property
+    def max_calls_per_tenant(self) -> int | None:
+        return self._call_slots.tenant_cap
+
+    @max_calls_per_tenant.setter
+    def max_calls_per_tenant(self, cap: int | None) -> None:
+        self._call_slots.tenant_cap = cap
 
     @property
     def calls_in_flight(self) -> int:
         """Tool calls admitted and not finished, across every transport."""
-        return self._calls
+        return self._call_slots.held
+
+    @property
+    def listen_streams(self) -> int:
+        """Open ``subscriptions/listen`` streams, across every transport."""
+        return self._listen_slots.held
 
     def _finish(self, call: Call, result: Any) -> Any:
         """Modern results carry ``resultType`` and the server's identity."""
@@ -837,7 +872,9 @@ async def _discover(
 async def _list_tools(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"tools": server.list_tools()}
+    assert call.request is not None
+    tools, more = page("tools", server.list_tools(), call.request.params, server.page_size)
+    result: dict[str, Any] = {"tools": list(tools), **more}
     if call.era == "modern":
         result["ttlMs"] = server.list_ttl_ms
         result["cacheScope"] = "public"
@@ -897,7 +934,21 @@ def _mrtr_binding(call: Call, caller: Caller, target: str) -> str:
     assert call.request is not None
     params = call.request.params
     arguments = params.get("arguments") if call.request.method != "resources/read" else None
-    return binding(caller.principal, call.request.method, target, arguments)
+    return binding(mrtr_identity(caller), call.request.method, target, arguments)
+
+
+def mrtr_identity(caller: Caller) -> str | None:
+    """Who a ``requestState`` is bound to: the principal, else the caller's tenant.
+
+    Without authentication the tenant is the client's address bucket
+    (``ip:<bucket>``), so an anonymous caller elsewhere with the same
+    arguments cannot replay another's state.  The ``principal:`` prefix is
+    :func:`~.._core.namespace.tenant_for`'s, so a principal named like an
+    address never matches that address's anonymous callers.
+    """
+    if caller.principal is not None:
+        return f"principal:{caller.principal}"
+    return caller.tenant
 
 
 def input_required(
@@ -1103,6 +1154,8 @@ def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
 
 
 _LEGACY: Final[frozenset[Era]] = frozenset({"legacy"})
+_CALL_LIMITS: Final[dict[str, Limit]] = {"server": "server", "tenant": "tenant"}
+_LISTEN_LIMITS: Final[dict[str, Limit]] = {"server": "listen_server", "tenant": "listen_tenant"}
 
 _METHODS: Final[dict[str, _Method]] = {
     "initialize": _Method(_initialize, _LEGACY, ordered=True),

@@ -8,8 +8,10 @@ independent request, so abandoning the flow needs no cancellation at all.
 
 ``requestState`` comes back from the client, so it is attacker-controlled:
 :class:`StateSigner` seals it with an HMAC-SHA256 under a server secret,
-binding the principal, the method and target (tool name, prompt name or
-URI), the request's arguments and an expiry.  A state that was altered,
+binding the caller (its principal, else its client address bucket: an
+anonymous state cannot be replayed from another address), the method and
+target (tool name, prompt name or URI), the request's arguments and an
+expiry.  A state that was altered,
 replayed for another caller or request, or is too old is refused with
 ``-32602``, before the tool runs.  The state is signed, not encrypted: do
 not put secrets in it.  Pure code with no I/O.
@@ -103,9 +105,14 @@ def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def binding(principal: str | None, method: str, target: str, arguments: object) -> str:
-    """What a state is bound to: who asked, what, and with which arguments (a digest)."""
-    return hashlib.sha256(_canonical([principal, method, target, arguments])).hexdigest()
+def binding(caller: str | None, method: str, target: str, arguments: object) -> str:
+    """What a state is bound to: who asked, what, and with which arguments (a digest).
+
+    *caller* names who asked: ``principal:<id>`` when authenticated, else
+    the client's address bucket (``ip:<bucket>``, see :mod:`.._core.namespace`),
+    ``None`` only when nothing at all is known (stdio, tests).
+    """
+    return hashlib.sha256(_canonical([caller, method, target, arguments])).hexdigest()
 
 
 @attrs.define

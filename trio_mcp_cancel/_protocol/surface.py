@@ -7,7 +7,8 @@ that do work on the server's behalf (``resources/read``, ``prompts/get``,
 finds it while classifying the message and then runs the work inside
 ``tracked()`` like a tool call, so every cancellation form (a closed HTTP
 stream, ``notifications/cancelled``, a time limit, shutdown) stops it the
-same way, with the same admission limits.
+same way, with the same admission limits (a listen stream has its own:
+it is long-lived, not a call; see :class:`~.dispatch.McpServer`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .._core.context import checkpoint_cancelled
+from .._core.context import checkpoint_cancelled, current_request
+from .._core.request import TrackedRequest
 from .dispatch import (
     _LEGACY,
     Call,
@@ -33,6 +35,7 @@ from .dispatch import (
 )
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
+from .pagination import page
 from .prompts import completion_result, prompt_result
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, read_filter
@@ -40,11 +43,8 @@ from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 from .versions import Era
 
-__all__ = ["LISTEN_POLL_INTERVAL", "METHODS", "TARGETS"]
+__all__ = ["METHODS", "TARGETS", "next_notification"]
 
-#: How often an idle listen stream looks at its cancellation flag (seconds).
-#: A cancel is seen at once when a notification arrives, else within this.
-LISTEN_POLL_INTERVAL: Final = 0.5
 _MODERN: Final[frozenset[Era]] = frozenset({"modern"})
 _LISTEN_FILTERS: Final = frozenset(
     {
@@ -84,21 +84,29 @@ def _params(call: Call) -> Mapping[str, Any]:
     return call.request.params
 
 
+def _listing(server: McpServer, call: Call, key: str, items: list[Any]) -> dict[str, Any]:
+    """One page of a list result under *key* (``cursor`` in, ``nextCursor`` out; ``-32602``).
+
+    Only the page's items are described, and the modern caching fields added.
+    """
+    items_page, more = page(key, items, _params(call), server.page_size)
+    result = {key: [item.describe() for item in items_page], **more}
+    return _cache(server, call, result, listing=True)
+
+
 # -- resources -----------------------------------------------------------------
 
 
 async def _list_resources(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    resources = [r.describe() for r in server.resources.resources.values()]
-    return _cache(server, call, {"resources": resources}, listing=True)
+    return _listing(server, call, "resources", list(server.resources.resources.values()))
 
 
 async def _list_templates(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    templates = [t.describe() for t in server.resources.templates.values()]
-    return _cache(server, call, {"resourceTemplates": templates}, listing=True)
+    return _listing(server, call, "resourceTemplates", list(server.resources.templates.values()))
 
 
 def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
@@ -136,8 +144,7 @@ async def _subscribe(
 async def _list_prompts(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
 ) -> dict[str, Any]:
-    prompts = [p.describe() for p in server.prompts.prompts.values()]
-    return _cache(server, call, {"prompts": prompts}, listing=True)
+    return _listing(server, call, "prompts", list(server.prompts.prompts.values()))
 
 
 def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
@@ -206,17 +213,15 @@ async def _listen(
                     "params": {"notifications": granted.to_wire(), "_meta": tag},
                 }
             )
+            tracked_request = current_request()
             while True:
                 await checkpoint_cancelled()
-                message: dict[str, Any] | None = None
-                with trio.move_on_after(LISTEN_POLL_INTERVAL):
-                    try:
-                        message = await listener.receive.receive()
-                    except trio.EndOfChannel:
-                        break  # overflowed: end the stream, the client re-lists
+                try:
+                    message = await next_notification(listener.receive, tracked_request)
+                except trio.EndOfChannel:
+                    break  # overflowed: end the stream, the client re-lists
                 if message is None:
-                    continue
-                await checkpoint_cancelled()
+                    continue  # flagged: checkpoint_cancelled() raises
                 params = {**message["params"], "_meta": tag}
                 await exchange.notify(
                     {"jsonrpc": "2.0", "method": message["method"], "params": params}
@@ -227,6 +232,26 @@ async def _listen(
 
     result: dict[str, Any] = await run_target(call, caller, exchange, started, body)
     return result
+
+
+async def next_notification(
+    receive: trio.MemoryReceiveChannel[dict[str, Any]], request: TrackedRequest
+) -> dict[str, Any] | None:
+    """The next queued notification, or ``None`` as soon as *request* is flagged.
+
+    Event-driven, with no timer: the wait ends when the hub queues a message
+    (or closes the queue: ``EndOfChannel``) or when the polled flag is set,
+    whatever set it (``notifications/cancelled``, a closed stream, shutdown),
+    through :meth:`~.TrackedRequest.on_cancelled`.  An idle listener costs
+    nothing and never wakes.
+    """
+    with trio.CancelScope() as wait:
+        remove = request.on_cancelled(wait.cancel)
+        try:
+            return await receive.receive()
+        finally:
+            remove()
+    return None
 
 
 METHODS: Final[dict[str, _Method]] = {

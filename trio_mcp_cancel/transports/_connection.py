@@ -153,7 +153,8 @@ class MessageConnection:
             hard cancel of what still runs (``USE_CONFIG``: the registry's
             grace period).
         max_request_time: seconds after which the server cancels a call
-            itself (kind ``"server"``: the flag, then the grace period).
+            itself (kind ``"server"``: the flag, then the grace period);
+            ``subscriptions/listen`` streams are exempt (meant to stay open).
         gone: exception types that mean "the peer is gone" when writing.
         write_timeout: seconds one ``write`` may take before the peer
             counts as stalled (``None``: no deadline; then only
@@ -412,7 +413,7 @@ class MessageConnection:
     ) -> None:
         exchange = Exchange(send=self.send)
         run = partial(self.server.run, call, self.caller, exchange, task_status=task_status)
-        if self.max_request_time is None or not call.tracked:
+        if self.max_request_time is None or not call.tracked or call.long_lived:
             reply = await run()
         else:
             async with trio.open_nursery() as nursery:

@@ -143,6 +143,7 @@ class McpHttpApp:
         max_request_time: seconds after which a tool call is cancelled by
             the server (kind ``"server"``: the flag, then the grace period,
             and the client gets ``-32800``); ``None``: no limit.
+            ``subscriptions/listen`` streams are exempt (meant to stay open).
         keepalive_interval: seconds between SSE comment keep-alives on a
             silent tool call's stream; ``None``: none.
         legacy_disconnect_cancels: whether a legacy client closing its
@@ -416,7 +417,9 @@ class McpHttpApp:
             await self._respond(send, 202, b"")
             return None
         namespace = namespace_for(principal=post.principal, client=post.client)
-        caller = Caller(stateless(namespace), self.registry, tenant=post.tenant)
+        caller = Caller(
+            stateless(namespace), self.registry, principal=post.principal, tenant=post.tenant
+        )
         try:
             if not isinstance(message, dict) or "id" not in message:
                 raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
@@ -579,7 +582,9 @@ class McpHttpApp:
             self._start_writer(writer, nursery)
 
             def watch() -> None:
-                nursery.start_soon(self._watch, receive, exchange, stream, era)
+                # A listen stream is meant to stay open: no max_request_time.
+                limited = not call.long_lived
+                nursery.start_soon(self._watch, receive, exchange, stream, era, limited)
 
             try:
                 # The watcher starts when the call first suspends: one that
@@ -596,14 +601,17 @@ class McpHttpApp:
             # cancelling it.  The deadline covers a server that never does.
             nursery.cancel_scope.deadline = trio.current_time() + _WATCHER_LINGER
 
-    async def _watch(self, receive: Receive, exchange: Exchange, stream: _Stream, era: Era) -> None:
+    async def _watch(
+        self, receive: Receive, exchange: Exchange, stream: _Stream, era: Era, limited: bool
+    ) -> None:
         """Wait for the client to go, sending keep-alives and enforcing the time limits.
 
         The ``http.disconnect`` that ASGI delivers once the response is sent
         comes after the call finished, when cancelling it does nothing.
         """
         now = trio.current_time()
-        limit_at = math.inf if self.max_request_time is None else now + self.max_request_time
+        limit = self.max_request_time if limited else None
+        limit_at = math.inf if limit is None else now + limit
         interval = self.keepalive_interval if stream.sse else None
         keepalive_at = math.inf if interval is None else now + interval
         writer = stream.writer

@@ -214,6 +214,9 @@ async def tenant_call_slot(
 ) -> AsyncIterator[Message | None]:
     """Hold one of the tenant's tool-call slots counted over every process.
 
+    A ``subscriptions/listen`` stream takes none: it is not a call, and
+    has its own (per-process) bounds in :class:`~.dispatch.McpServer`.
+
     Yields the refusal (``-32001``, ``data.limit == "tenant"``) when the
     tenant already runs *cap* calls across the deployment, else ``None``
     for as long as the call runs.  When the backend is unreachable the call
@@ -221,7 +224,7 @@ async def tenant_call_slot(
     ``backend.unavailable`` event): a Redis outage must not stop service.
     """
     tenant, request = caller.tenant, call.request
-    if cap is None or tenant is None or call.tool is None or request is None:
+    if cap is None or tenant is None or call.tool is None or request is None or call.long_lived:
         yield None
         return
     name = "calls:" + tenant
