@@ -203,6 +203,8 @@ class TaskManager:
     _running: dict[str, _Running] = attrs.field(init=False, factory=dict)
     _per_owner: dict[str, int] = attrs.field(init=False, factory=dict)
     _idle: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _started: trio.Event = attrs.field(init=False, factory=trio.Event)
+    """Set when a task starts: wakes a janitor that had nothing to look after."""
     _removed: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
 
     def __attrs_post_init__(self) -> None:
@@ -258,6 +260,13 @@ class TaskManager:
         poll = self.cancel_poll_interval if self.bus.shared else math.inf
         next_poll = now + poll
         while True:
+            if self._nothing_to_look_after():
+                # An idle server wakes for no timer: the next task wakes the janitor.
+                self._started = trio.Event()
+                await self._started.wait()
+                now = trio.current_time()
+                next_purge, next_poll = now + self.purge_interval, now + poll
+                continue
             await trio.sleep_until(min(next_purge, next_poll))
             now = trio.current_time()
             try:
@@ -272,6 +281,16 @@ class TaskManager:
                     await self.store.purge()
             except TaskStoreUnavailable as exc:
                 logger.debug("task janitor: %s", exc)
+
+    def _nothing_to_look_after(self) -> bool:
+        """No task runs here and the (local, in-memory) store holds no record to purge."""
+        store = self.store
+        return (
+            not self._running
+            and not self.bus.shared
+            and isinstance(store, MemoryTaskStore)
+            and len(store) == 0
+        )
 
     def _on_bus(self, message: BusMessage) -> None:
         task_id = message.get("task")
@@ -449,6 +468,7 @@ class TaskManager:
         if not self._running:
             self._idle = trio.Event()
         self._running[task_id] = running
+        self._started.set()
         self._per_owner[running.owner] = self._per_owner.get(running.owner, 0) + 1
 
     def _remove(self, task_id: str) -> None:
