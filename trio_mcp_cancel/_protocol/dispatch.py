@@ -185,6 +185,26 @@ class Exchange:
     request: TrackedRequest | None = None
     _registry: Registry | None = None
     _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
+    _on_lost: list[Callable[[], object]] = attrs.field(factory=list)
+
+    def when_lost(self, callback: Callable[[], object]) -> None:
+        """Call *callback* if this exchange's answer is never delivered (see :meth:`lost`).
+
+        A ``tools/call`` that created a task registers here: a client that
+        never saw the ``CreateTaskResult`` cannot poll or cancel the task,
+        so nobody would ever stop it.
+        """
+        self._on_lost.append(callback)
+
+    def lost(self) -> None:
+        """The answer was not delivered: the client cancelled first, or its stream went away.
+
+        Called by the dispatcher (a silenced answer) and by the transport (a
+        stream closed, or a write that never completed); idempotent.
+        """
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            callback()
 
     def cancel(
         self,
@@ -692,6 +712,7 @@ class McpServer(ServerFeatures):
         except JsonRpcError as exc:
             return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
         except RequestCancelled as exc:
+            exchange.lost()  # its real answer is never sent
             if exchange.silenced and self.on_cancel == "silent" and allow_silence:
                 return None
             data = {"reason": exc.reason} if exc.reason else None
@@ -987,7 +1008,7 @@ async def _call_tool(
                 if isinstance(asked, InputRequired):
                     return input_required(server, call, caller, asked, tool.name)
             try:
-                return await _start_task(server, call, caller, tool, arguments, first)
+                return await _start_task(server, call, caller, tool, arguments, first, exchange)
             except tasks.TasksUnavailable:
                 if tool.task_support == "required":
                     raise
@@ -1003,11 +1024,14 @@ async def _start_task(
     tool: Tool,
     arguments: dict[str, Any],
     first: ToolContext,
+    creator: Exchange,
 ) -> dict[str, Any]:
-    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663).
+    """Run *tool* as a task in the task manager's nursery (SEP-2663).
 
     The task's ``ctx`` keeps the MRTR input of the request that created it
-    (*first*'s ``input_responses`` and verified ``request_state``).
+    (*first*'s ``input_responses`` and verified ``request_state``).  If the
+    ``CreateTaskResult`` never reaches the client (*creator* lost), the
+    task is cancelled: nobody could poll or cancel it.
     """
     assert call.request is not None
 
@@ -1041,7 +1065,7 @@ async def _start_task(
 
         return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
-    return await server.tasks.start(caller.namespace, runner, Exchange())
+    return await server.tasks.start(caller.namespace, runner, Exchange(), creator=creator)
 
 
 def _no_op() -> None:

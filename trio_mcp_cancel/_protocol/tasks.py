@@ -286,11 +286,11 @@ class TaskManager:
                 if self._nursery is not None:
                     self._nursery.start_soon(self._record_inputs_quietly, task_id, inputs)
 
-    def _cancel_here(self, task_id: str) -> bool:
+    def _cancel_here(self, task_id: str, reason: str = "task cancelled") -> bool:
         running = self._running.get(task_id)
         if running is None:
             return False
-        running.exchange.cancel("task cancelled", kind="client")
+        running.exchange.cancel(reason, kind="client")
         if running.inputs is not None:
             running.inputs.wake.set()  # a parked task wakes up to see the flag
         return True
@@ -368,8 +368,17 @@ class TaskManager:
                 raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
         return declared and self.running
 
-    async def start(self, owner: str, runner: Runner, exchange: Exchange) -> dict[str, Any]:
-        """Create the task durably, start its work, and return the ``CreateTaskResult``."""
+    async def start(
+        self, owner: str, runner: Runner, exchange: Exchange, *, creator: Exchange | None = None
+    ) -> dict[str, Any]:
+        """Create the task durably, start its work, and return the ``CreateTaskResult``.
+
+        *creator* is the exchange of the ``tools/call`` that creates the
+        task: if its answer is lost (the client closed the stream or sent
+        ``notifications/cancelled`` before the ``CreateTaskResult`` was
+        written), nobody knows the task id, so the task is cancelled with the
+        usual two phases and settles ``cancelled``.
+        """
         nursery = self._nursery
         if nursery is None:
             raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
@@ -414,7 +423,13 @@ class TaskManager:
             self._remove(record.task_id)
             raise
         nursery.start_soon(self._work, record.task_id, runner, exchange)
+        if creator is not None:
+            creator.when_lost(lambda: self._creation_lost(record.task_id))
         return {"resultType": "task", **record.to_wire()}
+
+    def _creation_lost(self, task_id: str) -> None:
+        if self._cancel_here(task_id, "the request that created the task was cancelled"):
+            logger.info("task %s: its creation was never delivered; cancelling it", task_id[:8])
 
     async def _acquire_shared(self, owner: str) -> None:
         """Count the task against its owner's quota on every process (shared backend)."""
