@@ -31,6 +31,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -262,6 +263,8 @@ class ToolContext:
     """MRTR: the client's answers to the ``inputRequests`` of the previous round."""
     request_state: Any = None
     """MRTR: the state the previous round returned, verified (see :class:`~.mrtr.StateSigner`)."""
+    _task_progress: Callable[[float, float | None, str | None], None] | None = None
+    """Inside a task: where progress goes instead (the task's ``statusMessage``)."""
 
     @property
     def namespace(self) -> str:
@@ -305,6 +308,8 @@ class ToolContext:
     ) -> None:
         """Send ``notifications/progress`` if the client asked for progress.
 
+        Inside a task (no request stream) it updates the task's
+        ``statusMessage`` instead, rate-limited (see :mod:`.task_progress`).
         MCP requires progress to increase; a value that does not is a bug in
         the tool and raises :class:`ValueError`.  Nothing is sent once the
         client cancelled the request.
@@ -314,6 +319,8 @@ class ToolContext:
         if not math.isfinite(progress) or (total is not None and not math.isfinite(total)):
             raise ValueError("progress and total must be finite numbers")
         self._last_progress = progress
+        if self._task_progress is not None:
+            self._task_progress(progress, total, message)
         if self.progress_token is None:
             return
         params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
@@ -1047,6 +1054,7 @@ async def _start_task(
             client_capabilities=first.client_capabilities,
             input_responses=first.input_responses,
             request_state=first.request_state,
+            task_progress=partial(server.tasks.progress, task_id),
         )
         key = (task_id, "task:" + caller.namespace)
 

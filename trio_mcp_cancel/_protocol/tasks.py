@@ -71,6 +71,7 @@ from .._core.tasks import (
     new_task_id,
 )
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
+from .task_progress import TaskProgress, progress_message
 from .tools import TaskSupport
 from .versions import MISSING_CLIENT_CAPABILITY
 
@@ -161,6 +162,7 @@ class _Running:
     exchange: Exchange
     owner: str
     inputs: _Inputs | None = None
+    progress: TaskProgress | None = None
 
 
 @attrs.define(eq=False)
@@ -183,6 +185,10 @@ class TaskManager:
     """Unexpired task records one owner may hold, finished ones included (they
     take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``)."""
     purge_interval: float = 60.0
+    progress_interval: float = 1.0
+    """At most one ``statusMessage`` write per task per this many seconds for
+    ``ctx.report_progress`` inside a task (the last value is always written
+    before the task settles)."""
     cancel_poll_interval: float = 2.0
     """With a shared bus: how often running tasks' records are re-read for a
     cancel that arrived while the bus was down."""
@@ -349,6 +355,25 @@ class TaskManager:
             running.inputs = None
         return inputs.answers
 
+    def progress(
+        self, task_id: str, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """``ctx.report_progress`` inside a task: update its ``statusMessage`` (rate-limited)."""
+        running = self._running.get(task_id)
+        if running is None or self._nursery is None:
+            return
+        if running.progress is None:
+            running.progress = TaskProgress(
+                lambda text: self._write_message(task_id, text), self.progress_interval
+            )
+            self._nursery.start_soon(running.progress.run)
+        running.progress.report(progress_message(progress, total, message))
+
+    async def _write_message(self, task_id: str, text: str) -> None:
+        record = await self.store.set_message(task_id, text)
+        if record is not None and not record.terminal:
+            await self._publish(task_id, record)
+
     # -- tools/call --------------------------------------------------------
 
     def wanted(self, support: TaskSupport, capabilities: Mapping[str, Any] | None) -> bool:
@@ -485,6 +510,7 @@ class TaskManager:
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         message: str | None = None
+        running = self._running[task_id]
         try:
             try:
                 result = await runner(exchange, task_id)
@@ -522,9 +548,10 @@ class TaskManager:
                 )
             raise
         finally:
-            owner = self._running[task_id].owner
             self._remove(task_id)
-            await self._release_shared(owner)
+            await self._release_shared(running.owner)
+        if running.progress is not None:
+            await running.progress.close()  # the last progress, before the final status
         await self._settle(task_id, status, result=result, error=error, message=message)
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
@@ -539,6 +566,10 @@ class TaskManager:
         record = await self.store.settle(task_id, status, **fields)
         if record is None or record.status != status:
             return  # gone, or already terminal: nothing changed
+        await self._publish(task_id, record)
+
+    async def _publish(self, task_id: str, record: TaskRecord) -> None:
+        """Tell whoever listens about *record* (here, and other processes)."""
         detail = record.to_wire()
         if self.on_change is not None:
             self.on_change(detail)
