@@ -24,6 +24,15 @@ with the pending ``inputRequests``, ``tasks/update`` hands answers to it
 (here, or through the bus from another process), and the tool runs again
 once every key is answered.
 
+**Progress.**  ``ctx.report_progress`` inside a task updates the record's
+``statusMessage`` (rate-limited, see :mod:`.task_progress`), published like
+a status change.
+
+**A creation nobody received.**  When the ``tools/call`` that created a
+task loses its answer (the client cancelled or went away before the
+``CreateTaskResult`` was written, :meth:`Exchange.lost`), the task is
+cancelled: nobody else knows its id.
+
 **Who may see a task.**  Task ids are unguessable (256 bits) and every
 ``tasks/*`` request is checked against the caller that created the task
 (its principal, or its client namespace when unauthenticated); a task of
