@@ -213,3 +213,80 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
         assert seen.flagged_at is None
         assert (await settled(store, store.created[0])).status == "completed"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """stdio / WebSocket / memory: ``notifications/cancelled`` for the ``tools/call``
+    arrives just after its ``CreateTaskResult`` was written.  The client ignores
+    answers to what it cancelled, so the task would run unseen: it is cancelled."""
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    store.gate.set()
+    server = make_server(seen, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        ) as client:
+            call = client.start_request("tools/call", {"name": "stubborn", "arguments": {}})
+            await client.settle()
+            assert call.response is not None and call.response["result"]["resultType"] == "task"
+            cancel_at = trio.current_time()
+            await client.send_text(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": call.id, "reason": "changed my mind"},
+                    }
+                )
+            )
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is not None and seen.flagged_at - cancel_at < 0.5
+            assert seen.stopped_at is not None
+            assert GRACE <= seen.stopped_at - cancel_at < GRACE + 0.5
+            assert (await settled(store, store.created[0])).status == "cancelled"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reused_request_id_forgets_the_task_it_once_created(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    store.gate.set()
+    server = make_server(seen, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        ) as client:
+            first = client.start_request(
+                "tools/call", {"name": "stubborn", "arguments": {"seconds": 5.0}}
+            )
+            await client.settle()
+            assert first.response is not None
+            assert client.caller.channel is not None
+            assert client.caller.channel.created_tasks == {first.id: store.created[0]}
+            # The same id again (on a request that is not a task): the old task is forgotten.
+            raw = {"jsonrpc": "2.0", "id": first.id, "method": "ping", "params": {}}
+            await client.send_text(json.dumps(raw))
+            await client.settle()
+            assert client.caller.channel.created_tasks == {}
+            await client.send_text(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": first.id},
+                    }
+                )
+            )
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is None
+            assert (await settled(store, store.created[0])).status == "completed"
+        nursery.cancel_scope.cancel()

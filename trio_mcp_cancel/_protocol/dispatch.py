@@ -95,6 +95,10 @@ SendMessage = Callable[[Message], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 _CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
+#: Task creations a channel remembers, so a ``notifications/cancelled`` the
+#: client sent before it read the ``CreateTaskResult`` still stops the task.
+_CREATED_TASKS_KEPT: Final = 64
+
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.
 Limit = Literal["server", "tenant", "channel"]
@@ -138,6 +142,16 @@ class Channel:
     """Messages arrive in order (one stream), so a cancel of a request that is
     not running refers to one that already ended, never to one still on its
     way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
+    created_tasks: dict[RequestId, str] = attrs.field(factory=dict)
+    """The latest ``tools/call`` ids answered with a task, and the task ids:
+    a client that cancels the call (racing the ``CreateTaskResult``) ignores
+    the answer, so the task it never saw is cancelled too."""
+
+    def remember_task(self, request_id: RequestId, task_id: str) -> None:
+        self.created_tasks.pop(request_id, None)
+        self.created_tasks[request_id] = task_id
+        while len(self.created_tasks) > _CREATED_TASKS_KEPT:
+            del self.created_tasks[next(iter(self.created_tasks))]
 
     def cancel_all(
         self,
@@ -674,6 +688,10 @@ class McpServer(ServerFeatures):
         outcome = caller.registry.notify_cancelled(
             caller.namespace, request_id, params.get("reason"), keep_early=not ordered
         )
+        if caller.channel is not None and is_valid_request_id(request_id):
+            task_id = caller.channel.created_tasks.pop(request_id, None)
+            if task_id is not None:
+                self.tasks.creation_cancelled(task_id)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
             request_id if is_valid_request_id(request_id) else "<invalid>",
@@ -703,6 +721,8 @@ class McpServer(ServerFeatures):
         if call.error is not None or request is None or method is None:
             started()
             return None if call.error is None else call.error.to_message()
+        if caller.channel is not None:
+            caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
             refused = self.admit(call, caller, exchange)
             if refused is not None:
@@ -1073,7 +1093,10 @@ async def _start_task(
 
         return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
-    return await server.tasks.start(caller.namespace, runner, Exchange(), creator=creator)
+    created = await server.tasks.start(caller.namespace, runner, Exchange(), creator=creator)
+    if caller.channel is not None:
+        caller.channel.remember_task(call.request.id, created["taskId"])
+    return created
 
 
 def _no_op() -> None:

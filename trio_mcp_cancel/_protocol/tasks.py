@@ -465,6 +465,16 @@ class TaskManager:
         if self._cancel_here(task_id, "the request that created the task was cancelled"):
             logger.info("task %s: its creation was never delivered; cancelling it", task_id[:8])
 
+    def creation_cancelled(self, task_id: str) -> None:
+        """The client cancelled the ``tools/call`` that created *task_id* (on its channel).
+
+        It sent ``notifications/cancelled`` before it read the
+        ``CreateTaskResult``, and a client ignores answers to what it
+        cancelled: nobody will follow the task, so it is cancelled too.
+        """
+        if self._cancel_here(task_id, "the request that created the task was cancelled"):
+            logger.info("task %s: its tools/call was cancelled; cancelling it", task_id[:8])
+
     async def _acquire_shared(self, owner: str) -> None:
         """Count the task against its owner's quota on every process (shared backend)."""
         if not self.counters.shared:
