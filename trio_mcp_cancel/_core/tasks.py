@@ -210,6 +210,14 @@ class TaskStore(Protocol):
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
         """Mark a cancel as requested (no-op on a terminal task); the record, or ``None``."""
 
+    async def set_message(self, task_id: str, message: str) -> TaskRecord | None:
+        """Set ``statusMessage`` (and ``lastUpdatedAt``) of a task that is not terminal.
+
+        Atomic: a task that settled meanwhile keeps its terminal record.
+        The record after the change, ``None`` when nothing changed (gone,
+        expired or terminal).
+        """
+
     async def purge(self) -> int:
         """Drop expired records; how many went."""
 
@@ -298,6 +306,16 @@ class MemoryTaskStore:
         if not record.terminal and not record.cancel_requested:
             record.cancel_requested = True
             record.updated_at = self.clock()
+        return _copy(record)
+
+    async def set_message(self, task_id: str, message: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None or record.terminal or record.expires_at <= self.clock():
+            await trio.lowlevel.checkpoint()
+            return None
+        record.status_message = message
+        record.updated_at = self.clock()
+        await trio.lowlevel.checkpoint()
         return _copy(record)
 
     async def orphaned(self, record: TaskRecord) -> bool:

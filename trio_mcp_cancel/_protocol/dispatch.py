@@ -31,6 +31,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -96,6 +97,10 @@ SendMessage = Callable[[Message], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 _CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
+#: Task creations a channel remembers, so a ``notifications/cancelled`` the
+#: client sent before it read the ``CreateTaskResult`` still stops the task.
+_CREATED_TASKS_KEPT: Final = 64
+
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.
 #: ``listen_server`` / ``listen_tenant``: the separate bounds of open
@@ -141,6 +146,16 @@ class Channel:
     """Messages arrive in order (one stream), so a cancel of a request that is
     not running refers to one that already ended, never to one still on its
     way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
+    created_tasks: dict[RequestId, str] = attrs.field(factory=dict)
+    """The latest ``tools/call`` ids answered with a task, and the task ids:
+    a client that cancels the call (racing the ``CreateTaskResult``) ignores
+    the answer, so the task it never saw is cancelled too."""
+
+    def remember_task(self, request_id: RequestId, task_id: str) -> None:
+        self.created_tasks.pop(request_id, None)
+        self.created_tasks[request_id] = task_id
+        while len(self.created_tasks) > _CREATED_TASKS_KEPT:
+            del self.created_tasks[next(iter(self.created_tasks))]
 
     def cancel_all(
         self,
@@ -189,6 +204,26 @@ class Exchange:
     request: TrackedRequest | None = None
     _registry: Registry | None = None
     _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
+    _on_lost: list[Callable[[], object]] = attrs.field(factory=list)
+
+    def when_lost(self, callback: Callable[[], object]) -> None:
+        """Call *callback* if this exchange's answer is never delivered (see :meth:`lost`).
+
+        A ``tools/call`` that created a task registers here: a client that
+        never saw the ``CreateTaskResult`` cannot poll or cancel the task,
+        so nobody would ever stop it.
+        """
+        self._on_lost.append(callback)
+
+    def lost(self) -> None:
+        """The answer was not delivered: the client cancelled first, or its stream went away.
+
+        Called by the dispatcher (a silenced answer) and by the transport (a
+        stream closed, or a write that never completed); idempotent.
+        """
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            callback()
 
     def cancel(
         self,
@@ -246,6 +281,8 @@ class ToolContext:
     """MRTR: the client's answers to the ``inputRequests`` of the previous round."""
     request_state: Any = None
     """MRTR: the state the previous round returned, verified (see :class:`~.mrtr.StateSigner`)."""
+    _task_progress: Callable[[float, float | None, str | None], None] | None = None
+    """Inside a task: where progress goes instead (the task's ``statusMessage``)."""
 
     @property
     def namespace(self) -> str:
@@ -289,6 +326,8 @@ class ToolContext:
     ) -> None:
         """Send ``notifications/progress`` if the client asked for progress.
 
+        Inside a task (no request stream) it updates the task's
+        ``statusMessage`` instead, rate-limited (see :mod:`.task_progress`).
         MCP requires progress to increase; a value that does not is a bug in
         the tool and raises :class:`ValueError`.  Nothing is sent once the
         client cancelled the request.
@@ -298,6 +337,8 @@ class ToolContext:
         if not math.isfinite(progress) or (total is not None and not math.isfinite(total)):
             raise ValueError("progress and total must be finite numbers")
         self._last_progress = progress
+        if self._task_progress is not None:
+            self._task_progress(progress, total, message)
         if self.progress_token is None:
             return
         params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
@@ -666,6 +707,10 @@ class McpServer(ServerFeatures):
         outcome = caller.registry.notify_cancelled(
             caller.namespace, request_id, params.get("reason"), keep_early=not ordered
         )
+        if caller.channel is not None and is_valid_request_id(request_id):
+            task_id = caller.channel.created_tasks.pop(request_id, None)
+            if task_id is not None:
+                self.tasks.creation_cancelled(task_id)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
             request_id if is_valid_request_id(request_id) else "<invalid>",
@@ -695,6 +740,8 @@ class McpServer(ServerFeatures):
         if call.error is not None or request is None or method is None:
             started()
             return None if call.error is None else call.error.to_message()
+        if caller.channel is not None:
+            caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
             refused = self.admit(call, caller, exchange)
             if refused is not None:
@@ -711,6 +758,7 @@ class McpServer(ServerFeatures):
         except JsonRpcError as exc:
             return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
         except RequestCancelled as exc:
+            exchange.lost()  # its real answer is never sent
             if exchange.silenced and self.on_cancel == "silent" and allow_silence:
                 return None
             data = {"reason": exc.reason} if exc.reason else None
@@ -1038,7 +1086,7 @@ async def _call_tool(
                 if isinstance(asked, InputRequired):
                     return input_required(server, call, caller, asked, tool.name)
             try:
-                return await _start_task(server, call, caller, tool, arguments, first)
+                return await _start_task(server, call, caller, tool, arguments, first, exchange)
             except tasks.TasksUnavailable:
                 if tool.task_support == "required":
                     raise
@@ -1054,11 +1102,14 @@ async def _start_task(
     tool: Tool,
     arguments: dict[str, Any],
     first: ToolContext,
+    creator: Exchange,
 ) -> dict[str, Any]:
-    """Run *tool* as a task in the task manager's nursery (no progress, no logs: SEP-2663).
+    """Run *tool* as a task in the task manager's nursery (SEP-2663).
 
     The task's ``ctx`` keeps the MRTR input of the request that created it
-    (*first*'s ``input_responses`` and verified ``request_state``).
+    (*first*'s ``input_responses`` and verified ``request_state``).  If the
+    ``CreateTaskResult`` never reaches the client (*creator* lost), the
+    task is cancelled: nobody could poll or cancel it.
     """
     assert call.request is not None
 
@@ -1074,6 +1125,7 @@ async def _start_task(
             client_capabilities=first.client_capabilities,
             input_responses=first.input_responses,
             request_state=first.request_state,
+            task_progress=partial(server.tasks.progress, task_id),
         )
         key = (task_id, "task:" + caller.namespace)
 
@@ -1092,7 +1144,10 @@ async def _start_task(
 
         return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
-    return await server.tasks.start(caller.namespace, runner, Exchange())
+    created = await server.tasks.start(caller.namespace, runner, Exchange(), creator=creator)
+    if caller.channel is not None:
+        caller.channel.remember_task(call.request.id, created["taskId"])
+    return created
 
 
 def _no_op() -> None:

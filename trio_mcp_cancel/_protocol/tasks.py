@@ -24,6 +24,15 @@ with the pending ``inputRequests``, ``tasks/update`` hands answers to it
 (here, or through the bus from another process), and the tool runs again
 once every key is answered.
 
+**Progress.**  ``ctx.report_progress`` inside a task updates the record's
+``statusMessage`` (rate-limited, see :mod:`.task_progress`), published like
+a status change.
+
+**A creation nobody received.**  When the ``tools/call`` that created a
+task loses its answer (the client cancelled or went away before the
+``CreateTaskResult`` was written, :meth:`Exchange.lost`), the task is
+cancelled: nobody else knows its id.
+
 **Who may see a task.**  Task ids are unguessable (256 bits) and every
 ``tasks/*`` request is checked against the caller that created the task
 (its principal, or its client namespace when unauthenticated); a task of
@@ -73,6 +82,7 @@ from .._core.tasks import (
     new_task_id,
 )
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
+from .task_progress import TaskProgress, progress_message
 from .tools import TaskSupport
 from .versions import MISSING_CLIENT_CAPABILITY
 
@@ -163,6 +173,7 @@ class _Running:
     exchange: Exchange
     owner: str
     inputs: _Inputs | None = None
+    progress: TaskProgress | None = None
 
 
 @attrs.define(eq=False)
@@ -187,6 +198,10 @@ class TaskManager:
     """Unexpired task records one owner may hold, finished ones included (they
     take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``)."""
     purge_interval: float = 60.0
+    progress_interval: float = 1.0
+    """At most one ``statusMessage`` write per task per this many seconds for
+    ``ctx.report_progress`` inside a task (the last value is always written
+    before the task settles)."""
     cancel_poll_interval: float = 2.0
     """With a shared bus: how often running tasks' records are re-read for a
     cancel that arrived while the bus was down."""
@@ -310,11 +325,11 @@ class TaskManager:
                 if self._nursery is not None:
                     self._nursery.start_soon(self._record_inputs_quietly, task_id, inputs)
 
-    def _cancel_here(self, task_id: str) -> bool:
+    def _cancel_here(self, task_id: str, reason: str = "task cancelled") -> bool:
         running = self._running.get(task_id)
         if running is None:
             return False
-        running.exchange.cancel("task cancelled", kind="client")
+        running.exchange.cancel(reason, kind="client")
         if running.inputs is not None:
             running.inputs.wake.set()  # a parked task wakes up to see the flag
         return True
@@ -373,6 +388,25 @@ class TaskManager:
             running.inputs = None
         return inputs.answers
 
+    def progress(
+        self, task_id: str, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """``ctx.report_progress`` inside a task: update its ``statusMessage`` (rate-limited)."""
+        running = self._running.get(task_id)
+        if running is None or self._nursery is None:
+            return
+        if running.progress is None:
+            running.progress = TaskProgress(
+                lambda text: self._write_message(task_id, text), self.progress_interval
+            )
+            self._nursery.start_soon(running.progress.run)
+        running.progress.report(progress_message(progress, total, message))
+
+    async def _write_message(self, task_id: str, text: str) -> None:
+        record = await self.store.set_message(task_id, text)
+        if record is not None and not record.terminal:
+            await self._publish(task_id, record)
+
     # -- tools/call --------------------------------------------------------
 
     def wanted(self, support: TaskSupport, capabilities: Mapping[str, Any] | None) -> bool:
@@ -392,8 +426,17 @@ class TaskManager:
                 raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
         return declared and self.running
 
-    async def start(self, owner: str, runner: Runner, exchange: Exchange) -> dict[str, Any]:
-        """Create the task durably, start its work, and return the ``CreateTaskResult``."""
+    async def start(
+        self, owner: str, runner: Runner, exchange: Exchange, *, creator: Exchange | None = None
+    ) -> dict[str, Any]:
+        """Create the task durably, start its work, and return the ``CreateTaskResult``.
+
+        *creator* is the exchange of the ``tools/call`` that creates the
+        task: if its answer is lost (the client closed the stream or sent
+        ``notifications/cancelled`` before the ``CreateTaskResult`` was
+        written), nobody knows the task id, so the task is cancelled with the
+        usual two phases and settles ``cancelled``.
+        """
         nursery = self._nursery
         if nursery is None:
             raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
@@ -438,7 +481,23 @@ class TaskManager:
             self._remove(record.task_id)
             raise
         nursery.start_soon(self._work, record.task_id, runner, exchange)
+        if creator is not None:
+            creator.when_lost(lambda: self._creation_lost(record.task_id))
         return {"resultType": "task", **record.to_wire()}
+
+    def _creation_lost(self, task_id: str) -> None:
+        if self._cancel_here(task_id, "the request that created the task was cancelled"):
+            logger.info("task %s: its creation was never delivered; cancelling it", task_id[:8])
+
+    def creation_cancelled(self, task_id: str) -> None:
+        """The client cancelled the ``tools/call`` that created *task_id* (on its channel).
+
+        It sent ``notifications/cancelled`` before it read the
+        ``CreateTaskResult``, and a client ignores answers to what it
+        cancelled: nobody will follow the task, so it is cancelled too.
+        """
+        if self._cancel_here(task_id, "the request that created the task was cancelled"):
+            logger.info("task %s: its tools/call was cancelled; cancelling it", task_id[:8])
 
     async def _acquire_shared(self, owner: str) -> None:
         """Count the task against its owner's quota on every process (shared backend)."""
@@ -518,6 +577,7 @@ class TaskManager:
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         message: str | None = None
+        running = self._running[task_id]
         try:
             try:
                 result = await runner(exchange, task_id)
@@ -555,11 +615,12 @@ class TaskManager:
                 )
             raise
         finally:
-            owner = self._running[task_id].owner
             self._remove(task_id)
-            await self._release_shared(owner)
+            await self._release_shared(running.owner)
         # Shielded: a manager stopping right after the work ended still records how.
         with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            if running.progress is not None:
+                await running.progress.close()  # the last progress, before the final status
             await self._settle(task_id, status, result=result, error=error, message=message)
 
     async def _settle(self, task_id: str, status: TaskStatus, **fields: Any) -> None:
@@ -574,6 +635,10 @@ class TaskManager:
         record = await self.store.settle(task_id, status, **fields)
         if record is None or record.status != status:
             return  # gone, or already terminal: nothing changed
+        await self._publish(task_id, record)
+
+    async def _publish(self, task_id: str, record: TaskRecord) -> None:
+        """Tell whoever listens about *record* (here, and other processes)."""
         detail = record.to_wire()
         if self.on_change is not None:
             self.on_change(detail)

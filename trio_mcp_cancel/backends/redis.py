@@ -211,6 +211,15 @@ end
 return 2
 """
 
+# KEYS: the task.  ARGV: the status message, now.  Never touches a terminal task.
+_SET_MESSAGE: Final = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 0 end
+if status == 'completed' or status == 'failed' or status == 'cancelled' then return 1 end
+redis.call('HSET', KEYS[1], 'status_message', ARGV[1], 'updated_at', ARGV[2])
+return 2
+"""
+
 
 @attrs.define(eq=False)
 class _Health:
@@ -266,8 +275,10 @@ class RedisTaskStore:
     _create: Any = attrs.field(init=False, default=None)
     _settle: Any = attrs.field(init=False, default=None)
     _request_cancel: Any = attrs.field(init=False, default=None)
+    _set_message: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
+        self._set_message = self.client.register_script(_SET_MESSAGE)
         self._create = self.client.register_script(_CREATE)
         self._settle = self.client.register_script(_SETTLE)
         self._request_cancel = self.client.register_script(_REQUEST_CANCEL)
@@ -387,6 +398,16 @@ class RedisTaskStore:
             TaskStoreUnavailable,
         )
         return None if done == 0 else await self.get(task_id)
+
+    async def set_message(self, task_id: str, message: str) -> TaskRecord | None:
+        key = self.key(task_id)
+        args = [message, repr(self.clock())]
+        done: object = await self.health.call(
+            "tasks.progress",
+            lambda: self._set_message(keys=[key], args=args),
+            TaskStoreUnavailable,
+        )
+        return None if done != 2 else await self.get(task_id)
 
     async def purge(self) -> int:
         """Redis expires task keys by itself (``PEXPIREAT``): nothing to do."""

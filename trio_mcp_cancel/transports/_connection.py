@@ -184,8 +184,11 @@ class MessageConnection:
     """Nothing more is queued: the stream ended, the peer is gone or stalled."""
     stalled: bool = attrs.field(init=False, default=False)
     """The peer stopped reading (see the module docstring): close it abruptly."""
-    _outbox: deque[tuple[str, bool]] = attrs.field(init=False, factory=deque)
-    """Encoded messages not yet written, oldest first, each with "is a notification"."""
+    _outbox: deque[tuple[str, bool, Callable[[], object] | None]] = attrs.field(
+        init=False, factory=deque
+    )
+    """Encoded messages not yet written, oldest first, each with "is a notification"
+    and what to call if it is dropped unwritten (a reply's ``Exchange.lost``)."""
     _outbox_bytes: int = attrs.field(init=False, default=0)
     _notification_bytes: int = attrs.field(init=False, default=0)
     _wakeup: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
@@ -228,21 +231,23 @@ class MessageConnection:
         self.send_nowait(message)
         await trio.lowlevel.checkpoint()
 
-    def send_nowait(self, message: Message) -> None:
-        """:meth:`send` without the checkpoint."""
+    def send_nowait(self, message: Message, *, on_lost: Callable[[], object] | None = None) -> None:
+        """:meth:`send` without the checkpoint; *on_lost* is called if it is never written."""
         if self.closed:
+            if on_lost is not None:
+                on_lost()
             return
         text = jsonrpc.encode(message).decode("ascii")
         notification = "id" not in message
         if notification and self._outbox:
             waiting = self._notification_bytes
-            head, head_is_notification = self._outbox[0]
+            head, head_is_notification, _ = self._outbox[0]
             if head_is_notification:
                 waiting -= len(head)
             if waiting + len(text) > self.max_buffered_bytes:
                 self._stall(f"more than {self.max_buffered_bytes} bytes of notifications waiting")
                 return
-        self._outbox.append((text, notification))
+        self._outbox.append((text, notification, on_lost))
         self._outbox_bytes += len(text)
         if notification:
             self._notification_bytes += len(text)
@@ -267,7 +272,7 @@ class MessageConnection:
                         return
                     await self._wakeup.park()
                     continue
-                text, notification = self._outbox[0]
+                text, notification, _ = self._outbox[0]
                 deadline = math.inf
                 if self.write_timeout is not None:
                     deadline = trio.current_time() + self.write_timeout
@@ -306,7 +311,10 @@ class MessageConnection:
     def _lose(self) -> None:
         """The stream cannot be written any more: drop what is queued."""
         self.closed = True
+        lost = [on_lost for _, _, on_lost in self._outbox if on_lost is not None]
         self._outbox.clear()
+        for on_lost in lost:
+            on_lost()
         self._outbox_bytes = self._notification_bytes = 0
         self._wakeup.unpark_all()
         self._room.unpark_all()
@@ -421,7 +429,9 @@ class MessageConnection:
                 reply = await run()
                 nursery.cancel_scope.cancel()
         if reply is not None:
-            await self.send(reply)
+            # A reply dropped unwritten (the peer went away) is a lost answer.
+            self.send_nowait(reply, on_lost=exchange.lost)
+            await trio.lowlevel.checkpoint()
 
     async def _time_limit(self, exchange: Exchange) -> None:
         assert self.max_request_time is not None

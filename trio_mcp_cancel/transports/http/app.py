@@ -596,6 +596,8 @@ class McpHttpApp:
             finally:
                 if not writer.done.is_set():
                     writer.abandon()  # cancelled (shutdown): leave the client
+                if not (stream.finished and writer.done.is_set() and not writer.abandoned):
+                    exchange.lost()  # the answer never reached the client
             # ASGI answers receive() with http.disconnect once the response
             # is sent, so the watcher ends by itself, which is cheaper than
             # cancelling it.  The deadline covers a server that never does.

@@ -1,0 +1,292 @@
+"""A task whose ``CreateTaskResult`` never reached the client is cancelled (issue 10).
+
+A client that cancels a ``tools/call`` (closing its stream, or its
+connection) while the server is creating the task never learns the task
+id: nobody could poll or cancel it, and it would run until it ends or its
+TTL.  The server cancels it instead, with the two phases (flag now, hard
+cancel after the grace period), and it settles ``cancelled``.  A task whose
+creation *was* delivered is never touched by the end of that request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from asgi_harness import AsgiClient, headers_of, modern_call
+
+from trio_mcp_cancel import RegistryConfig, open_registry
+from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.testing import open_test_client
+from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
+
+WITH_TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+GRACE = 3.0
+EPOCH = 1_800_000_000.0
+
+
+def wall_clock() -> float:
+    return EPOCH + trio.current_time()
+
+
+@attrs.define(eq=False)
+class GatedStore(MemoryTaskStore):
+    """Holds each ``create`` until the test opens the gate: the window in which
+    the client goes away.  The record is stored first, as a durable store would."""
+
+    gate: trio.Event = attrs.field(factory=trio.Event)
+    entered: trio.Event = attrs.field(factory=trio.Event)
+    created: list[str] = attrs.field(factory=list)
+
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
+        await super().create(record, max_per_owner)
+        self.created.append(record.task_id)
+        self.entered.set()
+        await self.gate.wait()
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.flagged_at: float | None = None
+        self.stopped_at: float | None = None
+        self.stopped = trio.Event()
+
+
+def make_server(seen: Seen, store: MemoryTaskStore) -> McpServer:
+    server = McpServer("lost-task-test", tasks=TaskManager(store=store))
+
+    @server.tool(task="optional")
+    async def stubborn(ctx: ToolContext, seconds: float = 1000.0) -> str:
+        """Notes when the flag goes up, then ignores it: only the hard cancel stops it."""
+        try:
+            deadline = trio.current_time() + seconds
+            while trio.current_time() < deadline:
+                if ctx.cancelled and seen.flagged_at is None:
+                    seen.flagged_at = trio.current_time()
+                await trio.sleep(0.05)
+        finally:
+            seen.stopped_at = trio.current_time()
+            seen.stopped.set()
+        return "finished"
+
+    return server
+
+
+async def settled(store: MemoryTaskStore, task_id: str) -> TaskRecord:
+    record = await store.get(task_id)
+    assert record is not None
+    return record
+
+
+@pytest.mark.parametrize("json_response", [False, True])
+async def test_http_stream_closed_while_the_task_is_created_cancels_the_task(
+    autojump_clock: trio.testing.MockClock, json_response: bool
+) -> None:
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    server = make_server(seen, store)
+    app = McpHttpApp(
+        server, registry_config=RegistryConfig(grace_period=GRACE), json_response=json_response
+    )
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            message = modern_call(1, "stubborn", {}, capabilities=WITH_TASKS)
+            exchange = client.start("POST", headers_of(message), message)
+            await store.entered.wait()
+            exchange.disconnect()  # the client gives up while the task is being created
+            await trio.testing.wait_all_tasks_blocked()
+            gone_at = trio.current_time()
+            store.gate.set()
+            await exchange.done.wait()
+            assert not any("result" in m for m in exchange.messages() if isinstance(m, dict))
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            # Two phases: the flag at once, the hard cancel a grace period later.
+            assert seen.flagged_at is not None and seen.flagged_at - gone_at < 0.5
+            assert seen.stopped_at is not None
+            assert GRACE <= seen.stopped_at - gone_at < GRACE + 0.5
+            record = await settled(store, store.created[0])
+            assert record.status == "cancelled"
+            assert server.tasks.running_count == 0
+
+
+async def test_http_task_whose_creation_was_delivered_survives_the_stream_closing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    store.gate.set()
+    server = make_server(seen, store)
+    app = McpHttpApp(server, registry_config=RegistryConfig(grace_period=GRACE))
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            message = modern_call(1, "stubborn", {"seconds": 10.0}, capabilities=WITH_TASKS)
+            created = await client.post(headers_of(message), message)
+            task = created.messages()[-1]["result"]
+            assert task["resultType"] == "task"
+            created.disconnect()  # after the answer: the task is the client's now
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is None
+            assert (await settled(store, task["taskId"])).status == "completed"
+
+
+@pytest.mark.parametrize("how", ["write fails", "write hangs"])
+async def test_message_stream_reply_never_written_cancels_the_task(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    """stdio / WebSocket / memory: the peer goes away before the reply is written.
+
+    (A ``notifications/cancelled`` cannot overtake the creation there: the
+    next message is read only once the ``CreateTaskResult`` is queued, so the
+    client always learns the task id and can ``tasks/cancel`` it.)
+    """
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    server = make_server(seen, store)
+    written: list[str] = []
+
+    async def write(text: str) -> None:
+        written.append(text)
+        if how == "write fails":
+            raise trio.BrokenResourceError("the peer went away")
+        await trio.sleep_forever()  # the peer stopped reading: stalled after write_timeout
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_registry(grace_period=GRACE) as registry:
+            connection = MessageConnection(
+                server, connection_caller("test", registry), write, write_timeout=5.0
+            )
+            to_server, incoming = trio.open_memory_channel[str](math.inf)
+            nursery.start_soon(connection.serve, incoming)
+            to_server.send_nowait(
+                json.dumps(modern_call(1, "stubborn", {}, capabilities=WITH_TASKS))
+            )
+            await store.entered.wait()
+            store.gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert [json.loads(text)["id"] for text in written] == [1]
+            lost_at = trio.current_time() + (5.0 if how == "write hangs" else 0.0)
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is not None and seen.flagged_at - lost_at < 0.5
+            assert seen.stopped_at is not None
+            assert GRACE <= seen.stopped_at - lost_at < GRACE + 0.5
+            assert (await settled(store, store.created[0])).status == "cancelled"
+            to_server.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_memory_client_gets_its_task_when_its_connection_ends_during_creation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Closing the client's side ends the incoming stream only: the reply is still
+    written, the client knows the task, and the task is left alone."""
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    server = make_server(seen, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        ) as client:
+            call = client.start_request(
+                "tools/call", {"name": "stubborn", "arguments": {"seconds": 10.0}}
+            )
+            await store.entered.wait()
+            client.disconnect()
+            store.gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+        assert call.response is not None
+        assert call.response["result"]["taskId"] == store.created[0]
+        await seen.stopped.wait()
+        await server.tasks.wait_idle()
+        assert seen.flagged_at is None
+        assert (await settled(store, store.created[0])).status == "completed"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """stdio / WebSocket / memory: ``notifications/cancelled`` for the ``tools/call``
+    arrives just after its ``CreateTaskResult`` was written.  The client ignores
+    answers to what it cancelled, so the task would run unseen: it is cancelled."""
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    store.gate.set()
+    server = make_server(seen, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        ) as client:
+            call = client.start_request("tools/call", {"name": "stubborn", "arguments": {}})
+            await client.settle()
+            assert call.response is not None and call.response["result"]["resultType"] == "task"
+            cancel_at = trio.current_time()
+            await client.send_text(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": call.id, "reason": "changed my mind"},
+                    }
+                )
+            )
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is not None and seen.flagged_at - cancel_at < 0.5
+            assert seen.stopped_at is not None
+            assert GRACE <= seen.stopped_at - cancel_at < GRACE + 0.5
+            assert (await settled(store, store.created[0])).status == "cancelled"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reused_request_id_forgets_the_task_it_once_created(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen = Seen()
+    store = GatedStore(clock=wall_clock)
+    store.gate.set()
+    server = make_server(seen, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        ) as client:
+            first = client.start_request(
+                "tools/call", {"name": "stubborn", "arguments": {"seconds": 5.0}}
+            )
+            await client.settle()
+            assert first.response is not None
+            assert client.caller.channel is not None
+            assert client.caller.channel.created_tasks == {first.id: store.created[0]}
+            # The same id again (on a request that is not a task): the old task is forgotten.
+            raw = {"jsonrpc": "2.0", "id": first.id, "method": "ping", "params": {}}
+            await client.send_text(json.dumps(raw))
+            await client.settle()
+            assert client.caller.channel.created_tasks == {}
+            await client.send_text(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": first.id},
+                    }
+                )
+            )
+            await seen.stopped.wait()
+            await server.tasks.wait_idle()
+            assert seen.flagged_at is None
+            assert (await settled(store, store.created[0])).status == "completed"
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,120 @@
+"""Task progress (``statusMessage``) in the Redis store (real redis-server).
+
+The write is one Lua step that never touches a terminal record, and a
+process that does not run the task sees the progress in ``tasks/get`` and
+gets it as ``notifications/tasks`` through the bus.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+from deploy_harness import RedisServer
+from test_redis_backend import prefix, record, redis, running, wait_status
+
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.testing import McpTestClient, open_test_client
+
+__all__ = ["prefix", "redis"]  # the fixtures, for pytest
+
+CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+async def test_set_message_is_atomic_and_never_overwrites_a_terminal_task(
+    redis: RedisServer, prefix: str
+) -> None:
+    async with running(RedisBackend(redis.url, prefix=prefix)) as backend:
+        store = backend.tasks
+        created_at = time.time() - 5.0
+        await store.create(record("a", now=created_at))
+        changed = await store.set_message("a", "3/10: copying")
+        assert changed is not None and changed.status == "working"
+        assert changed.status_message == "3/10: copying" and changed.updated_at > created_at
+        loaded = await store.get("a")
+        assert loaded is not None and loaded.to_wire()["statusMessage"] == "3/10: copying"
+        await store.settle("a", "cancelled", message="cancelled by the client")
+        assert await store.set_message("a", "4/10: late") is None
+        settled = await store.get("a")
+        assert settled is not None and settled.status == "cancelled"
+        assert settled.status_message == "cancelled by the client"
+        assert await store.set_message("missing", "1") is None
+        assert await backend.client.exists([f"{prefix}:task:missing"]) == 0
+
+
+def make_server(release: trio.Event) -> McpServer:
+    server = McpServer(
+        "redis-task-progress", tasks=TaskManager(cancel_poll_interval=1000, progress_interval=0.05)
+    )
+
+    @server.tool(task="optional")
+    async def halfway(ctx: ToolContext) -> str:
+        await ctx.report_progress(5, 10, "halfway")
+        await release.wait()
+        await ctx.report_progress(10, 10, "all done")
+        return "done"
+
+    return server
+
+
+@asynccontextmanager
+async def instance(
+    redis: RedisServer, prefix: str, release: trio.Event
+) -> AsyncIterator[McpServer]:
+    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
+    server = make_server(release)
+    async with running(backend), trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: server.tasks.run(
+                store=backend.tasks,
+                bus=backend.bus,
+                instance_id=backend.instance_id,
+                task_status=task_status,
+            )
+        )
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
+    async with open_test_client(
+        server, namespace="same-owner", client_capabilities=CAPABILITIES
+    ) as client:
+        yield client
+
+
+async def test_progress_on_one_process_is_seen_and_heard_on_another(
+    redis: RedisServer, prefix: str
+) -> None:
+    release = trio.Event()
+    async with instance(redis, prefix, release) as a, instance(redis, prefix, release) as b:
+        async with client_of(a) as on_a, client_of(b) as on_b:
+            task_id = (await on_a.request("tools/call", {"name": "halfway", "arguments": {}}))[
+                "taskId"
+            ]
+            listen = on_b.start_request(
+                "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+            )
+            await on_b.wait_in_flight(listen)
+            with trio.fail_after(15):
+                while True:
+                    polled = await on_b.request("tasks/get", {"taskId": task_id})
+                    if polled.get("statusMessage") == "5/10: halfway":
+                        break
+                    await trio.sleep(0.02)
+            assert polled["status"] == "working"
+            release.set()
+            done = await wait_status(on_b, task_id, "completed")
+            assert done["statusMessage"] == "10/10: all done"
+            with trio.fail_after(15):
+                while len(listen.notifications) < 2 or not any(
+                    m["params"]["status"] == "completed" for m in listen.notifications[1:]
+                ):
+                    await trio.sleep(0.02)
+            heard = [m["params"].get("statusMessage") for m in listen.notifications[1:]]
+            assert "10/10: all done" in heard
+            await listen.cancel()
