@@ -190,14 +190,18 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """Closing the client's side ends the incoming stream only: the reply is still
-    written, the client knows the task, and the task is left alone."""
+    written, the client knows the task, and the task is left alone.
+
+    The client names its namespace, as a caller that can poll from elsewhere
+    would: a connection's *own* tasks are stopped when it closes (nobody could
+    poll them), which is not what this test is about."""
     seen = Seen()
     store = GatedStore(clock=wall_clock)
     server = make_server(seen, store)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.tasks.run)
         async with open_test_client(
-            server, client_capabilities=WITH_TASKS, grace_period=GRACE
+            server, client_capabilities=WITH_TASKS, grace_period=GRACE, namespace="principal:p"
         ) as client:
             call = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 10.0}}
