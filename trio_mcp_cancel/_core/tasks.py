@@ -45,6 +45,7 @@ __all__ = [
     "TaskStoreUnavailable",
     "iso8601",
     "new_task_id",
+    "settled_payload",
     "transition",
 ]
 
@@ -141,6 +142,31 @@ class TaskRecord:
         return cls(**data)
 
 
+def settled_payload(
+    status: TaskStatus,
+    *,
+    result: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    input_requests: dict[str, Any] | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The ``(result, error, input_requests)`` a record in *status* keeps.
+
+    One rule for every store (memory here, the Redis script's arguments):
+    ``completed`` must carry its *result* and ``failed`` its *error*
+    (``ValueError`` otherwise), and each status keeps only its own payload,
+    so a task that leaves ``input_required`` drops its pending requests.
+    """
+    if status == "completed" and result is None:
+        raise ValueError("a completed task needs its result")
+    if status == "failed" and error is None:
+        raise ValueError("a failed task needs its error")
+    return (
+        result if status == "completed" else None,
+        error if status == "failed" else None,
+        input_requests if status == "input_required" else None,
+    )
+
+
 def transition(
     record: TaskRecord,
     status: TaskStatus,
@@ -161,15 +187,11 @@ def transition(
         return False
     if status not in _STATUSES:
         raise ValueError(f"unknown task status {status!r}")
-    if status == "completed" and result is None:
-        raise ValueError("a completed task needs its result")
-    if status == "failed" and error is None:
-        raise ValueError("a failed task needs its error")
+    record.result, record.error, record.input_requests = settled_payload(
+        status, result=result, error=error, input_requests=input_requests
+    )
     record.status = status
     record.updated_at = now
-    record.result = result if status == "completed" else None
-    record.error = error if status == "failed" else None
-    record.input_requests = input_requests if status == "input_required" else None
     if message is not None:
         record.status_message = message
     return True

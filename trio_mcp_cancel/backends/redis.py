@@ -89,7 +89,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub, attach_events
-from .._core.tasks import TERMINAL, TaskRecord, TaskStatus, TaskStoreFull, TaskStoreUnavailable
+from .._core.tasks import (
+    TERMINAL,
+    TaskRecord,
+    TaskStatus,
+    TaskStoreFull,
+    TaskStoreUnavailable,
+    settled_payload,
+)
 
 __all__ = [
     "RedisBackend",
@@ -371,17 +378,14 @@ class RedisTaskStore:
         message: str | None = None,
         input_requests: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
-        if status == "completed" and result is None:
-            raise ValueError("a completed task needs its result")
-        if status == "failed" and error is None:
-            raise ValueError("a failed task needs its error")
+        kept = settled_payload(status, result=result, error=error, input_requests=input_requests)
         args = [
             status,
             repr(self.clock()),
-            _dump(result if status == "completed" else None),
-            _dump(error if status == "failed" else None),
+            _dump(kept[0]),
+            _dump(kept[1]),
             message or "",
-            _dump(input_requests if status == "input_required" else None),
+            _dump(kept[2]),
         ]
         key = self.key(task_id)
         await self.health.call(
