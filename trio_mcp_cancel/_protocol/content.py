@@ -27,6 +27,7 @@ __all__ = [
     "Text",
     "ToolError",
     "ToolResult",
+    "described",
     "encode_blob",
     "is_content",
     "json_text",
@@ -55,6 +56,31 @@ def _with_extras(
     if meta:
         block["_meta"] = dict(meta)
     return block
+
+
+def described(
+    fields: dict[str, Any],
+    *,
+    title: str | None,
+    description: str | None,
+    mime_type: str | None,
+    size: int | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """*fields* with a resource's optional descriptive fields, those that are set.
+
+    The spec's ``ResourceLink`` is a ``Resource`` with a ``type``, and a
+    ``ResourceTemplate`` describes itself the same way: one rule for all three.
+    """
+    for key, value in (
+        ("title", title),
+        ("description", description),
+        ("mimeType", mime_type),
+        ("size", size),
+    ):
+        if value is not None:
+            fields[key] = value
+    return _with_extras(fields, annotations, None)
 
 
 @attrs.frozen
@@ -126,16 +152,15 @@ class ResourceLink:
     meta: Mapping[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        block: dict[str, Any] = {"type": "resource_link", "uri": self.uri, "name": self.name}
-        for key, value in (
-            ("title", self.title),
-            ("description", self.description),
-            ("mimeType", self.mime_type),
-            ("size", self.size),
-        ):
-            if value is not None:
-                block[key] = value
-        return _with_extras(block, self.annotations, self.meta)
+        block = described(
+            {"type": "resource_link", "uri": self.uri, "name": self.name},
+            title=self.title,
+            description=self.description,
+            mime_type=self.mime_type,
+            size=self.size,
+            annotations=self.annotations,
+        )
+        return _with_extras(block, None, self.meta)
 
 
 Content = Text | Image | Audio | EmbeddedResource | ResourceLink

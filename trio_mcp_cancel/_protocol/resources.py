@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import attrs
 
-from .content import resource_contents
+from .content import described, resource_contents
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
 
 __all__ = [
@@ -44,13 +44,6 @@ class ResourceData:
     mime_type: str | None = None
 
 
-def _described(fields: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in extra.items():
-        if value is not None:
-            fields[key] = value
-    return fields
-
-
 @attrs.frozen
 class Resource:
     """A resource with a fixed URI."""
@@ -65,15 +58,13 @@ class Resource:
     annotations: Mapping[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
-        return _described(
+        return described(
             {"uri": self.uri, "name": self.name},
-            {
-                "title": self.title,
-                "description": self.description,
-                "mimeType": self.mime_type,
-                "size": self.size,
-                "annotations": None if not self.annotations else dict(self.annotations),
-            },
+            title=self.title,
+            description=self.description,
+            mime_type=self.mime_type,
+            size=self.size,
+            annotations=self.annotations,
         )
 
 
@@ -112,14 +103,12 @@ class ResourceTemplate:
         return {key: unquote(value) for key, value in found.groupdict().items()}
 
     def describe(self) -> dict[str, Any]:
-        return _described(
+        return described(
             {"uriTemplate": self.uri_template, "name": self.name},
-            {
-                "title": self.title,
-                "description": self.description,
-                "mimeType": self.mime_type,
-                "annotations": None if not self.annotations else dict(self.annotations),
-            },
+            title=self.title,
+            description=self.description,
+            mime_type=self.mime_type,
+            annotations=self.annotations,
         )
 
 
