@@ -85,19 +85,21 @@ def read_filter(params: Mapping[str, Any], supported: frozenset[str]) -> Filter:
         for key, method in _LIST_CHANGED.items()
         if wanted.get(key) is True and key in supported
     )
-    uris = wanted.get("resourceSubscriptions", [])
-    if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-        raise JsonRpcError(INVALID_PARAMS, "Invalid params: resourceSubscriptions must be strings")
-    if len(uris) > _MAX_URIS:
-        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} resource URIs")
-    granted = frozenset(uris) if "resourceSubscriptions" in supported else frozenset()
-    task_ids = wanted.get("taskIds", [])
-    if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-        raise JsonRpcError(INVALID_PARAMS, "Invalid params: taskIds must be strings")
-    if len(task_ids) > _MAX_URIS:
-        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} task ids")
-    tasks = frozenset(task_ids) if "taskIds" in supported else frozenset()
+    granted = _granted_strings(wanted, "resourceSubscriptions", "resource URIs", supported)
+    tasks = _granted_strings(wanted, "taskIds", "task ids", supported)
     return Filter(methods, granted, tasks)
+
+
+def _granted_strings(
+    wanted: Mapping[str, Any], key: str, what: str, supported: frozenset[str]
+) -> frozenset[str]:
+    """The strings under *key* (bounded; ``-32602`` when malformed), none if unsupported."""
+    values = wanted.get(key, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: {key} must be strings")
+    if len(values) > _MAX_URIS:
+        raise JsonRpcError(INVALID_PARAMS, f"Invalid params: at most {_MAX_URIS} {what}")
+    return frozenset(values) if key in supported else frozenset()
 
 
 @attrs.define(eq=False)
