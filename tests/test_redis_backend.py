@@ -7,9 +7,8 @@ started by the test on a port the kernel picked (see ``deploy_harness``).
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,40 +25,24 @@ from asgi_harness import (
     modern_request,
 )
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
+from redis_harness import (
+    client_of,
+    prefix,
+    record,
+    redis,
+    running,
+    task_process,
+    wait_status,
+)
 
 from trio_mcp_cancel import Event, checkpoint_cancelled, open_registry
-from trio_mcp_cancel.backends import BackendEvent, TaskRecord, TaskStoreFull
+from trio_mcp_cancel.backends import BackendEvent, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, McpError, McpTestClient, open_test_client
+from trio_mcp_cancel.testing import EventRecorder, McpError
 
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
-
-
-@pytest.fixture
-def prefix() -> str:
-    """Each test its own keys, so tests sharing one Redis never see each other."""
-    return "t" + secrets.token_hex(4)
-
-
-@asynccontextmanager
-async def running(backend: RedisBackend) -> AsyncIterator[RedisBackend]:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(backend.run)
-        yield backend
-        nursery.cancel_scope.cancel()
-
-
-def record(task_id: str, *, ttl_ms: int | None = 60_000, now: float | None = None) -> TaskRecord:
-    now = time.time() if now is None else now
-    return TaskRecord(
-        task_id=task_id, owner="o", created_at=now, updated_at=now, ttl_ms=ttl_ms, instance="i"
-    )
+__all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
 
 async def test_task_records_round_trip_and_settle_once(redis: RedisServer, prefix: str) -> None:
@@ -136,38 +119,10 @@ def make_server(manager: TaskManager, stopped: list[str]) -> McpServer:
 async def instance(
     redis: RedisServer, prefix: str, stopped: list[str], **manager: Any
 ) -> AsyncIterator[tuple[McpServer, RedisBackend]]:
-    """One "server process": its backend, task manager and server."""
-    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
+    """One "server process": its backend, task manager (counting in Redis) and server."""
     server = make_server(TaskManager(**manager), stopped)
-    async with running(backend), trio.open_nursery() as nursery:
-        await nursery.start(
-            lambda task_status: server.tasks.run(
-                store=backend.tasks,
-                bus=backend.bus,
-                instance_id=backend.instance_id,
-                counters=backend.counters,
-                task_status=task_status,
-            )
-        )
+    async with task_process(redis, prefix, server, counters=True) as backend:
         yield server, backend
-        nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
-    async with open_test_client(
-        server, namespace="session:same-caller", client_capabilities=WITH_TASKS, grace_period=30
-    ) as client:
-        yield client
-
-
-async def wait_status(client: McpTestClient, task_id: str, want: str) -> dict[str, Any]:
-    with trio.fail_after(15):
-        while True:
-            status = await client.request("tasks/get", {"taskId": task_id})
-            if status["status"] == want:
-                return status
-            await trio.sleep(0.02)
 
 
 async def test_tasks_cancel_on_one_instance_stops_the_work_on_another(

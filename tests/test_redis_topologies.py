@@ -13,8 +13,7 @@ import secrets
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,9 @@ import trio
 from coredis._utils import hash_slot
 from coredis.connection import TCPLocation
 from deploy_harness import RedisServer, _free_port, _ping, redis_server, require_redis_server
+from redis_harness import record, running
 
-from trio_mcp_cancel.backends import TaskRecord, TaskStoreFull, TaskStoreUnavailable
+from trio_mcp_cancel.backends import TaskStoreFull, TaskStoreUnavailable
 from trio_mcp_cancel.backends import redis as redis_module
 from trio_mcp_cancel.backends.redis import RedisBackend, _Keys
 
@@ -126,27 +126,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     finally:
         process.kill()
         process.wait()
-
-
-@asynccontextmanager
-async def running(*backends: RedisBackend) -> AsyncIterator[None]:
-    async with trio.open_nursery() as nursery:
-        for backend in backends:
-            await nursery.start(backend.run)
-        yield
-        nursery.cancel_scope.cancel()
-
-
-def record(task_id: str, owner: str = "o", instance: str = "i") -> TaskRecord:
-    now = time.time()
-    return TaskRecord(
-        task_id=task_id,
-        owner=owner,
-        created_at=now,
-        updated_at=now,
-        ttl_ms=60_000,
-        instance=instance,
-    )
 
 
 async def exercise(a: RedisBackend, b: RedisBackend) -> None:

@@ -8,21 +8,19 @@ status changes reach ``subscriptions/listen`` streams on other processes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import trio
-from deploy_harness import RedisServer
-from test_redis_backend import prefix, redis, running, wait_status
+from deploy_harness import WITH_TASKS, RedisServer
+from redis_harness import client_of, prefix, redis, task_process, wait_status
 
-from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
-from trio_mcp_cancel.testing import McpTestClient, open_test_client
+from trio_mcp_cancel.testing import McpTestClient
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+CAPABILITIES = {"elicitation": {}, **WITH_TASKS}
 
 
 def make_server() -> McpServer:
@@ -38,36 +36,17 @@ def make_server() -> McpServer:
     return server
 
 
-@asynccontextmanager
-async def instance(redis: RedisServer, prefix: str) -> AsyncIterator[McpServer]:
-    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
-    server = make_server()
-    async with running(backend), trio.open_nursery() as nursery:
-        await nursery.start(
-            lambda task_status: server.tasks.run(
-                store=backend.tasks,
-                bus=backend.bus,
-                instance_id=backend.instance_id,
-                task_status=task_status,
-            )
-        )
-        yield server
-        nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
-    async with open_test_client(
-        server, namespace="session:same-caller", client_capabilities=CAPABILITIES, grace_period=30
-    ) as client:
-        yield client
+def answering(server: McpServer) -> AbstractAsyncContextManager[McpTestClient]:
+    """The same caller on every process, one that can answer an elicitation."""
+    return client_of(server, capabilities=CAPABILITIES, grace_period=30)
 
 
 async def test_input_for_a_task_on_one_instance_arrives_through_another(
     redis: RedisServer, prefix: str
 ) -> None:
-    async with instance(redis, prefix) as a, instance(redis, prefix) as b:
-        async with client_of(a) as on_a, client_of(b) as on_b:
+    a, b = make_server(), make_server()
+    async with task_process(redis, prefix, a), task_process(redis, prefix, b):
+        async with answering(a) as on_a, answering(b) as on_b:
             created = await on_a.request("tools/call", {"name": "confirm", "arguments": {}})
             task_id = created["taskId"]
             parked = await wait_status(on_b, task_id, "input_required")

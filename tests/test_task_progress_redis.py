@@ -8,20 +8,17 @@ gets it as ``notifications/tasks`` through the bus.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import trio
 from deploy_harness import RedisServer
-from test_redis_backend import prefix, record, redis, running, wait_status
+from redis_harness import client_of, prefix, record, redis, running, task_process, wait_status
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
-from trio_mcp_cancel.testing import McpTestClient, open_test_client
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
-CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+OWNER = "same-owner"
 
 
 async def test_set_message_is_atomic_and_never_overwrites_a_terminal_task(
@@ -60,39 +57,13 @@ def make_server(release: trio.Event) -> McpServer:
     return server
 
 
-@asynccontextmanager
-async def instance(
-    redis: RedisServer, prefix: str, release: trio.Event
-) -> AsyncIterator[McpServer]:
-    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
-    server = make_server(release)
-    async with running(backend), trio.open_nursery() as nursery:
-        await nursery.start(
-            lambda task_status: server.tasks.run(
-                store=backend.tasks,
-                bus=backend.bus,
-                instance_id=backend.instance_id,
-                task_status=task_status,
-            )
-        )
-        yield server
-        nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def client_of(server: McpServer) -> AsyncIterator[McpTestClient]:
-    async with open_test_client(
-        server, namespace="same-owner", client_capabilities=CAPABILITIES
-    ) as client:
-        yield client
-
-
 async def test_progress_on_one_process_is_seen_and_heard_on_another(
     redis: RedisServer, prefix: str
 ) -> None:
     release = trio.Event()
-    async with instance(redis, prefix, release) as a, instance(redis, prefix, release) as b:
-        async with client_of(a) as on_a, client_of(b) as on_b:
+    a, b = make_server(release), make_server(release)
+    async with task_process(redis, prefix, a), task_process(redis, prefix, b):
+        async with client_of(a, namespace=OWNER) as on_a, client_of(b, namespace=OWNER) as on_b:
             task_id = (await on_a.request("tools/call", {"name": "halfway", "arguments": {}}))[
                 "taskId"
             ]

@@ -1,0 +1,125 @@
+"""Scaffolding for the tests against a real redis-server, in one place.
+
+The ``redis`` and ``prefix`` fixtures (import them into a test module, as
+``__all__`` there says for pytest), a backend running for one ``async
+with``, a stored task record, one "server process" (a backend of its own
+and the server's task manager on it, sharing one Redis), a client of a
+server and polling a task until it reaches a status.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from deploy_harness import WITH_TASKS, RedisServer, redis_server
+
+from trio_mcp_cancel.backends import TaskRecord
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.testing import McpTestClient, open_test_client
+
+__all__ = [
+    "client_of",
+    "prefix",
+    "record",
+    "redis",
+    "running",
+    "task_process",
+    "wait_status",
+]
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+@pytest.fixture
+def prefix() -> str:
+    """Each test its own keys, so tests sharing one Redis never see each other."""
+    return "t" + secrets.token_hex(4)
+
+
+@asynccontextmanager
+async def running(*backends: RedisBackend) -> AsyncIterator[RedisBackend]:
+    """Run *backends* for the block; it gets the first (``as backend``)."""
+    async with trio.open_nursery() as nursery:
+        for backend in backends:
+            await nursery.start(backend.run)
+        yield backends[0]
+        nursery.cancel_scope.cancel()
+
+
+def record(
+    task_id: str,
+    *,
+    owner: str = "o",
+    instance: str = "i",
+    ttl_ms: int | None = 60_000,
+    now: float | None = None,
+) -> TaskRecord:
+    """A working task record created *now* (default: the wall-clock time)."""
+    now = time.time() if now is None else now
+    return TaskRecord(
+        task_id=task_id,
+        owner=owner,
+        created_at=now,
+        updated_at=now,
+        ttl_ms=ttl_ms,
+        instance=instance,
+    )
+
+
+@asynccontextmanager
+async def task_process(
+    redis: RedisServer, prefix: str, server: McpServer, *, counters: bool = False
+) -> AsyncIterator[RedisBackend]:
+    """One "server process": *server*'s task manager on a backend of its own.
+
+    *counters*: the manager also counts its quotas in Redis (across processes).
+    """
+    backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
+    async with running(backend), trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: server.tasks.run(
+                store=backend.tasks,
+                bus=backend.bus,
+                instance_id=backend.instance_id,
+                counters=backend.counters if counters else None,
+                task_status=task_status,
+            )
+        )
+        yield backend
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def client_of(
+    server: McpServer,
+    *,
+    namespace: str = "session:same-caller",
+    capabilities: Mapping[str, Any] = WITH_TASKS,
+    **registry_config: Any,
+) -> AsyncIterator[McpTestClient]:
+    """A client of *server*; the same *namespace* on every process is the same caller."""
+    async with open_test_client(
+        server, namespace=namespace, client_capabilities=capabilities, **registry_config
+    ) as client:
+        yield client
+
+
+async def wait_status(client: McpTestClient, task_id: str, want: str) -> dict[str, Any]:
+    """``tasks/get`` until the task is in *want*; its status then."""
+    with trio.fail_after(15):
+        while True:
+            status = await client.request("tasks/get", {"taskId": task_id})
+            if status["status"] == want:
+                return status
+            await trio.sleep(0.02)
