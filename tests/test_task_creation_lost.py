@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import attrs
 import pytest
@@ -23,7 +25,7 @@ from trio_mcp_cancel import RegistryConfig, open_registry
 from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
-from trio_mcp_cancel.testing import open_test_client
+from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 
 WITH_TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -78,21 +80,51 @@ def make_server(seen: Seen, store: MemoryTaskStore) -> McpServer:
     return server
 
 
-async def settled(store: MemoryTaskStore, task_id: str) -> TaskRecord:
-    record = await store.get(task_id)
-    assert record is not None
-    return record
+@attrs.define(eq=False)
+class Rig:
+    """A server whose tool notes when it is flagged and stopped, on a gated store."""
+
+    seen: Seen = attrs.field(factory=Seen)
+    store: GatedStore = attrs.field(factory=lambda: GatedStore(clock=wall_clock))
+    server: McpServer = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.server = make_server(self.seen, self.store)
+
+    def client(self, **options: Any) -> AbstractAsyncContextManager[McpTestClient]:
+        """An in-memory client that declares the Tasks extension."""
+        return open_test_client(
+            self.server, client_capabilities=WITH_TASKS, grace_period=GRACE, **options
+        )
+
+    async def assert_stopped(self, cancelled_at: float | None) -> None:
+        """Wait for the tool to stop; it was cancelled at *cancelled_at* in two
+        phases (the flag at once, the hard cancel a grace period later), or,
+        with ``None``, left alone to finish."""
+        await self.seen.stopped.wait()
+        await self.server.tasks.wait_idle()
+        if cancelled_at is None:
+            assert self.seen.flagged_at is None
+            return
+        assert self.seen.flagged_at is not None and self.seen.flagged_at - cancelled_at < 0.5
+        assert self.seen.stopped_at is not None
+        assert GRACE <= self.seen.stopped_at - cancelled_at < GRACE + 0.5
+
+    async def status(self, task_id: str | None = None) -> str:
+        """The stored status of *task_id* (default: the first task created)."""
+        record = await self.store.get(self.store.created[0] if task_id is None else task_id)
+        assert record is not None
+        return record.status
 
 
 @pytest.mark.parametrize("json_response", [False, True])
 async def test_http_stream_closed_while_the_task_is_created_cancels_the_task(
     autojump_clock: trio.testing.MockClock, json_response: bool
 ) -> None:
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    server = make_server(seen, store)
+    rig = Rig()
+    store = rig.store
     app = McpHttpApp(
-        server, registry_config=RegistryConfig(grace_period=GRACE), json_response=json_response
+        rig.server, registry_config=RegistryConfig(grace_period=GRACE), json_response=json_response
     )
     async with trio.open_nursery() as nursery:
         client = AsgiClient(app, nursery)
@@ -106,25 +138,17 @@ async def test_http_stream_closed_while_the_task_is_created_cancels_the_task(
             store.gate.set()
             await exchange.done.wait()
             assert not any("result" in m for m in exchange.messages() if isinstance(m, dict))
-            await seen.stopped.wait()
-            await server.tasks.wait_idle()
-            # Two phases: the flag at once, the hard cancel a grace period later.
-            assert seen.flagged_at is not None and seen.flagged_at - gone_at < 0.5
-            assert seen.stopped_at is not None
-            assert GRACE <= seen.stopped_at - gone_at < GRACE + 0.5
-            record = await settled(store, store.created[0])
-            assert record.status == "cancelled"
-            assert server.tasks.running_count == 0
+            await rig.assert_stopped(cancelled_at=gone_at)
+            assert await rig.status() == "cancelled"
+            assert rig.server.tasks.running_count == 0
 
 
 async def test_http_task_whose_creation_was_delivered_survives_the_stream_closing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    store.gate.set()
-    server = make_server(seen, store)
-    app = McpHttpApp(server, registry_config=RegistryConfig(grace_period=GRACE))
+    rig = Rig()
+    rig.store.gate.set()
+    app = McpHttpApp(rig.server, registry_config=RegistryConfig(grace_period=GRACE))
     async with trio.open_nursery() as nursery:
         client = AsgiClient(app, nursery)
         async with client.lifespan():
@@ -133,10 +157,8 @@ async def test_http_task_whose_creation_was_delivered_survives_the_stream_closin
             task = created.messages()[-1]["result"]
             assert task["resultType"] == "task"
             created.disconnect()  # after the answer: the task is the client's now
-            await seen.stopped.wait()
-            await server.tasks.wait_idle()
-            assert seen.flagged_at is None
-            assert (await settled(store, task["taskId"])).status == "completed"
+            await rig.assert_stopped(cancelled_at=None)
+            assert await rig.status(task["taskId"]) == "completed"
 
 
 @pytest.mark.parametrize("how", ["write fails", "write hangs"])
@@ -149,9 +171,8 @@ async def test_message_stream_reply_never_written_cancels_the_task(
     next message is read only once the ``CreateTaskResult`` is queued, so the
     client always learns the task id and can ``tasks/cancel`` it.)
     """
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    server = make_server(seen, store)
+    rig = Rig()
+    store, server = rig.store, rig.server
     written: list[str] = []
 
     async def write(text: str) -> None:
@@ -176,12 +197,8 @@ async def test_message_stream_reply_never_written_cancels_the_task(
             await trio.testing.wait_all_tasks_blocked()
             assert [json.loads(text)["id"] for text in written] == [1]
             lost_at = trio.current_time() + (5.0 if how == "write hangs" else 0.0)
-            await seen.stopped.wait()
-            await server.tasks.wait_idle()
-            assert seen.flagged_at is not None and seen.flagged_at - lost_at < 0.5
-            assert seen.stopped_at is not None
-            assert GRACE <= seen.stopped_at - lost_at < GRACE + 0.5
-            assert (await settled(store, store.created[0])).status == "cancelled"
+            await rig.assert_stopped(cancelled_at=lost_at)
+            assert await rig.status() == "cancelled"
             to_server.close()
         nursery.cancel_scope.cancel()
 
@@ -195,14 +212,11 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
     The client names its namespace, as a caller that can poll from elsewhere
     would: a connection's *own* tasks are stopped when it closes (nobody could
     poll them), which is not what this test is about."""
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    server = make_server(seen, store)
+    rig = Rig()
+    store = rig.store
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.tasks.run)
-        async with open_test_client(
-            server, client_capabilities=WITH_TASKS, grace_period=GRACE, namespace="principal:p"
-        ) as client:
+        await nursery.start(rig.server.tasks.run)
+        async with rig.client(namespace="principal:p") as client:
             call = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 10.0}}
             )
@@ -212,10 +226,8 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
             await trio.testing.wait_all_tasks_blocked()
         assert call.response is not None
         assert call.response["result"]["taskId"] == store.created[0]
-        await seen.stopped.wait()
-        await server.tasks.wait_idle()
-        assert seen.flagged_at is None
-        assert (await settled(store, store.created[0])).status == "completed"
+        await rig.assert_stopped(cancelled_at=None)
+        assert await rig.status() == "completed"
         nursery.cancel_scope.cancel()
 
 
@@ -225,15 +237,11 @@ async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
     """stdio / WebSocket / memory: ``notifications/cancelled`` for the ``tools/call``
     arrives just after its ``CreateTaskResult`` was written.  The client ignores
     answers to what it cancelled, so the task would run unseen: it is cancelled."""
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    store.gate.set()
-    server = make_server(seen, store)
+    rig = Rig()
+    rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.tasks.run)
-        async with open_test_client(
-            server, client_capabilities=WITH_TASKS, grace_period=GRACE
-        ) as client:
+        await nursery.start(rig.server.tasks.run)
+        async with rig.client() as client:
             call = client.start_request("tools/call", {"name": "stubborn", "arguments": {}})
             await client.settle()
             assert call.response is not None and call.response["result"]["resultType"] == "task"
@@ -247,34 +255,26 @@ async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
                     }
                 )
             )
-            await seen.stopped.wait()
-            await server.tasks.wait_idle()
-            assert seen.flagged_at is not None and seen.flagged_at - cancel_at < 0.5
-            assert seen.stopped_at is not None
-            assert GRACE <= seen.stopped_at - cancel_at < GRACE + 0.5
-            assert (await settled(store, store.created[0])).status == "cancelled"
+            await rig.assert_stopped(cancelled_at=cancel_at)
+            assert await rig.status() == "cancelled"
         nursery.cancel_scope.cancel()
 
 
 async def test_a_reused_request_id_forgets_the_task_it_once_created(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    seen = Seen()
-    store = GatedStore(clock=wall_clock)
-    store.gate.set()
-    server = make_server(seen, store)
+    rig = Rig()
+    rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.tasks.run)
-        async with open_test_client(
-            server, client_capabilities=WITH_TASKS, grace_period=GRACE
-        ) as client:
+        await nursery.start(rig.server.tasks.run)
+        async with rig.client() as client:
             first = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 5.0}}
             )
             await client.settle()
             assert first.response is not None
             assert client.caller.channel is not None
-            assert client.caller.channel.created_tasks == {first.id: store.created[0]}
+            assert client.caller.channel.created_tasks == {first.id: rig.store.created[0]}
             # The same id again (on a request that is not a task): the old task is forgotten.
             raw = {"jsonrpc": "2.0", "id": first.id, "method": "ping", "params": {}}
             await client.send_text(json.dumps(raw))
@@ -289,8 +289,6 @@ async def test_a_reused_request_id_forgets_the_task_it_once_created(
                     }
                 )
             )
-            await seen.stopped.wait()
-            await server.tasks.wait_idle()
-            assert seen.flagged_at is None
-            assert (await settled(store, store.created[0])).status == "completed"
+            await rig.assert_stopped(cancelled_at=None)
+            assert await rig.status() == "completed"
         nursery.cancel_scope.cancel()
