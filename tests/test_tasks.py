@@ -101,6 +101,13 @@ async def get(client: McpTestClient, task_id: str) -> dict[str, Any]:
     return await client.request("tasks/get", {"taskId": task_id})
 
 
+async def refusal(client: McpTestClient, method: str, params: dict[str, Any]) -> McpError:
+    """The error *client* gets for *method* (the test fails if it succeeds)."""
+    with pytest.raises(McpError) as caught:
+        await client.request(method, params)
+    return caught.value
+
+
 async def test_call_returns_a_durable_task_that_completes_with_its_result(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -135,17 +142,14 @@ async def test_without_the_extension_the_call_is_ordinary_and_tasks_methods_are_
         assert result["resultType"] == "complete"
         assert result["content"][0]["text"] == "counted to 1"
         for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-            with pytest.raises(McpError) as caught:
-                await client.request(method, {"taskId": "x"})
-            assert caught.value.code == -32021
-            assert caught.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
-        with pytest.raises(McpError) as caught:
-            await client.request("tools/call", {"name": "only_task", "arguments": {}})
-        assert caught.value.code == -32021
+            error = await refusal(client, method, {"taskId": "x"})
+            assert error.code == -32021
+            assert error.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        error = await refusal(client, "tools/call", {"name": "only_task", "arguments": {}})
+        assert error.code == -32021
         # Called the ordinary way, a tool raising JsonRpcError gets that error.
-        with pytest.raises(McpError) as caught:
-            await client.request("tools/call", {"name": "protocol_error_job", "arguments": {}})
-        assert (caught.value.code, caught.value.data) == (-32603, {"why": "test"})
+        error = await refusal(client, "tools/call", {"name": "protocol_error_job", "arguments": {}})
+        assert (error.code, error.data) == (-32603, {"why": "test"})
 
 
 async def test_unknown_and_removed_methods_and_bad_ids(
@@ -154,16 +158,13 @@ async def test_unknown_and_removed_methods_and_bad_ids(
     server = make_server(Seen())
     async with serving(server) as (client, _):
         for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-            with pytest.raises(McpError) as caught:
-                await client.request(method, {"taskId": "no-such-task"})
-            assert caught.value.code == -32602
-            with pytest.raises(McpError) as caught:
-                await client.request(method, {"taskId": 12})
-            assert caught.value.code == -32602
+            error = await refusal(client, method, {"taskId": "no-such-task"})
+            assert error.code == -32602
+            error = await refusal(client, method, {"taskId": 12})
+            assert error.code == -32602
         for removed in ("tasks/result", "tasks/list"):
-            with pytest.raises(McpError) as caught:
-                await client.request(removed, {"taskId": "x"})
-            assert caught.value.code == -32601
+            error = await refusal(client, removed, {"taskId": "x"})
+            assert error.code == -32601
         # Plain tools never become tasks.
         result = await client.request("tools/call", {"name": "plain", "arguments": {}})
         assert result["resultType"] == "complete"
@@ -251,9 +252,8 @@ async def test_another_caller_cannot_see_or_cancel_a_task(
             server, registry=owner.registry, client_capabilities=WITH_TASKS
         ) as stranger:
             for method in ("tasks/get", "tasks/cancel"):
-                with pytest.raises(McpError) as caught:
-                    await stranger.request(method, {"taskId": task_id})
-                assert caught.value.code == -32602
+                error = await refusal(stranger, method, {"taskId": task_id})
+                assert error.code == -32602
         await trio.sleep(0.5)
         assert seen.flagged_at is None
         assert (await get(owner, task_id))["status"] == "working"
@@ -286,9 +286,8 @@ async def test_ttl_expiry_purges_tasks(autojump_clock: trio.testing.MockClock) -
         await trio.sleep(9.0)
         assert (await get(client, task_id))["status"] == "completed"
         await trio.sleep(1.5)
-        with pytest.raises(McpError) as caught:
-            await get(client, task_id)
-        assert caught.value.code == -32602
+        error = await refusal(client, "tasks/get", {"taskId": task_id})
+        assert error.code == -32602
         others = [(await start_task(client, "count", n=1))["taskId"] for _ in range(3)]
         assert len(store) == 3 and task_id not in others
         await trio.sleep(16.0)  # past their TTL and one purge pass
@@ -302,16 +301,14 @@ async def test_running_tasks_are_bounded_per_owner_and_server_wide(
     async with serving(server) as (client, _):
         for _ in range(2):
             await start_task(client, "count", n=5)
-        with pytest.raises(McpError) as caught:
-            await client.request("tools/call", {"name": "count", "arguments": {}})
-        assert caught.value.code == -32001 and caught.value.data["limit"] == "tenant"
+        error = await refusal(client, "tools/call", {"name": "count", "arguments": {}})
+        assert error.code == -32001 and error.data["limit"] == "tenant"
         async with open_test_client(
             server, registry=client.registry, client_capabilities=WITH_TASKS
         ) as other:
             await start_task(other, "count", n=5)
-            with pytest.raises(McpError) as caught:
-                await other.request("tools/call", {"name": "count", "arguments": {}})
-            assert caught.value.code == -32001 and caught.value.data["limit"] == "server"
+            error = await refusal(other, "tools/call", {"name": "count", "arguments": {}})
+            assert error.code == -32001 and error.data["limit"] == "server"
             await server.tasks.wait_idle()
         assert (await start_task(client, "count", n=1))["status"] == "working"
         await server.tasks.wait_idle()
@@ -345,9 +342,8 @@ async def test_shutdown_settles_running_tasks_failed_and_leaks_nothing(
             # Not running: the optional tool is an ordinary call again, a required one fails.
             result = await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
             assert result["resultType"] == "complete"
-            with pytest.raises(McpError) as caught:
-                await client.request("tools/call", {"name": "only_task", "arguments": {}})
-            assert caught.value.code == -32603
+            error = await refusal(client, "tools/call", {"name": "only_task", "arguments": {}})
+            assert error.code == -32603
 
 
 async def test_discover_advertises_the_extension_and_legacy_has_no_tasks_methods(
@@ -358,9 +354,8 @@ async def test_discover_advertises_the_extension_and_legacy_has_no_tasks_methods
         discovered = await client.request("server/discover")
         assert discovered["capabilities"]["extensions"] == {TASKS: {}}
     async with serving(server, era="legacy") as (client, _):
-        with pytest.raises(McpError) as caught:
-            await client.request("tasks/get", {"taskId": "x"})
-        assert caught.value.code == -32601
+        error = await refusal(client, "tasks/get", {"taskId": "x"})
+        assert error.code == -32601
         # A legacy client gets the ordinary result, even from a task-capable tool.
         result = await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
         assert result["content"][0]["text"] == "counted to 1"
@@ -443,10 +438,9 @@ async def test_task_records_per_owner_are_bounded_until_they_expire(
         for _ in range(2):
             await start_task(client, "count", n=1)
         await server.tasks.wait_idle()  # finished records still take room
-        with pytest.raises(McpError) as caught:
-            await client.request("tools/call", {"name": "count", "arguments": {"n": 1}})
-        assert caught.value.code == -32001
-        assert caught.value.data == {"limit": "tasks", "max": 2}
+        error = await refusal(client, "tools/call", {"name": "count", "arguments": {"n": 1}})
+        assert error.code == -32001
+        assert error.data == {"limit": "tasks", "max": 2}
         assert server.tasks.running_count == 0 and client.registry.in_flight_count == 0
         await trio.sleep(10.5)
         assert (await start_task(client, "count", n=1))["status"] == "working"
