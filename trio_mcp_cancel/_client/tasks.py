@@ -35,13 +35,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from .._core.context import current_request
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._core.tasks import STATUSES, TERMINAL
 from .._protocol.tasks import TASKS_EXTENSION
 from .errors import McpError, Message
 
@@ -59,8 +60,6 @@ __all__ = [
 
 logger = logging.getLogger("trio_mcp_cancel.client")
 
-TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
-_STATUSES: Final = TERMINAL | {"working", "input_required"}
 
 TaskCallback = Callable[[Message], object]
 """Called with every ``Task`` the server sends: the ``CreateTaskResult``, then each poll."""
@@ -127,7 +126,7 @@ def _checked(task: Message, task_id: str | None) -> Message:
     found = task.get("taskId")
     if not isinstance(found, str) or not found or (task_id is not None and found != task_id):
         raise McpError(0, f"invalid task from the server: {task!r}"[:500])
-    if task.get("status") not in _STATUSES:
+    if task.get("status") not in STATUSES:
         raise McpError(0, f"invalid task status from the server: {task.get('status')!r}"[:500])
     return task
 

@@ -36,6 +36,7 @@ import attrs
 import trio
 
 __all__ = [
+    "STATUSES",
     "TERMINAL",
     "MemoryTaskStore",
     "TaskRecord",
@@ -51,7 +52,8 @@ __all__ = [
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
-_STATUSES: Final[frozenset[str]] = frozenset({"working", "input_required"}) | TERMINAL
+STATUSES: Final[frozenset[str]] = frozenset({"working", "input_required"}) | TERMINAL
+"""Every status a task can have (the server's store, the Redis store and the client agree)."""
 
 Clock = Callable[[], float]
 
@@ -137,7 +139,7 @@ class TaskRecord:
     @classmethod
     def loads(cls, text: str | bytes) -> TaskRecord:
         data = json.loads(text)
-        if not isinstance(data, dict) or data.get("status") not in _STATUSES:
+        if not isinstance(data, dict) or data.get("status") not in STATUSES:
             raise ValueError("not a task record")
         return cls(**data)
 
@@ -185,7 +187,7 @@ def transition(
     """
     if record.terminal:
         return False
-    if status not in _STATUSES:
+    if status not in STATUSES:
         raise ValueError(f"unknown task status {status!r}")
     record.result, record.error, record.input_requests = settled_payload(
         status, result=result, error=error, input_requests=input_requests

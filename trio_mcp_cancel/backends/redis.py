@@ -90,7 +90,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub, attach_events
 from .._core.tasks import (
-    TERMINAL,
+    STATUSES,
     TaskRecord,
     TaskStatus,
     TaskStoreFull,
@@ -347,7 +347,7 @@ class RedisTaskStore:
         data = await self.health.call(
             "tasks.get", lambda: self.client.hgetall(key), TaskStoreUnavailable
         )
-        if not data or data.get("status") not in TERMINAL | {"working", "input_required"}:
+        if not data or data.get("status") not in STATUSES:
             return None
         record = TaskRecord(
             task_id=task_id,
