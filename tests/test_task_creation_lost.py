@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call
+from test_tasks import GRACE, WITH_TASKS, wall_clock
 
 from trio_mcp_cancel import RegistryConfig, open_registry
 from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
@@ -27,14 +28,6 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
-
-WITH_TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
-GRACE = 3.0
-EPOCH = 1_800_000_000.0
-
-
-def wall_clock() -> float:
-    return EPOCH + trio.current_time()
 
 
 @attrs.define(eq=False)
