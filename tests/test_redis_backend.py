@@ -36,7 +36,7 @@ from redis_harness import (
 )
 
 from trio_mcp_cancel import Event, checkpoint_cancelled, open_registry
-from trio_mcp_cancel.backends import BackendEvent, TaskStoreFull
+from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
@@ -68,6 +68,31 @@ async def test_task_records_round_trip_and_settle_once(redis: RedisServer, prefi
         # The key expires by itself at createdAt + ttlMs (wall-clock).
         ttl = await backend.client.pttl(backend.keys.task("a"))
         assert 0 < ttl <= 60_000
+
+
+async def test_both_stores_keep_only_the_payload_of_the_status(
+    redis: RedisServer, prefix: str
+) -> None:
+    """The memory and the Redis store settle by one rule (``settled_payload``)."""
+    asking = {"ok": {"method": "elicitation/create", "params": {}}}
+    async with running(RedisBackend(redis.url, prefix=prefix)) as backend:
+        for store in (MemoryTaskStore(), backend.tasks):
+            await store.create(record("a"))
+            parked = await store.settle(
+                "a", "input_required", input_requests=asking, result={"x": 1}, error={"code": 1}
+            )
+            assert parked is not None and parked.input_requests == asking
+            assert parked.result is None and parked.error is None
+            with pytest.raises(ValueError):
+                await store.settle("a", "completed")  # a completed task needs its result
+            with pytest.raises(ValueError):
+                await store.settle("a", "failed")  # a failed task needs its error
+            resumed = await store.settle("a", "working", input_requests=asking)
+            assert resumed is not None and resumed.status == "working"
+            assert resumed.input_requests is None
+            done = await store.settle("a", "completed", result={"content": []}, error={"code": 1})
+            assert done is not None and done.result == {"content": []}
+            assert done.error is None and done.input_requests is None
 
 
 async def test_expired_records_are_gone(redis: RedisServer, prefix: str) -> None:
