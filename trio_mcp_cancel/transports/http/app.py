@@ -19,10 +19,14 @@ One endpoint (``/mcp`` by default) serves:
 Which rules apply to a POST is decided by :mod:`.rules` (pure functions);
 what it means is decided by the dispatch core; this module only moves bytes.
 
-A cancellable ``tools/call`` whose client accepts SSE gets its response
-head at once and an SSE comment every ``keepalive_interval`` seconds until
-its response, so a tool that reports nothing for a while survives client
-and proxy read timeouts.  While it runs, a task in the request's own
+A cancellable ``tools/call`` whose client accepts SSE, and that is still
+running when it first suspends (or sends a progress or log message first),
+gets its SSE response head at once and an SSE comment every
+``keepalive_interval`` seconds until its response, so a tool that reports
+nothing for a while survives client and proxy read timeouts.  One that
+finishes without ever suspending is answered with one JSON body instead,
+like a non-cancellable call (MCP lets the server choose per request; see
+``_Stream``).  While it runs, a task in the request's own
 nursery waits on ``receive()`` for ``http.disconnect`` (hypercorn reports a
 closed connection or a reset HTTP/2 stream there; a ``send()`` to a gone
 client silently does nothing).  The same wait carries the
@@ -577,11 +581,13 @@ class McpHttpApp:
         stream = _Stream(writer, routed.extra, not self.json_response, exchange, self)
         if stream.sse:
             exchange.send = stream.send_message
-            stream.start()
         async with trio.open_nursery() as nursery:
             self._start_writer(writer, nursery)
 
             def watch() -> None:
+                # Still running: commit to SSE now (see _Stream), so a silent
+                # call's head and keep-alives reach the client.
+                stream.commit()
                 # A listen stream is meant to stay open: no max_request_time.
                 limited = not call.long_lived
                 nursery.start_soon(self._watch, receive, exchange, stream, era, limited)
@@ -854,7 +860,18 @@ class _Writer:
 
 
 class _Stream:
-    """The response of one cancellable call: SSE from the first byte, or one JSON body.
+    """The response of one cancellable call: an SSE stream, or one JSON body.
+
+    MCP lets the server pick either for each request.  When the client
+    accepts SSE (``sse``), the choice is made lazily: a call that finishes
+    before it first suspends, having sent nothing, is answered with one
+    ``application/json`` body, like a non-cancellable call (one write, no
+    chunked framing); the response commits to SSE (:meth:`commit`, its head
+    queued) as soon as the call suspends, sends a progress or log message,
+    or must end without an answer (a client-cancelled call ends its stream
+    silently: MCP forbids any message after a client's cancel).  Everything
+    runs in the request's task or its watcher, so nothing can interleave
+    with the decision: once committed, the response stays SSE.
 
     Messages go through the request's :class:`_Writer`, so neither the tool
     nor the watcher ever waits for the client.  Once the client is gone
@@ -862,7 +879,16 @@ class _Stream:
     is treated as gone (:meth:`stall`).
     """
 
-    __slots__ = ("_app", "_exchange", "_extra", "closed", "finished", "sse", "writer")
+    __slots__ = (
+        "_app",
+        "_exchange",
+        "_extra",
+        "closed",
+        "committed",
+        "finished",
+        "sse",
+        "writer",
+    )
 
     def __init__(
         self, writer: _Writer, extra: Headers, sse_mode: bool, exchange: Exchange, app: McpHttpApp
@@ -873,6 +899,8 @@ class _Stream:
         self._exchange = exchange
         self._app = app
         self.closed = False
+        self.committed = False
+        """The SSE head was queued: the response is an SSE stream from now on."""
         self.finished = False
         """The response was queued whole."""
 
@@ -893,14 +921,20 @@ class _Stream:
         self.writer.stalled = True
         self._exchange.cancel("client stopped reading", grace=self._app.stream_cancel_timeout)
 
-    def start(self) -> None:
+    def commit(self) -> None:
+        """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
+        if self.committed or not self.sse or self.closed or self.finished:
+            return
+        self.committed = True
         headers = [*sse.SSE_HEADERS, *self._extra]
         self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def send_message(self, message: Message) -> None:
+        self.commit()
         self._body(sse.event(message))
 
     def keepalive(self) -> None:
+        self.commit()
         self._body(sse.KEEPALIVE)
 
     def finish(self, reply: Message | None) -> None:
@@ -908,7 +942,8 @@ class _Stream:
         if self.closed:
             self.writer.close()
             return
-        if self.sse:
+        if self.sse and (self.committed or reply is None):
+            self.commit()
             self._body(b"" if reply is None else sse.event(reply), more=False)
         else:
             assert reply is not None
