@@ -8,8 +8,9 @@ nor the benchmark's own Python counts against the server.  Variants, each at
 * **floor**: hypercorn's Trio worker with a minimal ASGI app that parses
   the JSON-RPC body and answers a result (:func:`benchmarks._servers.floor_app`);
 * **ours**, legacy session mode and modern stateless mode, the no-op tool
-  registered cancellable (the default: tracked, answered on an SSE stream
-  opened at once, watched for a disconnect) and ``cancellable=False``;
+  registered cancellable (the default: tracked; a call still running when it
+  first suspends is answered on an SSE stream and watched for a disconnect,
+  the no-op, which never suspends, with one JSON body) and ``cancellable=False``;
 * **the MCP Python SDK** (``mcp`` 2.x ``MCPServer`` streamable HTTP,
   stateful sessions, SSE responses) on uvicorn (asyncio) and on hypercorn's
   Trio worker (anyio on Trio), when ``mcp`` is installed.

@@ -151,8 +151,8 @@ async def initialize(client: httpx.AsyncClient, url: str, **headers: str) -> dic
 def final(response: httpx.Response) -> Any:
     """The JSON-RPC answer of a read reply: its JSON body, or its SSE stream's last message.
 
-    A cancellable tool call is answered on an SSE stream opened at once;
-    everything else with one JSON body.
+    A cancellable tool call still running when it first suspends is answered
+    on an SSE stream; everything else with one JSON body.
     """
     if response.headers["content-type"] == "application/json":
         return response.json()

@@ -131,13 +131,15 @@ async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is
                 message = modern_call(1, "instant")
                 quick = client.start("POST", headers_of(message), message)
                 await quick.wait_complete()
-                assert (
-                    quick.is_sse and quick.messages()[-1]["result"]["content"][0]["text"] == "done"
-                )
+                # Finished before it suspended: one JSON body, no SSE stream, no watcher.
+                assert not quick.is_sse
+                assert quick.json()["result"]["content"][0]["text"] == "done"
                 assert watchers.spawned == 0
                 message = modern_call(2, "waits")
                 slow = client.start("POST", headers_of(message), message)
                 await slow.wait_started()
+                # Still running: committed to SSE, its head sent before the tool says anything.
+                assert slow.is_sse and slow.status == 200 and not slow.messages()
                 await trio.sleep(1)
                 assert watchers.spawned == 1
                 slow.disconnect()  # the watcher sees it: the tool is cancelled

@@ -19,10 +19,14 @@ One endpoint (``/mcp`` by default) serves:
 Which rules apply to a POST is decided by :mod:`.rules` (pure functions);
 what it means is decided by the dispatch core; this module only moves bytes.
 
-A cancellable ``tools/call`` whose client accepts SSE gets its response
-head at once and an SSE comment every ``keepalive_interval`` seconds until
-its response, so a tool that reports nothing for a while survives client
-and proxy read timeouts.  While it runs, a task in the request's own
+A cancellable ``tools/call`` whose client accepts SSE, and that is still
+running when it first suspends (or sends a progress or log message first),
+gets its SSE response head at once and an SSE comment every
+``keepalive_interval`` seconds until its response, so a tool that reports
+nothing for a while survives client and proxy read timeouts.  One that
+finishes without ever suspending is answered with one JSON body instead,
+like a non-cancellable call (MCP lets the server choose per request; see
+``_Stream``).  While it runs, a task in the request's own
 nursery waits on ``receive()`` for ``http.disconnect`` (hypercorn reports a
 closed connection or a reset HTTP/2 stream there; a ``send()`` to a gone
 client silently does nothing).  The same wait carries the
@@ -40,7 +44,11 @@ its own in the app's service nursery, opened by the ASGI lifespan.  A
 client that leaves a write pending for ``write_timeout``, or lets the queue
 overflow, is treated as gone: its call is cancelled (kind
 ``"disconnect"``), the request returns, and hypercorn closes the
-connection, which releases the pending write.
+connection, which releases the pending write.  The one exception is a
+whole response (one JSON body) that the socket can take at once, checked by
+:mod:`.inline` (HTTP/1.1 on hypercorn, room in the kernel's buffers): that
+write cannot block, so it is made in the request's own task, without
+spawning a writer.
 
 **Lifespan.**  The app opens that service nursery in the ASGI lifespan,
 and, when it was given no registry and none is open around the server, its
@@ -78,6 +86,7 @@ from ..._protocol.jsonrpc import JsonRpcError, Message
 from ..._protocol.versions import Era
 from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
+from .inline import can_write_now
 from .lazy import await_then
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
@@ -95,6 +104,8 @@ Headers = list[tuple[bytes, bytes]]
 _SESSION_HEADER: Final = b"mcp-session-id"
 #: How long a disconnect watcher may outlive its response (see ``_stream``).
 _WATCHER_LINGER: Final = 1.0
+#: Room for a whole response's head (status line, headers) next to its body.
+_HEAD_ROOM: Final = 1024
 
 
 class _ClientGone(Exception):
@@ -577,11 +588,15 @@ class McpHttpApp:
         stream = _Stream(writer, routed.extra, not self.json_response, exchange, self)
         if stream.sse:
             exchange.send = stream.send_message
-            stream.start()
         async with trio.open_nursery() as nursery:
-            self._start_writer(writer, nursery)
+            # The writer task starts when the response commits to SSE, or
+            # not at all when the whole answer can be written inline.
+            stream.start_writer = partial(self._start_writer, writer, nursery)
 
             def watch() -> None:
+                # Still running: commit to SSE now (see _Stream), so a silent
+                # call's head and keep-alives reach the client.
+                stream.commit()
                 # A listen stream is meant to stay open: no max_request_time.
                 limited = not call.long_lived
                 nursery.start_soon(self._watch, receive, exchange, stream, era, limited)
@@ -592,6 +607,9 @@ class McpHttpApp:
                 run = self.server.run(call, caller, exchange, allow_silence=stream.sse)
                 reply = await await_then(run, watch)
                 stream.finish(reply)
+                if stream.start_writer is not None:
+                    # Never committed: one whole response, or nothing (client gone).
+                    await self._write_whole(writer, send, stream.start_writer)
                 await self._drain(writer)
             finally:
                 if not writer.done.is_set():
@@ -649,12 +667,28 @@ class McpHttpApp:
         writer.timeout = self.write_timeout
         (self._service or nursery).start_soon(writer.run)
 
+    async def _write_whole(
+        self, writer: _Writer, send: Send, start_writer: Callable[[], None]
+    ) -> None:
+        """Write *writer*'s whole response in this task when that cannot block, else start it.
+
+        See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
+        to spare is written at once, so the writer task (and its spawn) is
+        only needed for a write that could be left pending by the client.
+        """
+        if self._service is None or can_write_now(send, writer.queued_bytes + _HEAD_ROOM):
+            await writer.run()
+        else:
+            start_writer()
+
     async def _drain(self, writer: _Writer) -> None:
         """Wait until *writer* wrote everything, or give up on a client that does not read.
 
         Giving up means returning with the response unfinished; the server
         then closes the connection, which releases the pending write.
         """
+        if writer.done.is_set() and not writer.stalled:
+            return
         if writer.stalled:
             writer.abandon()
             return
@@ -680,10 +714,11 @@ class McpHttpApp:
         """Send a whole response, through a writer (see the module docstring)."""
         writer = _Writer(send, self.max_buffered_bytes)
         writer.put_whole(status, body, extra, json=json)
-        if self._service is None:
+        service = self._service
+        if service is None:
             await writer.run()  # no lifespan: write inline, as an ASGI app usually does
             return
-        self._start_writer(writer, self._service)
+        await self._write_whole(writer, send, partial(self._start_writer, writer, service))
         await self._drain(writer)
 
 
@@ -787,6 +822,11 @@ class _Writer:
         self.timeout: float | None = None
         self.wakes: trio.CancelScope | None = None
 
+    @property
+    def queued_bytes(self) -> int:
+        """Body bytes queued and not yet written."""
+        return self._queued
+
     def put(self, message: MutableMapping[str, Any], *, final: bool = False) -> bool:
         """Queue *message*; ``False`` when the client is too far behind to take it.
 
@@ -848,13 +888,27 @@ class _Writer:
         except Exception:
             # A server may raise once the connection is gone; nothing to deliver to.
             self.abandoned = True
+        except BaseException:
+            self.abandoned = True  # cancelled (shutdown) before the end: maybe never delivered
+            raise
         finally:
             self.stall_at = math.inf
             self.done.set()
 
 
 class _Stream:
-    """The response of one cancellable call: SSE from the first byte, or one JSON body.
+    """The response of one cancellable call: an SSE stream, or one JSON body.
+
+    MCP lets the server pick either for each request.  When the client
+    accepts SSE (``sse``), the choice is made lazily: a call that finishes
+    before it first suspends, having sent nothing, is answered with one
+    ``application/json`` body, like a non-cancellable call (one write, no
+    chunked framing); the response commits to SSE (:meth:`commit`, its head
+    queued) as soon as the call suspends, sends a progress or log message,
+    or must end without an answer (a client-cancelled call ends its stream
+    silently: MCP forbids any message after a client's cancel).  Everything
+    runs in the request's task or its watcher, so nothing can interleave
+    with the decision: once committed, the response stays SSE.
 
     Messages go through the request's :class:`_Writer`, so neither the tool
     nor the watcher ever waits for the client.  Once the client is gone
@@ -862,7 +916,17 @@ class _Stream:
     is treated as gone (:meth:`stall`).
     """
 
-    __slots__ = ("_app", "_exchange", "_extra", "closed", "finished", "sse", "writer")
+    __slots__ = (
+        "_app",
+        "_exchange",
+        "_extra",
+        "closed",
+        "committed",
+        "finished",
+        "sse",
+        "start_writer",
+        "writer",
+    )
 
     def __init__(
         self, writer: _Writer, extra: Headers, sse_mode: bool, exchange: Exchange, app: McpHttpApp
@@ -873,6 +937,10 @@ class _Stream:
         self._exchange = exchange
         self._app = app
         self.closed = False
+        self.committed = False
+        """The SSE head was queued: the response is an SSE stream from now on."""
+        self.start_writer: Callable[[], None] | None = None
+        """Starts the writer task; ``None`` once started (or when the caller starts it)."""
         self.finished = False
         """The response was queued whole."""
 
@@ -893,14 +961,23 @@ class _Stream:
         self.writer.stalled = True
         self._exchange.cancel("client stopped reading", grace=self._app.stream_cancel_timeout)
 
-    def start(self) -> None:
+    def commit(self) -> None:
+        """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
+        if self.committed or not self.sse or self.closed or self.finished:
+            return
+        self.committed = True
         headers = [*sse.SSE_HEADERS, *self._extra]
         self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
+        start, self.start_writer = self.start_writer, None
+        if start is not None:
+            start()  # a stream: its writes may block, so a task of their own
 
     async def send_message(self, message: Message) -> None:
+        self.commit()
         self._body(sse.event(message))
 
     def keepalive(self) -> None:
+        self.commit()
         self._body(sse.KEEPALIVE)
 
     def finish(self, reply: Message | None) -> None:
@@ -908,7 +985,8 @@ class _Stream:
         if self.closed:
             self.writer.close()
             return
-        if self.sse:
+        if self.sse and (self.committed or reply is None):
+            self.commit()
             self._body(b"" if reply is None else sse.event(reply), more=False)
         else:
             assert reply is not None

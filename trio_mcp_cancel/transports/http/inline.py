@@ -1,0 +1,83 @@
+"""Whether a small whole response can be written in the request's own task.
+
+Responses are normally written by a writer task of their own (see the
+docstring of :mod:`.app`): hypercorn writes to the socket inside a shielded
+cancel scope, so a ``send()`` to a client that stopped reading can block a
+request forever.  That protection costs a Trio task per response, the
+largest item of the hot path's profile.  It is only needed when the write
+*can* block.  Over HTTP/1.1 on a plain TCP socket served by hypercorn, a
+write blocks only when the kernel's send buffer is full or too many bytes
+wait unsent (``TCP_NOTSENT_LOWAT``); when the bytes queued on the socket
+(``SIOCOUTQ``, ``SIOCOUTQNSD``) leave room for the whole response with a
+wide margin, and no other write holds the connection's send lock, the write
+completes at once, and :func:`can_write_now` says so.
+
+Everything else (HTTP/2, where a write also waits on flow control; TLS;
+another ASGI server; a platform other than Linux; any attribute this
+does not find) answers ``False``, and the response goes through the writer
+task as before.  The attribute walk is duck-typed and guarded, so a
+hypercorn release that renames something only loses the shortcut.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+import sys
+from typing import Any, Final
+
+__all__ = ["can_write_now"]
+
+_LINUX: Final = sys.platform.startswith("linux")
+_SIOCOUTQ: Final = 0x5411  # bytes queued on the socket, sent or not (TIOCOUTQ)
+_SIOCOUTQNSD: Final = 0x894B  # of those, not sent yet
+_NOTSENT_LOWAT: Final[int | None] = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+#: The send buffer also accounts per-packet overhead; stay well below it.
+_SHARE: Final = 4
+
+
+def _tcp_server(send: Any) -> Any:
+    """hypercorn's TCPServer behind an ASGI *send*, over HTTP/1.1 only; else ``None``."""
+    stream = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
+    protocol = getattr(getattr(stream, "send", None), "__self__", None)
+    if type(protocol).__name__ != "H11Protocol":
+        return None
+    return getattr(getattr(protocol, "send", None), "__self__", None)
+
+
+def can_write_now(send: Any, size: int) -> bool:
+    """Whether *size* bytes written through *send* now cannot block (see the module).
+
+    Linux blocks a TCP write when the socket's buffer is full, and, when
+    ``TCP_NOTSENT_LOWAT`` is set (Trio sets it to 16 KiB on every socket
+    stream), as soon as that many bytes are queued and not sent yet: the
+    common case of a client that stopped reading, its receive window
+    closed.  So both must leave room for *size*.
+    """
+    if not _LINUX:
+        return False
+    server = _tcp_server(send)
+    lock = getattr(server, "send_lock", None)
+    sock = getattr(getattr(server, "stream", None), "socket", None)
+    if lock is None or sock is None or not hasattr(lock, "locked") or lock.locked():
+        return False
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return False
+        queued = _ioctl_int(fd, _SIOCOUTQ)
+        sndbuf: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        if queued + size > sndbuf // _SHARE:
+            return False
+        if _NOTSENT_LOWAT is None:
+            return queued == 0  # cannot tell sent from unsent: only an empty queue is sure
+        lowat: int = sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
+        return lowat <= 0 or _ioctl_int(fd, _SIOCOUTQNSD) + size <= lowat
+    except (OSError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def _ioctl_int(fd: int, request: int) -> int:
+    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+    return value
