@@ -241,6 +241,20 @@ class HttpExchange:
     def is_sse(self) -> bool:
         return self.headers.get("content-type") == "text/event-stream"
 
+    def answer(self) -> Any:
+        """The JSON-RPC answer, however the server chose to send it (MCP lets it choose):
+        the one JSON body, or the SSE stream's last message, which must be the only one
+        with an ``id``.  ``None`` for an SSE stream that ended without one (a call its
+        client cancelled)."""
+        if not self.is_sse:
+            return self.json()
+        assert self.complete, "response not complete"
+        messages = self.messages()
+        assert all("id" not in m for m in messages[:-1]), messages
+        if not messages or "id" not in messages[-1]:
+            return None
+        return messages[-1]
+
 
 @attrs.define(eq=False)
 class AsgiClient:

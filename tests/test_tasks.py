@@ -405,7 +405,7 @@ async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(
             assert server.tasks.running
             message = modern_call(1, "count", {"n": 100}, capabilities=WITH_TASKS)
             created = await client.post(headers_of(message), message)
-            task = created.messages()[-1]["result"]
+            task = created.answer()["result"]
             assert task["resultType"] == "task"
             task_id = {"taskId": task["taskId"]}
             get = modern_request(2, "tasks/get", task_id, capabilities=WITH_TASKS)
