@@ -22,7 +22,7 @@ from deploy_harness import WITH_TASKS, RedisServer, redis_server
 from trio_mcp_cancel.backends import TaskRecord
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import McpServer
-from trio_mcp_cancel.testing import McpTestClient, open_test_client
+from trio_mcp_cancel.testing import McpTestClient, PendingCall, open_test_client
 
 __all__ = [
     "client_of",
@@ -123,3 +123,17 @@ async def wait_status(client: McpTestClient, task_id: str, want: str) -> dict[st
             if status["status"] == want:
                 return status
             await trio.sleep(0.02)
+
+
+async def wait_tracked(client: McpTestClient, call: PendingCall) -> None:
+    """Until *call* runs as a tracked request.
+
+    ``client.wait_in_flight`` judges once every task is blocked, but a task
+    waiting on Redis's socket is blocked too: with real I/O in between (a
+    listen stream checks its ``taskIds`` in the store first) poll instead.
+    """
+    with trio.fail_after(15):
+        while not client.registry.in_flight(call.id, client.namespace):
+            if call.answered:
+                raise AssertionError(f"request {call.id} was answered: {call.response!r}")
+            await trio.sleep(0.01)

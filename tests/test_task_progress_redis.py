@@ -11,7 +11,16 @@ import time
 
 import trio
 from deploy_harness import RedisServer
-from redis_harness import client_of, prefix, record, redis, running, task_process, wait_status
+from redis_harness import (
+    client_of,
+    prefix,
+    record,
+    redis,
+    running,
+    task_process,
+    wait_status,
+    wait_tracked,
+)
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
@@ -70,7 +79,7 @@ async def test_progress_on_one_process_is_seen_and_heard_on_another(
             listen = on_b.start_request(
                 "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
             )
-            await on_b.wait_in_flight(listen)
+            await wait_tracked(on_b, listen)
             with trio.fail_after(15):
                 while True:
                     polled = await on_b.request("tasks/get", {"taskId": task_id})
