@@ -1075,23 +1075,22 @@ async def _call_tool(
         arguments = tool.bind(request.params.get("arguments"))
     except ToolArgumentError as exc:
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
+    ctx = make_context(server, call, caller, exchange, tool.name)
     if call.era == "modern" and tool.task_support != "forbidden":
         if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
-            first = make_context(server, call, caller, exchange, tool.name)
             if tool.before_task is not None:
                 try:
-                    asked = await tool.before_task(first, **arguments)
+                    asked = await tool.before_task(ctx, **arguments)
                 except ToolError as exc:
                     return error_result(str(exc))
                 if isinstance(asked, InputRequired):
                     return input_required(server, call, caller, asked, tool.name)
             try:
-                return await _start_task(server, call, caller, tool, arguments, first, exchange)
+                return await _start_task(server, call, caller, tool, arguments, ctx, exchange)
             except tasks.TasksUnavailable:
                 if tool.task_support == "required":
                     raise
                 # The shared task store is down: answer the ordinary way instead.
-    ctx = make_context(server, call, caller, exchange, tool.name)
     return await _invoke(server, call, caller, exchange, started, ctx, arguments)
 
 
