@@ -102,8 +102,6 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 _SESSION_HEADER: Final = b"mcp-session-id"
-#: How long a disconnect watcher may outlive its response (see ``_stream``).
-_WATCHER_LINGER: Final = 1.0
 #: Room for a whole response's head (status line, headers) next to its body.
 _HEAD_ROOM: Final = 1024
 
@@ -518,20 +516,18 @@ class McpHttpApp:
         await self._respond(send, status, jsonrpc.encode(reply), _RETRY_AFTER, json=True)
 
     async def _read_body(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
+        body = _Body(self.max_body_size)
+        # Messages queued already are taken without waiting; only a body
+        # still on its way needs the time limit (and its cancel scope).
+        message = _receive_now(receive)
+        while message is not None:
+            if body.add(message):
+                return body.data()
+            message = _receive_now(receive)
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _ClientGone
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body_size:
-                    raise HttpError(413, "Payload Too Large")
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
+            while not body.add(await receive()):
+                pass
+            return body.data()
         raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
 
     async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
@@ -581,54 +577,90 @@ class McpHttpApp:
         await self._respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
 
     async def _stream(self, routed: _Routed, receive: Receive, send: Send) -> None:
-        """Run a cancellable call, watching its stream; see the module docstring."""
+        """Run a cancellable call, watching its stream; see the module docstring.
+
+        Its helper tasks (the disconnect watcher, the writer) run in the
+        app's service nursery, so a call that never suspends opens no
+        nursery of its own (whose exit is a scheduler pass of its own);
+        without a lifespan, the request hosts them in a nursery.
+        """
+        service = self._service
+        if service is not None:
+            await self._run_stream(routed, receive, send, service)
+            return
+        async with trio.open_nursery() as nursery:
+            await self._run_stream(routed, receive, send, nursery)
+
+    async def _run_stream(
+        self, routed: _Routed, receive: Receive, send: Send, nursery: trio.Nursery
+    ) -> None:
         call, caller, era = routed.call, routed.caller, routed.era
         writer = _Writer(send, self.max_buffered_bytes)
         exchange = Exchange()
         stream = _Stream(writer, routed.extra, not self.json_response, exchange, self)
         if stream.sse:
             exchange.send = stream.send_message
-        async with trio.open_nursery() as nursery:
-            # The writer task starts when the response commits to SSE, or
-            # not at all when the whole answer can be written inline.
-            stream.start_writer = partial(self._start_writer, writer, nursery)
+        # The writer task starts when the response commits to SSE, or
+        # not at all when the whole answer can be written inline.
+        stream.start_writer = partial(self._start_writer, writer, nursery)
+        watching: list[trio.CancelScope] = []
 
-            def watch() -> None:
-                # Still running: commit to SSE now (see _Stream), so a silent
-                # call's head and keep-alives reach the client.
-                stream.commit()
-                # A listen stream is meant to stay open: no max_request_time.
-                limited = not call.long_lived
-                nursery.start_soon(self._watch, receive, exchange, stream, era, limited)
+        def watch() -> None:
+            # Still running: commit to SSE now (see _Stream), so a silent
+            # call's head and keep-alives reach the client.
+            stream.commit()
+            # A listen stream is meant to stay open: no max_request_time.
+            limited = not call.long_lived
+            watching.append(scope := trio.CancelScope())
+            nursery.start_soon(self._watch, scope, receive, exchange, stream, era, limited)
 
-            try:
-                # The watcher starts when the call first suspends: one that
-                # never does cannot be disconnected from mid-way (see lazy.py).
-                run = self.server.run(call, caller, exchange, allow_silence=stream.sse)
-                reply = await await_then(run, watch)
-                stream.finish(reply)
-                if stream.start_writer is not None:
-                    # Never committed: one whole response, or nothing (client gone).
-                    await self._write_whole(writer, send, stream.start_writer)
-                await self._drain(writer)
-            finally:
-                if not writer.done.is_set():
-                    writer.abandon()  # cancelled (shutdown): leave the client
-                if not (stream.finished and writer.done.is_set() and not writer.abandoned):
-                    exchange.lost()  # the answer never reached the client
-            # ASGI answers receive() with http.disconnect once the response
-            # is sent, so the watcher ends by itself, which is cheaper than
-            # cancelling it.  The deadline covers a server that never does.
-            nursery.cancel_scope.deadline = trio.current_time() + _WATCHER_LINGER
+        try:
+            # The watcher starts when the call first suspends: one that
+            # never does cannot be disconnected from mid-way (see lazy.py).
+            run = self.server.run(call, caller, exchange, allow_silence=stream.sse)
+            reply = await await_then(run, watch)
+            stream.finish(reply)
+            if stream.start_writer is not None:
+                # Never committed: one whole response, or nothing (client gone).
+                await self._write_whole(writer, send, stream.start_writer)
+            await self._drain(writer)
+        finally:
+            # The call is over: so is the watcher's job (the http.disconnect
+            # ASGI reports once the response is sent could only cancel a
+            # call that finished).
+            for scope in watching:
+                scope.cancel()
+            if not writer.done.is_set():
+                writer.abandon()  # cancelled (shutdown): leave the client
+            if not (stream.finished and writer.done.is_set() and not writer.abandoned):
+                exchange.lost()  # the answer never reached the client
 
     async def _watch(
+        self,
+        scope: trio.CancelScope,
+        receive: Receive,
+        exchange: Exchange,
+        stream: _Stream,
+        era: Era,
+        limited: bool,
+    ) -> None:
+        """Watch a call's stream until *scope* is cancelled (its request ended).
+
+        It runs in the service nursery, where an exception would stop the
+        whole app: a bug here fails this call only (cancelled, kind
+        ``"server"``).
+        """
+        with scope:
+            try:
+                await self._watch_stream(receive, exchange, stream, era, limited)
+            except Exception:
+                logger.exception("the stream watcher of a call failed; cancelling the call")
+                exchange.cancel("internal error", kind="server")
+
+    async def _watch_stream(
         self, receive: Receive, exchange: Exchange, stream: _Stream, era: Era, limited: bool
     ) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limits.
-
-        The ``http.disconnect`` that ASGI delivers once the response is sent
-        comes after the call finished, when cancelling it does nothing.
-        """
+        """Wait for the client to go, sending keep-alives and enforcing the time limits."""
         now = trio.current_time()
         limit = self.max_request_time if limited else None
         limit_at = math.inf if limit is None else now + limit
@@ -720,6 +752,52 @@ class McpHttpApp:
             return
         await self._write_whole(writer, send, partial(self._start_writer, writer, service))
         await self._drain(writer)
+
+
+class _Body:
+    """A request body as its ASGI messages arrive, held to *limit* bytes."""
+
+    __slots__ = ("_chunks", "_limit", "_size")
+
+    def __init__(self, limit: int) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+
+    def add(self, message: MutableMapping[str, Any]) -> bool:
+        """Take one message; ``True`` once the body is complete."""
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk: bytes = message.get("body", b"")
+        self._size += len(chunk)
+        if self._size > self._limit:
+            raise HttpError(413, "Payload Too Large")
+        if chunk:
+            self._chunks.append(chunk)
+        return not message.get("more_body", False)
+
+    def data(self) -> bytes:
+        chunks = self._chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _receive_now(receive: Receive) -> MutableMapping[str, Any] | None:
+    """The next ASGI message if it is queued already, else ``None`` (then ``receive()`` it).
+
+    hypercorn's Trio worker delivers a request's messages through a Trio
+    memory channel, whose ``receive_nowait`` says so without waiting, and a
+    small body is nearly always there by the time the app runs; reading it
+    this way saves arming the body timeout's cancel scope on most requests.
+    Other servers' ``receive`` is only awaited.
+    """
+    channel = getattr(receive, "__self__", None)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
+        return None
+    try:
+        message: MutableMapping[str, Any] = channel.receive_nowait()
+    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+        return None  # receive() waits, or raises the same
+    return message
 
 
 def _head_blocked(send: Send, head: MutableMapping[str, Any]) -> None:

@@ -25,6 +25,7 @@ import fcntl
 import socket
 import struct
 import sys
+import weakref
 from typing import Any, Final
 
 __all__ = ["can_write_now"]
@@ -35,6 +36,10 @@ _SIOCOUTQNSD: Final = 0x894B  # of those, not sent yet
 _NOTSENT_LOWAT: Final[int | None] = getattr(socket, "TCP_NOTSENT_LOWAT", None)
 #: The send buffer also accounts per-packet overhead; stay well below it.
 _SHARE: Final = 4
+#: Per socket: ``_limits()``, read on its first response.
+_LIMITS: Final[weakref.WeakKeyDictionary[Any, tuple[int, int | None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _tcp_server(send: Any) -> Any:
@@ -53,7 +58,9 @@ def can_write_now(send: Any, size: int) -> bool:
     ``TCP_NOTSENT_LOWAT`` is set (Trio sets it to 16 KiB on every socket
     stream), as soon as that many bytes are queued and not sent yet: the
     common case of a client that stopped reading, its receive window
-    closed.  So both must leave room for *size*.
+    closed.  So both must leave room for *size*.  The two limits are read
+    once per socket; an empty queue (a client that read everything so far,
+    the usual case between requests) then needs one ``ioctl``.
     """
     if not _LINUX:
         return False
@@ -66,16 +73,33 @@ def can_write_now(send: Any, size: int) -> bool:
         fd = sock.fileno()
         if fd < 0:
             return False
+        limits = _LIMITS.get(sock)
+        if limits is None:
+            limits = _LIMITS[sock] = _limits(sock)
+        room, lowat = limits
         queued = _ioctl_int(fd, _SIOCOUTQ)
-        sndbuf: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-        if queued + size > sndbuf // _SHARE:
+        if queued + size > room:
             return False
-        if _NOTSENT_LOWAT is None:
+        if lowat is None:
             return queued == 0  # cannot tell sent from unsent: only an empty queue is sure
-        lowat: int = sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
-        return lowat <= 0 or _ioctl_int(fd, _SIOCOUTQNSD) + size <= lowat
+        if lowat <= 0:
+            return True
+        return size <= lowat and (queued == 0 or _ioctl_int(fd, _SIOCOUTQNSD) + size <= lowat)
     except (OSError, AttributeError, TypeError, ValueError):
         return False
+
+
+def _limits(sock: Any) -> tuple[int, int | None]:
+    """The bytes a socket's send buffer holds for our use, and its ``TCP_NOTSENT_LOWAT``.
+
+    Read once: the kernel only ever grows a TCP send buffer by itself
+    (autotuning), so the first value stays a safe bound.
+    """
+    sndbuf: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    if _NOTSENT_LOWAT is None:
+        return sndbuf // _SHARE, None
+    lowat: int = sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
+    return sndbuf // _SHARE, lowat
 
 
 def _ioctl_int(fd: int, request: int) -> int:
