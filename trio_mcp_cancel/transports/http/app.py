@@ -772,13 +772,11 @@ class _Body:
         self._size += len(chunk)
         if self._size > self._limit:
             raise HttpError(413, "Payload Too Large")
-        if chunk:
-            self._chunks.append(chunk)
+        self._chunks.append(chunk)
         return not message.get("more_body", False)
 
     def data(self) -> bytes:
-        chunks = self._chunks
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return b"".join(self._chunks)  # one chunk: CPython returns it as is
 
 
 def _receive_now(receive: Receive) -> MutableMapping[str, Any] | None:
