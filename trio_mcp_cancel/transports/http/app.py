@@ -630,9 +630,9 @@ class McpHttpApp:
             # call that finished).
             for scope in watching:
                 scope.cancel()
-            if not writer.done.is_set():
+            if not writer.done:
                 writer.abandon()  # cancelled (shutdown): leave the client
-            if not (stream.finished and writer.done.is_set() and not writer.abandoned):
+            if not (stream.finished and writer.done and not writer.abandoned):
                 exchange.lost()  # the answer never reached the client
 
     async def _watch(
@@ -719,7 +719,7 @@ class McpHttpApp:
         Giving up means returning with the response unfinished; the server
         then closes the connection, which releases the pending write.
         """
-        if writer.done.is_set() and not writer.stalled:
+        if writer.done and not writer.stalled:
             return
         if writer.stalled:
             writer.abandon()
@@ -727,11 +727,11 @@ class McpHttpApp:
         timeout = math.inf if self.write_timeout is None else self.write_timeout
         try:
             with trio.move_on_after(timeout):
-                await writer.done.wait()
+                await writer.wait_done()
                 return
             logger.info("client did not read its response for %ss; closing", self.write_timeout)
         finally:
-            if not writer.done.is_set():
+            if not writer.done:
                 writer.abandon()
 
     async def _respond(
@@ -866,7 +866,9 @@ class _Writer:
     """
 
     __slots__ = (
+        "_done",
         "_final",
+        "_finished",
         "_head",
         "_limit",
         "_more",
@@ -874,7 +876,6 @@ class _Writer:
         "_queued",
         "_send",
         "abandoned",
-        "done",
         "stall_at",
         "stalled",
         "timeout",
@@ -886,17 +887,35 @@ class _Writer:
         self._limit = limit
         self._queue: deque[MutableMapping[str, Any]] = deque()
         self._queued = 0
-        self._more = trio.Event()
+        # Both events are made only when somebody waits: a whole response
+        # written inline never needs either.
+        self._more: trio.Event | None = None
         self._final = False
         self._head: MutableMapping[str, Any] | None = None
         """The response head while its write is pending."""
-        self.done = trio.Event()
-        """Set once the last message was written, or the writer gave up."""
+        self._finished = False
+        self._done: trio.Event | None = None
         self.stall_at = math.inf
         self.stalled = False
         self.abandoned = False
         self.timeout: float | None = None
         self.wakes: trio.CancelScope | None = None
+
+    @property
+    def done(self) -> bool:
+        """The last message was written, or the writer gave up."""
+        return self._finished
+
+    async def wait_done(self) -> None:
+        """Wait until :attr:`done`."""
+        if not self._finished:
+            if self._done is None:
+                self._done = trio.Event()
+            await self._done.wait()
+
+    def _wake(self) -> None:
+        if self._more is not None:
+            self._more.set()
 
     @property
     def queued_bytes(self) -> int:
@@ -918,7 +937,7 @@ class _Writer:
         self._queue.append(message)
         self._queued += size
         self._final = final
-        self._more.set()
+        self._wake()
         return True
 
     def put_whole(
@@ -931,7 +950,7 @@ class _Writer:
     def close(self) -> None:
         """No more messages: the writer ends once the queue is written."""
         self._final = True
-        self._more.set()
+        self._wake()
 
     def abandon(self) -> None:
         """Write nothing more (the response will not be finished)."""
@@ -946,8 +965,9 @@ class _Writer:
                 if not self._queue:
                     if self._final:
                         return
-                    await self._more.wait()
                     self._more = trio.Event()
+                    await self._more.wait()
+                    self._more = None
                     continue
                 message = self._queue.popleft()
                 self._queued -= len(message.get("body", b""))
@@ -969,7 +989,9 @@ class _Writer:
             raise
         finally:
             self.stall_at = math.inf
-            self.done.set()
+            self._finished = True
+            if self._done is not None:
+                self._done.set()
 
 
 class _Stream:
