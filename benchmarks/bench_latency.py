@@ -93,6 +93,9 @@ async def notification(server: Server, samples: int) -> tuple[list[float], list[
                 ends.append(time.perf_counter() - sent[key])
             await control.response()
             await conn.aclose()
+            # As in close(): give the server its core back (the connection
+            # just closed is torn down there) before the next sample.
+            await trio.sleep(0.002)
     finally:
         await control.aclose()
     return await _flags(server, sent), ends, 0
