@@ -108,21 +108,20 @@ def analysis(rows: list[Row]) -> str:
     if _missed(rows, "cancellation layer"):
         scope = _value(rows, "`with trio.CancelScope(): pass`")
         parts.append(
-            "**Cancellation layer.**  A no-op, cancellable or not, is answered with one JSON"
-            " body written inline, with no task and no nursery of its own.  What a cancellable"
-            " call adds, measured the same way in process by taking the pieces out one at a"
-            " time: its"
-            " `tracked()` cancel scope, about 7 µs per call in place (Trio's own enter and exit"
-            f" of a bare `CancelScope` is {scope} in the tracked row above: two `@contextmanager`"
-            " deadline checks and a cancel status per scope, which no caller can avoid); the"
-            " registry's bookkeeping (the request's row, token and current-request context"
-            " variable), about 5 µs; the lazily committed response (`_Stream`: SSE only once"
-            " the call suspends, a disconnect watcher spawned into the app's service nursery"
-            " only then, `transports/http/lazy.py`), about 5 µs.  That is about 20 µs of"
-            " Python per call, and under wrk it costs the per-call share the row shows.  Each"
-            " piece is the price of a call that can be cancelled at all (a scope to hard-cancel,"
-            " a key a `notifications/cancelled` can find, a stream whose close is watched), so"
-            " the 5% target is missed by that margin."
+            "**Cancellation layer.**  A no-op, cancellable or not, is answered with one JSON "
+            "body written inline, with no task and no nursery of its own.  What a cancellable "
+            "call adds, measured the same way in process by taking the pieces out one at a "
+            "time: its `tracked()` cancel scope, about 7 µs per call in place (Trio's own enter "
+            f"and exit of a bare `CancelScope` is {scope} in the tracked row above: two "
+            "`@contextmanager` deadline checks and a cancel status per scope, which no caller "
+            "can avoid); the registry's bookkeeping (its in-flight entry, token and "
+            "current-request context variable), about 5 µs; the lazily committed response "
+            "(`_Stream`: SSE only once the call suspends, a disconnect watcher spawned into the "
+            "app's service nursery only then, `transports/http/lazy.py`), about 5 µs.  That is "
+            "about 20 µs of Python per call, and under wrk it costs the per-call share the row "
+            "shows.  Each piece is the price of a call that can be cancelled at all (a scope to "
+            "hard-cancel, a key a `notifications/cancelled` can find, a stream whose close is "
+            "watched), so the 5% target is missed by that margin."
         )
     if _missed(rows, "at 64 / at 16"):
         parts.append(
@@ -140,9 +139,10 @@ def analysis(rows: list[Row]) -> str:
             " (compare it with the MCP SDK's row, measured by the same client).  The p99 is one"
             " sample in a hundred on a two-core virtual machine whose server core also runs the"
             " kernel's loopback traffic for both ends: it moves from run to run far more than"
-            " the p50 does (`python3 dev.py bench --only latency` repeats just this benchmark),"
-            " so a p99 over the target with the p50 where it is means a few samples waited for"
-            " the core, not a slower path.  The tail was not profiled down to one cause."
+            " the p50 does (`python3 dev.py bench --only latency` repeats just this benchmark)."
+            "  Compare it with the MCP SDK's p99 too: where ours is the higher, part of the"
+            " tail is in our path, not only in the machine.  The tail was not profiled down to"
+            " one cause."
         )
     if _missed(rows, "RSS growth"):
         floor = _value(rows, "floor (bare hypercorn")

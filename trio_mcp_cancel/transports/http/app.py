@@ -519,11 +519,9 @@ class McpHttpApp:
         body = _Body(self.max_body_size)
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
-        message = _receive_now(receive)
-        while message is not None:
+        while (message := _receive_now(receive)) is not None:
             if body.add(message):
                 return body.data()
-            message = _receive_now(receive)
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
             while not body.add(await receive()):
                 pass

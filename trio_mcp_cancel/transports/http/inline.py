@@ -37,9 +37,7 @@ _NOTSENT_LOWAT: Final[int | None] = getattr(socket, "TCP_NOTSENT_LOWAT", None)
 #: The send buffer also accounts per-packet overhead; stay well below it.
 _SHARE: Final = 4
 #: Per socket: ``_limits()``, read on its first response.
-_LIMITS: Final[weakref.WeakKeyDictionary[Any, tuple[int, int | None]]] = (
-    weakref.WeakKeyDictionary()
-)
+_LIMITS: Final[weakref.WeakKeyDictionary[Any, tuple[int, int | None]]] = weakref.WeakKeyDictionary()
 
 
 def _tcp_server(send: Any) -> Any:
@@ -96,9 +94,7 @@ def _limits(sock: Any) -> tuple[int, int | None]:
     (autotuning), so the first value stays a safe bound.
     """
     sndbuf: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-    if _NOTSENT_LOWAT is None:
-        return sndbuf // _SHARE, None
-    lowat: int = sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
+    lowat = None if _NOTSENT_LOWAT is None else sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
     return sndbuf // _SHARE, lowat
 
 
