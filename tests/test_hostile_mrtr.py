@@ -21,19 +21,19 @@ import trio
 import trio.testing
 from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request
 from deploy_harness import RedisServer
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from redis_harness import prefix, redis
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel._core.backend import BackendUnavailable
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError
+from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel._protocol.mrtr import StateSigner, binding, secret_from_text
 from trio_mcp_cancel._protocol.replay import UsedStates
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
@@ -353,6 +353,43 @@ async def test_a_refused_copy_does_not_spend_the_state(
         assert done["content"][0]["text"] == "deleted file.txt"
 
 
+async def test_a_replayed_retry_creates_no_second_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The retry that carries the answers creates the task (``before_task``): once."""
+    server = McpServer("hostile-mrtr-tasks", tasks=TaskManager())
+    ran: list[str] = []
+
+    async def ask_first(ctx: ToolContext) -> InputRequired | None:
+        if ctx.input_responses is None:
+            return InputRequired({"ok": elicit("Sure?", {"type": "object"})}, state="asked")
+        return None
+
+    @server.tool(task="required", before_task=ask_first)
+    async def launch(ctx: ToolContext) -> str:
+        ran.append("launched")
+        return "launched"
+
+    caps = {**CAPS, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.tasks.run)
+        async with open_test_client(server, client_capabilities=caps) as client:
+            first = await client.request("tools/call", {"name": "launch"})
+            retry = {
+                "name": "launch",
+                "inputResponses": ANSWER,
+                "requestState": first["requestState"],
+            }
+            created = await client.request("tools/call", retry)
+            assert created["resultType"] == "task"
+            for _ in range(10):
+                with pytest.raises(McpError, match="used already"):
+                    await client.request("tools/call", retry)
+            await client.settle()
+        nursery.cancel_scope.cancel()
+    assert ran == ["launched"]
+
+
 async def test_the_used_set_is_bounded_and_forgets_its_oldest_when_full(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -423,6 +460,28 @@ async def test_a_state_used_on_one_worker_is_refused_on_every_other_through_redi
 
 
 # -- depth bombs ------------------------------------------------------------------------------
+
+
+@given(shape=st.lists(st.sampled_from(["[", "{"]), min_size=1, max_size=3 * MAX_NESTING))
+@example(shape=["["] * (MAX_NESTING - 3))
+@example(shape=["{"] * (MAX_NESTING - 2))
+@example(shape=["[", "{"] * ((MAX_NESTING - 3) // 2) + ["["])
+@example(shape=["{", "["] * ((MAX_NESTING - 2) // 2))
+def test_a_message_may_nest_exactly_max_nesting_levels(shape: list[str]) -> None:
+    """Arrays and objects alike, wide or narrow: refused exactly when deeper than the bound."""
+    text = "1"
+    for opener in reversed(shape):
+        text = f"[{text},2,[]]" if opener == "[" else f'{{"k":{text},"w":{{}}}}'
+    # Wrapped in a request: the message and its params add two levels, the empty
+    # container beside the innermost value one more.
+    message = f'{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"p":{text}}}}}'
+    depth = len(shape) + 3
+    if depth <= MAX_NESTING:
+        assert isinstance(decode(message), dict)
+    else:
+        with pytest.raises(JsonRpcError) as refused:
+            decode(message)
+        assert (refused.value.code, refused.value.request_id) == (INVALID_PARAMS, 1)
 
 
 async def test_depth_bombed_arguments_are_invalid_params_over_http_without_a_traceback(

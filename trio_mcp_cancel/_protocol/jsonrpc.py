@@ -122,18 +122,24 @@ def decode(body: bytes | str) -> object:
 
 
 def _too_deep(value: object) -> bool:
-    """Whether *value* nests arrays/objects deeper than :data:`MAX_NESTING` (no recursion)."""
-    stack: list[tuple[dict[str, Any] | list[Any], int]] = []
-    if isinstance(value, dict | list):
-        stack.append((value, 1))
-    while stack:
-        item, depth = stack.pop()
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, dict | list):
-                if depth >= MAX_NESTING:
-                    return True
-                stack.append((child, depth + 1))
-    return False
+    """Whether *value* nests arrays/objects deeper than :data:`MAX_NESTING`.
+
+    One level at a time, no recursion; ``json.loads`` makes exact ``dict``
+    and ``list`` objects only, hence the cheap ``type() is`` tests.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return False
+    level: list[Any] = [value]
+    for _ in range(MAX_NESTING):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if type(item) is dict else item)
+            if type(child) is dict or type(child) is list
+        ]
+        if not level:
+            return False
+    return True
 
 
 def _nested_too_deep(message: object) -> JsonRpcError:
