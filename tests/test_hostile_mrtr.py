@@ -30,7 +30,7 @@ from trio_mcp_cancel._core.backend import BackendUnavailable
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel._protocol.mrtr import StateSigner, binding, secret_from_text
-from trio_mcp_cancel._protocol.replay import UsedStates
+from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
@@ -417,14 +417,27 @@ class DownBackend:
         raise BackendUnavailable("Redis is unavailable (state.claim): down")
 
 
-async def test_when_the_backend_is_down_each_worker_still_refuses_what_it_saw(
+class HungBackend:
+    """A backend whose shared claim never answers (Redis SIGSTOPped)."""
+
+    async def claim_once(self, key: str, ttl: float) -> bool:
+        await trio.sleep_forever()
+
+
+@pytest.mark.parametrize("backend", [DownBackend(), HungBackend()])
+async def test_when_the_backend_is_down_or_hung_each_worker_still_refuses_what_it_saw(
+    autojump_clock: trio.testing.MockClock,
     caplog: pytest.LogCaptureFixture,
+    backend: SharedClaims,
 ) -> None:
-    used = UsedStates(shared=DownBackend())
+    used = UsedStates(shared=backend)
+    start = trio.current_time()
     with caplog.at_level(logging.WARNING, "trio_mcp_cancel.server"):
         for n in range(5):
             assert await used.use(bytes([n]) * 32, expires_at=1000.0, now=0.0)
             assert not await used.use(bytes([n]) * 32, expires_at=1000.0, now=0.0)
+    # A hung backend costs each first use the short claim timeout, no more.
+    assert trio.current_time() - start <= 5 * used.shared_timeout
     down = [r for r in caplog.records if "backend is unavailable" in r.getMessage()]
     assert len(down) == 1
 

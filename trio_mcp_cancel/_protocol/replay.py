@@ -18,8 +18,8 @@ binding still holds), which is the bounded cost of a bounded set.
 
 With a backend that has :class:`SharedClaims` (Redis: ``SET NX`` with the
 state's expiry), a state used on one worker is refused on every other.
-When the backend cannot answer, the process's own set decides
-(local-only, logged rate-limited): an outage never stops MRTR, and a
+When the backend cannot answer (or takes longer than *shared_timeout*),
+the process's own set decides (local-only, logged rate-limited): an outage never stops MRTR, and a
 replay across workers during it is still bound to its caller.
 """
 
@@ -56,6 +56,9 @@ class UsedStates:
 
     max_entries: int = 65_536
     shared: SharedClaims | None = None
+    shared_timeout: float = 0.1
+    """Seconds the shared claim may take before this process's own set decides alone:
+    a hung backend costs an MRTR retry this much, not the backend's ``op_timeout``."""
     _used: dict[bytes, float] = attrs.field(init=False, factory=dict)
     """Key (the first 16 bytes of the token's MAC) -> expiry, oldest first."""
     _log: RateLimitedLog = attrs.field(init=False, factory=lambda: RateLimitedLog(logger))
@@ -79,8 +82,9 @@ class UsedStates:
             await trio.lowlevel.checkpoint()
             return True
         try:
-            return await shared.claim_once(key.hex(), max(1.0, expires_at - now))
-        except BackendUnavailable:
+            with trio.fail_after(self.shared_timeout):
+                return await shared.claim_once(key.hex(), max(1.0, expires_at - now))
+        except (BackendUnavailable, trio.TooSlowError):
             self._log.log(
                 logging.WARNING,
                 "unshared",
