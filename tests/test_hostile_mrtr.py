@@ -14,6 +14,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
+from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
@@ -557,6 +559,41 @@ async def test_depth_bombs_are_invalid_params_on_stream_transports(
         assert bounced["error"]["code"] == INVALID_PARAMS
         assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
     assert ran == ["take"]
+
+
+async def test_a_depth_bomb_on_stdio_is_answered_and_the_line_after_it_served(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, ran = build()
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    bomb = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"take",'
+        f'"arguments":{{"data":{nested_text(500)}}}}}}}\n'
+    )
+    fine = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "take", "arguments": {"data": {}}},
+        }
+    )
+    async with open_registry() as registry, trio.open_nursery() as nursery:
+        nursery.start_soon(
+            partial(serve_mcp_stdio, server, registry, stdin=server_stream, stdout=server_stream)
+        )
+        with caplog.at_level(logging.DEBUG):
+            await client_stream.send_all(bomb.encode() + fine.encode() + b"\n")
+            received = b""
+            with trio.fail_after(10):
+                while received.count(b"\n") < 2:
+                    received += await client_stream.receive_some()
+        await client_stream.send_eof()
+    first, second = (json.loads(line) for line in received.splitlines())
+    assert (first["id"], first["error"]["code"]) == (1, INVALID_PARAMS)
+    assert second["id"] == 2 and "result" in second
+    assert ran == ["take"]
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
 
 
 # -- rate-limited failure logs ----------------------------------------------------------------
