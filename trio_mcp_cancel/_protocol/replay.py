@@ -19,8 +19,9 @@ binding still holds), which is the bounded cost of a bounded set.
 With a backend that has :class:`SharedClaims` (Redis: ``SET NX`` with the
 state's expiry), a state used on one worker is refused on every other.
 When the backend cannot answer (or takes longer than *shared_timeout*),
-the process's own set decides (local-only, logged rate-limited): an outage never stops MRTR, and a
-replay across workers during it is still bound to its caller.
+the process's own set decides (local-only, logged rate-limited): an
+outage never stops MRTR, and a replay across workers during it is still
+bound to its caller.
 """
 
 from __future__ import annotations
