@@ -40,6 +40,7 @@ import trio
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.events import CancelKind
+from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.threads import ThreadLimit
@@ -450,8 +451,13 @@ class McpServer(ServerFeatures):
     *max_listen_streams_per_tenant* (refused with ``-32001``, ``data.limit``
     ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
     transports' ``max_request_time`` does not end them.
-    *state_secret* (at least 32 bytes; default: random per process) seals
-    MRTR ``requestState`` values for *state_ttl* seconds; *resource_ttl_ms*
+    *state_secret* (at least 32 bytes, or their base64 text as in
+    ``MCP_STATE_SECRET``; default: random per process, so instances behind
+    a load balancer must share one) seals MRTR ``requestState`` values for
+    *state_ttl* seconds; *state_secret_previous* (the secret before a
+    rotation) still opens them, never seals: keep it set for one
+    *state_ttl* after rotating.  A state is used once (:mod:`.replay`).
+    *resource_ttl_ms*
     and *resource_cache_scope* are the caching hints of modern reads.
     *page_size* is how many items one page of ``tools/list``,
     ``resources/list``, ``resources/templates/list`` or ``prompts/list``
@@ -471,8 +477,9 @@ class McpServer(ServerFeatures):
         max_listen_streams: int | None = 4096,
         max_listen_streams_per_tenant: int | None = 32,
         tasks: TaskManager | None = None,
-        state_secret: bytes | None = None,
+        state_secret: bytes | str | None = None,
         state_ttl: float = 600.0,
+        state_secret_previous: bytes | str | None = None,
         resource_ttl_ms: int = 0,
         resource_cache_scope: CacheScope = "private",
         sync_tool_threads: int | trio.CapacityLimiter = 40,
@@ -498,7 +505,11 @@ class McpServer(ServerFeatures):
         """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`."""
         self.tasks: TaskManager = TaskManager() if tasks is None else tasks
         """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
-        self._init_features(state_secret, state_ttl, resource_ttl_ms, resource_cache_scope)
+        self._init_features(
+            state_secret, state_secret_previous, state_ttl, resource_ttl_ms, resource_cache_scope
+        )
+        self._failures = RateLimitedLog(logger)
+        """Unexpected failures, logged with their traceback once per kind and interval."""
         # Task status changes reach the subscriptions/listen streams that asked (taskIds).
         self.tasks.on_change = lambda task: self.subscriptions.publish("notifications/tasks", task)
         self._methods.update(surface.METHODS)
@@ -763,10 +774,14 @@ class McpServer(ServerFeatures):
                 return None
             data = {"reason": exc.reason} if exc.reason else None
             return jsonrpc.error_message(request.id, REQUEST_CANCELLED, "Request cancelled", data)
-        except Exception:
+        except Exception as exc:
             # A bug in the server or a tool (a result that is not JSON, say)
-            # fails this request, never the transport and its other requests.
-            logger.exception("%s %r failed", request.method[:100], request.id)
+            # fails this request, never the transport and its other requests;
+            # the same failure repeated (one bad request in a loop) is logged
+            # once per interval, not once per request.
+            self._failures.exception(
+                failure_key(request.method, exc), "%s %r failed", request.method[:100], request.id
+            )
             return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
         finally:
             started()
@@ -944,13 +959,14 @@ def client_capabilities(call: Call, caller: Caller) -> Mapping[str, Any]:
     return {} if legacy is None else legacy.client_capabilities
 
 
-def make_context(
+async def make_context(
     server: McpServer, call: Call, caller: Caller, exchange: Exchange, target: str
 ) -> ToolContext:
     """The ``ctx`` of one request: identity, progress, logging and (modern) MRTR input.
 
-    A ``requestState`` is opened (verified) here, before any code of the
-    server runs, so a tampered one never reaches a tool (``-32602``).
+    A ``requestState`` is opened (verified) and used up here, before any
+    code of the server runs, so a tampered or replayed one never reaches a
+    tool (``-32602``).
     """
     request = call.request
     assert request is not None
@@ -972,9 +988,11 @@ def make_context(
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
         ctx.input_responses = responses
         if "requestState" in params:
-            ctx.request_state = server.state_signer.open(
-                params["requestState"], _mrtr_binding(call, caller, target)
-            )
+            signer = server.state_signer
+            opened = signer.open_token(params["requestState"], _mrtr_binding(call, caller, target))
+            if not await server.used_states.use(opened.key, opened.expires_at, signer.now()):
+                raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
+            ctx.request_state = opened.state
     return ctx
 
 
@@ -1075,7 +1093,7 @@ async def _call_tool(
         arguments = tool.bind(request.params.get("arguments"))
     except ToolArgumentError as exc:
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
-    ctx = make_context(server, call, caller, exchange, tool.name)
+    ctx = await make_context(server, call, caller, exchange, tool.name)
     if call.era == "modern" and tool.task_support != "forbidden":
         if server.tasks.wanted(tool.task_support, client_capabilities(call, caller)):
             if tool.before_task is not None:
@@ -1191,7 +1209,7 @@ async def _invoke(
         return error_result(str(exc))
     except Exception as exc:
         # A failing tool is a tool result, not a protocol error (MCP "isError").
-        logger.exception("tool %r failed", tool.name)
+        server._failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
         return error_result(f"{type(exc).__name__}: {exc}")
 
 

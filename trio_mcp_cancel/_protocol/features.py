@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from .mrtr import StateSigner
 from .prompts import PromptSet, make_prompt
+from .replay import UsedStates
 from .resources import Resource, ResourceSet, ResourceTemplate
 from .subscriptions import SubscriptionHub
 
@@ -24,18 +25,20 @@ CacheScope = Literal["public", "private"]
 
 
 class ServerFeatures:
-    """Resources, prompts, completers, the listen hub and the MRTR state signer."""
+    """Resources, prompts, completers, the listen hub, the MRTR state signer and used set."""
 
     resources: ResourceSet
     prompts: PromptSet
     subscriptions: SubscriptionHub
     state_signer: StateSigner
+    used_states: UsedStates
     resource_ttl_ms: int
     resource_cache_scope: CacheScope
 
     def _init_features(
         self,
-        state_secret: bytes | None,
+        state_secret: bytes | str | None,
+        state_secret_previous: bytes | str | None,
         state_ttl: float,
         resource_ttl_ms: int,
         resource_cache_scope: CacheScope,
@@ -43,11 +46,14 @@ class ServerFeatures:
         self.resources = ResourceSet()
         self.prompts = PromptSet()
         self.subscriptions = SubscriptionHub()
+        if state_secret is None and state_secret_previous is not None:
+            raise ValueError("state_secret_previous needs state_secret (the one that seals)")
         self.state_signer = (
-            StateSigner(ttl=state_ttl)
+            StateSigner(ttl=state_ttl, previous=state_secret_previous)
             if state_secret is None
-            else StateSigner(state_secret, ttl=state_ttl)
+            else StateSigner(state_secret, ttl=state_ttl, previous=state_secret_previous)
         )
+        self.used_states = UsedStates()
         if resource_ttl_ms < 0 or resource_cache_scope not in ("public", "private"):
             raise ValueError("resource_ttl_ms must be >= 0, cache scope 'public' or 'private'")
         self.resource_ttl_ms = resource_ttl_ms

@@ -5,6 +5,13 @@ every failure is turned into a :class:`JsonRpcError` carrying the right
 code.  That includes the failures the standard :mod:`json` module reports
 with unexpected exception types: ``RecursionError`` for deeply nested
 arrays and ``ValueError`` for integers longer than Python's digit limit.
+
+A message may nest arrays and objects :data:`MAX_NESTING` levels deep: the
+parser itself stops near Python's recursion limit, but everything after it
+that walks the arguments recursively (sealing a ``requestState``,
+validating against a schema, serialising a result that echoes them) would
+fail far from here, with a traceback per request.  Checked once, here,
+with a scan that only runs when the text has more brackets than the bound.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from .._core.validation import RequestId, is_valid_request_id
 
 __all__ = [
     "INTERNAL_ERROR",
+    "MAX_NESTING",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
@@ -40,6 +48,10 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 
 Message = dict[str, Any]
+
+#: How deeply arrays and objects may nest in one message (the message itself
+#: is level 1, its ``params`` level 2, a tool's ``arguments`` level 3).
+MAX_NESTING: Final = 64
 
 
 class JsonRpcError(Exception):
@@ -92,13 +104,51 @@ def _refuse_constant(name: str) -> object:
 
 
 def decode(body: bytes | str) -> object:
-    """Parse JSON text, raising :class:`JsonRpcError` (``-32700``) on any failure."""
+    """Parse JSON text, raising :class:`JsonRpcError` (``-32700``) on any failure.
+
+    A message nested deeper than :data:`MAX_NESTING` is ``-32602`` (its
+    ``params`` are where depth is allowed at all), with the request's id.
+    """
     try:
         if isinstance(body, bytes):
             body = body.decode("utf-8")
-        return json.loads(body, parse_constant=_refuse_constant)
+        message = json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise JsonRpcError(PARSE_ERROR, "Parse error", str(exc)[:200]) from None
+    # Nesting N levels takes N brackets: most messages never need the scan.
+    if body.count("{") + body.count("[") > MAX_NESTING and _too_deep(message):
+        raise _nested_too_deep(message)
+    return message
+
+
+def _too_deep(value: object) -> bool:
+    """Whether *value* nests arrays/objects deeper than :data:`MAX_NESTING`.
+
+    One level at a time, no recursion; ``json.loads`` makes exact ``dict``
+    and ``list`` objects only, hence the cheap ``type() is`` tests.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return False
+    level: list[Any] = [value]
+    for _ in range(MAX_NESTING):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if type(item) is dict else item)
+            if type(child) is dict or type(child) is list
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _nested_too_deep(message: object) -> JsonRpcError:
+    why = f"nested deeper than {MAX_NESTING} levels"
+    if not isinstance(message, dict):
+        return JsonRpcError(INVALID_REQUEST, f"Invalid Request: {why}")
+    raw_id = message.get("id")
+    request_id = raw_id if is_valid_request_id(raw_id) else None
+    return JsonRpcError(INVALID_PARAMS, f"Invalid params: {why}", request_id=request_id)
 
 
 def encode(message: object) -> bytes:

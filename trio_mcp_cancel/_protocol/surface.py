@@ -119,7 +119,7 @@ async def _read_resource(
 ) -> dict[str, Any]:
     uri = _params(call)["uri"]
     reader, variables, mime_type = server.resources.find(uri)
-    ctx = make_context(server, call, caller, exchange, uri)
+    ctx = await make_context(server, call, caller, exchange, uri)
     value = await run_target(call, caller, exchange, started, lambda: reader(ctx, **variables))
     if isinstance(value, InputRequired):
         return input_required(server, call, caller, value, uri)
@@ -158,7 +158,7 @@ async def _get_prompt(
     params = _params(call)
     prompt = server.prompts.find(params.get("name"))
     arguments = prompt.bind(params.get("arguments"))
-    ctx = make_context(server, call, caller, exchange, prompt.name)
+    ctx = await make_context(server, call, caller, exchange, prompt.name)
     value = await run_target(call, caller, exchange, started, lambda: prompt.fn(ctx, **arguments))
     if isinstance(value, InputRequired):
         return input_required(server, call, caller, value, prompt.name)
@@ -171,7 +171,7 @@ async def _complete(
     completer, value, context = server.prompts.completer(_params(call))
     if completer is None:
         return completion_result([])
-    ctx = make_context(server, call, caller, exchange, "completion/complete")
+    ctx = await make_context(server, call, caller, exchange, "completion/complete")
     return completion_result(list(await completer(ctx, value, context)))
 
 

@@ -71,6 +71,7 @@ from .._core.backend import (
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.events import CancelKind
+from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import USE_CONFIG, UseConfig
 from .._core.tasks import (
     MemoryTaskStore,
@@ -99,6 +100,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trio_mcp_cancel.tasks")
+_failures = RateLimitedLog(logger)  # the same failure, task after task: one line a minute
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
@@ -600,8 +602,8 @@ class TaskManager:
                 error = {"code": exc.code, "message": exc.message}
                 if exc.data is not None:
                     error["data"] = exc.data
-            except Exception:
-                logger.exception("task %s failed", task_id[:8])
+            except Exception as exc:
+                _failures.exception(failure_key("task", exc), "task %s failed", task_id[:8])
                 status, message = "failed", "internal error"
                 error = {"code": INTERNAL_ERROR, "message": "Internal error"}
         except trio.Cancelled:

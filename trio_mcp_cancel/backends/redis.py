@@ -950,6 +950,21 @@ class RedisBackend:
         """Whether the last Redis operation failed."""
         return self.tasks.health.down
 
+    async def claim_once(self, key: str, ttl: float) -> bool:
+        """``True`` the first time *key* is claimed within *ttl* seconds, on any worker.
+
+        The used-``requestState`` set every worker shares (``SET NX PX``; see
+        :mod:`trio_mcp_cancel._protocol.replay`); :class:`BackendUnavailable`
+        when Redis cannot tell, and the caller falls back to its own set.
+        """
+        name, ms = f"{self.keys.base}:state:{key}", max(1, math.ceil(ttl * 1000))
+        claimed = await self.tasks.health.call(
+            "state.claim",
+            lambda: self.client.set(name, "1", condition=PureToken.NX, px=ms),
+            BackendUnavailable,
+        )
+        return bool(claimed)
+
     async def run(
         self, *, task_status: trio.TaskStatus[RedisBackend] = trio.TASK_STATUS_IGNORED
     ) -> None:

@@ -83,6 +83,7 @@ from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
 from ..._protocol.dispatch import TOO_MANY_REQUESTS, Call, Caller, Channel, Exchange, McpServer
 from ..._protocol.jsonrpc import JsonRpcError, Message
+from ..._protocol.replay import SharedClaims
 from ..._protocol.versions import Era
 from ..auth import Authenticator, authenticate, header_map
 from . import rules, sse
@@ -195,6 +196,8 @@ class McpHttpApp:
     ) -> None:
         self.server = server
         self.backend = backend
+        if isinstance(backend, SharedClaims):  # a used requestState is used on every worker
+            server.used_states.shared = backend
         self._registry = registry
         self.registry_config = registry_config
         self.path = path

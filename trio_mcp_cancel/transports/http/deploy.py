@@ -24,6 +24,17 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     seconds after which a tool call is cancelled by the server (default: none).
 ``MCP_TASK_TTL``
     seconds a task record lives after creation (default ``3600``).
+``MCP_STATE_SECRET``
+    the key that seals MRTR ``requestState`` values, shared by every
+    worker (else a retry that lands on another worker is refused): base64,
+    URL-safe or standard alphabet, padding optional, of at least 32 bytes,
+    e.g. ``python -c "import secrets; print(secrets.token_urlsafe(32))"``.
+    Unset: a random key per process (one worker only).
+``MCP_STATE_SECRET_PREVIOUS``
+    the secret before a rotation, same format: it still opens states
+    (never seals them).  Rotate by moving the old value here and setting a
+    new ``MCP_STATE_SECRET``; keep it for at least one state TTL (600 s by
+    default), then unset it.  Needs ``MCP_STATE_SECRET``.
 
 A malformed value raises :class:`ValueError` naming the variable, so a
 worker fails at startup rather than serving with a setting silently ignored.
@@ -39,6 +50,7 @@ from typing import Any
 from ..._core.backend import Backend
 from ..._core.registry import RegistryConfig
 from ..._protocol.dispatch import McpServer
+from ..._protocol.mrtr import secret_from_text
 from .app import McpHttpApp
 
 __all__ = ["app_from_env", "backend_from_env"]
@@ -85,6 +97,19 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     return RedisBackend(url, prefix=environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc")
 
 
+def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> None:
+    """Seal ``requestState`` with ``MCP_STATE_SECRET`` (and open with the previous one)."""
+    secret = environ.get("MCP_STATE_SECRET", "").strip()
+    previous = environ.get("MCP_STATE_SECRET_PREVIOUS", "").strip()
+    if not secret:
+        if previous:
+            raise ValueError("MCP_STATE_SECRET_PREVIOUS is set but MCP_STATE_SECRET is not")
+        return
+    signer = server.state_signer
+    signer.secret = secret_from_text(secret, "MCP_STATE_SECRET")
+    signer.previous = secret_from_text(previous, "MCP_STATE_SECRET_PREVIOUS") if previous else None
+
+
 def app_from_env(
     server: McpServer, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
@@ -108,5 +133,6 @@ def app_from_env(
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
     ttl = _seconds(environ, "MCP_TASK_TTL", 3600.0)
     server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    _state_secret_from_env(server, environ)
     options.update(overrides)
     return McpHttpApp(server, **options)
