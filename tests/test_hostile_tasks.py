@@ -33,7 +33,7 @@ from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
 
-WITH_TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+WITH_TASKS: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 TASKS_META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": WITH_TASKS,
@@ -143,7 +143,8 @@ async def test_connections_without_a_principal_are_one_tenant_like_a_stdio_proce
             assert isinstance(await try_task(a, "hold"), dict)
             assert isinstance(await try_task(b, "hold"), dict)
             refused = await try_task(b, "hold")
-            assert isinstance(refused, McpError) and refused.data["limit"] == "tenant"
+            assert isinstance(refused, McpError)
+            assert refused.data == {"limit": "tenant", "max": 2}
             release.set()
             await server.tasks.wait_idle()
         nursery.cancel_scope.cancel()
@@ -230,7 +231,7 @@ async def test_creating_in_a_full_store_never_visits_its_unexpired_records() -> 
         await store.create(record(f"live-{i}", clock.now, tenant=f"t{i % 100}", ttl_ms=3_600_000))
     for i in range(10):
         await store.create(record(f"soon-{i}", clock.now, tenant="soon", ttl_ms=1_000))
-    store._records = NoScan(store._records)  # type: ignore[assignment]
+    store._records = NoScan(store._records)
     clock.now += 2.0
     with pytest.raises(TaskStoreFull) as full:
         # The tenant is full (and so would be the store without the purge).
