@@ -12,6 +12,7 @@ over real WebSocket connections on 127.0.0.1.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -324,7 +325,9 @@ async def test_a_long_purge_lets_other_tasks_run() -> None:
 
 
 async def test_redis_counts_a_tenants_records_across_its_owners(redis: Any, prefix: str) -> None:
-    async with running(RedisBackend(redis.url, prefix=prefix)) as backend:
+    offset = 0.0
+    backend = RedisBackend(redis.url, prefix=prefix, clock=lambda: time.time() + offset)
+    async with running(backend):
         store = backend.tasks
         now = store.clock()
         await store.create(record("a", now, owner="conn-1", tenant="principal:m"), 2)
@@ -335,6 +338,13 @@ async def test_redis_counts_a_tenants_records_across_its_owners(redis: Any, pref
         await store.create(record("c", now, owner="conn-3", tenant="principal:other"), 2)
         stored = await store.get("a")
         assert stored is not None and (stored.owner, stored.tenant) == ("conn-1", "principal:m")
+        # Uncapped creations trim the expired members too: the index never
+        # grows with records that are gone.
+        index = backend.keys.owner("principal:m")
+        for i in range(3):
+            offset += 20.0
+            await store.create(record(f"u{i}", store.clock(), tenant="principal:m"))
+            assert await backend.client.zcard(index) == 1
 
 
 # -- over real WebSocket connections --------------------------------------------------

@@ -170,15 +170,14 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
         raise rest
 
 
-# KEYS: the task, its creator's liveness key, its tenant's index of tasks (O(log n):
-# only expired members are removed, the cap is a ZCARD).
+# KEYS: the task, its creator's liveness key, its tenant's index of tasks.
 # ARGV: expiry (ms since the epoch, or ''), liveness ms, now ms, cap (or ''),
 # task id, then the record's fields.
+# O(log n) amortised: only expired members are removed (each once, capped or
+# not, so the index never grows with expired ones), the cap is a ZCARD.
 _CREATE: Final = """
-if ARGV[4] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
-end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+if ARGV[4] ~= '' and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if ARGV[1] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
