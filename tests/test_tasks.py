@@ -304,8 +304,8 @@ async def test_running_tasks_are_bounded_per_owner_and_server_wide(
         error = await refusal(client, "tools/call", {"name": "count", "arguments": {}})
         assert error.code == -32001 and error.data["limit"] == "tenant"
         async with open_test_client(
-            server, registry=client.registry, client_capabilities=WITH_TASKS
-        ) as other:
+            server, registry=client.registry, principal="other", client_capabilities=WITH_TASKS
+        ) as other:  # another tenant (one without a principal shares the first one's quota)
             await start_task(other, "count", n=5)
             error = await refusal(other, "tools/call", {"name": "count", "arguments": {}})
             assert error.code == -32001 and error.data["limit"] == "server"

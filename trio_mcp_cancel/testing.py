@@ -252,6 +252,7 @@ async def open_test_client(
     registry: Registry | None = None,
     era: Literal["modern", "legacy"] = "modern",
     namespace: str | None = None,
+    principal: str | None = None,
     client_capabilities: Mapping[str, Any] | None = None,
     client_info: Mapping[str, Any] | None = None,
     log_level: str | None = None,
@@ -265,7 +266,8 @@ async def open_test_client(
 
     Without *registry* it runs its own, configured by *registry_config*
     (``grace_period=0.5``, say).  *namespace* overrides the connection's
-    fresh ``session:memory-<random>``.  *grace*, *max_concurrent_requests*
+    fresh ``session:memory-<random>``; *principal* makes the connection that
+    principal's (its tenant for per-tenant caps).  *grace*, *max_concurrent_requests*
     and *max_request_time* are the connection's, as for the other
     transports.  Leaving the block disconnects: the server cancels what
     still runs and the block ends once it has all stopped (at most the
@@ -290,6 +292,7 @@ async def open_test_client(
                 server_end,
                 registry,
                 namespace=namespace,
+                principal=principal,
                 grace=grace,
                 max_concurrent_requests=max_concurrent_requests,
                 max_request_time=max_request_time,

@@ -40,6 +40,7 @@ import trio
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.events import CancelKind
+from .._core.namespace import GLOBAL_NAMESPACE
 from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
@@ -1161,7 +1162,11 @@ async def _start_task(
 
         return await _invoke(server, call, caller, exchange, _no_op, ctx, arguments, key, ask)
 
-    created = await server.tasks.start(caller.namespace, runner, Exchange(), creator=creator)
+    # Quotas are the tenant's (every connection of it), visibility the caller's own.
+    tenant = caller.tenant or GLOBAL_NAMESPACE
+    created = await server.tasks.start(
+        caller.namespace, runner, Exchange(), creator=creator, tenant=tenant
+    )
     if caller.channel is not None:
         caller.channel.remember_task(call.request.id, created["taskId"])
     return created

@@ -42,8 +42,14 @@ somebody else is "not found", exactly like an unknown one.
 ``tasks/get`` elsewhere notices that its liveness key lapsed and settles
 the task ``failed`` (otherwise records expire with their TTL).
 
-**Bounds.**  Running tasks are bounded server-wide and per owner
-(``-32001`` when full, like other admission limits); records expire
+**Bounds.**  Running tasks are bounded server-wide and per *tenant*
+(``-32001`` when full, like other admission limits), and so are the
+records one tenant holds and the store as a whole (a full store refuses,
+it never evicts).  The tenant is the caller's principal, else its address
+bucket (``ip:<bucket>``), else ``global`` (a stdio process, the in-memory
+transport): every connection and session of one tenant shares one quota,
+so opening more connections buys no more slots, while a task is still
+seen only by the caller (namespace) that created it.  Records expire
 ``ttl_ms`` after creation (the store drops them, and the janitor purges
 them every ``purge_interval``).  Shutting the manager down cancels what
 still runs and settles it ``failed``, so no task stays ``working`` for ever.
@@ -170,10 +176,11 @@ class _Inputs:
 
 @attrs.define(eq=False)
 class _Running:
-    """A task this process runs: how to reach its request."""
+    """A task this process runs: how to reach its request, and whose quota it takes."""
 
     exchange: Exchange
     owner: str
+    tenant: str
     inputs: _Inputs | None = None
     progress: TaskProgress | None = None
 
@@ -195,10 +202,17 @@ class TaskManager:
     poll_interval_ms: int = 1000
     """The ``pollIntervalMs`` clients are asked to respect."""
     max_running: int = 256
+    """Tasks running in this process at once; ``-32001`` beyond (``data.limit == "server"``)."""
     max_running_per_owner: int = 32
+    """Tasks one tenant runs at once, over all its connections (and, with a
+    shared backend, all processes); ``-32001`` beyond (``data.limit ==
+    "tenant"``).  Well below ``max_running``, so one tenant never takes
+    every slot."""
     max_tasks_per_owner: int | None = 1000
-    """Unexpired task records one owner may hold, finished ones included (they
-    take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``)."""
+    """Unexpired task records one tenant may hold, finished ones included (they
+    take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``).
+    A full store is ``-32001`` too (``data.limit == "task_store"``):
+    nobody's unexpired record is evicted to make room."""
     purge_interval: float = 60.0
     progress_interval: float = 1.0
     """At most one ``statusMessage`` write per task per this many seconds for
@@ -429,9 +443,19 @@ class TaskManager:
         return declared and self.running
 
     async def start(
-        self, owner: str, runner: Runner, exchange: Exchange, *, creator: Exchange | None = None
+        self,
+        owner: str,
+        runner: Runner,
+        exchange: Exchange,
+        *,
+        creator: Exchange | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         """Create the task durably, start its work, and return the ``CreateTaskResult``.
+
+        *owner* may see the task; *tenant* (default: the owner) is whose
+        quotas it counts against: ``max_running_per_owner`` and
+        ``max_tasks_per_owner`` (see the module docstring).
 
         *creator* is the exchange of the ``tools/call`` that creates the
         task: if its answer is lost (the client closed the stream or sent
@@ -446,7 +470,8 @@ class TaskManager:
             raise JsonRpcError(
                 _TOO_MANY, "Too many running tasks", {"limit": "server", "max": self.max_running}
             )
-        if self._per_owner.get(owner, 0) >= self.max_running_per_owner:
+        quota = owner if tenant is None else tenant
+        if self._per_owner.get(quota, 0) >= self.max_running_per_owner:
             raise JsonRpcError(
                 _TOO_MANY,
                 "Too many running tasks",
@@ -456,6 +481,7 @@ class TaskManager:
         record = TaskRecord(
             task_id=new_task_id(),
             owner=owner,
+            tenant="" if quota == owner else quota,
             created_at=now,
             updated_at=now,
             ttl_ms=self.ttl_ms,
@@ -463,18 +489,18 @@ class TaskManager:
             instance=self.instance_id,
         )
         # Counted before the await, so concurrent creations cannot overshoot.
-        self._add(record.task_id, _Running(exchange, owner))
+        self._add(record.task_id, _Running(exchange, owner, quota))
         try:
-            await self._acquire_shared(owner)
+            await self._acquire_shared(quota)
             try:
                 await self.store.create(record, self.max_tasks_per_owner)
             except TaskStoreFull as exc:
-                await self._release_shared(owner)
+                await self._release_shared(quota)
                 raise JsonRpcError(
-                    _TOO_MANY, "Too many tasks", {"limit": "tasks", "max": exc.cap}
+                    _TOO_MANY, "Too many tasks", {"limit": exc.limit, "max": exc.cap}
                 ) from None
             except BaseException:
-                await self._release_shared(owner)
+                await self._release_shared(quota)
                 raise
         except TaskStoreUnavailable as exc:
             self._remove(record.task_id)
@@ -501,12 +527,12 @@ class TaskManager:
         if self._cancel_here(task_id, "the request that created the task was cancelled"):
             logger.info("task %s: its tools/call was cancelled; cancelling it", task_id[:8])
 
-    async def _acquire_shared(self, owner: str) -> None:
-        """Count the task against its owner's quota on every process (shared backend)."""
+    async def _acquire_shared(self, tenant: str) -> None:
+        """Count the task against its tenant's quota on every process (shared backend)."""
         if not self.counters.shared:
             return
         try:
-            taken = await self.counters.acquire("tasks:" + owner, self.max_running_per_owner)
+            taken = await self.counters.acquire("tasks:" + tenant, self.max_running_per_owner)
         except BackendUnavailable as exc:
             raise TaskStoreUnavailable(str(exc)) from exc
         if not taken:
@@ -516,12 +542,12 @@ class TaskManager:
                 {"limit": "tenant", "max": self.max_running_per_owner},
             )
 
-    async def _release_shared(self, owner: str) -> None:
+    async def _release_shared(self, tenant: str) -> None:
         if not self.counters.shared:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(2.0):
             try:
-                await self.counters.release("tasks:" + owner)
+                await self.counters.release("tasks:" + tenant)
             except BackendUnavailable as exc:
                 logger.warning("task quota not released yet (repaired later): %s", exc)
 
@@ -530,17 +556,17 @@ class TaskManager:
             self._idle = trio.Event()
         self._running[task_id] = running
         self._started.set()
-        self._per_owner[running.owner] = self._per_owner.get(running.owner, 0) + 1
+        self._per_owner[running.tenant] = self._per_owner.get(running.tenant, 0) + 1
 
     def _remove(self, task_id: str) -> None:
         running = self._running.pop(task_id, None)
         if running is None:
             return
-        left = self._per_owner[running.owner] - 1
+        left = self._per_owner[running.tenant] - 1
         if left:
-            self._per_owner[running.owner] = left
+            self._per_owner[running.tenant] = left
         else:
-            del self._per_owner[running.owner]
+            del self._per_owner[running.tenant]
         if not self._running:
             self._idle.set()
         self._removed.unpark_all()
@@ -618,7 +644,7 @@ class TaskManager:
             raise
         finally:
             self._remove(task_id)
-            await self._release_shared(running.owner)
+            await self._release_shared(running.tenant)
         # Shielded: a manager stopping right after the work ended still records how.
         with trio.CancelScope(shield=True), trio.move_on_after(2.0):
             if running.progress is not None:

@@ -170,14 +170,14 @@ def _drop_shutdown_noise(group: BaseExceptionGroup[BaseException]) -> None:
         raise rest
 
 
-# KEYS: the task, its creator's liveness key, the owner's index of tasks.
+# KEYS: the task, its creator's liveness key, its tenant's index of tasks.
 # ARGV: expiry (ms since the epoch, or ''), liveness ms, now ms, cap (or ''),
 # task id, then the record's fields.
+# O(log n) amortised: only expired members are removed (each once, capped or
+# not, so the index never grows with expired ones), the cap is a ZCARD.
 _CREATE: Final = """
-if ARGV[4] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
-end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+if ARGV[4] ~= '' and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 if ARGV[1] ~= '' then
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
@@ -297,6 +297,7 @@ class RedisTaskStore:
         expires = record.expires_at
         fields = [
             "owner", record.owner,
+            "tenant", record.tenant,
             "status", record.status,
             "created_at", repr(record.created_at),
             "updated_at", repr(record.updated_at),
@@ -314,7 +315,8 @@ class RedisTaskStore:
         # The creator's liveness key is set with the record, so a task is
         # never seen without it (after a Redis restart, say).
         alive = self.keys.alive(record.instance)
-        owned = self.keys.owner(record.owner)
+        # The quota index is the tenant's: its connections and sessions share it.
+        owned = self.keys.owner(record.quota_key)
         args = [
             at,
             str(max(1, int(self.liveness * 1000))),
@@ -352,6 +354,7 @@ class RedisTaskStore:
         record = TaskRecord(
             task_id=task_id,
             owner=data.get("owner", ""),
+            tenant=data.get("tenant", ""),
             status=data["status"],  # type: ignore[arg-type]
             created_at=float(data.get("created_at", "0")),
             updated_at=float(data.get("updated_at", "0")),

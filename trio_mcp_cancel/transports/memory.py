@@ -71,6 +71,7 @@ async def serve_mcp_memory(
     registry: Registry | None = None,
     *,
     namespace: str | None = None,
+    principal: str | None = None,
     grace: float | UseConfig | None = USE_CONFIG,
     max_concurrent_requests: int = 64,
     max_request_time: float | None = None,
@@ -82,7 +83,9 @@ async def serve_mcp_memory(
 
     ``task_status.started`` receives the connection's :class:`Caller`.  The
     namespace is a fresh ``session:memory-<random>`` unless *namespace* is
-    given (to test what two connections sharing one would do, say).  When
+    given (to test what two connections sharing one would do, say).
+    *principal* stands for an authenticated peer: the connection's tenant
+    (per-tenant caps) is ``principal:<it>``, else ``global``.  When
     the client closes its send channel every request still running is
     cancelled (the flag at once, the hard cancel *grace* later); this returns
     once they have all finished, and then closes *end*, so the client's
@@ -97,7 +100,9 @@ async def serve_mcp_memory(
     """
     if registry is None:
         registry = current_registry()
-    caller = connection_caller("memory", registry, max_concurrent_requests=max_concurrent_requests)
+    caller = connection_caller(
+        "memory", registry, max_concurrent_requests=max_concurrent_requests, principal=principal
+    )
     if namespace is not None:
         caller.namespace = namespace
     connection = MessageConnection(
