@@ -769,11 +769,17 @@ class RedisCounters:
         key = self.keys.quota(name)
         now, expiry = self._expiry()
         args = [self.instance_id, str(cap), now, expiry]
-        taken: object = await self.health.call(
-            "quota.acquire",
-            lambda: self._acquire(keys=[key], args=args),
-            BackendUnavailable,
-        )
+        try:
+            taken: object = await self.health.call(
+                "quota.acquire",
+                lambda: self._acquire(keys=[key], args=args),
+                BackendUnavailable,
+            )
+        except BackendUnavailable:
+            # A hung Redis may still run it once it wakes up: the next resync
+            # writes this process's true count over whatever it did.
+            self._dirty.add(name)
+            raise
         if taken == 1:
             self._held[name] = self._held.get(name, 0) + 1
         return taken == 1
