@@ -228,7 +228,9 @@ async def test_a_final_state_kept_locally_is_read_here_and_never_overwrites_a_te
         here.tasks.outbox.keep(
             "settled-elsewhere", PendingState("cancelled", time.time(), None, None, None)
         )
-        await elsewhere.tasks.settle("settled-elsewhere", "failed", error={"code": 1, "message": "x"})
+        await elsewhere.tasks.settle(
+            "settled-elsewhere", "failed", error={"code": 1, "message": "x"}
+        )
         ours = await here.tasks.get("ours")
         assert ours is not None and ours.status == "completed" and ours.result == result
         assert (await elsewhere.tasks.get("ours")).status == "working"  # type: ignore[union-attr]
@@ -277,7 +279,9 @@ async def test_a_listen_naming_a_thousand_task_ids_reads_them_in_one_round_trip(
             await backend.tasks.get(task_id)
         assert await _reads_processed(backend) - before >= 1000
         before = await _reads_processed(backend)
-        listen = client.start_request("subscriptions/listen", {"notifications": {"taskIds": wanted}})
+        listen = client.start_request(
+            "subscriptions/listen", {"notifications": {"taskIds": wanted}}
+        )
         await wait_tracked(client, listen)
         reads = await _reads_processed(backend) - before
         assert reads < 50  # a few reads of one pipelined batch, plus the heartbeat's
