@@ -47,15 +47,22 @@ each deployment its own prefix to spread several over the cluster.  A
   flight, summed over every live process, so a quota cannot be bypassed by
   spreading requests over workers (see :class:`RedisCounters`).
 
-**When Redis is down** nothing local stops: requests keep running, a
-cancel of a request running in this process works as before.  What needs
-Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
-store is unavailable"), a ``backend.unavailable`` event is emitted (and
-logged) once per outage, and ``backend.recovered`` when an operation
-succeeds again; coredis reconnects by itself, the subscription too.  The
-events go to the :class:`~trio_mcp_cancel.Registry`'s event hub when the
-backend runs under an HTTP app (see :meth:`RedisBackend.attach_events`),
-so one ``registry.subscribe`` sees them with every other event.
+**When Redis is down or hung** nothing local stops: requests keep running, a
+cancel of a request running in this process works as before.  A circuit
+breaker (:class:`_Health`) makes the first operation that fails or times out
+(``hot_timeout`` for what a request waits for, ``op_timeout`` for background
+work) the only one that waits: until the heartbeat's probe finds Redis back,
+request-path operations are skipped at once.  What needs Redis fails with a
+clear error (``tasks/*`` answer ``-32603`` "the task store is unavailable"),
+the quotas fall back to this process's own count, a task that ends
+meanwhile keeps its final state in a bounded outbox (written, never over a
+terminal state, once Redis answers: :meth:`RedisTaskStore.flush`), and a
+``backend.unavailable`` event is emitted (and logged) once per outage, when
+the breaker opens, and ``backend.recovered`` once, when it closes; coredis
+reconnects by itself, the subscription too.  The events go to the
+:class:`~trio_mcp_cancel.Registry`'s event hub when the backend runs under
+an HTTP app (see :meth:`RedisBackend.attach_events`), so one
+``registry.subscribe`` sees them with every other event.
 """
 
 from __future__ import annotations
