@@ -25,11 +25,12 @@ from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 from redis_harness import client_of, prefix, record, redis, running, task_process, wait_tracked
 
-from trio_mcp_cancel import checkpoint_cancelled
+from trio_mcp_cancel import Event, checkpoint_cancelled
+from trio_mcp_cancel._core.events import EventHub
 from trio_mcp_cancel.backends import BackendEvent, TaskStoreUnavailable
 from trio_mcp_cancel.backends._breaker import Breaker
 from trio_mcp_cancel.backends._outbox import Outbox, PendingState
-from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 
@@ -93,6 +94,80 @@ def test_a_breaker_needs_sane_delays() -> None:
         Breaker(FakeClock(), base_delay=0)
     with pytest.raises(ValueError):
         Breaker(FakeClock(), base_delay=5, max_delay=1)
+
+
+async def test_while_the_breaker_is_open_calls_skip_redis_and_the_heartbeat_wakes_to_probe(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    hub = EventHub()
+    seen: list[Event] = []
+    hub.subscribe(seen.append)
+    health = _Health(hub, op_timeout=2.0, hot_timeout=0.1)
+    health.prober = True  # a heartbeat runs
+    reached: list[str] = []
+
+    async def hung() -> None:
+        reached.append("hung")
+        await trio.sleep_forever()
+
+    async def fine() -> str:
+        reached.append("fine")
+        await trio.lowlevel.checkpoint()
+        return "ok"
+
+    async def heartbeat_sleep(woke: list[float]) -> None:
+        await health.until_probe(5.0)
+        woke.append(trio.current_time())
+
+    woke: list[float] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat_sleep, woke)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(TaskStoreUnavailable):
+            await health.call("quota.acquire", hung, TaskStoreUnavailable)
+        opened_at = trio.current_time()
+        assert opened_at == pytest.approx(0.1)  # the hot timeout, not op_timeout
+        for _ in range(3):  # skipped without touching Redis
+            with pytest.raises(TaskStoreUnavailable, match="skipped"):
+                await health.call("sessions.get", fine, TaskStoreUnavailable)
+    assert reached == ["hung"]
+    # The heartbeat's sleep ended at the first probe's time, not after its 5 s.
+    assert woke == [pytest.approx(opened_at + 0.5)]
+    assert await health.call("heartbeat", fine, TaskStoreUnavailable, probe=True) == "ok"
+    assert not health.down
+    assert [(e.name, e.operation) for e in seen] == [  # type: ignore[union-attr]
+        ("backend.unavailable", "quota.acquire"),
+        ("backend.recovered", "heartbeat"),
+    ]
+
+
+async def test_without_a_heartbeat_one_call_is_let_through_as_the_probe(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    health = _Health(EventHub(), op_timeout=2.0, hot_timeout=0.1)
+    calls = 0
+
+    async def refused() -> None:
+        nonlocal calls
+        calls += 1
+        await trio.lowlevel.checkpoint()
+        raise ConnectionRefusedError("refused")
+
+    with pytest.raises(TaskStoreUnavailable):
+        await health.call("tasks.get", refused, TaskStoreUnavailable)
+    with pytest.raises(TaskStoreUnavailable, match="skipped"):
+        await health.call("tasks.get", refused, TaskStoreUnavailable)
+    assert calls == 1
+    await trio.sleep(0.5)
+    with pytest.raises(TaskStoreUnavailable, match="refused"):
+        await health.call("tasks.get", refused, TaskStoreUnavailable)  # the probe
+    with pytest.raises(TaskStoreUnavailable, match="skipped"):
+        await health.call("tasks.get", refused, TaskStoreUnavailable)
+    assert calls == 2
+    await trio.sleep(0.5)  # the failed probe doubled the pause: not due yet
+    with pytest.raises(TaskStoreUnavailable, match="skipped"):
+        await health.call("tasks.get", refused, TaskStoreUnavailable)
+    assert calls == 2
 
 
 def test_a_full_outbox_drops_its_oldest_state_and_says_so(

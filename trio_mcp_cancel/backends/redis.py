@@ -1136,7 +1136,7 @@ class RedisBackend:
 
     @property
     def health_down(self) -> bool:
-        """Whether the last Redis operation failed."""
+        """Whether the circuit breaker is open: Redis failed, and no probe found it back yet."""
         return self.tasks.health.down
 
     async def run(
