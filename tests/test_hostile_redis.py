@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ import trio
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
 from redis_harness import client_of, prefix, record, redis, running, task_process, wait_tracked
+from test_redis_topologies import start_cluster_node
 
 from trio_mcp_cancel import Event, checkpoint_cancelled
 from trio_mcp_cancel._core.events import EventHub
@@ -364,3 +366,17 @@ async def test_a_listen_naming_a_thousand_task_ids_reads_them_in_one_round_trip(
         assert ack["params"]["notifications"] == {"taskIds": [ours]}
         await listen.cancel()
         finish.set()
+
+
+async def test_the_batched_read_works_on_a_redis_cluster(tmp_path: Path) -> None:
+    process, port = start_cluster_node(tmp_path)
+    try:
+        backend = RedisBackend(f"redis+cluster://127.0.0.1:{port}", prefix="batch")
+        async with running(backend):
+            with trio.fail_after(20):
+                await backend.tasks.create(record("here", owner="me"))
+                found = await backend.tasks.get_many(["here", "missing", "here"])
+        assert [r.task_id if r else None for r in found] == ["here", None, "here"]
+    finally:
+        process.kill()
+        process.wait()

@@ -93,6 +93,10 @@ class Outbox:
         """What is to be written, oldest first (a snapshot)."""
         return list(self._entries.items())
 
+    def discard(self, task_id: str) -> None:
+        """The task's final state was written: nothing is left to write for it."""
+        self._entries.pop(task_id, None)
+
     def done(self, task_id: str, state: PendingState) -> None:
         """*state* was written (or is moot): forget it, unless a newer one replaced it meanwhile."""
         if self._entries.get(task_id) is state:

@@ -278,6 +278,7 @@ class _Health:
         if not probe and not self.breaker.allow():
             probe = not self.prober and self.breaker.try_probe()
             if not probe:
+                await trio.lowlevel.checkpoint()
                 raise error(f"Redis is unavailable ({operation}): skipped until it answers again")
         try:
             with trio.fail_after(self.op_timeout if slow else self.hot_timeout):
@@ -495,7 +496,7 @@ class RedisTaskStore:
                 )
             raise
         if final is not None:
-            self.outbox.done(task_id, self.outbox.get(task_id) or final)
+            self.outbox.discard(task_id)
         return await self.get(task_id)
 
     async def flush(self) -> int:
