@@ -198,8 +198,8 @@ async def _listen(
         # caller's own tasks are granted (others are "not found", silently).
         if not client_declares_tasks(client_capabilities(call, caller)):
             raise require_tasks_extension()
-        owned = [t for t in granted.task_ids if await server.tasks.owns(caller.namespace, t)]
-        granted = attrs.evolve(granted, task_ids=frozenset(owned))
+        owned = await server.tasks.owned(caller.namespace, granted.task_ids)
+        granted = attrs.evolve(granted, task_ids=owned)
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = server.subscriptions
 

@@ -60,8 +60,8 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -141,6 +141,13 @@ class TasksUnavailable(JsonRpcError):
 def _unavailable(exc: Exception) -> JsonRpcError:
     logger.debug("task store unavailable: %s", exc)
     return TasksUnavailable()
+
+
+@runtime_checkable
+class _ReadsMany(Protocol):
+    """A task store that reads many records in one round trip."""
+
+    async def get_many(self, task_ids: list[str]) -> list[TaskRecord | None]: ...
 
 
 def _not_found() -> JsonRpcError:
@@ -690,6 +697,29 @@ class TaskManager:
         if record is None or not secrets.compare_digest(record.owner, owner):
             raise _not_found()
         return record
+
+    async def owned(self, owner: str, task_ids: Iterable[str]) -> frozenset[str]:
+        """Which of *task_ids* are live tasks of *owner* (unknown ones are not).
+
+        A ``subscriptions/listen`` may name up to a thousand: a store that
+        reads many records at once (:class:`_ReadsMany`, the Redis one: one
+        pipeline) is asked once.  When the store is unreachable none is.
+        """
+        wanted = [t for t in task_ids if 0 < len(t) <= 256]
+        store = self.store
+        try:
+            if isinstance(store, _ReadsMany):
+                records = await store.get_many(wanted)
+            else:
+                records = [await store.get(task_id) for task_id in wanted]
+        except TaskStoreUnavailable as exc:
+            logger.debug("listen: task ids not checked, the store is unavailable: %s", exc)
+            return frozenset()
+        return frozenset(
+            record.task_id
+            for record in records
+            if record is not None and secrets.compare_digest(record.owner, owner)
+        )
 
     async def owns(self, owner: str, task_id: str) -> bool:
         """Whether *task_id* is a live task of *owner* (``False`` for unknown ones)."""

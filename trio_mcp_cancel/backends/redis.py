@@ -47,15 +47,22 @@ each deployment its own prefix to spread several over the cluster.  A
   flight, summed over every live process, so a quota cannot be bypassed by
   spreading requests over workers (see :class:`RedisCounters`).
 
-**When Redis is down** nothing local stops: requests keep running, a
-cancel of a request running in this process works as before.  What needs
-Redis fails with a clear error (``tasks/*`` answer ``-32603`` "the task
-store is unavailable"), a ``backend.unavailable`` event is emitted (and
-logged) once per outage, and ``backend.recovered`` when an operation
-succeeds again; coredis reconnects by itself, the subscription too.  The
-events go to the :class:`~trio_mcp_cancel.Registry`'s event hub when the
-backend runs under an HTTP app (see :meth:`RedisBackend.attach_events`),
-so one ``registry.subscribe`` sees them with every other event.
+**When Redis is down or hung** nothing local stops: requests keep running, a
+cancel of a request running in this process works as before.  A circuit
+breaker (:class:`_Health`) makes the first operation that fails or times out
+(``hot_timeout`` for what a request waits for, ``op_timeout`` for background
+work) the only one that waits: until the heartbeat's probe finds Redis back,
+request-path operations are skipped at once.  What needs Redis fails with a
+clear error (``tasks/*`` answer ``-32603`` "the task store is unavailable"),
+the quotas fall back to this process's own count, a task that ends
+meanwhile keeps its final state in a bounded outbox (written, never over a
+terminal state, once Redis answers: :meth:`RedisTaskStore.flush`), and a
+``backend.unavailable`` event is emitted (and logged) once per outage, when
+the breaker opens, and ``backend.recovered`` once, when it closes; coredis
+reconnects by itself, the subscription too.  The events go to the
+:class:`~trio_mcp_cancel.Registry`'s event hub when the backend runs under
+an HTTP app (see :meth:`RedisBackend.attach_events`), so one
+``registry.subscribe`` sees them with every other event.
 """
 
 from __future__ import annotations
@@ -91,12 +98,15 @@ from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub, attach_events
 from .._core.tasks import (
     STATUSES,
+    TERMINAL,
     TaskRecord,
     TaskStatus,
     TaskStoreFull,
     TaskStoreUnavailable,
     settled_payload,
 )
+from ._breaker import Breaker
+from ._outbox import Outbox, PendingState
 
 __all__ = [
     "RedisBackend",
@@ -230,27 +240,77 @@ return 2
 
 @attrs.define(eq=False)
 class _Health:
-    """Turns Redis failures into one clear error type and one event per outage."""
+    """Turns Redis failures into one clear error type and one event per outage.
+
+    A circuit :class:`~._breaker.Breaker` stands in front of every call:
+    once one fails or times out, calls are skipped at once (the caller gets
+    its "unavailable" error and falls back to what this process can do
+    alone) until a probe succeeds.  The backend's heartbeat is the probe
+    (:attr:`prober`: it wakes at the breaker's retry time); without a
+    heartbeat, one ordinary call is let through when a probe is due.
+    Request-path calls wait at most *hot_timeout*; background ones
+    (``slow=True``: the heartbeat, quota repair, writing a task's final
+    state) the longer *op_timeout*.
+    """
 
     events: EventHub
     op_timeout: float
-    down: bool = False
+    hot_timeout: float = 0.1
+    breaker: Breaker = attrs.field(factory=lambda: Breaker(trio.current_time))
+    prober: bool = False
+    """Whether a heartbeat probes the backend (then the request path never does)."""
+    _opened: trio.Event = attrs.field(init=False, factory=trio.Event)
+
+    @property
+    def down(self) -> bool:
+        """Whether the breaker is open (the last call failed; none succeeded since)."""
+        return self.breaker.is_open
 
     async def call(
-        self, operation: str, fn: Callable[[], Awaitable[T]], error: type[Exception]
+        self,
+        operation: str,
+        fn: Callable[[], Awaitable[T]],
+        error: type[Exception],
+        *,
+        slow: bool = False,
+        probe: bool = False,
     ) -> T:
+        if not probe and not self.breaker.allow():
+            probe = not self.prober and self.breaker.try_probe()
+            if not probe:
+                await trio.lowlevel.checkpoint()
+                raise error(f"Redis is unavailable ({operation}): skipped until it answers again")
         try:
-            with trio.fail_after(self.op_timeout):
+            with trio.fail_after(self.op_timeout if slow else self.hot_timeout):
                 value = await fn()
         except (*_REDIS_ERRORS, trio.TooSlowError) as exc:
-            if not self.down:
-                self.down = True
-                self.events.emit(BackendEvent("backend.unavailable", operation, str(exc)[:200]))
-            raise error(f"Redis is unavailable ({operation}): {exc}"[:300]) from exc
-        if self.down:
-            self.down = False
+            self.failed(operation, exc, probe=probe)
+            raise error(f"Redis is unavailable ({operation}): {exc!r}"[:300]) from exc
+        except BaseException:
+            if probe:
+                self.breaker.failure(probe=True)  # cancelled: the next probe is due later
+            raise
+        if self.breaker.success():
             self.events.emit(BackendEvent("backend.recovered", operation, ""))
         return value
+
+    def failed(self, operation: str, exc: BaseException, *, probe: bool = False) -> None:
+        """Count a failure; the first one of an outage opens the breaker and is reported."""
+        if self.breaker.failure(probe=probe):
+            self.events.emit(BackendEvent("backend.unavailable", operation, repr(exc)[:200]))
+            self._opened.set()
+            self._opened = trio.Event()
+
+    async def until_probe(self, interval: float) -> None:
+        """Sleep *interval* seconds, or only until the breaker's next probe is due."""
+        deadline = trio.current_time() + interval
+        while not self.breaker.is_open:
+            opened = self._opened
+            with trio.move_on_at(deadline):
+                await opened.wait()
+            if not opened.is_set():
+                return
+        await trio.sleep_until(min(deadline, self.breaker.retry_at))
 
 
 def _dump(value: object) -> str:
@@ -279,6 +339,8 @@ class RedisTaskStore:
     clock: Clock = time.time
     liveness: float = 15.0
     """See :class:`RedisCounters`: a task whose process's liveness key is gone is orphaned."""
+    outbox: Outbox = attrs.field(factory=Outbox)
+    """Final states of tasks that ended while Redis could not be written (see :meth:`flush`)."""
     _create: Any = attrs.field(init=False, default=None)
     _settle: Any = attrs.field(init=False, default=None)
     _request_cancel: Any = attrs.field(init=False, default=None)
@@ -329,6 +391,7 @@ class RedisTaskStore:
             "tasks.create",
             lambda: self._create(keys=[key, alive, owned], args=args),
             TaskStoreUnavailable,
+            slow=True,  # durable: a write cut short could leave a task nobody knows of
         )
         if created == 0:
             assert max_per_owner is not None
@@ -349,6 +412,26 @@ class RedisTaskStore:
         data = await self.health.call(
             "tasks.get", lambda: self.client.hgetall(key), TaskStoreUnavailable
         )
+        return self._loaded(task_id, data)
+
+    async def get_many(self, task_ids: list[str]) -> list[TaskRecord | None]:
+        """The records of *task_ids* (``None`` where unknown), read in one round trip."""
+        if not task_ids:
+            await trio.lowlevel.checkpoint()
+            return []
+        keys = [self.key(task_id) for task_id in task_ids]
+
+        async def read() -> list[dict[str, str]]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                replies = [pipe.hgetall(key) for key in keys]
+            return [await reply for reply in replies]
+
+        found = await self.health.call("tasks.get", read, TaskStoreUnavailable)
+        return [self._loaded(task_id, data) for task_id, data in zip(task_ids, found, strict=True)]
+
+    def _loaded(self, task_id: str, data: dict[str, str]) -> TaskRecord | None:
+        """A record from its hash (``None``: missing, malformed or expired), as this
+        process knows it (a final state still in the :attr:`outbox` is applied)."""
         if not data or data.get("status") not in STATUSES:
             return None
         record = TaskRecord(
@@ -369,7 +452,7 @@ class RedisTaskStore:
         )
         if record.expires_at <= self.clock():
             return None
-        return record
+        return self.outbox.overlay(record)
 
     async def settle(
         self,
@@ -391,10 +474,81 @@ class RedisTaskStore:
             _dump(kept[2]),
         ]
         key = self.key(task_id)
-        await self.health.call(
-            "tasks.settle", lambda: self._settle(keys=[key], args=args), TaskStoreUnavailable
-        )
+        final = None
+        if status in TERMINAL:
+            final = PendingState(status, float(args[1]), kept[0], kept[1], message)
+        try:
+            await self.health.call(
+                "tasks.settle",
+                lambda: self._settle(keys=[key], args=args),
+                TaskStoreUnavailable,
+                slow=True,
+            )
+        except TaskStoreUnavailable as exc:
+            if final is None:
+                raise
+            self.outbox.keep(task_id, final)
+            raise TaskStoreUnavailable(f"{exc}; kept to be written when Redis answers") from exc
+        except BaseException:
+            if final is not None:  # cancelled while Redis did not answer
+                self.outbox.keep(task_id, final)
+                logger.warning(
+                    "task %s ended %s; Redis did not answer in time: kept to be written later",
+                    task_id[:8],
+                    status,
+                )
+            raise
+        if final is not None:
+            self.outbox.discard(task_id)
         return await self.get(task_id)
+
+    async def flush(self) -> int:
+        """Write the final states kept in the :attr:`outbox` (the heartbeat's job once
+        Redis answers); how many were written.
+
+        The settle script never overwrites a terminal state, so a task that
+        another process settled meanwhile (or one that expired) keeps what
+        Redis has.
+        """
+        written = kept = gone = 0
+        for task_id, state in self.outbox.pending():
+            kept_result, kept_error, _ = settled_payload(
+                state.status, result=state.result, error=state.error, input_requests=None
+            )
+            args = [
+                state.status,
+                repr(state.updated_at),
+                _dump(kept_result),
+                _dump(kept_error),
+                state.message or "",
+                "",
+            ]
+            key = self.key(task_id)
+            outcome: object = await self.health.call(
+                "tasks.outbox",
+                lambda key=key, args=args: self._settle(  # type: ignore[misc]
+                    keys=[key], args=args
+                ),
+                TaskStoreUnavailable,
+                slow=True,
+            )
+            self.outbox.done(task_id, state)
+            if outcome == 2:
+                written += 1
+                logger.debug("task %s: final state %s written", task_id[:8], state.status)
+            elif outcome == 1:
+                kept += 1
+            else:
+                gone += 1
+        if written or kept or gone:
+            logger.info(
+                "Redis answers again: %d final task state(s) kept during the outage written "
+                "(%d already settled elsewhere, %d expired)",
+                written,
+                kept,
+                gone,
+            )
+        return written
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
         key = self.key(task_id)
@@ -413,6 +567,7 @@ class RedisTaskStore:
             "tasks.progress",
             lambda: self._set_message(keys=[key], args=args),
             TaskStoreUnavailable,
+            slow=True,
         )
         return None if done != 2 else await self.get(task_id)
 
@@ -625,11 +780,17 @@ class RedisCounters:
         key = self.keys.quota(name)
         now, expiry = self._expiry()
         args = [self.instance_id, str(cap), now, expiry]
-        taken: object = await self.health.call(
-            "quota.acquire",
-            lambda: self._acquire(keys=[key], args=args),
-            BackendUnavailable,
-        )
+        try:
+            taken: object = await self.health.call(
+                "quota.acquire",
+                lambda: self._acquire(keys=[key], args=args),
+                BackendUnavailable,
+            )
+        except BackendUnavailable:
+            # A hung Redis may still run it once it wakes up: the next resync
+            # writes this process's true count over whatever it did.
+            self._dirty.add(name)
+            raise
         if taken == 1:
             self._held[name] = self._held.get(name, 0) + 1
         return taken == 1
@@ -665,6 +826,7 @@ class RedisCounters:
                     keys=[key], args=[self.instance_id, count, expiry]
                 ),
                 BackendUnavailable,
+                slow=True,
             )
             self._dirty.discard(name)
 
@@ -733,11 +895,7 @@ class RedisBus:
                     _drop_shutdown_noise(group)
                     raise _Resubscribe from None
             except (*_REDIS_ERRORS, _Resubscribe) as exc:
-                if not self.health.down:
-                    self.health.down = True
-                    self.health.events.emit(
-                        BackendEvent("backend.unavailable", "subscribe", str(exc)[:200])
-                    )
+                self.health.failed("subscribe", exc)
             await trio.sleep(reconnect_delay)
 
 
@@ -745,7 +903,11 @@ async def _beat(backend: RedisBackend) -> None:
     key = backend.counters.alive_key
     ttl = max(1, int(backend.liveness * 1000))
     await backend.tasks.health.call(
-        "heartbeat", lambda: backend.client.set(key, "1", px=ttl), BackendUnavailable
+        "heartbeat",
+        lambda: backend.client.set(key, "1", px=ttl),
+        BackendUnavailable,
+        slow=True,
+        probe=True,
     )
 
 
@@ -819,8 +981,15 @@ class RedisBackend:
             Or build the coredis client yourself: :meth:`from_client`.
         prefix: prefix of every key and channel, to share one Redis
             between deployments; it becomes the keys' hash tag (``{tmc}``).
-        op_timeout: seconds one Redis operation may take before it counts
-            as failed (the caller gets a clear error, never a hang).
+        op_timeout: seconds one background Redis operation (the heartbeat,
+            writing a task's final state, repairing quota counters) may take
+            before it counts as failed.
+        hot_timeout: the same for the operations a request waits for (quota
+            checks, session look-ups, ``tasks/*``): short, so a hung Redis
+            costs the one request that finds it hung this long, and nothing
+            more while the circuit breaker is open (module docstring).
+        outbox_size: how many final task states that could not be written
+            (Redis down) this process keeps to write once it is back.
         reconnect_delay: longest pause between reconnection attempts of the
             subscription.
         clock: wall-clock time for stored times (tests derive it from Trio's clock).
@@ -843,6 +1012,8 @@ class RedisBackend:
         instance_id: str | None = None,
         events: EventHub | None = None,
         liveness: float = 15.0,
+        hot_timeout: float = 0.1,
+        outbox_size: int = 1024,
     ) -> None:
         client, contexts = _client_from_url(
             url, {"connect_timeout": connect_timeout, "stream_timeout": op_timeout}
@@ -858,6 +1029,8 @@ class RedisBackend:
             instance_id=instance_id,
             events=events,
             liveness=liveness,
+            hot_timeout=hot_timeout,
+            outbox_size=outbox_size,
         )
 
     @classmethod
@@ -873,6 +1046,8 @@ class RedisBackend:
         instance_id: str | None = None,
         events: EventHub | None = None,
         liveness: float = 15.0,
+        hot_timeout: float = 0.1,
+        outbox_size: int = 1024,
     ) -> RedisBackend:
         """A backend on a coredis client you configured (``decode_responses=True``).
 
@@ -893,6 +1068,8 @@ class RedisBackend:
             instance_id=instance_id,
             events=events,
             liveness=liveness,
+            hot_timeout=hot_timeout,
+            outbox_size=outbox_size,
         )
         return self
 
@@ -909,6 +1086,8 @@ class RedisBackend:
         instance_id: str | None,
         events: EventHub | None,
         liveness: float,
+        hot_timeout: float,
+        outbox_size: int,
     ) -> None:
         if not prefix:
             raise ValueError("the key prefix must not be empty")
@@ -919,8 +1098,8 @@ class RedisBackend:
         self.events = EventHub() if events is None else events
         self.reconnect_delay = reconnect_delay
         self.keys = _Keys(prefix)
-        health = _Health(self.events, op_timeout)
-        self.tasks = RedisTaskStore(client, health, self.keys, clock, liveness)
+        health = _Health(self.events, op_timeout, hot_timeout)
+        self.tasks = RedisTaskStore(client, health, self.keys, clock, liveness, Outbox(outbox_size))
         self.bus = RedisBus(client, health, self.keys.channel, self.instance_id)
         self.sessions = RedisSessionRecords(client, health, self.keys, clock)
         self.counters = RedisCounters(
@@ -939,18 +1118,29 @@ class RedisBackend:
         return attach_events(self.events, hub)
 
     async def _heartbeat(self) -> None:
-        """Keep this instance's liveness key (see :class:`RedisCounters`) alive."""
-        while True:
-            try:
-                await _beat(self)
-                await self.counters.resync()
-            except BackendUnavailable:
-                pass  # reported by the health check; retried next beat
-            await trio.sleep(self.liveness / 3)
+        """Keep this instance's liveness key (see :class:`RedisCounters`) alive.
+
+        The beat is also the circuit breaker's probe: while Redis is away it
+        comes as soon as a probe is due, and the beat that finds Redis back
+        repairs the quota counters and writes the task states kept meanwhile.
+        """
+        health = self.tasks.health
+        health.prober = True
+        try:
+            while True:
+                try:
+                    await _beat(self)
+                    await self.counters.resync()
+                    await self.tasks.flush()
+                except (BackendUnavailable, TaskStoreUnavailable):
+                    pass  # reported by the health check; retried at the next probe
+                await health.until_probe(self.liveness / 3)
+        finally:
+            health.prober = False
 
     @property
     def health_down(self) -> bool:
-        """Whether the last Redis operation failed."""
+        """Whether the circuit breaker is open: Redis failed, and no probe found it back yet."""
         return self.tasks.health.down
 
     async def claim_once(self, key: str, ttl: float) -> bool:
@@ -1020,9 +1210,5 @@ class RedisBackend:
                     _drop_shutdown_noise(group)
                     raise _Resubscribe from None
             except (*_REDIS_ERRORS, _Resubscribe) as exc:
-                if not health.down:
-                    health.down = True
-                    health.events.emit(
-                        BackendEvent("backend.unavailable", "connect", str(exc)[:200])
-                    )
+                health.failed("connect", exc)
             await trio.sleep(self.reconnect_delay)
