@@ -1,0 +1,7 @@
+"""``python -m trio_mcp_cancel run MODULE:ATTR ...``: the ``trio-mcp-cancel`` command."""
+
+import sys
+
+from ._run.cli import main
+
+sys.exit(main())
