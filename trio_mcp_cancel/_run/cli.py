@@ -91,13 +91,20 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
 
 
+def configure_logging(level: str) -> None:
+    """Log lines to stderr, each with its process id (workers share the supervisor's stderr)."""
+    logging.basicConfig(
+        level=level.upper(), format="[%(process)d] %(levelname)s %(name)s: %(message)s"
+    )
+    if level == "info":  # coredis logs each script-cache miss at INFO
+        logging.getLogger("coredis").setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check(parser, args)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="[%(process)d] %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     host = "127.0.0.1" if args.host is None else args.host
     port = 8000 if args.port is None else args.port
     try:
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             return _stdio(target.stdio_server(found))
         app = target.http_app(found)
     except (target.TargetError, ValueError, ImportError) as exc:
-        parser.error(str(exc))
+        parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
     config = server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
     try:
         trio.run(partial(serve, app, config, handle_signals=True))

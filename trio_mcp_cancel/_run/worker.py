@@ -24,6 +24,7 @@ import trio
 
 from ..transports.http.serving import AsgiApp, serve, server_config
 from . import target
+from .cli import configure_logging
 
 
 async def _serve_worker(app: AsgiApp, fd: int, ready_fd: int, lifeline_fd: int) -> None:
@@ -55,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("target")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="[%(process)d] %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         app = target.http_app(target.load(args.target))
     except target.TargetError as exc:
