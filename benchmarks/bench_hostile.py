@@ -60,6 +60,7 @@ from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
+from . import hostile_workers
 from ._common import Row
 
 NAME = "hostile"
@@ -698,6 +699,7 @@ async def _rows(quick: bool) -> list[Row]:
             f" server drained {r['drain_seconds']:.2f} s later",
         )
     )
+    table += await hostile_workers.rows(quick)
     return table
 
 

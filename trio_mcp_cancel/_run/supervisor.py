@@ -103,12 +103,13 @@ class Supervisor:
     gave_up: bool = False
     _live: dict[int, _Worker] = attrs.field(factory=dict)
     _stopping: trio.Event = attrs.field(factory=trio.Event)
-    _lifeline: int = -1
 
     async def run(self) -> int:
         """Supervise until a signal (then 0) or giving up (then 1)."""
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            lifeline_read, self._lifeline = os.pipe()
+            # Every worker holds the read end; at end of file (the supervisor
+            # is gone, however) it shuts down by itself.
+            lifeline_read, lifeline_write = os.pipe()
             try:
                 async with trio.open_nursery() as nursery:
                     if self.backend is not None:
@@ -123,7 +124,7 @@ class Supervisor:
                     nursery.cancel_scope.cancel()
             finally:
                 os.close(lifeline_read)
-                os.close(self._lifeline)
+                os.close(lifeline_write)
         return 1 if self.gave_up else 0
 
     async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
@@ -244,10 +245,10 @@ class Supervisor:
                 await process.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            await ready.aclose()
             if process.returncode is None:
                 process.kill()  # the supervisor itself is being cancelled
             del self._live[worker.slot]
+            await ready.aclose()
         assert process.returncode is not None
         return process.returncode
 

@@ -14,6 +14,7 @@ orphaned worker never keeps the port.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -36,7 +37,8 @@ async def _serve_worker(app: AsgiApp, fd: int, ready_fd: int, lifeline_fd: int) 
             nursery.cancel_scope.cancel()
 
         await nursery.start(serving)
-        os.write(ready_fd, b"serving\n")
+        with contextlib.suppress(BrokenPipeError):  # the supervisor is gone: see below
+            os.write(ready_fd, b"serving\n")
         os.close(ready_fd)
         async with trio.lowlevel.FdStream(lifeline_fd) as lifeline:
             while await lifeline.receive_some(64):
