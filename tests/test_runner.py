@@ -121,6 +121,18 @@ def gone(pid: int) -> bool:
 # -- stdio and one HTTP process ---------------------------------------------------------
 
 
+def test_the_console_script_is_the_same_command_as_python_m() -> None:
+    import importlib
+    import tomllib
+
+    import trio_mcp_cancel._run.cli as cli
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["trio-mcp-cancel"].partition(":")
+    assert getattr(importlib.import_module(module), name) is cli.main
+    assert "from ._run.cli import main" in (ROOT / "trio_mcp_cancel" / "__main__.py").read_text()
+
+
 async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
     async with run(tmp_path, "runner_app:server") as server:
         stdin, stdout = server.process.stdin, server.process.stdout
