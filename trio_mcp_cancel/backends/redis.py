@@ -232,12 +232,12 @@ return 2
 # Fails the records of *instance* that are not terminal; how many it failed.
 _FAIL_OF: Final = """
 local failed = 0
-for _, key in ipairs(KEYS) do
-  local fields = redis.call('HMGET', key, 'instance', 'status')
+for i = 1, #KEYS do
+  local fields = redis.call('HMGET', KEYS[i], 'instance', 'status')
   local status = fields[2]
   if fields[1] == ARGV[1] and status and status ~= 'completed' and status ~= 'failed'
      and status ~= 'cancelled' then
-    redis.call('HSET', key, 'status', 'failed', 'updated_at', ARGV[2], 'result', '',
+    redis.call('HSET', KEYS[i], 'status', 'failed', 'updated_at', ARGV[2], 'result', '',
                'error', ARGV[3], 'input_requests', '', 'status_message', ARGV[4])
     failed = failed + 1
   end
