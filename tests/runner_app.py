@@ -8,6 +8,7 @@ exit with status N: a worker that dies at once, every time.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import trio
@@ -32,6 +33,7 @@ async def whoami(ctx: ToolContext) -> str:
 @server.tool(task="optional")
 async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
     """Say which process runs it (as the task's statusMessage), then run *seconds*."""
+    logging.getLogger("runner_app").warning("hold started in pid %d", os.getpid())
     await ctx.report_progress(1, message=f"pid {os.getpid()}")
     await trio.sleep(seconds)
     return "held"

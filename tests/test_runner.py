@@ -299,6 +299,31 @@ async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_se
     assert "Traceback" not in server.log(), server.log()[-3000:]
 
 
+async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: Path) -> None:
+    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+            "--allow-unshared"]  # fmt: skip
+    async with run(tmp_path, *args) as server, httpx.AsyncClient(timeout=20) as client:
+        (port,) = await server.wait_log(_LISTENING)
+        server.port = int(port)
+        await server.wait_log(_SERVING, 2)
+        answers: list[Any] = []
+        async with trio.open_nursery() as nursery:
+
+            async def call() -> None:
+                params = {"name": "hold", "arguments": {"seconds": 1.0}}
+                answers.append(await modern(client, server.url, "tools/call", params))
+
+            nursery.start_soon(call)
+            await server.wait_log(re.compile(r"hold started in pid (\d+)"))
+            server.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            await server.process.wait()
+    # The worker shut down gracefully: the call ran to its end, not cut off.
+    assert answers[0]["result"]["content"][0]["text"] == "held", answers
+    assert server.process.returncode == 0, server.log()[-3000:]
+    assert server.log().count("shutting down gracefully") == 2
+
+
 async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) -> None:
     args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
