@@ -60,7 +60,7 @@ from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
-from . import hostile_redis, hostile_tasks
+from . import hostile_redis, hostile_tasks, hostile_workers
 from ._common import Row
 
 NAME = "hostile"
@@ -701,6 +701,7 @@ async def _rows(quick: bool) -> list[Row]:
     )
     table.extend(await hostile_tasks.rows(quick))
     table.extend(await hostile_redis.rows(quick))
+    table.extend(await hostile_workers.rows(quick))
     return table
 
 

@@ -238,6 +238,26 @@ return 2
 """
 
 
+# KEYS: task records (one hash slot).  ARGV: instance, now, error JSON, message.
+# Fails the records of *instance* that are not terminal; how many it failed.
+_FAIL_OF: Final = """
+local failed = 0
+for i = 1, #KEYS do
+  local fields = redis.call('HMGET', KEYS[i], 'instance', 'status')
+  local status = fields[2]
+  if fields[1] == ARGV[1] and status and status ~= 'completed' and status ~= 'failed'
+     and status ~= 'cancelled' then
+    redis.call('HSET', KEYS[i], 'status', 'failed', 'updated_at', ARGV[2], 'result', '',
+               'error', ARGV[3], 'input_requests', '', 'status_message', ARGV[4])
+    failed = failed + 1
+  end
+end
+return failed
+"""
+#: Task keys per :data:`_FAIL_OF` call while sweeping (and per ``SCAN`` step).
+_SWEEP_BATCH: Final = 500
+
+
 @attrs.define(eq=False)
 class _Health:
     """Turns Redis failures into one clear error type and one event per outage.
@@ -345,9 +365,11 @@ class RedisTaskStore:
     _settle: Any = attrs.field(init=False, default=None)
     _request_cancel: Any = attrs.field(init=False, default=None)
     _set_message: Any = attrs.field(init=False, default=None)
+    _fail_of: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._set_message = self.client.register_script(_SET_MESSAGE)
+        self._fail_of = self.client.register_script(_FAIL_OF)
         self._create = self.client.register_script(_CREATE)
         self._settle = self.client.register_script(_SETTLE)
         self._request_cancel = self.client.register_script(_REQUEST_CANCEL)
@@ -406,6 +428,42 @@ class RedisTaskStore:
             "tasks.orphaned", lambda: self.client.exists([key]), TaskStoreUnavailable
         )
         return alive == 0
+
+    async def fail_tasks_of(self, instance: str, message: str) -> int:
+        """Settle ``failed`` every task *instance* was running; how many it failed.
+
+        For a supervisor that saw the process with that instance id die
+        (``trio-mcp-cancel run --workers N``): its tasks read ``failed`` at
+        once instead of when its liveness key expires.  The liveness key is
+        deleted first, so a record this sweep misses is still settled by the
+        next ``tasks/get`` (:meth:`orphaned`).  The records are found by a
+        ``SCAN`` of the task keys (the store keeps no index per instance: a
+        rare event pays, not every task creation), each step bounded by
+        ``op_timeout``; the first terminal state still wins.
+        """
+        error = {"code": -32603, "message": "The server process running it stopped"}
+        _, kept, _ = settled_payload("failed", result=None, error=error, input_requests=None)
+        args = [instance, repr(self.clock()), _dump(kept), message]
+        glob = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.keys.base)
+        keys = self.client.scan_iter(match=f"{glob}:task:*", count=_SWEEP_BATCH)
+        alive = self.keys.alive(instance)
+        call = self.health.call
+        await call("tasks.fail_of", lambda: self.client.delete([alive]), TaskStoreUnavailable)
+        failed = 0
+        while True:
+            batch: list[str] = []
+            with contextlib.suppress(StopAsyncIteration):
+                while len(batch) < _SWEEP_BATCH:
+                    batch.append(await call("tasks.fail_of", keys.__anext__, TaskStoreUnavailable))
+            if batch:
+                done: object = await call(
+                    "tasks.fail_of",
+                    lambda: self._fail_of(keys=batch, args=args),  # noqa: B023
+                    TaskStoreUnavailable,
+                )
+                failed += int(done)  # type: ignore[call-overload]
+            if len(batch) < _SWEEP_BATCH:
+                return failed
 
     async def get(self, task_id: str) -> TaskRecord | None:
         key = self.key(task_id)

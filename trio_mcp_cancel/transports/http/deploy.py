@@ -16,6 +16,11 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     Cluster (``rediss`` variants for TLS).
 ``MCP_REDIS_PREFIX``
     prefix of the Redis keys and channel (default ``tmc``).
+``MCP_INSTANCE_ID``
+    this process's id in the shared backend (letters, digits, ``._-``, at
+    most 64; default: random).  ``trio-mcp-cancel run --workers N`` gives
+    each worker its own, so that when one dies it can settle that worker's
+    tasks ``failed`` at once; two live processes must never share one.
 ``MCP_PATH``
     the endpoint (default ``/mcp``).
 ``MCP_ALLOWED_ORIGINS``
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,6 +70,9 @@ _REDIS_SCHEMES = (
     "redis+cluster://",
     "rediss+cluster://",
 )
+
+#: What ``MCP_INSTANCE_ID`` may be: it becomes part of Redis keys and log lines.
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: float | None) -> float | None:
@@ -92,9 +101,15 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
             f"MCP_REDIS_URL must be a redis://, rediss://, unix://, redis+sentinel://"
             f" or redis+cluster:// URL, not {url!r}"
         )
+    instance = environ.get("MCP_INSTANCE_ID", "").strip() or None
+    if instance is not None and _INSTANCE_ID.fullmatch(instance) is None:
+        raise ValueError(
+            f"MCP_INSTANCE_ID must be 1-64 letters, digits, '.', '_' or '-', not {instance!r}"
+        )
     from ...backends.redis import RedisBackend  # the optional extra, only when asked for
 
-    return RedisBackend(url, prefix=environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc")
+    prefix = environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc"
+    return RedisBackend(url, prefix=prefix, instance_id=instance)
 
 
 def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> None:

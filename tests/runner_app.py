@@ -1,0 +1,42 @@
+"""A server for the runner's subprocess tests (``trio-mcp-cancel run runner_app:server``).
+
+Its tools say which worker process answers, so a test can tell the
+workers apart behind one socket.  ``RUNNER_APP_EXIT=N`` makes the import
+exit with status N: a worker that dies at once, every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+
+import trio
+
+from trio_mcp_cancel.http import app_from_env
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+if os.environ.get("RUNNER_APP_EXIT"):
+    os._exit(int(os.environ["RUNNER_APP_EXIT"]))
+
+server = McpServer("runner-test")
+
+
+@server.tool()
+async def whoami(ctx: ToolContext) -> str:
+    """This process: its pid, its MCP_INSTANCE_ID, and a digest of its MCP_STATE_SECRET."""
+    secret = os.environ.get("MCP_STATE_SECRET", "")
+    digest = hashlib.sha256(secret.encode()).hexdigest()[:12] if secret else "-"
+    return f"{os.getpid()} {os.environ.get('MCP_INSTANCE_ID', '-')} {digest}"
+
+
+@server.tool(task="optional")
+async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
+    """Say which process runs it (as the task's statusMessage), then run *seconds*."""
+    logging.getLogger("runner_app").warning("hold started in pid %d", os.getpid())
+    await ctx.report_progress(1, message=f"pid {os.getpid()}")
+    await trio.sleep(seconds)
+    return "held"
+
+
+app = app_from_env(server)

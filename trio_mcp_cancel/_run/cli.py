@@ -1,0 +1,166 @@
+"""``trio-mcp-cancel run MODULE:ATTR`` (also ``python -m trio_mcp_cancel``).
+
+::
+
+    trio-mcp-cancel run MODULE:ATTR [--transport stdio|http] [--host H] [--port P]
+                        [--workers N] [--allow-unshared] [--grace S] [--log-level L]
+
+ATTR is an :class:`~trio_mcp_cancel.server.McpServer` or an ASGI app built
+by :func:`~trio_mcp_cancel.http.app_from_env`.  ``stdio`` (the default, as
+an MCP host launches servers) serves it on stdin/stdout; ``http`` with
+``serve()`` and ``server_config()``'s safe settings, stopping gracefully on
+SIGINT/SIGTERM; ``--workers N`` (N > 1) under :mod:`.supervisor`, which
+needs a shared backend (``MCP_REDIS_URL``) unless ``--allow-unshared``
+says the sessions are routed to their worker by something else.  Exit
+status: 0 after a requested stop, 1 when serving failed or the supervisor
+gave up, 2 for a bad command line or a target it cannot serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+from functools import partial
+
+import trio
+
+from .._protocol.dispatch import McpServer
+from ..transports.http.deploy import _seconds, backend_from_env
+from ..transports.http.serving import serve, server_config
+from . import target
+
+__all__ = ["main"]
+
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-mcp-cancel", description="Serve an MCP server built with trio-mcp-cancel."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="serve MODULE:ATTR",
+        description="Serve MODULE:ATTR (an McpServer, or an ASGI app from app_from_env)"
+        " on stdio, or over HTTP with --workers N supervised worker processes.",
+    )
+    run.add_argument("target", metavar="MODULE:ATTR", help="an McpServer or an ASGI app")
+    run.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    run.add_argument("--host", default=None, help="http: address to bind (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None, help="http: port (default 8000; 0: any)")
+    run.add_argument("--workers", type=int, default=1, help="http: worker processes (default 1)")
+    run.add_argument(
+        "--allow-unshared",
+        action="store_true",
+        help="--workers N without MCP_REDIS_URL (you route each session to its worker)",
+    )
+    run.add_argument(
+        "--grace", default=None, help="seconds from a cancel to its hard cancel, or 'none'"
+    )
+    run.add_argument("--log-level", type=str.lower, choices=_LEVELS, default="info")
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.transport == "stdio":
+        for flag, value in (("--host", args.host), ("--port", args.port)):
+            if value is not None:
+                parser.error(f"{flag} is for --transport http")
+        if args.workers != 1:
+            parser.error("--workers is for --transport http")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        parser.error("--port must be 0-65535")
+    if args.grace is not None:
+        try:
+            _seconds({"--grace": args.grace}, "--grace", None)
+        except ValueError as exc:
+            parser.error(str(exc))
+        os.environ["MCP_GRACE_PERIOD"] = args.grace  # read by app_from_env, here and in workers
+    if args.workers > 1 and not os.environ.get("MCP_REDIS_URL", "").strip():
+        if not args.allow_unshared:
+            parser.error(
+                "--workers N needs a shared backend: set MCP_REDIS_URL (tasks, sessions and"
+                " cancellations then work across workers), or pass --allow-unshared if you"
+                " route every session to its worker yourself"
+            )
+
+
+def configure_logging(level: str) -> None:
+    """Log lines to stderr, each with its process id (workers share the supervisor's stderr)."""
+    logging.basicConfig(
+        level=level.upper(), format="[%(process)d] %(levelname)s %(name)s: %(message)s"
+    )
+    if level == "info":  # coredis logs each script-cache miss at INFO
+        logging.getLogger("coredis").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    configure_logging(args.log_level)
+    host = "127.0.0.1" if args.host is None else args.host
+    port = 8000 if args.port is None else args.port
+    try:
+        if args.workers > 1:
+            return _supervise(args.target, args.workers, host, port, args.log_level)
+        found = target.load(args.target)
+        if args.transport == "stdio":
+            return _stdio(target.stdio_server(found))
+        app = target.http_app(found)
+    except (target.TargetError, ValueError, ImportError) as exc:
+        parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
+    config = server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
+    try:
+        trio.run(partial(serve, app, config, handle_signals=True))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C before or after serving: still a clean stop
+    except OSError as exc:
+        print(f"trio-mcp-cancel: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _stdio(server: McpServer) -> int:
+    from ..stdio import run_stdio
+
+    run_stdio(server, grace_period=_seconds(os.environ, "MCP_GRACE_PERIOD", 5.0))
+    return 0
+
+
+def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) -> int:
+    """Bind, then hand the socket to :class:`~.supervisor.Supervisor`'s workers."""
+    from .supervisor import Supervisor
+
+    environ = dict(os.environ)
+    # One MRTR secret for every worker, so a requestState sealed by one verifies on another.
+    environ.setdefault("MCP_STATE_SECRET", secrets.token_urlsafe(32))
+    shared = {k: v for k, v in environ.items() if k != "MCP_INSTANCE_ID"}
+    backend = backend_from_env(shared)  # the supervisor's own instance
+    config = server_config(host=host, port=port)
+    try:
+        sockets = config.create_sockets()
+    except OSError as exc:
+        print(f"trio-mcp-cancel: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    (listener,) = sockets.insecure_sockets
+    listener.listen(config.backlog)
+    bound = config.bind[0].rsplit(":", 1)[0]
+    logging.getLogger("trio_mcp_cancel.run").info(
+        "supervisor (pid %d) listening on http://%s:%d with %d workers",
+        os.getpid(), bound, listener.getsockname()[1], workers,
+    )  # fmt: skip
+    supervisor = Supervisor(
+        spec, workers, listener, environ, backend=backend, log_level=log_level,
+        stop_timeout=config.graceful_timeout + 5.0,
+    )  # fmt: skip
+    try:
+        return trio.run(supervisor.run)
+    finally:
+        listener.close()
