@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -116,39 +116,45 @@ class HttpError(Exception):
 
 
 def request_headers(
-    raw: Iterable[tuple[bytes, bytes]], max_bytes: int = MAX_HEAD_BYTES, target: int = 0
+    raw: Sequence[tuple[bytes, bytes]], max_bytes: int = MAX_HEAD_BYTES, target: int = 0
 ) -> dict[str, str]:
     """A request's headers by lower-cased name, or the ``431``/``400`` that refuses them.
 
-    One pass over the list, as cheap as building the mapping alone.  The
-    head's size (*target*, the request target's length, plus each header
-    as it is written on an HTTP/1.1 wire: name, ``": "``, value, CRLF) is
-    held to *max_bytes* however its bytes arrived: hypercorn's HTTP/1.1
-    bound applies only while a head is incomplete, so one that arrives in
-    a single read is otherwise accepted whatever its size.  A header of
-    :data:`SINGLETON_HEADERS` (or any ``Mcp-Param-*``) sent twice is a
-    ``400``; other repeated headers are combined as RFC 9110 section 5.3
-    says (``", "``; ``"; "`` for ``Cookie``), so two ``Accept`` lines mean
-    both.
+    One pass over the list, about as cheap as building the mapping alone.
+    The head's size (*target*, the request target's length, plus each
+    header as it is written on an HTTP/1.1 wire: name, ``": "``, value,
+    CRLF) is held to *max_bytes* however its bytes arrived: hypercorn's
+    HTTP/1.1 bound applies only while a head is incomplete, so one that
+    arrives in a single read is otherwise accepted whatever its size.  A
+    header of :data:`SINGLETON_HEADERS` (or any ``Mcp-Param-*``) sent twice
+    is a ``400``; other repeated headers are combined as RFC 9110 section
+    5.3 says (``", "``; ``"; "`` for ``Cookie``), so two ``Accept`` lines
+    mean both.
     """
     headers: dict[str, str] = {}
-    size = target
+    size = target + 4 * len(raw)
     for name, value in raw:
-        key = name.decode("latin-1").lower()
-        size += len(name) + len(value) + 4
-        if key in headers:
-            headers[key] = _repeated(key, headers[key], value.decode("latin-1"))
-        else:
-            headers[key] = value.decode("latin-1")
+        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        size += len(name) + len(value)
     if size > max_bytes:
         raise HttpError(431, f"Request Header Fields Too Large: over {max_bytes} bytes")
+    if len(headers) != len(raw):
+        return _combined(raw)  # some name came twice: rare, so checked apart
     return headers
 
 
-def _repeated(name: str, first: str, value: str) -> str:
-    if name in SINGLETON_HEADERS or name.startswith(_PARAM_PREFIX):
-        raise HttpError(400, f"Bad Request: the {name} header is repeated")
-    return f"{first}{'; ' if name == 'cookie' else ', '}{value}"
+def _combined(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        first = headers.get(key)
+        if first is None:
+            headers[key] = text
+        elif key in SINGLETON_HEADERS or key.startswith(_PARAM_PREFIX):
+            raise HttpError(400, f"Bad Request: the {key} header is repeated")
+        else:
+            headers[key] = f"{first}{'; ' if key == 'cookie' else ', '}{text}"
+    return headers
 
 
 def check_origin(headers: Mapping[str, str], allowed: Collection[str] | None) -> None:
