@@ -259,6 +259,38 @@ async def test_a_bounded_rapid_reset_flood_leaves_the_server_serving(port: int) 
         await assert_still_serving(port)
 
 
+async def test_the_hypercorn_cli_worker_survives_the_refused_then_data_sequence() -> None:
+    """``hypercorn --worker-class trio module:app`` imports our app, and with it the guards."""
+    from deploy_harness import run_hypercorn
+
+    no_auth = {"accept": ACCEPT, "content-type": "application/json"}
+    async with run_hypercorn(1) as server:
+        with trio.fail_after(TIMEOUT):
+            for headers in (
+                {**no_auth, "content-type": "text/plain"},  # 415: body read first
+                {**no_auth, "content-length": str(50 << 20)},  # 413: the stream guard
+            ):
+                client = await H2Conn.open(server.port)
+                stream_id = client.head(headers)
+                await client.flush()
+                with trio.move_on_after(BODY_DELAY):
+                    await client.until_ended(stream_id)
+                client.conn.send_data(stream_id, b"{}", end_stream="content-length" not in headers)
+                await client.flush()
+                assert status_of(await client.until_ended(stream_id)) in (413, 415)
+                await client.aclose()
+            # A new connection is served by the same, still running, worker.
+            client = await H2Conn.open(server.port)
+            body = initialize_body()
+            stream_id = client.head({**no_auth, "content-length": str(len(body))})
+            client.conn.send_data(stream_id, body, end_stream=True)
+            await client.flush()
+            assert status_of(await client.until_ended(stream_id)) == 200
+            await client.aclose()
+        assert server.process.poll() is None, server.log.decode()[-3000:]
+    assert "Traceback" not in server.log.decode(), server.log.decode()[-3000:]
+
+
 # -- the guards themselves ----------------------------------------------------
 
 
