@@ -276,7 +276,8 @@ class MemoryTaskStore:
 
     async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
         if len(self._records) >= self.max_tasks or (
-            max_per_owner is not None and len(self._by_owner.get(record.owner, ())) >= max_per_owner
+            max_per_owner is not None
+            and len(self._by_owner.get(record.owner, ())) >= max_per_owner
         ):
             await self.purge()
         if max_per_owner is not None and len(self._by_owner.get(record.owner, ())) >= max_per_owner:
