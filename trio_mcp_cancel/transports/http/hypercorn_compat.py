@@ -93,6 +93,9 @@ class GuardStatus:
 
 
 _lock = threading.Lock()
+_installed = False
+#: hypercorn's own methods, captured on the first install and kept (the
+#: wrappers call them, also on connections that outlive an uninstall).
 _originals: dict[str, Any] = {}
 _status = GuardStatus(None, False, False, "not installed")
 _seen: set[tuple[str, str, int]] = set()
@@ -109,9 +112,9 @@ def install(*, force: bool = False) -> GuardStatus:
     Honours :data:`GUARD_ENV` unless *force*.  Never raises: a hypercorn
     whose shape is not the expected one is left alone, and the status says why.
     """
-    global _status
+    global _status, _installed
     with _lock:
-        if _originals:
+        if _installed:
             return _status
         if not force and os.environ.get(GUARD_ENV, "").strip().lower() in _OFF:
             _status = GuardStatus(_version(), False, False, f"{GUARD_ENV} turned it off")
@@ -129,18 +132,19 @@ def install(*, force: bool = False) -> GuardStatus:
         if FIXED_IN is not None and version is not None and _parse(version) >= FIXED_IN:
             reasons.append(f"hypercorn {version} guards HTTP/2 DATA itself")
         elif callable(init) and callable(getattr(H2Protocol, "_handle_events", None)):
-            _originals["H2Protocol.__init__"] = init
+            _originals.setdefault("H2Protocol.__init__", init)
             H2Protocol.__init__ = _guarded_init  # type: ignore[method-assign]
             streams = True
         else:
             reasons.append("hypercorn's H2Protocol has changed shape")
         run = getattr(TCPServer, "run", None)
         if callable(run):
-            _originals["TCPServer.run"] = run
+            _originals.setdefault("TCPServer.run", run)
             TCPServer.run = _contained_run  # type: ignore[method-assign]
             connections = True
         else:
             reasons.append("hypercorn's trio TCPServer has changed shape")
+        _installed = streams or connections
         _status = GuardStatus(version, streams, connections, "; ".join(reasons))
         if reasons:
             logger.warning("hypercorn guards partly not applied: %s", _status.reason)
@@ -149,17 +153,18 @@ def install(*, force: bool = False) -> GuardStatus:
 
 def uninstall() -> None:
     """Restore hypercorn's own methods (connections opened meanwhile keep their guard)."""
-    global _status
+    global _status, _installed
     with _lock:
-        if not _originals:
+        if not _installed:
             return
         from hypercorn.protocol.h2 import H2Protocol
         from hypercorn.trio.tcp_server import TCPServer
 
-        if "H2Protocol.__init__" in _originals:
-            H2Protocol.__init__ = _originals.pop("H2Protocol.__init__")  # type: ignore[method-assign]
-        if "TCPServer.run" in _originals:
-            TCPServer.run = _originals.pop("TCPServer.run")  # type: ignore[method-assign]
+        if H2Protocol.__init__ is _guarded_init:
+            H2Protocol.__init__ = _originals["H2Protocol.__init__"]  # type: ignore[method-assign]
+        if TCPServer.run is _contained_run:
+            TCPServer.run = _originals["TCPServer.run"]  # type: ignore[method-assign]
+        _installed = False
         _status = GuardStatus(_status.hypercorn, False, False, "uninstalled")
 
 
