@@ -158,7 +158,7 @@ async def floor_app(scope: Any, receive: Any, send: Any) -> None:
 def _queued(receive: Any) -> Any:
     """The next ASGI message if hypercorn queued it already (no scheduling point), else None.
 
-    The same shortcut ours takes (``_receive_now`` in ``transports/http/app.py``),
+    The same shortcut ours takes (``receive_now`` in ``transports/http/hypercorn_compat.py``),
     so the floor stays the least a server can do on hypercorn.
     """
     try:

@@ -85,8 +85,9 @@ from ..._protocol.dispatch import TOO_MANY_REQUESTS, Call, Caller, Channel, Exch
 from ..._protocol.jsonrpc import JsonRpcError, Message
 from ..._protocol.replay import SharedClaims
 from ..._protocol.versions import Era
-from ..auth import Authenticator, authenticate, header_map
-from . import rules, sse
+from ..auth import Authenticator, authenticate
+from . import hypercorn_compat, rules, sse
+from .hypercorn_compat import receive_now
 from .inline import can_write_now
 from .lazy import await_then
 from .rules import HttpError
@@ -96,6 +97,10 @@ from .shared import SessionSharing, tenant_call_slot
 __all__ = ["McpHttpApp"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+
+# hypercorn imports ``module:app`` in each worker: every deployment path that
+# serves this app gets the guards (see .hypercorn_compat).
+hypercorn_compat.install()
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -132,6 +137,15 @@ class McpHttpApp:
         stream_cancel_timeout: seconds from a disconnect to the hard
             cancel; default: the registry's grace period.
         max_body_size: larger bodies get ``413`` before they are read.
+        max_head_size: bytes of a request's target and headers (as written
+            on an HTTP/1.1 wire); larger heads get ``431``, however their
+            bytes arrived.  The default is ``server_config()``'s
+            ``h11_max_incomplete_size`` and ``h2_max_header_list_size``
+            (16 KiB); raise them together.  A header that must appear once
+            (``Mcp-Method``, ``Mcp-Name``, ``MCP-Protocol-Version``,
+            ``Mcp-Param-*``, ``Mcp-Session-Id``, ``Authorization``,
+            ``Content-Type``, ``Content-Length``, ``Origin``) sent twice is a
+            ``400``.
         body_timeout: seconds to receive a request body once its head
             arrived; a client that trickles or stalls it gets ``408`` and
             its connection closed.  (Slow heads are bounded by the server's
@@ -181,6 +195,7 @@ class McpHttpApp:
         json_response: bool = False,
         stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
         max_body_size: int = 1 << 20,
+        max_head_size: int = rules.MAX_HEAD_BYTES,
         body_timeout: float | None = 10.0,
         allowed_origins: Collection[str] | None = None,
         max_sessions: int = 10_000,
@@ -212,6 +227,7 @@ class McpHttpApp:
         self.max_concurrent_requests = max_concurrent_requests
         self.max_request_time = max_request_time
         self.max_body_size = max_body_size
+        self.max_head_size = max_head_size
         self.body_timeout = body_timeout
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self.keepalive_interval = keepalive_interval
@@ -329,21 +345,32 @@ class McpHttpApp:
     # -- requests ------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = header_map(scope["headers"])
         try:
-            if scope["path"] != self.path:
-                raise HttpError(404, "Not Found")
-            rules.check_origin(headers, self.allowed_origins)
-            principal = await self._principal(headers)
-            method = scope["method"]
+            try:
+                target = len(scope["path"]) + len(scope.get("query_string") or b"")
+                headers = rules.request_headers(scope["headers"], self.max_head_size, target)
+                if scope["path"] != self.path:
+                    raise HttpError(404, "Not Found")
+                rules.check_origin(headers, self.allowed_origins)
+                principal = await self._principal(headers)
+                method = scope["method"]
+                if method == "POST":
+                    rules.check_accept(headers)
+                    rules.check_content_type(headers)
+                    rules.check_content_length(headers, self.max_body_size)
+                elif method != "DELETE" or not self._legacy_headers(headers):
+                    allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
+                    raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
+            except HttpError as exc:
+                if exc.status != 413:  # a body declared too large is not waited for
+                    await self._discard_body(receive)
+                raise
             if method == "POST":
                 await self._post(scope, receive, send, headers, principal)
-            elif method == "DELETE" and self._legacy_headers(headers):
+            else:
+                await self._discard_body(receive)
                 await self._delete(headers, principal)
                 await self._respond(send, 204, b"")
-            else:
-                allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
-                raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
         except HttpError as exc:
             await self._respond(send, exc.status, exc.body(), exc.headers)
         except _ClientGone:
@@ -358,6 +385,26 @@ class McpHttpApp:
                 await self._respond(send, 503, b"Service Unavailable: no registry")
                 return
             raise
+
+    async def _discard_body(self, receive: Receive) -> None:
+        """Read the body of a request refused from its head, and drop it.
+
+        Answering before the body arrived leaves the client sending on a
+        stream the server has finished with: HTTP/1.1 then has to close the
+        connection, and hypercorn's HTTP/2 forgets the stream while its
+        ``DATA`` frames are still on the way (see :mod:`.hypercorn_compat`).
+        So the body is read first, within the bounds a body always has:
+        ``max_body_size`` bytes and ``body_timeout`` seconds.  A larger or
+        slower one is left to the server (its connection is closed, or its
+        stream reset).  A request without a body costs one queued message.
+        """
+        left = self.max_body_size
+        with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
+            while True:
+                message = receive_now(receive) or await receive()
+                left -= len(message.get("body", b""))
+                if not message.get("more_body", False) or left < 0:
+                    return
 
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
@@ -403,9 +450,6 @@ class McpHttpApp:
         headers: dict[str, str],
         principal: str | None,
     ) -> None:
-        rules.check_accept(headers)
-        rules.check_content_type(headers)
-        rules.check_content_length(headers, self.max_body_size)
         body = await self._read_body(receive)
         try:
             message = jsonrpc.decode(body)
@@ -522,7 +566,7 @@ class McpHttpApp:
         body = _Body(self.max_body_size)
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
-        while (message := _receive_now(receive)) is not None:
+        while (message := receive_now(receive)) is not None:
             if body.add(message):
                 return body.data()
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
@@ -533,8 +577,10 @@ class McpHttpApp:
 
     async def _answer(self, routed: _Routed, receive: Receive, send: Send) -> None:
         backend = self.backend
-        if backend is None or not backend.counters.shared or self.server.refusal(
-            routed.call, routed.caller
+        if (
+            backend is None
+            or not backend.counters.shared
+            or self.server.refusal(routed.call, routed.caller)
         ):
             await self._answer_here(routed, receive, send)
             return
@@ -780,43 +826,6 @@ class _Body:
         return b"".join(self._chunks)  # one chunk: CPython returns it as is
 
 
-def _receive_now(receive: Receive) -> MutableMapping[str, Any] | None:
-    """The next ASGI message if it is queued already, else ``None`` (then ``receive()`` it).
-
-    hypercorn's Trio worker delivers a request's messages through a Trio
-    memory channel, whose ``receive_nowait`` says so without waiting, and a
-    small body is nearly always there by the time the app runs; reading it
-    this way saves arming the body timeout's cancel scope on most requests.
-    Other servers' ``receive`` is only awaited.
-    """
-    channel = getattr(receive, "__self__", None)
-    if not isinstance(channel, trio.MemoryReceiveChannel):
-        return None
-    try:
-        message: MutableMapping[str, Any] = channel.receive_nowait()
-    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-        return None  # receive() waits, or raises the same
-    return message
-
-
-def _head_blocked(send: Send, head: MutableMapping[str, Any]) -> None:
-    """Let hypercorn know a response started whose head write is still pending.
-
-    hypercorn marks a response as started only once its head was written;
-    an app that returns while that write is blocked makes hypercorn try a
-    ``500`` on a connection h11 already sees as sending a body, and the
-    ``LocalProtocolError`` escapes into (and stops) the whole server.
-    Marking it started makes hypercorn close the connection instead, which
-    releases the write.  Servers other than hypercorn are left alone.
-    """
-    stream: Any = getattr(send, "__self__", None)
-    state: Any = getattr(stream, "state", None)
-    if stream is None or getattr(state, "name", None) != "REQUEST":
-        return
-    stream.response = head
-    stream.state = type(state)["RESPONSE"]
-
-
 async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:
     """Hold a bus subscription for as long as the lifespan's nursery runs."""
     try:
@@ -958,7 +967,7 @@ class _Writer:
         self.abandoned = True
         self.close()
         if self._head is not None:
-            _head_blocked(self._send, self._head)
+            hypercorn_compat.mark_head_blocked(self._send, self._head)
 
     async def run(self) -> None:
         try:

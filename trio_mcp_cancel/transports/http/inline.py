@@ -28,6 +28,8 @@ import sys
 import weakref
 from typing import Any, Final
 
+from .hypercorn_compat import tcp_server_of
+
 __all__ = ["can_write_now"]
 
 _LINUX: Final = sys.platform.startswith("linux")
@@ -38,15 +40,6 @@ _NOTSENT_LOWAT: Final[int | None] = getattr(socket, "TCP_NOTSENT_LOWAT", None)
 _SHARE: Final = 4
 #: Per socket: ``_limits()``, read on its first response.
 _LIMITS: Final[weakref.WeakKeyDictionary[Any, tuple[int, int | None]]] = weakref.WeakKeyDictionary()
-
-
-def _tcp_server(send: Any) -> Any:
-    """hypercorn's TCPServer behind an ASGI *send*, over HTTP/1.1 only; else ``None``."""
-    stream = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
-    protocol = getattr(getattr(stream, "send", None), "__self__", None)
-    if type(protocol).__name__ != "H11Protocol":
-        return None
-    return getattr(getattr(protocol, "send", None), "__self__", None)
 
 
 def can_write_now(send: Any, size: int) -> bool:
@@ -62,7 +55,7 @@ def can_write_now(send: Any, size: int) -> bool:
     """
     if not _LINUX:
         return False
-    server = _tcp_server(send)
+    server = tcp_server_of(send)
     lock = getattr(server, "send_lock", None)
     sock = getattr(getattr(server, "stream", None), "socket", None)
     if lock is None or sock is None or not hasattr(lock, "locked") or lock.locked():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -46,6 +46,7 @@ __all__ = [
     "is_initialize",
     "is_notification",
     "modern_envelope",
+    "request_headers",
     "select_era",
     "status_for",
 ]
@@ -73,6 +74,25 @@ _MODERN_STATUS: Final = {
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
 }
+#: Headers a request may carry once: each decides routing, authentication or
+#: how the body is read, and two copies let a gateway that reads the first
+#: and a server that reads the last see two different requests.
+SINGLETON_HEADERS: Final = frozenset(
+    {
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "authorization",
+        "content-type",
+        "content-length",
+        "origin",
+    }
+)
+#: The ``Mcp-Param-*`` headers mirror tool arguments: singletons too.
+_PARAM_PREFIX: Final = "mcp-param-"
+#: Default bound of a request's head (:func:`request_headers`), as ``server_config()``'s.
+MAX_HEAD_BYTES: Final = 16 * 1024
 _B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
 
 
@@ -93,6 +113,48 @@ class HttpError(Exception):
 
     def body(self) -> bytes:
         return jsonrpc.encode(jsonrpc.error_message(None, self.code, str(self)))
+
+
+def request_headers(
+    raw: Sequence[tuple[bytes, bytes]], max_bytes: int = MAX_HEAD_BYTES, target: int = 0
+) -> dict[str, str]:
+    """A request's headers by lower-cased name, or the ``431``/``400`` that refuses them.
+
+    One pass over the list, about as cheap as building the mapping alone.
+    The head's size (*target*, the request target's length, plus each
+    header as it is written on an HTTP/1.1 wire: name, ``": "``, value,
+    CRLF) is held to *max_bytes* however its bytes arrived: hypercorn's
+    HTTP/1.1 bound applies only while a head is incomplete, so one that
+    arrives in a single read is otherwise accepted whatever its size.  A
+    header of :data:`SINGLETON_HEADERS` (or any ``Mcp-Param-*``) sent twice
+    is a ``400``; other repeated headers are combined as RFC 9110 section
+    5.3 says (``", "``; ``"; "`` for ``Cookie``), so two ``Accept`` lines
+    mean both.
+    """
+    headers: dict[str, str] = {}
+    size = target + 4 * len(raw)
+    for name, value in raw:
+        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        size += len(name) + len(value)
+    if size > max_bytes:
+        raise HttpError(431, f"Request Header Fields Too Large: over {max_bytes} bytes")
+    if len(headers) != len(raw):
+        return _combined(raw)  # some name came twice: rare, so checked apart
+    return headers
+
+
+def _combined(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        first = headers.get(key)
+        if first is None:
+            headers[key] = text
+        elif key in SINGLETON_HEADERS or key.startswith(_PARAM_PREFIX):
+            raise HttpError(400, f"Bad Request: the {key} header is repeated")
+        else:
+            headers[key] = f"{first}{'; ' if key == 'cookie' else ', '}{text}"
+    return headers
 
 
 def check_origin(headers: Mapping[str, str], allowed: Collection[str] | None) -> None:

@@ -21,6 +21,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as _hypercorn_serve
 from hypercorn.typing import Framework
 
+from . import hypercorn_compat
+
 __all__ = ["AsgiApp", "server_config", "serve"]
 
 _Scope = MutableMapping[str, Any]
@@ -28,6 +30,9 @@ _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 """An ASGI 3 application, such as :class:`~trio_mcp_cancel.http.McpHttpApp`."""
+
+# Whatever app serve() is given: one connection's failure never ends the server.
+hypercorn_compat.install()
 
 _SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _MISSING = object()

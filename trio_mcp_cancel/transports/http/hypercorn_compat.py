@@ -1,0 +1,337 @@
+"""All knowledge of hypercorn's internals, in one module, with a version check and an off switch.
+
+The app speaks plain ASGI; hypercorn is the server we ship with and test
+against.  Three things here reach into it, each guarded so that a hypercorn
+release that renames something only loses the shortcut, never a request:
+
+* **Two guards** (:func:`install`, applied when this package's HTTP app is
+  imported, so ``serve()``, ``hypercorn --worker-class trio module:app`` and
+  any runner that imports the app all get them):
+
+  - *a forgotten HTTP/2 stream's DATA is dropped, not a crash.*  hypercorn
+    0.18 forgets a stream as soon as its response is complete; a ``DATA``
+    frame the client sends afterwards reaches ``self.streams[stream_id]``
+    in ``H2Protocol._handle_events`` and raises ``KeyError`` (its
+    ``StreamEnded`` branch has the guard, its ``DataReceived`` branch does
+    not), which escapes the connection and ends the worker.  The guard
+    gives ``H2Protocol`` a stream table whose missing entries answer such
+    data: it is acknowledged (so the connection's flow-control window is
+    not drained) and, when our side of the stream is already ended, the
+    stream is reset with ``NO_ERROR``, the way RFC 9113 section 8.1 tells a
+    server to ask a client to stop sending a body it no longer needs.
+    Reported upstream: ``docs/upstream/hypercorn-h2-data-after-reset.md``.
+  - *one connection's protocol error ends that connection only.*  Any
+    exception escaping hypercorn's per-connection ``TCPServer.run`` (the
+    bug above, an h11 ``LocalProtocolError``, the next one) would cancel
+    every connection of the worker and end the process.  The guard ends
+    that connection (hypercorn has closed its socket and cancelled its
+    requests by then), logs it once on ``trio_mcp_cancel.http`` (with a
+    traceback the first time a given failure is seen in the process, one
+    line after that, so a client cannot flood the log), and lets the
+    server go on.
+
+* **Shortcuts of the hot path** (:func:`receive_now`, :func:`tcp_server_of`)
+  and one repair (:func:`mark_head_blocked`), duck-typed and answering
+  "no shortcut" when the shape is not hypercorn's.
+
+``MCP_HYPERCORN_GUARD=off`` (or ``0``/``false``/``no``) in the environment
+when the app is imported leaves hypercorn unpatched; :func:`uninstall`
+restores it at run time.  :func:`status` says what is applied.
+:data:`FIXED_IN` is the first hypercorn release whose ``DataReceived``
+branch has the guard (``None``: none yet); from that version on the stream
+guard is not applied (the containment always is).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from importlib import metadata
+from typing import Any, Final
+
+import attrs
+import trio
+
+__all__ = [
+    "FIXED_IN",
+    "GUARD_ENV",
+    "GuardStatus",
+    "install",
+    "mark_head_blocked",
+    "receive_now",
+    "status",
+    "tcp_server_of",
+    "uninstall",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+#: The environment variable that turns the guards off (``off``, ``0``, ``false``, ``no``).
+GUARD_ENV: Final = "MCP_HYPERCORN_GUARD"
+#: The first hypercorn release that guards ``DataReceived`` itself; ``None``: none yet.
+FIXED_IN: Final[tuple[int, ...] | None] = None
+_OFF: Final = frozenset({"0", "off", "false", "no"})
+#: Distinct failures logged with a traceback; later ones get one line each.
+_TRACEBACKS: Final = 64
+
+
+@attrs.frozen
+class GuardStatus:
+    """What :func:`install` applied.
+
+    ``streams``: the HTTP/2 stream guard; ``connections``: the containment.
+    """
+
+    hypercorn: str | None
+    """The installed hypercorn version (``None``: hypercorn is not installed)."""
+    streams: bool
+    connections: bool
+    reason: str = ""
+    """Why a guard is not applied (empty when both are)."""
+
+
+_lock = threading.Lock()
+_installed = False
+#: hypercorn's own methods, captured on the first install and kept (the
+#: wrappers call them, also on connections that outlive an uninstall).
+_originals: dict[str, Any] = {}
+_status = GuardStatus(None, False, False, "not installed")
+_seen: set[tuple[str, str, int]] = set()
+
+
+def status() -> GuardStatus:
+    """What is applied right now."""
+    return _status
+
+
+def install(*, force: bool = False) -> GuardStatus:
+    """Apply both guards to hypercorn's classes (idempotent; see the module docstring).
+
+    Honours :data:`GUARD_ENV` unless *force*.  Never raises: a hypercorn
+    whose shape is not the expected one is left alone, and the status says why.
+    """
+    global _status, _installed
+    with _lock:
+        if _installed:
+            return _status
+        if not force and os.environ.get(GUARD_ENV, "").strip().lower() in _OFF:
+            _status = GuardStatus(_version(), False, False, f"{GUARD_ENV} turned it off")
+            return _status
+        try:
+            from hypercorn.protocol.h2 import H2Protocol
+            from hypercorn.trio.tcp_server import TCPServer
+        except ImportError:
+            _status = GuardStatus(None, False, False, "hypercorn is not installed")
+            return _status
+        version = _version()
+        reasons = []
+        streams = connections = False
+        init = getattr(H2Protocol, "__init__", None)
+        if FIXED_IN is not None and version is not None and _parse(version) >= FIXED_IN:
+            reasons.append(f"hypercorn {version} guards HTTP/2 DATA itself")
+        elif callable(init) and callable(getattr(H2Protocol, "_handle_events", None)):
+            _originals.setdefault("H2Protocol.__init__", init)
+            H2Protocol.__init__ = _guarded_init  # type: ignore[method-assign]
+            streams = True
+        else:
+            reasons.append("hypercorn's H2Protocol has changed shape")
+        run = getattr(TCPServer, "run", None)
+        if callable(run):
+            _originals.setdefault("TCPServer.run", run)
+            TCPServer.run = _contained_run  # type: ignore[method-assign]
+            connections = True
+        else:
+            reasons.append("hypercorn's trio TCPServer has changed shape")
+        _installed = streams or connections
+        _status = GuardStatus(version, streams, connections, "; ".join(reasons))
+        if reasons:
+            logger.warning("hypercorn guards partly not applied: %s", _status.reason)
+        return _status
+
+
+def uninstall() -> None:
+    """Restore hypercorn's own methods (connections opened meanwhile keep their guard)."""
+    global _status, _installed
+    with _lock:
+        if not _installed:
+            return
+        from hypercorn.protocol.h2 import H2Protocol
+        from hypercorn.trio.tcp_server import TCPServer
+
+        if H2Protocol.__init__ is _guarded_init:
+            H2Protocol.__init__ = _originals["H2Protocol.__init__"]  # type: ignore[method-assign]
+        if TCPServer.run is _contained_run:
+            TCPServer.run = _originals["TCPServer.run"]  # type: ignore[method-assign]
+        _installed = False
+        _status = GuardStatus(_status.hypercorn, False, False, "uninstalled")
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("hypercorn")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _parse(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+# -- the HTTP/2 stream guard --------------------------------------------------
+
+
+def _guarded_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """``H2Protocol.__init__``, then the stream table swapped for a :class:`_Streams`."""
+    _originals["H2Protocol.__init__"](self, *args, **kwargs)
+    self.streams = _Streams(self.connection, self.streams)
+
+
+class _Streams(dict[int, Any]):
+    """hypercorn's ``H2Protocol.streams``, answering streams it already forgot.
+
+    A plain ``dict`` for every stream it knows (``__missing__`` is only
+    consulted on a miss, so lookups cost what they did); a forgotten one
+    gets a :class:`_Forgotten` stand-in instead of a ``KeyError``.
+    """
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any, streams: Any = ()) -> None:
+        super().__init__(streams)
+        self.connection = connection
+
+    def __missing__(self, stream_id: int) -> _Forgotten:
+        return _Forgotten(self.connection, stream_id)
+
+
+class _Forgotten:
+    """A stream hypercorn no longer holds: its events are dropped, its body stopped."""
+
+    __slots__ = ("connection", "stream_id")
+
+    def __init__(self, connection: Any, stream_id: int) -> None:
+        self.connection = connection
+        self.stream_id = stream_id
+
+    async def handle(self, event: object) -> None:
+        """Drop *event*; on body data, ask the client to stop sending (RFC 9113 section 8.1).
+
+        hypercorn acknowledges the data right after this returns, so the
+        connection's window is handed back.  The reset is sent only once
+        our ``END_STREAM`` went out (the response is complete): resetting
+        earlier would cut a response that is still being written.
+        """
+        if type(event).__name__ != "Body":
+            return
+        import h2.errors
+        import h2.exceptions
+        import h2.stream
+
+        stream = self.connection.streams.get(self.stream_id)
+        state = getattr(getattr(stream, "state_machine", None), "state", None)
+        if state == h2.stream.StreamState.HALF_CLOSED_LOCAL:
+            try:
+                self.connection.reset_stream(self.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            except h2.exceptions.ProtocolError:
+                pass  # closed meanwhile: nothing to stop
+
+
+# -- containment: one connection's failure ends that connection only -----------
+
+
+async def _contained_run(self: Any) -> None:
+    """hypercorn's ``TCPServer.run``, with any exception ending this connection only."""
+    try:
+        await _originals["TCPServer.run"](self)
+    except* Exception as group:
+        _log_contained(self, group)
+
+
+def _log_contained(server: Any, group: BaseExceptionGroup[Exception]) -> None:
+    """Log a contained failure once: a traceback the first time it is seen, then one line."""
+    leaves = list(_leaves(group))
+    first = leaves[0]
+    peer = getattr(getattr(server, "protocol", None), "client", None)
+    tb = first.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = (
+        type(first).__name__,
+        tb.tb_frame.f_code.co_filename if tb else "",
+        tb.tb_lineno if tb else 0,
+    )
+    message = "connection from %s ended by an error in hypercorn's protocol handling: %r"
+    if where not in _seen and len(_seen) < _TRACEBACKS:
+        _seen.add(where)
+        logger.error(message, peer, first, exc_info=first)
+    else:
+        logger.error(message + " (traceback logged before)", peer, first)
+
+
+def _leaves(error: BaseException) -> Any:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+# -- hot-path shortcuts and one repair ----------------------------------------
+
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+
+def receive_now(receive: _Receive) -> MutableMapping[str, Any] | None:
+    """The next ASGI message if it is queued already, else ``None`` (then ``receive()`` it).
+
+    hypercorn's Trio worker delivers a request's messages through a Trio
+    memory channel, whose ``receive_nowait`` says so without waiting, and a
+    small body is nearly always there by the time the app runs; reading it
+    this way saves arming the body timeout's cancel scope on most requests.
+    Other servers' ``receive`` is only awaited.
+    """
+    channel = getattr(receive, "__self__", None)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
+        return None
+    try:
+        message: MutableMapping[str, Any] = channel.receive_nowait()
+    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+        return None  # receive() waits, or raises the same
+    return message
+
+
+def mark_head_blocked(send: Any, head: MutableMapping[str, Any]) -> None:
+    """Let hypercorn know a response started whose head write is still pending.
+
+    hypercorn marks a response as started only once its head was written;
+    an app that returns while that write is blocked makes hypercorn try a
+    ``500`` on a connection h11 already sees as sending a body, and the
+    ``LocalProtocolError`` escapes into (and stops) the whole server.
+    Marking it started makes hypercorn close the connection instead, which
+    releases the write.  Servers other than hypercorn are left alone.
+    """
+    stream: Any = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
+    state: Any = getattr(stream, "state", None)
+    if stream is None or getattr(state, "name", None) != "REQUEST":
+        return
+    stream.response = head
+    stream.state = type(state)["RESPONSE"]
+
+
+def tcp_server_of(send: Any) -> Any:
+    """hypercorn's ``TCPServer`` behind an ASGI *send*, over HTTP/1.1 only; else ``None``.
+
+    It holds the connection's ``send_lock`` and ``stream`` (the socket),
+    which :mod:`.inline` reads to tell whether a write can block.
+    """
+    stream = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
+    protocol = getattr(getattr(stream, "send", None), "__self__", None)
+    if type(protocol).__name__ != "H11Protocol":
+        return None
+    return getattr(getattr(protocol, "send", None), "__self__", None)
