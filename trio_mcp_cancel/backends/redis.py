@@ -76,7 +76,7 @@ import secrets
 import time
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -1046,6 +1046,8 @@ class RedisBackend:
             checks, session look-ups, ``tasks/*``): short, so a hung Redis
             costs the one request that finds it hung this long, and nothing
             more while the circuit breaker is open (module docstring).
+            Default :attr:`HOT_TIMEOUT` (``MCP_REDIS_HOT_TIMEOUT`` with
+            ``app_from_env``).
         outbox_size: how many final task states that could not be written
             (Redis down) this process keeps to write once it is back.
         reconnect_delay: longest pause between reconnection attempts of the
@@ -1057,6 +1059,11 @@ class RedisBackend:
         liveness: seconds after which the quota units of a process that
             stopped refreshing its liveness key (it died) no longer count.
     """
+
+    #: The default *hot_timeout*.  A process whose event loop is starved
+    #: (a CPU-bound neighbour, a test suite on a loaded machine) can miss it
+    #: with Redis healthy and open the breaker; raise it there.
+    HOT_TIMEOUT: ClassVar[float] = 0.1
 
     def __init__(
         self,
@@ -1070,7 +1077,7 @@ class RedisBackend:
         instance_id: str | None = None,
         events: EventHub | None = None,
         liveness: float = 15.0,
-        hot_timeout: float = 0.1,
+        hot_timeout: float | None = None,
         outbox_size: int = 1024,
     ) -> None:
         client, contexts = _client_from_url(
@@ -1104,7 +1111,7 @@ class RedisBackend:
         instance_id: str | None = None,
         events: EventHub | None = None,
         liveness: float = 15.0,
-        hot_timeout: float = 0.1,
+        hot_timeout: float | None = None,
         outbox_size: int = 1024,
     ) -> RedisBackend:
         """A backend on a coredis client you configured (``decode_responses=True``).
@@ -1144,7 +1151,7 @@ class RedisBackend:
         instance_id: str | None,
         events: EventHub | None,
         liveness: float,
-        hot_timeout: float,
+        hot_timeout: float | None,
         outbox_size: int,
     ) -> None:
         if not prefix:
@@ -1156,6 +1163,8 @@ class RedisBackend:
         self.events = EventHub() if events is None else events
         self.reconnect_delay = reconnect_delay
         self.keys = _Keys(prefix)
+        if hot_timeout is None:
+            hot_timeout = type(self).HOT_TIMEOUT
         health = _Health(self.events, op_timeout, hot_timeout)
         self.tasks = RedisTaskStore(client, health, self.keys, clock, liveness, Outbox(outbox_size))
         self.bus = RedisBus(client, health, self.keys.channel, self.instance_id)

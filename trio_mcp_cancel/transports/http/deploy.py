@@ -16,6 +16,9 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     Cluster (``rediss`` variants for TLS).
 ``MCP_REDIS_PREFIX``
     prefix of the Redis keys and channel (default ``tmc``).
+``MCP_REDIS_HOT_TIMEOUT``
+    seconds a Redis operation a request waits for may take before the
+    circuit breaker opens (default ``0.1``; see :class:`RedisBackend`).
 ``MCP_INSTANCE_ID``
     this process's id in the shared backend (letters, digits, ``._-``, at
     most 64; default: random).  ``trio-mcp-cancel run --workers N`` gives
@@ -109,7 +112,10 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     from ...backends.redis import RedisBackend  # the optional extra, only when asked for
 
     prefix = environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc"
-    return RedisBackend(url, prefix=prefix, instance_id=instance)
+    hot = _seconds(environ, "MCP_REDIS_HOT_TIMEOUT", RedisBackend.HOT_TIMEOUT)
+    if hot is None or hot <= 0:
+        raise ValueError("MCP_REDIS_HOT_TIMEOUT must be a number of seconds > 0")
+    return RedisBackend(url, prefix=prefix, instance_id=instance, hot_timeout=hot)
 
 
 def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> None:
