@@ -482,6 +482,31 @@ async def test_a_wrong_path_is_rejected() -> None:
                 assert (await rpc(ws, request(1, "ping")))["result"] == {}
 
 
+async def test_a_repeated_authorization_or_origin_header_is_refused_not_read_as_its_last_copy() -> (
+    None
+):
+    auth = bearer_auth({"s3cret": "alice"})
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_registry() as registry,
+            serving(make_server(Probe()), registry, auth=auth) as url,
+        ):
+            good = (b"authorization", b"Bearer s3cret")
+            for headers in (
+                [(b"authorization", b"Bearer nope"), good],
+                [good, (b"origin", b"http://localhost"), (b"Origin", b"http://evil.example")],
+            ):
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with open_websocket_url(url + "/mcp", extra_headers=headers):
+                        pass  # pragma: no cover
+                assert rejected.value.status_code == 400
+                assert b"is repeated" in (rejected.value.body or b"")
+            async with open_websocket_url(url + "/mcp", extra_headers=[good]) as ws:
+                assert (await rpc(ws, call(1, "whoami")))["result"]["structuredContent"][
+                    "principal"
+                ] == "alice"
+
+
 async def test_bearer_auth() -> None:
     auth = bearer_auth({"s3cret": "alice"})
     with trio.fail_after(TIMEOUT):

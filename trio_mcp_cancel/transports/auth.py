@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
-__all__ = ["Authenticator", "authenticate", "bearer_auth", "header_map"]
+__all__ = ["Authenticator", "authenticate", "bearer_auth"]
 
 Authenticator = Callable[[Mapping[str, str]], "str | Awaitable[str | None] | None"]
-
-
-def header_map(pairs: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Raw ``(name, value)`` header pairs as the mapping hooks receive: names lower-cased."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in pairs}
 
 
 def bearer_auth(tokens: Mapping[str, str]) -> Authenticator:

@@ -52,7 +52,8 @@ from ._connection import (
     connection_caller,
 )
 from ._tasks import tasks_served
-from .auth import Authenticator, authenticate, header_map
+from .auth import Authenticator, authenticate
+from .http.rules import HttpError, request_headers
 
 __all__ = ["serve_mcp_websocket"]
 
@@ -143,9 +144,20 @@ async def _handle(
         if request.path.split("?", 1)[0] != path:
             await request.reject(404)
             return
+        try:
+            # The HTTP endpoint's head rules: a repeated Authorization or
+            # Origin is refused, not read as its last copy.
+            headers = request_headers(list(request.headers))
+        except HttpError as refused:
+            await request.reject(
+                refused.status,
+                extra_headers=[(b"content-type", b"application/json")],
+                body=refused.body(),
+            )
+            return
         principal = None
         if auth is not None:
-            principal = await authenticate(auth, header_map(request.headers))
+            principal = await authenticate(auth, headers)
             if principal is None:
                 await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
                 return
