@@ -14,7 +14,7 @@ import os
 import trio
 
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
 
 if os.environ.get("RUNNER_APP_EXIT"):
     os._exit(int(os.environ["RUNNER_APP_EXIT"]))
@@ -37,6 +37,15 @@ async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
     await ctx.report_progress(1, message=f"pid {os.getpid()}")
     await trio.sleep(seconds)
     return "held"
+
+
+@server.tool()
+async def confirm(ctx: ToolContext, item: str) -> str | InputRequired:
+    """MRTR: ask first; the retry (which may reach another worker) says which pid it ran in."""
+    if ctx.input_responses is None or ctx.request_state != {"item": item}:
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        return InputRequired({"ok": elicit(f"Delete {item}?", schema)}, state={"item": item})
+    return f"{os.getpid()} confirmed {item}"
 
 
 app = app_from_env(server)

@@ -299,6 +299,59 @@ async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_se
     assert "Traceback" not in server.log(), server.log()[-3000:]
 
 
+async def test_mrtr_retries_succeed_on_whichever_worker_they_reach(
+    tmp_path: Path, redis: RedisServer, prefix: str
+) -> None:
+    """The supervisor's one MCP_STATE_SECRET: a retry opens on the other worker too."""
+    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+    env = {"MCP_REDIS_URL": redis.url, "MCP_REDIS_PREFIX": prefix}
+    async with run(tmp_path, *args, env=env) as server:
+        (port,) = await server.wait_log(_LISTENING)
+        server.port = int(port)
+        await server.wait_log(_SERVING, 2)
+        asked_by: set[int] = set()
+        crossed = 0
+        answer = {"ok": {"action": "accept", "content": {"ok": True}}}
+        with trio.fail_after(60):
+            for n in range(40):  # every request on a fresh connection: either worker
+                item = {"item": f"file-{n}"}
+                async with httpx.AsyncClient(timeout=10) as fresh:
+                    first = await modern(
+                        fresh,
+                        server.url,
+                        "tools/call",
+                        {"name": "confirm", "arguments": item},
+                        capabilities={"elicitation": {}},
+                    )
+                    mine = int((await whoami(fresh, server.url))[0])
+                assert "result" in first, first
+                result = first["result"]
+                assert result["resultType"] == "input_required", result
+                retry = {
+                    "name": "confirm",
+                    "arguments": item,
+                    "inputResponses": answer,
+                    "requestState": result["requestState"],
+                }
+                async with httpx.AsyncClient(timeout=10) as fresh:
+                    done = await modern(
+                        fresh,
+                        server.url,
+                        "tools/call",
+                        retry,
+                        capabilities={"elicitation": {}},
+                        request_id=2,
+                    )
+                assert "result" in done, done
+                pid, text = done["result"]["content"][0]["text"].split(" ", 1)
+                assert text == f"confirmed file-{n}"
+                asked_by.add(mine)
+                crossed += int(pid) != mine
+                if crossed >= 3 and n >= 10:
+                    break
+    assert crossed >= 1, "no retry reached the other worker: the test proved nothing"
+
+
 async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: Path) -> None:
     args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
