@@ -18,7 +18,7 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RequestCancelled
 from trio_mcp_cancel._client.engine import ClientEngine
-from trio_mcp_cancel._core.tasks import MemoryTaskStore
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, TaskPolling, open_http_client
 from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import (

@@ -29,7 +29,7 @@ import h11
 import trio
 
 from .._protocol.versions import LATEST_VERSION
-from ..transports.http.rules import NAME_BEARING
+from .._protocol.wire import NAME_BEARING
 from .engine import ClientEngine, McpTransportError, Message, PendingCall
 
 __all__ = ["HttpTransport", "SseDecoder"]

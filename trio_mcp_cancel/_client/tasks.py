@@ -42,15 +42,15 @@ import trio
 
 from .._core.context import current_request
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
-from .._core.tasks import STATUSES, TERMINAL
 from .._protocol.tasks import TASKS_EXTENSION
+from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES
 from .errors import McpError, Message
 
 if TYPE_CHECKING:
     from .engine import ClientEngine
 
 __all__ = [
-    "TERMINAL",
+    "TERMINAL_STATUSES",
     "McpTaskError",
     "TaskCallback",
     "TaskPolling",
@@ -126,7 +126,7 @@ def _checked(task: Message, task_id: str | None) -> Message:
     found = task.get("taskId")
     if not isinstance(found, str) or not found or (task_id is not None and found != task_id):
         raise McpError(0, f"invalid task from the server: {task!r}"[:500])
-    if task.get("status") not in STATUSES:
+    if task.get("status") not in TASK_STATUSES:
         raise McpError(0, f"invalid task status from the server: {task.get('status')!r}"[:500])
     return task
 
@@ -178,7 +178,7 @@ async def follow_task(
             if on_task is not None:
                 on_task(task)
             status = task["status"]
-            if status in TERMINAL:
+            if status in TERMINAL_STATUSES:
                 return task
             if status == "input_required":
                 raise McpTaskError(
@@ -213,7 +213,7 @@ async def follow_task(
         cancel_acked = True
         raise RequestCancelled(cancellation.reason, cancellation.kind)
     except BaseException:
-        if not cancel_acked and task["status"] not in TERMINAL:
+        if not cancel_acked and task["status"] not in TERMINAL_STATUSES:
             with trio.CancelScope(shield=True), trio.move_on_after(polling.cancel_timeout):
                 await _cancel_task(engine, task_id, capabilities, "the client stopped following")
         raise

@@ -32,8 +32,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 import trio
 
-from .._core.backend import BackendUnavailable
 from .._core.ratelog import RateLimitedLog
+from ..backends.base import BackendUnavailable
 
 __all__ = ["SharedClaims", "UsedStates"]
 
