@@ -54,19 +54,9 @@ from .._protocol.wire import (
 from .base import ClientTransport, Receiver
 from .calls import PendingCall, ProgressCallback, add_progress, deliver, fail
 from .errors import McpError, McpTransportError, Message
-from .tasks import McpTaskError, TaskCallback, TaskPolling, follow_task, with_tasks
+from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
-__all__ = [
-    "ClientEngine",
-    "McpError",
-    "McpTaskError",
-    "McpTransportError",
-    "Message",
-    "PendingCall",
-    "ProgressCallback",
-    "TaskCallback",
-    "TaskPolling",
-]
+__all__ = ["ClientEngine"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
 
