@@ -40,7 +40,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
+from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 

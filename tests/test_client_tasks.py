@@ -11,14 +11,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from test_client import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RequestCancelled
+from trio_mcp_cancel._client.base import Receiver
+from trio_mcp_cancel._client.calls import cancel_notification
 from trio_mcp_cancel._client.engine import ClientEngine
-from trio_mcp_cancel._core.tasks import MemoryTaskStore
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, TaskPolling, open_http_client
 from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import (
@@ -316,19 +319,35 @@ async def test_a_task_made_for_a_call_cancelled_in_flight_is_cancelled_too(
 # -- answers our server never gives, from a scripted server ---------------------
 
 
-class Scripted(ClientEngine):
-    """A client whose "server" answers each request at once from *answers* (by method)."""
+@attrs.define(eq=False)
+class ScriptedWire:
+    """A transport whose "server" answers each request at once from *answers* (by method)."""
 
-    def __init__(self, answers: dict[str, list[dict[str, Any]]]) -> None:
-        super().__init__("modern", tasks=True)
-        self.answers = answers
-        self.sent: list[dict[str, Any]] = []
+    answers: dict[str, list[dict[str, Any]]]
+    receiver: Receiver
+    sent: list[dict[str, Any]] = attrs.field(factory=list)
 
-    def _transmit(self, message: dict[str, Any], call: PendingCall | None) -> None:
+    def transmit(self, message: dict[str, Any], call: PendingCall | None) -> None:
         self.sent.append(message)
         if call is not None:
             result = self.answers[message["method"]].pop(0)
-            self._receive({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            self.receiver.receive({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    def cancel(self, call: PendingCall, reason: str | None) -> None:
+        self.transmit(cancel_notification(call.id, reason), None)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.transmit(message, None)
+        await trio.lowlevel.checkpoint()
+
+
+class Scripted(ClientEngine):
+    """A client engine composed with a :class:`ScriptedWire`."""
+
+    def __init__(self, answers: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__("modern", tasks=True)
+        self.transport = wire = ScriptedWire(answers, self.inbound)
+        self.sent = wire.sent
 
 
 def task(status: str, **fields: Any) -> dict[str, Any]:

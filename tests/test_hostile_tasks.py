@@ -25,8 +25,10 @@ from redis_harness import prefix, redis, running
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel._core.tasks import PURGE_BATCH, MemoryTaskStore, TaskRecord, TaskStoreFull
+from trio_mcp_cancel.backends.base import TaskStoreFull
+from trio_mcp_cancel.backends.memory import PURGE_BATCH, MemoryTaskStore
 from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import bearer_auth
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client

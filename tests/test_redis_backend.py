@@ -344,13 +344,10 @@ async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: st
 
 
 async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefix: str) -> None:
+    backends = [RedisBackend(redis.url, prefix=prefix) for _ in range(2)]
     apps = [
-        McpHttpApp(
-            make_server(TaskManager(), []),
-            backend=RedisBackend(redis.url, prefix=prefix),
-            max_sessions_per_tenant=2,
-        )
-        for _ in range(2)
+        McpHttpApp(make_server(TaskManager(), []), backend=backend, max_sessions_per_tenant=2)
+        for backend in backends
     ]
     async with trio.open_nursery() as nursery:
         one, two = (AsgiClient(app, nursery, client=("192.0.2.9", 1)) for app in apps)
@@ -364,9 +361,17 @@ async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefi
             # Another tenant is not affected.
             other = AsgiClient(apps[1], nursery, client=("192.0.2.10", 1))
             await initialize(other)
-            # Ending a session anywhere frees its place everywhere.
+            # Ending a session anywhere frees its place everywhere.  The other
+            # process learns it from the bus's session-end message: wait for
+            # it (the app's own handler was subscribed first, so it has run).
+            ended = trio.Event()
+            backends[0].bus.subscribe(
+                lambda message: ended.set() if message.get("type") == "session.end" else None
+            )
             deleted = await two.request("DELETE", legacy_headers(first))
             assert deleted.status == 204
+            with trio.fail_after(10):
+                await ended.wait()
             gone = await one.post(legacy_headers(first), legacy_call(5, "count", {"n": 1}))
             assert gone.status == 404
             third = await initialize(two)

@@ -83,13 +83,46 @@ def _command(port: int, *words: str) -> bytes:
         return conn.recv(65536)
 
 
+#: Redis Cluster binds its bus on the client port plus this.
+CLUSTER_BUS_OFFSET = 10_000
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too, both below the ephemeral range.
+
+    A node needs both.  A kernel-picked port's bus port can be taken or past
+    65535, and anything in the ephemeral range can be grabbed by some
+    client's outgoing connection meanwhile, or, while a backend keeps
+    connecting to a port where nothing listens yet, by that very connection
+    (TCP simultaneous open connects the socket to itself).  Below the range
+    no outgoing connection ever gets a port, so a probed pair stays free.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    top = low - CLUSTER_BUS_OFFSET
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(1025, top) if top > 1025 else 0
+        if port and _bindable(port) and _bindable(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise RuntimeError("no free port pair below the ephemeral range")
+
+
 def start_cluster_node(
     folder: Path, port: int | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """A one-node Redis Cluster owning every slot, on *port* or one the kernel picks."""
+    """A one-node Redis Cluster owning every slot, on *port* or a free pair picked here."""
     binary = require_redis_server()
     for _ in range(5):
-        chosen = port or _free_port()
+        chosen = port or free_cluster_port()
         process = subprocess.Popen(
             [binary, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--cluster-enabled", "yes",
@@ -183,28 +216,8 @@ async def test_the_backend_runs_on_a_redis_cluster(cluster: int) -> None:
         assert not a.health_down and not b.health_down
 
 
-def _port_no_client_can_hold() -> int:
-    """A free port below the ephemeral range.
-
-    The backend keeps connecting to a port where nothing listens yet; with
-    an ephemeral port, one of those attempts can connect the socket to
-    itself (TCP simultaneous open) and hold the port the node needs.
-    """
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng = random.Random()
-    for _ in range(100):
-        port = rng.randrange(max(1025, low - 10_000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 async def test_a_cluster_down_at_startup_is_connected_once_it_is_up(tmp_path: Path) -> None:
-    port = _port_no_client_can_hold()
+    port = free_cluster_port()
     backend = RedisBackend(
         f"redis+cluster://127.0.0.1:{port}", prefix="late", op_timeout=0.5, reconnect_delay=0.1
     )

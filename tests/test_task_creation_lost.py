@@ -23,7 +23,8 @@ from asgi_harness import AsgiClient, headers_of, modern_call
 from test_tasks import GRACE, WITH_TASKS, wall_clock
 
 from trio_mcp_cancel import RegistryConfig, open_registry
-from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
+from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from test_tasks import get, serving, wall_clock
 
-from trio_mcp_cancel._core.tasks import MemoryTaskStore
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.server import (
     InputRequired,
     McpServer,

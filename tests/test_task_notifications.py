@@ -14,7 +14,7 @@ import trio
 import trio.testing
 from test_tasks import serving
 
-from trio_mcp_cancel._core.tasks import MemoryTaskStore
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.server import InputRequired, McpServer, TaskManager, ToolContext, elicit
 from trio_mcp_cancel.testing import McpError, open_test_client
 

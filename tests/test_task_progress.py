@@ -18,8 +18,9 @@ import trio
 import trio.testing
 from test_tasks import serving
 
-from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord
 from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress_message
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
+from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
 
 CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}

@@ -12,7 +12,8 @@ import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 
 from trio_mcp_cancel import RegistryConfig, checkpoint_cancelled
-from trio_mcp_cancel._core.tasks import MemoryTaskStore, TaskRecord, iso8601, transition
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
+from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client

@@ -48,7 +48,6 @@ from ._core.namespace import (
     namespace_for,
     namespace_from_asgi,
 )
-from ._core.process import ProcessResult, run_process
 from ._core.registry import (
     CancelOutcome,
     Registry,
@@ -58,7 +57,6 @@ from ._core.registry import (
     tracked,
 )
 from ._core.request import Cancellation, TrackedRequest
-from ._core.threads import CancelToken, ThreadLimit, cancel_token, run_sync
 from ._core.validation import (
     MAX_ID_BYTES,
     RequestId,
@@ -66,6 +64,8 @@ from ._core.validation import (
     sanitize_reason,
     validate_request_id,
 )
+from ._work.process import ProcessResult, run_process
+from ._work.threads import CancelToken, ThreadLimit, cancel_token, run_sync
 
 __version__ = "0.2.0"
 

@@ -42,17 +42,13 @@ import attrs
 import trio
 import trio_websocket
 
-from ._client.engine import (
-    ClientEngine,
-    McpError,
-    McpTransportError,
-    Message,
-    PendingCall,
-    ProgressCallback,
-)
+from ._client.calls import PendingCall, ProgressCallback
+from ._client.engine import ClientEngine
+from ._client.errors import McpError, McpTransportError
 from ._client.http import HttpTransport
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
+from ._protocol.wire import MODERN_ERRORS
 
 __all__ = [
     "ClientEra",
@@ -73,9 +69,6 @@ __all__ = [
 
 ClientEra = Literal["modern", "legacy", "auto"]
 
-#: Errors a modern server answers to a request it understood the era of.
-_MODERN_ERRORS = frozenset({-32020, -32021, -32022})
-
 
 @attrs.define(eq=False)
 class McpClient(ClientEngine):
@@ -84,42 +77,22 @@ class McpClient(ClientEngine):
     ``call_tool``, ``request``, ``list_tools``, ``start_call`` and the rest
     come from the engine shared with the test client.  It forgets answered
     calls and keeps bounded lists of stray messages, so it can live as long
-    as a gateway does.
+    as a gateway does.  Its ``transport`` is attached for the ``async with``
+    block and detached (``None``: closed) when it ends.
     """
-
-    transport: HttpTransport | MessageTransport | None = attrs.field(default=None, kw_only=True)
-
-    def _transmit(self, message: Message, call: PendingCall | None) -> None:
-        if self.transport is None:
-            raise trio.ClosedResourceError("the client is closed")
-        self.transport.transmit(message, call)
-
-    async def _send_message(self, message: Message) -> None:
-        # Over HTTP every message is its own POST: wait for the server to take
-        # it, so a notification is not overtaken by the request that follows.
-        if isinstance(self.transport, HttpTransport):
-            await self.transport.post(message)
-        else:
-            await super()._send_message(message)
-
-    def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
-        # MCP: never cancel what has finished (the id may be reused by then).
-        if self.transport is None or call.finished:
-            return
-        self.transport.cancel(call, reason)
 
 
 async def _handshake(client: McpClient, era: ClientEra) -> None:
     if era == "legacy":
-        await client._initialize()
+        await client.initialize()
     elif era == "auto":
         try:
             await client.request("server/discover")
         except McpError as exc:
-            if exc.code in _MODERN_ERRORS:
+            if exc.code in MODERN_ERRORS:
                 raise
             client.era = "legacy"
-            await client._initialize()
+            await client.initialize()
 
 
 class ClientOptions(TypedDict, total=False):
@@ -212,7 +185,12 @@ async def open_http_client(
     client = _new_client(options)
     async with _one_error(), trio.open_nursery() as nursery:
         transport = HttpTransport(
-            url, nursery, dict(headers or {}), connect_timeout, max_response, client=client
+            url,
+            nursery,
+            dict(headers or {}),
+            connect_timeout,
+            max_response,
+            receiver=client.inbound,
         )
         try:
             async with _connected(client, transport, options.get("era", "modern"), nursery):
@@ -259,7 +237,7 @@ async def open_websocket_client(
                 yield message if isinstance(message, str) else message.decode("utf-8", "replace")
 
         async with trio.open_nursery() as nursery:
-            transport = MessageTransport(ws.send_message, texts(), url, client)
+            transport = MessageTransport(ws.send_message, texts(), url, client.inbound)
             async with _connected(client, transport, options.get("era", "modern"), nursery):
                 yield client
 
@@ -304,7 +282,7 @@ async def open_stdio_client(
 
         async with _one_error(), trio.open_nursery() as nursery:
             transport = MessageTransport(
-                send, read_lines(process.stdout, max_message_size), str(command[0]), client
+                send, read_lines(process.stdout, max_message_size), str(command[0]), client.inbound
             )
             async with _connected(client, transport, options.get("era", "modern"), nursery):
                 yield client

@@ -35,7 +35,6 @@ period if it ignores the flag, all in virtual time::
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal, TypeVar
@@ -46,7 +45,11 @@ import trio
 import trio.testing
 
 from . import __version__
-from ._client.engine import ClientEngine, McpError, McpTaskError, Message, PendingCall
+from ._client.calls import PendingCall
+from ._client.engine import ClientEngine
+from ._client.errors import McpError
+from ._client.memory import ChannelTransport
+from ._client.tasks import McpTaskError
 from ._core.events import Event
 from ._core.registry import (
     USE_CONFIG,
@@ -176,8 +179,11 @@ class McpTestClient(ClientEngine):
     Trio memory channel, plus what tests need: it keeps every call in
     ``calls`` and every stray message in ``unexpected`` (server requests
     included, unanswered), and it can send raw text, settle and assert.
+    Its wire is a :class:`~._client.memory.ChannelTransport` on the
+    connection's memory channel.
     """
 
+    answer_server_requests: bool = attrs.field(default=False, kw_only=True)
     registry: Registry = attrs.field(kw_only=True)
     caller: Caller = attrs.field(kw_only=True)
     _end: MemoryEnd = attrs.field(kw_only=True)
@@ -194,22 +200,10 @@ class McpTestClient(ClientEngine):
 
     # -- sending ---------------------------------------------------------
 
-    def _transmit(self, message: Message, call: PendingCall | None) -> None:
-        # The client-to-server channel is unbounded (the test decides how
-        # much it sends), so this never blocks and keeps back-to-back
-        # messages back to back.
-        self._end.send.send_nowait(json.dumps(message))
-
-    def _send_nowait(self, message: Mapping[str, Any]) -> None:
-        self._transmit(dict(message), None)
-
     async def send_text(self, text: str) -> None:
         """Send raw text as one message (need not be JSON)."""
         self._end.send.send_nowait(text)
         await trio.lowlevel.checkpoint()
-
-    def _server_request(self, message: Message) -> None:
-        self.unexpected.append(message)  # a test looks at it; nothing answers
 
     # -- assertions --------------------------------------------------------
 
@@ -242,7 +236,7 @@ class McpTestClient(ClientEngine):
     async def _read(self) -> None:
         async with self._end.receive:
             async for text in self._end.receive:
-                self._receive_text(text)
+                self.inbound.receive_text(text)
 
 
 @contextlib.asynccontextmanager
@@ -318,12 +312,13 @@ async def open_test_client(
                     caller=caller,
                     end=client_end,
                     tasks=tasks,
+                    transport=ChannelTransport(client_end.send),
                 )
                 client.log_level = log_level
                 nursery.start_soon(client._read)
                 try:
                     if era == "legacy":
-                        await client._initialize()
+                        await client.initialize()
                     yield client
                 finally:
                     client.disconnect()

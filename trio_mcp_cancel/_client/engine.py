@@ -4,10 +4,12 @@ One engine behind both clients: the in-memory test client
 (:func:`trio_mcp_cancel.testing.open_test_client`) and the public client
 (:mod:`trio_mcp_cancel.client`, over stdio, WebSocket and HTTP).  It knows
 the protocol (the modern ``_meta`` envelope, the legacy ``initialize``,
-ids, progress tokens, answers) and nothing about the wire: a subclass says
-how a message is sent (:meth:`ClientEngine._transmit`) and how a call is
-cancelled (:meth:`ClientEngine._cancel_call`), and feeds what arrives to
-:meth:`ClientEngine._receive`.
+ids, progress tokens, answers) and nothing about the wire.  It is composed
+with a transport, never subclassed to get one: it sends and cancels
+through ``engine.transport`` (a :class:`~._client.base.ClientTransport`),
+and the transport feeds what arrives to ``engine.inbound`` (a
+:class:`~._client.base.Receiver`); tasks are followed through the engine's
+public task requests (:mod:`._client.tasks`).
 
 Cancellation goes both ways through the caller's scopes:
 
@@ -28,7 +30,7 @@ import contextlib
 import itertools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -37,119 +39,26 @@ import trio
 from .. import __version__
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
-from .._protocol.subscriptions import META_SUBSCRIPTION_ID
-from .._protocol.tasks import client_declares_tasks
-from .._protocol.versions import (
+from .._protocol.wire import (
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
     META_LOG_LEVEL,
     META_PROTOCOL_VERSION,
+    META_SUBSCRIPTION_ID,
+    METHOD_NOT_FOUND,
     Era,
+    client_declares_tasks,
 )
+from .base import ClientTransport, Receiver
+from .calls import PendingCall, ProgressCallback, add_progress, deliver, fail
 from .errors import McpError, McpTransportError, Message
-from .tasks import McpTaskError, TaskCallback, TaskPolling, follow_task, with_tasks
+from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
-__all__ = [
-    "ClientEngine",
-    "McpError",
-    "McpTaskError",
-    "McpTransportError",
-    "Message",
-    "PendingCall",
-    "ProgressCallback",
-    "TaskCallback",
-    "TaskPolling",
-]
+__all__ = ["ClientEngine"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
-
-ProgressCallback = Callable[[Message], object]
-
-
-@attrs.define(eq=False)
-class PendingCall:
-    """A request the client sent, and what came back for it.
-
-    ``progress`` collects the params of every ``notifications/progress``
-    for it; ``response`` is the raw JSON-RPC answer once it came
-    (``answered``).  After :meth:`cancel` MCP forbids any answer.
-    """
-
-    id: int
-    method: str
-    _client: ClientEngine
-    _on_progress: ProgressCallback | None = None
-    progress: list[Message] = attrs.field(factory=list)
-    notifications: list[Message] = attrs.field(factory=list)
-    """For a ``subscriptions/listen`` call: every notification tagged with its id."""
-    response: Message | None = None
-    cancelled: bool = False
-    """The client cancelled it."""
-    failure: McpTransportError | None = None
-    """Why no answer can come, when the transport gave up."""
-    task_capabilities: Mapping[str, Any] | None = None
-    """A ``tools/call`` that declared the Tasks extension: the capabilities it sent."""
-    detached: bool = False
-    """Nobody waits for the answer (forgotten once it came)."""
-    _done: trio.Event = attrs.field(factory=trio.Event)
-
-    @property
-    def answered(self) -> bool:
-        return self.response is not None
-
-    @property
-    def finished(self) -> bool:
-        """Answered, or failed for good."""
-        return self._done.is_set()
-
-    async def cancel(self, reason: str | None = None) -> None:
-        """Cancel this request on the server, the way the transport does it."""
-        self.cancel_nowait(reason)
-        await trio.lowlevel.checkpoint()
-
-    def cancel_nowait(self, reason: str | None = None) -> None:
-        """:meth:`cancel` without a checkpoint: queued right behind what was
-        sent before, so a call and its cancel can go back to back."""
-        self.cancelled = True
-        self._client._cancel_call(self, reason)
-
-    async def result(self) -> Message:
-        """Wait for the answer; its ``result``, or :class:`McpError` for an error.
-
-        After a cancel a server answers nothing (unless it is configured to
-        answer ``-32800``), so this would wait forever: bound it.
-        """
-        await self._done.wait()
-        if self.failure is not None:
-            raise self.failure
-        assert self.response is not None
-        return _unwrap(self.response)
-
-    def _deliver(self, message: Message) -> None:
-        self.response = message
-        self._done.set()
-
-    def _fail(self, failure: McpTransportError) -> None:
-        if not self._done.is_set():
-            self.failure = failure
-            self._done.set()
-
-    def _deliver_progress(self, params: Message) -> None:
-        self.progress.append(params)
-        if self._on_progress is not None:
-            self._on_progress(params)
-
-
-def _unwrap(response: Message) -> Message:
-    error = response.get("error")
-    if isinstance(error, dict):
-        raise McpError(error.get("code", 0), str(error.get("message", "")), error.get("data"))
-    result = response.get("result")
-    if not isinstance(result, dict):
-        raise McpError(0, f"malformed response: {response!r}"[:500])
-    return result
 
 
 @attrs.define(eq=False)
@@ -172,6 +81,10 @@ class ClientEngine:
     a server may answer with a task, which :meth:`call_tool` follows to its
     end and cancels with ``tasks/cancel`` (see :mod:`._client.tasks`);
     declaring it in *client_capabilities* does the same.
+    *transport*: the wire (``None``: closed; sending raises
+    ``trio.ClosedResourceError``); it feeds what arrives to :attr:`inbound`.
+    *answer_server_requests*: answer the server's ``ping`` (and refuse its
+    other requests); when false they are only kept in ``unexpected``.
     """
 
     MAX_KEPT = 1000
@@ -191,25 +104,27 @@ class ClientEngine:
     forward_cancel: bool = True
     tasks: bool = attrs.field(default=False, kw_only=True)
     task_polling: TaskPolling = attrs.field(factory=TaskPolling, kw_only=True)
+    transport: ClientTransport | None = attrs.field(default=None, kw_only=True)
+    answer_server_requests: bool = attrs.field(default=True, kw_only=True)
+    inbound: Receiver = attrs.field(
+        init=False, default=attrs.Factory(lambda self: _Inbound(self), takes_self=True)
+    )
+    """What the transport feeds (see :class:`~._client.base.Receiver`)."""
     _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
     _abandoned_task_calls: dict[int, PendingCall] = attrs.field(factory=dict)
     """Cancelled ``tools/call``s that may have made a task before the cancel
     reached the server (without *keep_history* they are no longer in ``calls``)."""
 
-    # -- what a transport provides -------------------------------------------
+    # -- the wire ------------------------------------------------------------------
 
     def _transmit(self, message: Message, call: PendingCall | None) -> None:
-        """Queue *message* for the server (*call*: the request it is); never blocks."""
-        raise NotImplementedError
+        if self.transport is None:
+            raise trio.ClosedResourceError("the client is closed")
+        self.transport.transmit(message, call)
 
     def _cancel_call(self, call: PendingCall, reason: str | None) -> None:
-        """Cancel *call* on the server: ``notifications/cancelled`` by default."""
-        params: Message = {"requestId": call.id}
-        if reason is not None:
-            params["reason"] = reason
-        self._transmit(
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}, None
-        )
+        if self.transport is not None:
+            self.transport.cancel(call, reason)
 
     # -- the protocol ------------------------------------------------------------
 
@@ -242,8 +157,9 @@ class ClientEngine:
         await self._send_message(dict(message))
 
     async def _send_message(self, message: Message) -> None:
-        self._transmit(message, None)
-        await trio.lowlevel.checkpoint()
+        if self.transport is None:
+            raise trio.ClosedResourceError("the client is closed")
+        await self.transport.send(message)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         """Send a notification."""
@@ -278,7 +194,7 @@ class ClientEngine:
             meta["progressToken"] = request_id
         if meta:
             body["_meta"] = meta
-        call = PendingCall(request_id, method, self, on_progress)
+        call = PendingCall(request_id, method, self._cancel_call, on_progress)
         if method == "tools/call" and envelope and self.era == "modern":
             sent = self.client_capabilities if capabilities is None else capabilities
             if client_declares_tasks(sent):
@@ -372,7 +288,13 @@ class ClientEngine:
         if not client_declares_tasks(capabilities):
             # SEP-2663: a task the client did not ask for is an invalid response.
             raise McpError(0, "the server answered with a task, which this call did not declare")
-        return await follow_task(self, result, capabilities=capabilities, on_task=on_task)
+        return await follow_task(
+            self,
+            result,
+            polling=self.task_polling,
+            forward_cancel=self.forward_cancel,
+            on_task=on_task,
+        )
 
     async def list_tools(self) -> list[Message]:
         """``tools/list``, every page."""
@@ -468,7 +390,7 @@ class ClientEngine:
     def _fail_all(self, failure: McpTransportError) -> None:
         """The connection is gone: every call still waiting fails with *failure*."""
         for call in list(self.calls.values()):
-            call._fail(failure)
+            fail(call, failure)
 
     # -- what the server sends ---------------------------------------------------
 
@@ -500,7 +422,7 @@ class ClientEngine:
                 if late is not None:
                     self._cancel_late_task(late, message)
             else:
-                call._deliver(message)
+                deliver(call, message)
                 if call.cancelled:
                     self._cancel_late_task(call, message)
                 if call.detached and not self.keep_history:
@@ -512,7 +434,7 @@ class ClientEngine:
             if call is None or call.finished:
                 self._keep(self.unexpected, message)
             else:
-                call._deliver_progress(params)
+                add_progress(call, params)
         elif method == "notifications/message" and isinstance(params, dict):
             self._keep(self.log_messages, params)
         elif (call := self._subscription(params)) is not None:
@@ -528,7 +450,11 @@ class ClientEngine:
         return call if call is not None and not call.finished else None
 
     def _server_request(self, message: Message) -> None:
-        """A request from the server: ``ping`` is answered, anything else refused."""
+        """A request from the server: ``ping`` is answered, anything else refused
+        (only kept in ``unexpected`` without *answer_server_requests*)."""
+        if not self.answer_server_requests:
+            self.unexpected.append(message)
+            return
         if message.get("method") == "ping":
             self._transmit({"jsonrpc": "2.0", "id": message["id"], "result": {}}, None)
             return
@@ -536,12 +462,17 @@ class ClientEngine:
             {
                 "jsonrpc": "2.0",
                 "id": message["id"],
-                "error": {"code": -32601, "message": "Method not found"},
+                "error": {"code": METHOD_NOT_FOUND, "message": "Method not found"},
             },
             None,
         )
 
-    async def _initialize(self) -> None:
+    async def initialize(self) -> None:
+        """The legacy handshake: ``initialize``, ``notifications/initialized``, the log level.
+
+        The ``open_*`` functions do it for ``era="legacy"`` (and ``"auto"``
+        against a legacy server); the answer is kept in ``initialize_result``.
+        """
         self.initialize_result = await self.request(
             "initialize",
             {
@@ -553,3 +484,28 @@ class ClientEngine:
         await self.notify("notifications/initialized")
         if self.log_level is not None:
             await self.request("logging/setLevel", {"level": self.log_level})
+
+
+@attrs.frozen
+class _Inbound:
+    """The engine's side of its transport (:class:`~._client.base.Receiver`)."""
+
+    _engine: ClientEngine
+
+    @property
+    def era(self) -> Era:
+        return self._engine.era
+
+    @property
+    def session_version(self) -> str | None:
+        engine = self._engine
+        return None if engine.initialize_result is None else engine.protocol_version
+
+    def receive(self, message: object) -> None:
+        self._engine._receive(message)
+
+    def receive_text(self, text: str) -> None:
+        self._engine._receive_text(text)
+
+    def fail_all(self, failure: McpTransportError) -> None:
+        self._engine._fail_all(failure)

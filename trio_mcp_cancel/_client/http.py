@@ -16,7 +16,6 @@ engine, so no new dependency) frames it; ``https`` URLs use Trio's TLS.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import ssl
@@ -28,20 +27,22 @@ import attrs
 import h11
 import trio
 
-from .._protocol.versions import LATEST_VERSION
-from ..transports.http.rules import NAME_BEARING
-from .engine import ClientEngine, McpTransportError, Message, PendingCall
+from .._protocol.wire import (
+    HEADER_METHOD,
+    HEADER_NAME,
+    HEADER_PROTOCOL_VERSION,
+    HEADER_SESSION_ID,
+    LATEST_VERSION,
+    NAME_BEARING,
+    encode_header_value,
+)
+from .base import Receiver
+from .calls import PendingCall, cancel_notification, deliver, fail
+from .errors import McpTransportError, Message
 
 __all__ = ["HttpTransport", "SseDecoder"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
-
-
-def _header_value(value: str) -> str:
-    """Plain printable ASCII as is, anything else as ``=?base64?...?=`` (MCP's encoding)."""
-    if value.isascii() and value.isprintable() and value == value.strip():
-        return value
-    return "=?base64?" + base64.b64encode(value.encode()).decode("ascii") + "?="
 
 
 @attrs.define(eq=False)
@@ -86,7 +87,10 @@ class SseDecoder:
 
 @attrs.define(eq=False)
 class HttpTransport:
-    """POSTs messages of one :class:`ClientEngine` to one MCP endpoint."""
+    """POSTs the messages of one client engine to one MCP endpoint.
+
+    A :class:`~._client.base.ClientTransport`; what comes back goes to *receiver*.
+    """
 
     url: str
     nursery: trio.Nursery
@@ -96,7 +100,7 @@ class HttpTransport:
     ssl_context: ssl.SSLContext | None = None
     session_id: str | None = None
     """The legacy session (``Mcp-Session-Id``), once ``initialize`` made one."""
-    client: ClientEngine | None = None
+    receiver: Receiver = attrs.field(kw_only=True)
     _streams: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     _host: str = attrs.field(init=False)
     _port: int = attrs.field(init=False)
@@ -127,17 +131,23 @@ class HttpTransport:
         NOT read it as one), so the stream stays open until the cancel's own
         POST has been answered: the notification is what the server sees.
         """
-        assert self.client is not None
+        if call.finished:
+            return  # MCP: never cancel what has finished (the id may be reused by then)
         scope = self._streams.pop(call.id, None)
-        if self.client.era != "legacy":
+        if self.receiver.era != "legacy":
             if scope is not None:
                 scope.cancel()
             return
-        params: Message = {"requestId": call.id}
-        if reason is not None:
-            params["reason"] = reason
-        notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        notification = cancel_notification(call.id, reason)
         self.nursery.start_soon(self._cancel_legacy, notification, scope)
+
+    async def send(self, message: Message) -> None:
+        """POST a message that expects no answer, and wait until the server took it.
+
+        Every message is its own POST: waiting keeps a notification from
+        being overtaken by the request that follows it.
+        """
+        await self.post(message)
 
     async def post(self, message: Message) -> None:
         """POST a message that expects no answer, and wait until the server took it."""
@@ -186,19 +196,18 @@ class HttpTransport:
             raise McpTransportError(f"cannot connect to {self.url}: {exc!r}") from exc
 
     def _base_headers(self) -> list[tuple[str, str]]:
-        assert self.client is not None
         port = "" if self._port == (443 if self._tls else 80) else f":{self._port}"
         headers = [("Host", f"{self._host}{port}"), ("User-Agent", "trio-mcp-cancel")]
         headers += [(name, value) for name, value in self.headers.items()]
-        if self.client.era == "legacy":
+        if self.receiver.era == "legacy":
             if self.session_id is not None:
-                headers.append(("Mcp-Session-Id", self.session_id))
-            if self.client.initialize_result is not None:
-                headers.append(("MCP-Protocol-Version", self.client.protocol_version))
+                headers.append((HEADER_SESSION_ID, self.session_id))
+            version = self.receiver.session_version
+            if version is not None:
+                headers.append((HEADER_PROTOCOL_VERSION, version))
         return headers
 
     def _headers(self, message: Message, length: int) -> list[tuple[str, str]]:
-        assert self.client is not None
         headers = self._base_headers()
         headers += [
             ("Content-Type", "application/json"),
@@ -206,16 +215,16 @@ class HttpTransport:
             ("Content-Length", str(length)),
         ]
         method = message.get("method")
-        if self.client.era == "modern" and isinstance(method, str):
-            headers.append(("MCP-Protocol-Version", LATEST_VERSION))
+        if self.receiver.era == "modern" and isinstance(method, str):
+            headers.append((HEADER_PROTOCOL_VERSION, LATEST_VERSION))
             if "id" in message:
-                headers.append(("Mcp-Method", method))
+                headers.append((HEADER_METHOD, method))
                 params = message.get("params")
                 key = NAME_BEARING.get(method)
                 if key is not None and isinstance(params, dict):
                     value = params.get(key)
                     if isinstance(value, str):
-                        headers.append(("Mcp-Name", _header_value(value)))
+                        headers.append((HEADER_NAME, encode_header_value(value)))
         return headers
 
     async def _post(
@@ -232,16 +241,15 @@ class HttpTransport:
             if call is not None:
                 self._streams.pop(call.id, None)
         if call is not None and not call.finished and not scope.cancelled_caught:
-            call._fail(McpTransportError("the response ended without an answer"))
+            fail(call, McpTransportError("the response ended without an answer"))
 
     def _lost(self, call: PendingCall | None, failure: McpTransportError) -> None:
         if call is None:
             logger.warning("posting a notification failed: %s", failure)
         else:
-            call._fail(failure)
+            fail(call, failure)
 
     async def _exchange(self, message: Message, call: PendingCall | None) -> None:
-        assert self.client is not None
         body = json.dumps(message).encode()
         async with await self._connect() as stream:
             conn = h11.Connection(h11.CLIENT)
@@ -256,8 +264,9 @@ class HttpTransport:
             headers = {
                 name.decode().lower(): value.decode("latin-1") for name, value in response.headers
             }
-            if message.get("method") == "initialize" and "mcp-session-id" in headers:
-                self.session_id = headers["mcp-session-id"]
+            session_header = HEADER_SESSION_ID.lower()
+            if message.get("method") == "initialize" and session_header in headers:
+                self.session_id = headers[session_header]
             elif response.status_code == 404 and self.session_id is not None:
                 # MCP: the server ended the session; the id is dead for good.
                 self.session_id = None
@@ -283,15 +292,16 @@ class HttpTransport:
                     answer = None
             if isinstance(answer, dict) and ("result" in answer or "error" in answer):
                 if "error" in answer and answer.get("id") != call.id:
-                    call._deliver(answer)  # an error about the POST itself (id null)
+                    deliver(call, answer)  # an error about the POST itself (id null)
                 else:
-                    self.client._receive(answer)
+                    self.receiver.receive(answer)
             else:
-                call._fail(
+                fail(
+                    call,
                     McpTransportError(
                         f"HTTP {response.status_code} without a JSON-RPC answer: {data[:200]!r}",
                         {"status": response.status_code},
-                    )
+                    ),
                 )
 
     async def _next_event(self, conn: h11.Connection, stream: trio.abc.Stream) -> Any:
@@ -322,13 +332,12 @@ class HttpTransport:
     async def _read_sse(
         self, conn: h11.Connection, stream: trio.abc.Stream, call: PendingCall | None
     ) -> None:
-        assert self.client is not None
         decoder = SseDecoder(self.max_response)
         while True:
             event = await self._next_event(conn, stream)
             if isinstance(event, h11.Data):
                 for data in decoder.feed(event.data):
-                    self.client._receive_text(data)
+                    self.receiver.receive_text(data)
                 if call is not None and call.finished:
                     return  # the answer ends the stream; no need to wait for the close
             elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):

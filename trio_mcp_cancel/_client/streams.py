@@ -2,7 +2,7 @@
 
 Both carry one JSON-RPC message per frame (a line on stdio, a text message
 on WebSocket) in both directions, so cancellation is
-``notifications/cancelled`` on the same stream, the engine's default.
+``notifications/cancelled`` on the same stream.
 Outgoing messages go through an unbounded queue drained by a writer task:
 the engine must be able to send a cancel from an ``except trio.Cancelled``
 block, where it cannot wait.  A stream that ends fails every call still
@@ -20,19 +20,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import attrs
 import trio
 
-from .engine import ClientEngine, McpTransportError, Message, PendingCall
+from .base import Receiver
+from .calls import PendingCall, cancel_notification
+from .errors import McpTransportError, Message
 
 __all__ = ["MessageTransport", "read_lines", "stop_child"]
 
 
 @attrs.define(eq=False)
 class MessageTransport:
-    """A queue to one ``send(text)`` and a reader of ``receive()`` texts."""
+    """A queue to one ``send(text)`` and a reader of ``receive()`` texts
+    (a :class:`~._client.base.ClientTransport` feeding *receiver*)."""
 
     send_text: Callable[[str], Awaitable[object]]
     texts: AsyncIterator[str]
     name: str
-    client: ClientEngine | None = None
+    receiver: Receiver
     _outbox: tuple[trio.MemorySendChannel[str], trio.MemoryReceiveChannel[str]] = attrs.field(
         factory=lambda: trio.open_memory_channel[str](math.inf)
     )
@@ -41,8 +44,13 @@ class MessageTransport:
         self._outbox[0].send_nowait(json.dumps(message))
 
     def cancel(self, call: PendingCall, reason: str | None) -> None:
-        assert self.client is not None
-        ClientEngine._cancel_call(self.client, call, reason)  # notifications/cancelled
+        # MCP: never cancel what has finished (the id may be reused by then).
+        if not call.finished:
+            self.transmit(cancel_notification(call.id, reason), None)
+
+    async def send(self, message: Message) -> None:
+        self.transmit(message, None)
+        await trio.lowlevel.checkpoint()
 
     async def write(self) -> None:
         try:
@@ -52,18 +60,16 @@ class MessageTransport:
             self._gone(f"{self.name}: sending failed: {exc!r}")
 
     async def read(self) -> None:
-        assert self.client is not None
         try:
             async for text in self.texts:
-                self.client._receive_text(text)
+                self.receiver.receive_text(text)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
             self._gone(f"{self.name}: receiving failed: {exc!r}")
         else:
             self._gone(f"{self.name}: the server closed the connection")
 
     def _gone(self, why: str) -> None:
-        assert self.client is not None
-        self.client._fail_all(McpTransportError(why))
+        self.receiver.fail_all(McpTransportError(why))
 
 
 async def read_lines(stream: trio.abc.ReceiveStream, max_line: int) -> AsyncIterator[str]:

@@ -35,25 +35,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from .._core.context import current_request
-from .._core.errors import REQUEST_CANCELLED, RequestCancelled
-from .._core.tasks import STATUSES, TERMINAL
-from .._protocol.tasks import TASKS_EXTENSION
+from .._core.errors import RequestCancelled
+from .._protocol.wire import REQUEST_CANCELLED, TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
 from .errors import McpError, Message
 
-if TYPE_CHECKING:
-    from .engine import ClientEngine
-
 __all__ = [
-    "TERMINAL",
     "McpTaskError",
     "TaskCallback",
     "TaskPolling",
+    "TaskServer",
     "follow_task",
     "with_tasks",
 ]
@@ -106,6 +102,20 @@ class TaskPolling:
         return min(max(seconds, self.min_interval), self.max_interval)
 
 
+class TaskServer(Protocol):
+    """What following a task needs from the client: its two task requests.
+
+    The engine's public ``get_task`` and ``cancel_task`` are exactly this;
+    a follower needs nothing else from it.
+    """
+
+    async def get_task(self, task_id: str) -> Message:
+        """``tasks/get``: the task as the server has it now."""
+
+    async def cancel_task(self, task_id: str) -> Message:
+        """``tasks/cancel``: the way a task, not a request, is cancelled."""
+
+
 def with_tasks(capabilities: Mapping[str, Any], declared: bool) -> dict[str, Any]:
     """*capabilities* with the Tasks extension declared, or without it."""
     out = dict(capabilities)
@@ -126,7 +136,7 @@ def _checked(task: Message, task_id: str | None) -> Message:
     found = task.get("taskId")
     if not isinstance(found, str) or not found or (task_id is not None and found != task_id):
         raise McpError(0, f"invalid task from the server: {task!r}"[:500])
-    if task.get("status") not in STATUSES:
+    if task.get("status") not in TASK_STATUSES:
         raise McpError(0, f"invalid task status from the server: {task.get('status')!r}"[:500])
     return task
 
@@ -158,17 +168,22 @@ def _outcome(task: Message) -> Message:
 
 
 async def follow_task(
-    engine: ClientEngine,
+    server: TaskServer,
     created: Message,
     *,
-    capabilities: Mapping[str, Any],
+    polling: TaskPolling,
+    forward_cancel: bool = True,
     on_task: TaskCallback | None = None,
 ) -> Message:
-    """Follow the task *created* announced to its end; see the module docstring."""
+    """Follow the task *created* announced to its end; see the module docstring.
+
+    *server* answers the task requests; *polling* paces them;
+    *forward_cancel*: cancel the task when the tracked request the caller
+    runs in is flagged (the engine's setting of the same name).
+    """
     task = _checked(created, None)
     task_id: str = task["taskId"]
-    polling = engine.task_polling
-    request = current_request(None) if engine.forward_cancel else None
+    request = current_request(None) if forward_cancel else None
     started = trio.current_time()
     cancel_acked = False
 
@@ -178,7 +193,7 @@ async def follow_task(
             if on_task is not None:
                 on_task(task)
             status = task["status"]
-            if status in TERMINAL:
+            if status in TERMINAL_STATUSES:
                 return task
             if status == "input_required":
                 raise McpTaskError(
@@ -192,7 +207,7 @@ async def follow_task(
                 await trio.sleep(min(polling.interval(task), expires - trio.current_time()))
             else:
                 await trio.sleep(polling.interval(task))
-            answer = await engine._task_request("tasks/get", task_id, capabilities)
+            answer = await server.get_task(task_id)
             task = _checked(answer, task_id)
 
     try:
@@ -209,22 +224,20 @@ async def follow_task(
         # phase (the request's hard cancel bounds the wait), then stop.
         assert request is not None and request.cancellation is not None
         cancellation = request.cancellation
-        await _cancel_task(engine, task_id, capabilities, cancellation.reason)
+        await _cancel_task(server, task_id, cancellation.reason)
         cancel_acked = True
         raise RequestCancelled(cancellation.reason, cancellation.kind)
     except BaseException:
-        if not cancel_acked and task["status"] not in TERMINAL:
+        if not cancel_acked and task["status"] not in TERMINAL_STATUSES:
             with trio.CancelScope(shield=True), trio.move_on_after(polling.cancel_timeout):
-                await _cancel_task(engine, task_id, capabilities, "the client stopped following")
+                await _cancel_task(server, task_id, "the client stopped following")
         raise
 
 
-async def _cancel_task(
-    engine: ClientEngine, task_id: str, capabilities: Mapping[str, Any], reason: str | None
-) -> None:
+async def _cancel_task(server: TaskServer, task_id: str, reason: str | None) -> None:
     """``tasks/cancel``, best effort: an error answer or a broken connection is logged."""
     try:
-        await engine._task_request("tasks/cancel", task_id, capabilities)
+        await server.cancel_task(task_id)
     except McpError as exc:
         logger.info("tasks/cancel of %s... (%s) failed: %s", task_id[:8], reason, exc)
     else:

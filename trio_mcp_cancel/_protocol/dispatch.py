@@ -44,8 +44,8 @@ from .._core.namespace import GLOBAL_NAMESPACE
 from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
-from .._core.threads import ThreadLimit
 from .._core.validation import RequestId, is_valid_request_id
+from .._work.threads import ThreadLimit
 from . import jsonrpc, tasks
 from .admission import Slots
 from .content import ToolError

@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 
 from .._core.validation import RequestId, is_valid_request_id
+from .wire import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -41,11 +42,6 @@ __all__ = [
     "result_message",
 ]
 
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
 
 Message = dict[str, Any]
 

@@ -32,8 +32,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 import trio
 
-from .._core.backend import BackendUnavailable
 from .._core.ratelog import RateLimitedLog
+from ..backends.base import BackendUnavailable
 
 __all__ = ["SharedClaims", "UsedStates"]
 
@@ -47,7 +47,7 @@ class SharedClaims(Protocol):
     async def claim_once(self, key: str, ttl: float) -> bool:
         """``True`` the first time *key* is claimed within *ttl* seconds, across processes.
 
-        Raises :class:`~.._core.backend.BackendUnavailable` when it cannot tell.
+        Raises :class:`~trio_mcp_cancel.backends.base.BackendUnavailable` when it cannot tell.
         """
 
 

@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .wire import META_SUBSCRIPTION_ID
 
 __all__ = [
     "META_SUBSCRIPTION_ID",
@@ -35,7 +36,6 @@ __all__ = [
     "read_filter",
 ]
 
-META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 _LIST_CHANGED: Final = {
     "toolsListChanged": "notifications/tools/list_changed",
     "promptsListChanged": "notifications/prompts/list_changed",

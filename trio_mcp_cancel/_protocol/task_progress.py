@@ -19,7 +19,7 @@ from typing import Final
 import attrs
 import trio
 
-from .._core.tasks import TaskStoreUnavailable
+from ..backends.base import TaskStoreUnavailable
 
 __all__ = ["MAX_STATUS_MESSAGE", "TaskProgress", "progress_message"]
 

@@ -66,28 +66,22 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 import attrs
 import trio
 
-from .._core.backend import (
-    BackendUnavailable,
-    BusMessage,
-    CancelBus,
-    LocalBus,
-    LocalCounters,
-    SharedCounters,
-)
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.events import CancelKind
 from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import USE_CONFIG, UseConfig
-from .._core.tasks import (
-    MemoryTaskStore,
-    TaskRecord,
-    TaskStatus,
+from ..backends.base import (
+    BackendUnavailable,
+    BusMessage,
+    CancelBus,
+    SharedCounters,
     TaskStore,
     TaskStoreFull,
     TaskStoreUnavailable,
-    new_task_id,
 )
+from ..backends.memory import LocalBus, LocalCounters, MemoryTaskStore
+from ..backends.task_records import TaskRecord, TaskStatus, new_task_id
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
 from .task_progress import TaskProgress, progress_message
 from .tools import TaskSupport

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_typ
 
 import attrs
 
-from .._core.threads import ThreadLimit, run_sync
+from .._work.threads import ThreadLimit, run_sync
 from . import jsonrpc
 from .content import ToolResult, is_content, json_text, to_content
 

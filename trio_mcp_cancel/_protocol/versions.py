@@ -1,4 +1,4 @@
-"""MCP protocol eras, versions, ``_meta`` keys and the modern error codes.
+"""MCP protocol eras: the rules that tell them apart and read the modern envelope.
 
 MCP has two eras.  **Legacy** (2025-11-25 and older) negotiates once, in
 ``initialize``, and keeps the outcome in a session (an HTTP
@@ -6,17 +6,35 @@ MCP has two eras.  **Legacy** (2025-11-25 and older) negotiates once, in
 later) is stateless: every request carries its version, the client's
 capabilities and identity in ``params._meta``, and each request is accepted
 or refused on its own.  This module holds the rules that tell them apart and
-read the modern envelope; it does no I/O.
+read the modern envelope; it does no I/O.  The names and codes themselves
+(versions, ``_meta`` keys, error codes) live in :mod:`.wire`, shared with
+the client, and are re-exported here for the server modules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .jsonrpc import JsonRpcError
+from .wire import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    LATEST_LEGACY_VERSION,
+    LATEST_VERSION,
+    LEGACY_VERSIONS,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+    META_PROTOCOL_VERSION,
+    META_SERVER_INFO,
+    MISSING_CLIENT_CAPABILITY,
+    MODERN_VERSIONS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Era,
+)
 
 __all__ = [
     "HEADER_MISMATCH",
@@ -40,26 +58,6 @@ __all__ = [
     "read_envelope",
     "unsupported_version",
 ]
-
-Era = Literal["modern", "legacy"]
-
-#: Modern revisions served statelessly, newest first.
-MODERN_VERSIONS: Final = ("2026-07-28",)
-#: Legacy revisions served through ``initialize``, oldest first.
-LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_VERSION: Final = MODERN_VERSIONS[0]
-LATEST_LEGACY_VERSION: Final = LEGACY_VERSIONS[-1]
-
-META_PROTOCOL_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
-META_CLIENT_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
-META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
-META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
-META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
-
-#: 2026-07-28 error codes (renumbered from the draft's -32001/-32003/-32004).
-HEADER_MISMATCH: Final = -32020
-MISSING_CLIENT_CAPABILITY: Final = -32021
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 
 #: RFC 5424 severities, least severe first, as MCP logging names them.
 LOG_LEVELS: Final = (

@@ -44,8 +44,7 @@ from collections.abc import AsyncIterator, Mapping
 import attrs
 import trio
 
-from .._core.backend import Backend
-from .._core.tasks import TaskStoreUnavailable
+from ..backends.base import Backend, TaskStoreUnavailable
 
 __all__ = ["Supervisor", "describe_exit"]
 

@@ -3,20 +3,22 @@
 :class:`MemoryBackend` (the default) keeps everything in one process.
 ``trio_mcp_cancel.backends.redis.RedisBackend`` (extra ``redis``) shares it
 through Redis, for several workers and nodes; see
-:mod:`trio_mcp_cancel._core.backend` for what is local and what is shared.
+:mod:`trio_mcp_cancel.backends.base` for what is local and what is shared.
 """
 
 from __future__ import annotations
 
-from .._core.backend import Backend, BackendUnavailable, CancelBus, LocalBus, MemoryBackend
 from .._core.events import BackendEvent
-from .._core.tasks import (
-    MemoryTaskStore,
-    TaskRecord,
+from .base import (
+    Backend,
+    BackendUnavailable,
+    CancelBus,
     TaskStore,
     TaskStoreFull,
     TaskStoreUnavailable,
 )
+from .memory import LocalBus, MemoryBackend, MemoryTaskStore
+from .task_records import TaskRecord
 
 __all__ = [
     "Backend",

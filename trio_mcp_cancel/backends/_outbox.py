@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from .._core.tasks import TaskRecord, TaskStatus, transition
+from .task_records import TaskRecord, TaskStatus, transition
 
 __all__ = ["Outbox", "PendingState"]
 

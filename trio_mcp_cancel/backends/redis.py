@@ -94,19 +94,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
     ) from exc
 
-from .._core.backend import BackendUnavailable, BusMessage
 from .._core.events import BackendEvent, EventHub, attach_events
-from .._core.tasks import (
-    STATUSES,
-    TERMINAL,
-    TaskRecord,
-    TaskStatus,
-    TaskStoreFull,
-    TaskStoreUnavailable,
-    settled_payload,
-)
+from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES
 from ._breaker import Breaker
 from ._outbox import Outbox, PendingState
+from .base import BackendUnavailable, BusMessage, TaskStoreFull, TaskStoreUnavailable
+from .task_records import TaskRecord, TaskStatus, settled_payload
 
 __all__ = [
     "RedisBackend",
@@ -490,7 +483,7 @@ class RedisTaskStore:
     def _loaded(self, task_id: str, data: dict[str, str]) -> TaskRecord | None:
         """A record from its hash (``None``: missing, malformed or expired), as this
         process knows it (a final state still in the :attr:`outbox` is applied)."""
-        if not data or data.get("status") not in STATUSES:
+        if not data or data.get("status") not in TASK_STATUSES:
             return None
         record = TaskRecord(
             task_id=task_id,
@@ -533,7 +526,7 @@ class RedisTaskStore:
         ]
         key = self.key(task_id)
         final = None
-        if status in TERMINAL:
+        if status in TERMINAL_STATUSES:
             final = PendingState(status, float(args[1]), kept[0], kept[1], message)
         try:
             await self.health.call(

@@ -68,7 +68,6 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._core.backend import Backend, BusMessage
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import namespace_for, stateless, tenant_for
 from ..._core.registry import (
@@ -85,6 +84,7 @@ from ..._protocol.dispatch import TOO_MANY_REQUESTS, Call, Caller, Channel, Exch
 from ..._protocol.jsonrpc import JsonRpcError, Message
 from ..._protocol.replay import SharedClaims
 from ..._protocol.versions import Era
+from ...backends.base import Backend, BusMessage
 from ..auth import Authenticator, authenticate
 from . import hypercorn_compat, rules, sse
 from .hypercorn_compat import receive_now

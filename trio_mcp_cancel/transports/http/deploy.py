@@ -56,10 +56,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..._core.backend import Backend
 from ..._core.registry import RegistryConfig
 from ..._protocol.dispatch import McpServer
 from ..._protocol.mrtr import secret_from_text
+from ...backends.base import Backend
 from .app import McpHttpApp
 
 __all__ = ["app_from_env", "backend_from_env"]

@@ -8,9 +8,6 @@ directly and the ASGI app stays a thin shell (the sans-IO shape of h11).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -33,6 +30,7 @@ from ..._protocol.versions import (
     has_modern_meta,
     read_envelope,
 )
+from ..._protocol.wire import NAME_BEARING, decode_header_value
 
 __all__ = [
     "HttpError",
@@ -52,17 +50,6 @@ __all__ = [
 ]
 
 LOCAL_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-
-#: Methods whose name (or uri) is mirrored in the ``Mcp-Name`` header.
-NAME_BEARING: Final = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    # Tasks extension: lets a load balancer route to the instance holding the task.
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
 
 # The modern era's table: which JSON-RPC error codes are which HTTP status.
 _MODERN_STATUS: Final = {
@@ -93,7 +80,6 @@ SINGLETON_HEADERS: Final = frozenset(
 _PARAM_PREFIX: Final = "mcp-param-"
 #: Default bound of a request's head (:func:`request_headers`), as ``server_config()``'s.
 MAX_HEAD_BYTES: Final = 16 * 1024
-_B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
 
 
 class HttpError(Exception):
@@ -235,23 +221,6 @@ def is_notification(message: object) -> bool:
 
 def is_initialize(message: object) -> bool:
     return isinstance(message, dict) and message.get("method") == "initialize" and "id" in message
-
-
-def decode_header_value(value: str | None) -> str | None:
-    """A header value as sent: verbatim, or the ``=?base64?...?=`` form decoded.
-
-    A malformed encoded value decodes to ``None``, so it matches nothing.
-    """
-    if value is None:
-        return None
-    match = _B64.fullmatch(value)
-    if match is None:
-        return value
-    try:
-        raw = base64.b64decode(match.group("payload"), validate=True)
-        return raw.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
 
 
 def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> Envelope:

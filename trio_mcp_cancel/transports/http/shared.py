@@ -36,9 +36,9 @@ from typing import Any
 import attrs
 import trio
 
-from ..._core.backend import Backend, BackendUnavailable, BusMessage, SharedCounters
 from ..._protocol.dispatch import Call, Caller, Channel, LegacyState, too_many_requests
 from ..._protocol.jsonrpc import Message
+from ...backends.base import Backend, BackendUnavailable, BusMessage, SharedCounters
 from .sessions import Session, SessionLimitReached, SessionStore
 
 __all__ = ["SessionSharing", "session_key", "tenant_call_slot"]

@@ -36,9 +36,9 @@ from typing import Any, Final, Literal, Protocol
 import attrs
 import trio
 
-from .context import current_request
-from .errors import RequestCancelled
-from .request import TrackedRequest
+from .._core.context import current_request
+from .._core.errors import RequestCancelled
+from .._core.request import TrackedRequest
 
 __all__ = ["CLOSE_STDIN", "ProcessResult", "ProgressReporter", "run_process"]
 

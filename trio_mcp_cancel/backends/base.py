@@ -1,4 +1,4 @@
-"""The pluggable backend: what server processes share, and how they reach each other.
+"""The backend protocols: what server processes share, and how they reach each other.
 
 **Always local** (never in a backend): cancel scopes, the in-flight index
 and the cancellation rows of the :class:`~trio_mcp_cancel.Registry`.  A
@@ -7,7 +7,8 @@ at the wrong process is *forwarded* to the one that runs the request.
 
 **Shared** (in a backend):
 
-* task records (:class:`~trio_mcp_cancel._core.tasks.TaskStore`): ``tasks/get``
+* task records (:class:`TaskStore`; the records and their state machine are
+  :mod:`.task_records`): ``tasks/get``
   may land on any process;
 * legacy sessions (:class:`SessionRecords`): a session created on one worker
   is usable from every worker;
@@ -19,36 +20,35 @@ at the wrong process is *forwarded* to the one that runs the request.
 * per-tenant counters (:class:`SharedCounters`), so a quota cannot be
   bypassed by spreading requests over workers.
 
-:class:`MemoryBackend` is the default: one process, nothing to connect to,
-nothing can fail.  :class:`trio_mcp_cancel.backends.redis.RedisBackend`
-shares everything through Redis.  A backend is a service
+:class:`~.memory.MemoryBackend` (:mod:`.memory`) is the default: one
+process, nothing to connect to, nothing can fail.
+:class:`trio_mcp_cancel.backends.redis.RedisBackend` shares everything
+through Redis.  This module holds the protocols only, so that code which
+takes a backend (the HTTP app, the task manager) depends on neither.  A backend is a service
 (``await nursery.start(backend.run)``); the HTTP app runs it in its ASGI
 lifespan.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-import attrs
 import trio
 
-from .events import EventHub
-from .tasks import MemoryTaskStore, TaskStore
+from .._core.events import EventHub
+from .task_records import Clock, TaskRecord, TaskStatus
 
 __all__ = [
     "Backend",
     "BackendUnavailable",
     "BusMessage",
     "CancelBus",
-    "LocalBus",
-    "LocalCounters",
-    "LocalSessionRecords",
-    "MemoryBackend",
     "SessionRecords",
     "SharedCounters",
+    "TaskStore",
+    "TaskStoreFull",
+    "TaskStoreUnavailable",
 ]
 
 BusMessage = dict[str, Any]
@@ -57,6 +57,24 @@ BusMessage = dict[str, Any]
 
 class BackendUnavailable(Exception):
     """The shared backend cannot be reached; a cross-process operation did not happen."""
+
+
+class TaskStoreUnavailable(Exception):
+    """The shared store cannot be reached; the operation did not happen."""
+
+
+class TaskStoreFull(Exception):
+    """No room for a new record: nothing was stored, nothing was evicted.
+
+    ``limit`` says which bound: ``"tasks"``, the tenant already holds *cap*
+    unexpired records; ``"task_store"``, the whole store holds *cap* (a
+    store never makes room by dropping somebody's unexpired record).
+    """
+
+    def __init__(self, cap: int, limit: Literal["tasks", "task_store"] = "tasks") -> None:
+        super().__init__(f"too many tasks (max {cap}, {limit})")
+        self.cap = cap
+        self.limit: Literal["tasks", "task_store"] = limit
 
 
 class CancelBus(Protocol):
@@ -74,19 +92,6 @@ class CancelBus(Protocol):
     async def publish(self, message: BusMessage) -> None: ...
 
     def subscribe(self, handler: Callable[[BusMessage], object]) -> Callable[[], None]: ...
-
-
-@attrs.define(eq=False)
-class LocalBus:
-    """The bus of a single process: there is nobody else to tell."""
-
-    shared: bool = False
-
-    async def publish(self, message: BusMessage) -> None:
-        await trio.lowlevel.checkpoint()
-
-    def subscribe(self, handler: Callable[[BusMessage], object]) -> Callable[[], None]:
-        return lambda: None
 
 
 class SessionRecords(Protocol):
@@ -117,35 +122,6 @@ class SessionRecords(Protocol):
     async def delete(self, key: str, *, tenant: str | None = None) -> None: ...
 
 
-@attrs.define(eq=False)
-class LocalSessionRecords:
-    """One process: its session store is all there is."""
-
-    shared: bool = False
-
-    async def put(
-        self,
-        key: str,
-        record: dict[str, Any],
-        ttl: float | None,
-        *,
-        tenant: str | None = None,
-        cap: int | None = None,
-    ) -> bool:
-        await trio.lowlevel.checkpoint()
-        return True
-
-    async def get(self, key: str) -> dict[str, Any] | None:
-        await trio.lowlevel.checkpoint()
-        return None
-
-    async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def delete(self, key: str, *, tenant: str | None = None) -> None:
-        await trio.lowlevel.checkpoint()
-
-
 class SharedCounters(Protocol):
     """Counters of things in flight summed over every live process, for quotas.
 
@@ -164,18 +140,57 @@ class SharedCounters(Protocol):
     async def release(self, name: str) -> None: ...
 
 
-@attrs.define(eq=False)
-class LocalCounters:
-    """One process: its local admission limits already count everything."""
+class TaskStore(Protocol):
+    """Where task records live; every method may raise :class:`TaskStoreUnavailable`.
 
-    shared: bool = False
+    ``get`` never returns an expired record (expiry is ``created_at +
+    ttl_ms``, wall-clock); ``settle`` and ``request_cancel`` are atomic
+    read-modify-writes, so concurrent processes see one outcome.
+    """
 
-    async def acquire(self, name: str, cap: int) -> bool:
-        await trio.lowlevel.checkpoint()
-        return True
+    clock: Clock
 
-    async def release(self, name: str) -> None:
-        await trio.lowlevel.checkpoint()
+    async def create(self, record: TaskRecord, max_per_owner: int | None = None) -> None:
+        """Store a new record; once this returns, ``get`` finds it (durable creation).
+
+        Raises :class:`TaskStoreFull` when ``record.quota_key`` (its tenant)
+        already holds *max_per_owner* unexpired records (finished ones
+        included: they take room until their TTL), or when the store itself
+        is full; a store never evicts an unexpired record to make room.
+        Expired records may be dropped on the way, at amortised O(log n)
+        each: creation never scans the unexpired ones.
+        """
+
+    async def get(self, task_id: str) -> TaskRecord | None: ...
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+        input_requests: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        """Apply :func:`transition`; the record after it (``None``: gone)."""
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        """Mark a cancel as requested (no-op on a terminal task); the record, or ``None``."""
+
+    async def set_message(self, task_id: str, message: str) -> TaskRecord | None:
+        """Set ``statusMessage`` (and ``lastUpdatedAt``) of a task that is not terminal.
+
+        Atomic: a task that settled meanwhile keeps its terminal record.
+        The record after the change, ``None`` when nothing changed (gone,
+        expired or terminal).
+        """
+
+    async def purge(self) -> int:
+        """Drop expired records; how many went."""
+
+    async def orphaned(self, record: TaskRecord) -> bool:
+        """Whether the process running *record*'s work is gone (it will never settle it)."""
 
 
 class Backend(Protocol):
@@ -203,22 +218,3 @@ class Backend(Protocol):
     def attach_events(self, hub: EventHub) -> Callable[[], None]:
         """Send the backend's events (``backend.unavailable``...) to *hub* too, until
         the returned function is called; the HTTP app attaches its registry's hub."""
-
-
-@attrs.define(eq=False)
-class MemoryBackend:
-    """One process, in memory: the default backend."""
-
-    tasks: TaskStore = attrs.field(factory=MemoryTaskStore)
-    bus: CancelBus = attrs.field(factory=LocalBus)
-    sessions: SessionRecords = attrs.field(factory=LocalSessionRecords)
-    counters: SharedCounters = attrs.field(factory=LocalCounters)
-    instance_id: str = attrs.field(factory=lambda: secrets.token_hex(8))
-
-    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started(self)
-        await trio.sleep_forever()
-
-    def attach_events(self, hub: EventHub) -> Callable[[], None]:
-        """Nothing can fail here, so there are no events to send."""
-        return lambda: None

@@ -31,10 +31,10 @@ from typing import TypeVar, cast
 import trio
 from trio.lowlevel import RunVar
 
-from .context import current_request
-from .errors import RequestCancelled
-from .events import EventHub, ThreadAbandonedEvent
-from .request import TrackedRequest
+from .._core.context import current_request
+from .._core.errors import RequestCancelled
+from .._core.events import EventHub, ThreadAbandonedEvent
+from .._core.request import TrackedRequest
 
 __all__ = ["CancelToken", "ThreadLimit", "cancel_token", "run_sync"]
 

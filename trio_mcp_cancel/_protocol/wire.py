@@ -1,0 +1,165 @@
+"""What client and server share on the wire: names, ``_meta`` keys, codes, header rules.
+
+One home for every spelling both ends must agree on, so the client
+(:mod:`trio_mcp_cancel.client`) and the server read it from the same
+place and the client never imports a server module.  The server modules
+(:mod:`.versions`, :mod:`.jsonrpc`, :mod:`.subscriptions`, the HTTP rules)
+import from here.  Data and pure functions only: no I/O, no state, and no
+import from the package except the kernel's error code, so anything may
+import it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from .._core.errors import REQUEST_CANCELLED
+
+__all__ = [
+    "HEADER_MISMATCH",
+    "HEADER_METHOD",
+    "HEADER_NAME",
+    "HEADER_PARAM_PREFIX",
+    "HEADER_PROTOCOL_VERSION",
+    "HEADER_SESSION_ID",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "LATEST_LEGACY_VERSION",
+    "LATEST_VERSION",
+    "LEGACY_VERSIONS",
+    "META_CLIENT_CAPABILITIES",
+    "META_CLIENT_INFO",
+    "META_LOG_LEVEL",
+    "META_PROTOCOL_VERSION",
+    "META_SERVER_INFO",
+    "META_SUBSCRIPTION_ID",
+    "METHOD_NOT_FOUND",
+    "MISSING_CLIENT_CAPABILITY",
+    "MODERN_ERRORS",
+    "MODERN_VERSIONS",
+    "NAME_BEARING",
+    "PARSE_ERROR",
+    "REQUEST_CANCELLED",
+    "TASKS_EXTENSION",
+    "TASK_STATUSES",
+    "TERMINAL_STATUSES",
+    "TOO_MANY_REQUESTS",
+    "UNSUPPORTED_PROTOCOL_VERSION",
+    "Era",
+    "TaskStatus",
+    "client_declares_tasks",
+    "decode_header_value",
+    "encode_header_value",
+]
+
+# -- eras and versions ---------------------------------------------------------
+
+Era = Literal["modern", "legacy"]
+
+#: Modern revisions served statelessly, newest first.
+MODERN_VERSIONS: Final = ("2026-07-28",)
+#: Legacy revisions served through ``initialize``, oldest first.
+LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_VERSION: Final = MODERN_VERSIONS[0]
+LATEST_LEGACY_VERSION: Final = LEGACY_VERSIONS[-1]
+
+# -- the modern ``_meta`` envelope and other ``_meta`` keys ----------------------
+
+META_PROTOCOL_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
+#: On a notification sent for a ``subscriptions/listen`` stream: the id of that request.
+META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
+
+# -- error codes ---------------------------------------------------------------
+
+#: JSON-RPC 2.0's own codes.
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+#: Admission refused: too many requests in flight (for the connection, the tenant or a tool).
+TOO_MANY_REQUESTS: Final = -32001
+#: 2026-07-28 error codes (renumbered from the draft's -32001/-32003/-32004).
+HEADER_MISMATCH: Final = -32020
+MISSING_CLIENT_CAPABILITY: Final = -32021
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+#: What only a modern server answers about the era itself: a client that gets
+#: one of these is talking to a modern server and must not fall back to legacy.
+MODERN_ERRORS: Final = frozenset(
+    {HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION}
+)
+
+# -- extensions ------------------------------------------------------------------
+
+#: The Tasks extension (SEP-2663), declared in ``capabilities.extensions``.
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+#: A task in one of these never changes again.
+TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+#: Every status a task can have (the server's stores and the client agree on it).
+TASK_STATUSES: Final[frozenset[str]] = frozenset({"working", "input_required"}) | TERMINAL_STATUSES
+
+
+def client_declares_tasks(capabilities: Mapping[str, Any]) -> bool:
+    """Whether client *capabilities* declare the Tasks extension (its value an object)."""
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
+
+
+# -- Streamable HTTP headers -----------------------------------------------------
+# Canonical spellings, as a client sends them; HTTP header names are
+# case-insensitive, so a server compares them lower-cased.
+
+HEADER_SESSION_ID: Final = "Mcp-Session-Id"
+HEADER_PROTOCOL_VERSION: Final = "MCP-Protocol-Version"
+HEADER_METHOD: Final = "Mcp-Method"
+HEADER_NAME: Final = "Mcp-Name"
+#: ``Mcp-Param-<Name>`` mirrors a tool argument whose schema says ``"x-mcp-header": "<Name>"``.
+HEADER_PARAM_PREFIX: Final = "Mcp-Param-"
+
+#: Methods whose name (or uri) is mirrored in the ``Mcp-Name`` header: the key in ``params``.
+NAME_BEARING: Final = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # Tasks extension: lets a load balancer route to the instance holding the task.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+
+_B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
+
+
+def encode_header_value(value: str) -> str:
+    """Plain printable ASCII as is, anything else as ``=?base64?...?=`` (MCP's encoding)."""
+    if value.isascii() and value.isprintable() and value == value.strip():
+        return value
+    return "=?base64?" + base64.b64encode(value.encode()).decode("ascii") + "?="
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """A header value as sent: verbatim, or the ``=?base64?...?=`` form decoded.
+
+    A malformed encoded value decodes to ``None``, so it matches nothing.
+    """
+    if value is None:
+        return None
+    match = _B64.fullmatch(value)
+    if match is None:
+        return value
+    try:
+        raw = base64.b64decode(match.group("payload"), validate=True)
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
