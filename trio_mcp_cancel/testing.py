@@ -56,7 +56,8 @@ from ._core.registry import (
     _current_registry,
     open_registry,
 )
-from ._protocol.dispatch import Caller, LegacyState, McpServer
+from ._protocol.exchange import Caller, LegacyState
+from ._protocol.mcp_server import McpServer
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 __all__ = [

@@ -27,7 +27,7 @@ from functools import partial
 
 import trio
 
-from .._protocol.dispatch import McpServer
+from .._protocol.mcp_server import McpServer
 from ..transports.http.deploy import _seconds, backend_from_env
 from ..transports.http.serving import serve, server_config
 from . import target

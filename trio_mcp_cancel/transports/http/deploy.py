@@ -55,7 +55,7 @@ from typing import Any
 
 from ..._core.backend import Backend
 from ..._core.registry import RegistryConfig
-from ..._protocol.dispatch import McpServer
+from ..._protocol.mcp_server import McpServer
 from ..._protocol.mrtr import secret_from_text
 from .app import McpHttpApp
 
