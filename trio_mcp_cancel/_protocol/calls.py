@@ -56,9 +56,16 @@ MODERN_ONLY: Final[frozenset[Era]] = frozenset({"modern"})
 
 @attrs.define(eq=False, slots=True)
 class Rejected:
-    """A message answered at once with *error* (its ``request_id`` set when known)."""
+    """A message answered at once with *error* (its ``request_id`` set when known).
+
+    ``request`` is the request when the message was a well-formed one that
+    cannot be served (unknown method or tool, bad envelope, a capability
+    the client lacks), ``None`` when the message itself is malformed: HTTP
+    answers the first like any request and the second with ``400``.
+    """
 
     error: JsonRpcError
+    request: jsonrpc.Request | None = None
 
 
 @attrs.define(eq=False, slots=True)

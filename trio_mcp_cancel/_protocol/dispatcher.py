@@ -149,7 +149,7 @@ class Dispatcher:
                     tool = target(self.server, parsed.params)
         except JsonRpcError as exc:
             exc.request_id = parsed.id
-            return Rejected(exc)
+            return Rejected(exc, parsed)
         return RequestCall(era, parsed, method, tool, envelope)
 
     def _find_tool(self, params: Mapping[str, Any]) -> Tool:

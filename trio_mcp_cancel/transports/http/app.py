@@ -498,7 +498,7 @@ class McpHttpApp:
                 rules.check_param_headers(headers, call.tool.input_schema, params.get("arguments"))
             except JsonRpcError as exc:
                 exc.request_id = call.request.id
-                rejected: Call = Rejected(exc)
+                rejected: Call = Rejected(exc, call.request)
                 call = rejected
         if not isinstance(call, RequestCall):
             error = call.error if isinstance(call, Rejected) else None
@@ -554,7 +554,11 @@ class McpHttpApp:
             if forward and self._sharing is not None:
                 await self._sharing.forward_cancel(caller.namespace, notified.params)
         if isinstance(call, Rejected):
-            await self._respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
+            # A malformed message is a 400; a request that cannot be served
+            # is answered like any other request of its era.
+            status = 400 if call.request is None else rules.status_for(call.error.code, "legacy")
+            body = jsonrpc.encode(call.error.to_message())
+            await self._respond(send, status, body, extra, json=None if status == 400 else True)
             return None
         if not isinstance(call, RequestCall):
             await self._respond(send, 202, b"", extra)
