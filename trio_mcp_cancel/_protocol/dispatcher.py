@@ -211,6 +211,7 @@ class Dispatcher:
         exchange: Exchange,
         *,
         allow_silence: bool = True,
+        admitted: bool = False,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> Message | None:
         """Answer one prepared request: the one place errors become JSON-RPC errors.
@@ -220,15 +221,21 @@ class Dispatcher:
         response must carry something, so that transport passes ``False``
         and gets ``-32800``).  ``task_status.started()`` is reported once the
         request can be cancelled, at the latest when the answer is ready.
+
+        *admitted*: the transport already took the call's slots with
+        :meth:`admit` (to refuse before committing to a response), so
+        admission runs once per call; the slots are released here all the
+        same.  Nothing may checkpoint between that ``admit`` and this call.
         """
         request = call.request
         h = HandlerInput(self.server, call, caller, exchange, self.failures, task_status)
         if caller.channel is not None:
             caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
-            refused = self.admit(call, caller, exchange)
-            if refused is not None:
-                return refused
+            if not admitted:
+                refused = self.admit(call, caller, exchange)
+                if refused is not None:
+                    return refused
             try:
                 result = await call.method.handler(h)
             finally:

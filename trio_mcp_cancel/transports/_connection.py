@@ -7,7 +7,7 @@ ends cancel everything still running.  A transport only supplies the
 framing: an async iterator of incoming texts and a function that writes one.
 
 **Ordering.**  A tracked tool call is started with ``nursery.start``, which
-returns once the dispatcher has registered it (see :meth:`McpServer.run`),
+returns once the dispatcher has registered it (see :meth:`Dispatcher.answer`),
 so a ``notifications/cancelled`` read right after its request always finds
 it.  A request that changes the connection's state (``initialize``,
 ``logging/setLevel``: the method's ``ordered`` flag) is finished before the
