@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, modern_meta
 from trio.testing import MockClock
 
 from trio_mcp_cancel import open_registry
+from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
     CLIENT_RESPONSE,
     HandlerInput,
@@ -22,6 +24,7 @@ from trio_mcp_cancel._protocol.calls import (
     RequestCall,
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
+from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import TOO_MANY_REQUESTS, Caller, Exchange, McpServer, ToolContext
 
 Message = dict[str, Any]
@@ -146,3 +149,19 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
     assert (h.server, h.caller, h.exchange, h.era) == (server, caller, exchange, "legacy")
     # Another server's table is untouched.
     assert "test/probe" not in Dispatcher.of(make_server()).methods
+
+
+async def test_a_modern_post_of_a_response_is_an_invalid_request_not_a_crash() -> None:
+    server = make_server()
+    async with open_registry() as registry:
+        app = McpHttpApp(server, registry)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(app, nursery)
+            async with client.lifespan():
+                body = {"jsonrpc": "2.0", "id": 1, "result": {}, "params": {"_meta": modern_meta()}}
+                exchange = await client.request("POST", modern_headers(None), body)
+                assert exchange.status == 400
+                assert exchange.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+                # The server keeps serving.
+                reply = await client.request("POST", headers_of(ok := modern_call(2, "echo")), ok)
+                assert reply.json()["result"]["content"][0]["text"] == "hi"

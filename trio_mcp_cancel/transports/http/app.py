@@ -501,8 +501,10 @@ class McpHttpApp:
                 rejected: Call = Rejected(exc, call.request)
                 call = rejected
         if not isinstance(call, RequestCall):
-            error = call.error if isinstance(call, Rejected) else None
-            assert error is not None  # a request with an "id" is a request, or rejected
+            if isinstance(call, Rejected):
+                error = call.error
+            else:  # a response (or a notification) carrying an envelope: not a request
+                error = JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
             status = rules.status_for(error.code, "modern")
             await self._respond(send, status, jsonrpc.encode(error.to_message()), json=True)
             return None
