@@ -56,6 +56,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
@@ -540,7 +541,9 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
             clients_seconds = time.perf_counter() - started
             drain_started = time.perf_counter()
             with trio.move_on_after(HANG_LIMIT):
-                await _until(lambda: not (registry.in_flight_count or server.calls_in_flight))
+                await _until(
+                    lambda: not (registry.in_flight_count or Dispatcher.of(server).calls_in_flight)
+                )
             drained = time.perf_counter() - drain_started
             # Let hypercorn close the connections the clients left (see KEEP_ALIVE).
             settle_started = time.perf_counter()
@@ -565,7 +568,7 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
                 ),
                 "rows_left": registry.row_count,
                 "in_flight_left": registry.in_flight_count,
-                "calls_counted_left": server.calls_in_flight,
+                "calls_counted_left": Dispatcher.of(server).calls_in_flight,
                 "sessions_left": len(store),
                 "busy_sessions_left": busy_sessions,
                 "tasks_before": tasks_before,

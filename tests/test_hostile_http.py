@@ -34,6 +34,7 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     open_registry,
 )
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import TOO_MANY_REQUESTS, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
@@ -120,7 +121,7 @@ async def serving(
                     await client.wait_all_done()
         client.check()
         assert_no_leaks(registry)
-        assert server.calls_in_flight == 0
+        assert Dispatcher.of(server).calls_in_flight == 0
 
 
 def start_modern(asgi: AsgiClient, message: dict[str, Any], **options: Any) -> HttpExchange:

@@ -216,7 +216,7 @@ async def setup(
             yield served, registry, app
         await registry.wait_idle()
         assert_no_leaks(registry)
-        assert app.app.server.calls_in_flight == 0
+        assert app.app.dispatcher.calls_in_flight == 0
 
 
 # -- raw HTTP/1.1 clients ----------------------------------------------------------
@@ -785,11 +785,11 @@ async def test_server_cap_on_calls_in_flight() -> None:
 
                 # A call whose client goes away frees its place.
                 scopes[0].cancel()
-                await wait_until(lambda: app.app.server.calls_in_flight == cap - 1)
+                await wait_until(lambda: app.app.dispatcher.calls_in_flight == cap - 1)
                 assert await call_modern(other, url, "echo", text="in") == "in"
                 probe.release.set()
             assert results == ["released"] * (cap - 1)
-            await wait_until(lambda: app.app.server.calls_in_flight == 0)
+            await wait_until(lambda: app.app.dispatcher.calls_in_flight == 0)
             counted: list[str] = []
 
             async def count() -> None:
@@ -845,6 +845,6 @@ async def test_tenant_and_session_caps_on_calls_in_flight() -> None:
                 assert await call_modern(other, url, "echo", text="other") == "other"
                 probe.release.set()
             assert results == ["released"] * 3
-            await wait_until(lambda: app.app.server.calls_in_flight == 0)
+            await wait_until(lambda: app.app.dispatcher.calls_in_flight == 0)
             async with httpx.AsyncClient(timeout=5) as client:
                 assert await call_modern(client, url, "echo", text="again") == "again"

@@ -18,6 +18,7 @@ import trio.testing
 from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, modern_request
 
 from trio_mcp_cancel import open_registry
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, assert_no_leaks, open_test_client
@@ -69,7 +70,10 @@ async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
         second = client.start_request("subscriptions/listen", LISTEN)
         await client.wait_in_flight(first)
         await client.wait_in_flight(second)
-        assert (server.listen_streams, server.calls_in_flight) == (2, 0)
+        assert (Dispatcher.of(server).listen_streams, Dispatcher.of(server).calls_in_flight) == (
+            2,
+            0,
+        )
         # The one call slot is still free for a call.
         assert (await client.call_tool("echo"))["content"][0]["text"] == "hi"
         with pytest.raises(McpError) as refused:
@@ -78,11 +82,11 @@ async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
         assert refused.value.data == {"limit": "listen_server", "max": 2}
         await first.cancel()
         await trio.testing.wait_all_tasks_blocked()
-        assert server.listen_streams == 1
+        assert Dispatcher.of(server).listen_streams == 1
         third = client.start_request("subscriptions/listen", LISTEN)
         await client.wait_in_flight(third)
-        assert server.listen_streams == 2
-    assert server.listen_streams == 0
+        assert Dispatcher.of(server).listen_streams == 2
+    assert Dispatcher.of(server).listen_streams == 0
 
 
 async def test_per_tenant_listen_cap_over_http_is_a_429_and_leaves_calls_alone(

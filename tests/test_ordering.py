@@ -29,7 +29,8 @@ from trio.testing import MockClock
 from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel import REQUEST_CANCELLED, Registry, RequestCancelledEvent, open_registry
-from trio_mcp_cancel._protocol.dispatch import Call, Caller, Exchange, _Method
+from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, McpError, assert_no_leaks, open_test_client
@@ -47,9 +48,7 @@ ENVELOPE = {
 STRICT = {"grace_period": None, "early_cancel_ttl": None}
 
 
-async def _slow_method(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
+async def _slow_method(h: HandlerInput) -> dict[str, Any]:
     await trio.sleep(100)
     return {"slow": True}
 
@@ -73,7 +72,7 @@ def make_server() -> McpServer:
         return "ok"
 
     # A test-only request that is not a tool and takes long to answer.
-    server._methods["test/slow"] = _Method(_slow_method)
+    Dispatcher.of(server).methods["test/slow"] = Method(_slow_method)
     return server
 
 
@@ -140,10 +139,10 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
     async def racy_dispatch(
         self: MessageConnection, data: str | bytes, nursery: trio.Nursery
     ) -> None:
-        call = self.server.prepare(json.loads(data), self.caller)
-        if call.notification is not None:
-            self.server.notify(call.notification, self.caller)
-        else:
+        call = self.dispatcher.prepare(json.loads(data), self.caller)
+        if isinstance(call, NotificationCall):
+            self.dispatcher.notify(call.notification, self.caller)
+        elif isinstance(call, RequestCall):
             nursery.start_soon(self._run, call)
 
     monkeypatch.setattr(MessageConnection, "dispatch", racy_dispatch)

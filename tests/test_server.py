@@ -27,6 +27,8 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel._protocol import jsonrpc
+from trio_mcp_cancel._protocol.calls import RequestCall
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -148,7 +150,7 @@ async def wait_in_flight(registry: Registry, request_id: object, namespace: str 
 async def handle(message: object, server: McpServer = SERVER) -> Message | None:
     """One message through a fresh registry that must be left empty."""
     async with open_registry() as registry:
-        reply = await server.handle(message, Caller(SCOPE, registry))
+        reply = await Dispatcher.of(server).handle(message, Caller(SCOPE, registry))
         assert_no_leaks(registry)
     return reply
 
@@ -469,7 +471,7 @@ async def test_client_responses_and_notifications_get_no_reply(message: Message)
         events = EventRecorder.attach(registry)
         # An address namespace keeps no early cancels (a session would keep
         # "nothing is running" a few seconds, in case its request comes late).
-        assert await SERVER.handle(message, Caller("ip:192.0.2.1", registry)) is None
+        assert await Dispatcher.of(SERVER).handle(message, Caller("ip:192.0.2.1", registry)) is None
         assert events.events == []
         assert_no_leaks(registry)
 
@@ -484,7 +486,7 @@ async def run_call(
     replies: list[Message | None],
     exchange: Exchange | None = None,
 ) -> None:
-    replies.append(await server.handle(message, caller, exchange))
+    replies.append(await Dispatcher.of(server).handle(message, caller, exchange))
 
 
 async def call_and_cancel(
@@ -500,7 +502,7 @@ async def call_and_cancel(
         nursery.start_soon(run_call, SERVER, call(request_id, tool), caller, replies)
         await wait_in_flight(registry, request_id)
         start = trio.current_time()
-        assert await SERVER.handle(cancel_note(request_id, reason), caller) is None
+        assert await Dispatcher.of(SERVER).handle(cancel_note(request_id, reason), caller) is None
     [reply] = replies
     return reply, trio.current_time() - start
 
@@ -563,16 +565,18 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
         loud: list[Message | None] = []
 
         async def respond_loudly() -> None:
-            prepared = silent.prepare(call(2, "count"), caller)
-            loud.append(await silent.run(prepared, caller, Exchange(), allow_silence=False))
+            dispatcher = Dispatcher.of(silent)
+            prepared = dispatcher.prepare(call(2, "count"), caller)
+            assert isinstance(prepared, RequestCall)
+            loud.append(await dispatcher.answer(prepared, caller, Exchange(), allow_silence=False))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_call, silent, call(1, "count"), caller, replies)
             nursery.start_soon(respond_loudly)
             await wait_in_flight(registry, 1)
             await wait_in_flight(registry, 2)
-            await silent.handle(cancel_note(1, "stop one"), caller)
-            await silent.handle(cancel_note(2, "stop two"), caller)
+            await Dispatcher.of(silent).handle(cancel_note(1, "stop one"), caller)
+            await Dispatcher.of(silent).handle(cancel_note(2, "stop two"), caller)
         assert replies == [None]
         assert loud == [
             {
@@ -586,7 +590,7 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
             }
         ]
         # Silence is only for cancellations: everything else is still answered.
-        reply = await silent.handle(call(3, "echo", {"text": "hi"}), caller)
+        reply = await Dispatcher.of(silent).handle(call(3, "echo", {"text": "hi"}), caller)
         assert reply is not None and reply["result"]["content"][0]["text"] == "hi"
         assert_no_leaks(registry)
 
@@ -602,7 +606,7 @@ async def test_a_notification_from_another_scope_does_not_cancel(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_call, SERVER, call(1, "count", {"n": 3}), alice, replies)
             await wait_in_flight(registry, 1, "session:alice")
-            assert await SERVER.handle(cancel_note(1, "not yours"), mallory) is None
+            assert await Dispatcher.of(SERVER).handle(cancel_note(1, "not yours"), mallory) is None
             # At most an early cancel kept in Mallory's own namespace (see
             # test_an_early_cancel_*): nothing of Alice's is touched.
             assert registry.namespace_row_count("session:alice") == 0
@@ -632,7 +636,7 @@ async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelle
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_call, SERVER, call(5, "helpers"), caller, replies)
             await wait_in_flight(registry, 5)
-            await SERVER.handle(cancel_note(5, "stop the helpers"), caller)
+            await Dispatcher.of(SERVER).handle(cancel_note(5, "stop the helpers"), caller)
         assert replies == [
             {
                 "jsonrpc": "2.0",
@@ -655,7 +659,9 @@ async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
         exchange = Exchange()
         exchange.cancel("stream gone", kind="disconnect")
         assert exchange.request is None
-        reply = await SERVER.handle(call(6, "count"), Caller(SCOPE, registry), exchange)
+        reply = await Dispatcher.of(SERVER).handle(
+            call(6, "count"), Caller(SCOPE, registry), exchange
+        )
         assert reply == {
             "jsonrpc": "2.0",
             "id": 6,
@@ -710,7 +716,9 @@ async def test_progress_is_sent_with_a_progress_token(
     sink = Sink()
     async with open_registry() as registry:
         message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
-        reply = await SERVER.handle(message, Caller(SCOPE, registry), Exchange(send=sink))
+        reply = await Dispatcher.of(SERVER).handle(
+            message, Caller(SCOPE, registry), Exchange(send=sink)
+        )
         assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
         assert_no_leaks(registry)
     assert sink.messages == [
@@ -733,7 +741,9 @@ async def test_no_progress_without_a_valid_token(
     sink = Sink()
     async with open_registry() as registry:
         message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
-        reply = await SERVER.handle(message, Caller(SCOPE, registry), Exchange(send=sink))
+        reply = await Dispatcher.of(SERVER).handle(
+            message, Caller(SCOPE, registry), Exchange(send=sink)
+        )
         assert reply is not None and reply["result"]["isError"] is False
         assert_no_leaks(registry)
     assert sink.messages == []
@@ -764,7 +774,9 @@ async def test_progress_going_backwards_in_a_tool_is_a_tool_error() -> None:
     sink = Sink()
     async with open_registry() as registry:
         message = call(1, "backwards", _meta={"progressToken": "b"})
-        reply = await SERVER.handle(message, Caller(SCOPE, registry), Exchange(send=sink))
+        reply = await Dispatcher.of(SERVER).handle(
+            message, Caller(SCOPE, registry), Exchange(send=sink)
+        )
         assert reply is not None
         assert reply["result"]["isError"] is True
         assert reply["result"]["content"][0]["text"].startswith("ValueError: progress must")
@@ -795,14 +807,21 @@ async def test_a_non_cancellable_tool_is_not_tracked() -> None:
     async with open_registry() as registry:
         exchange = Exchange()
         exchange.cancel("too late")  # nothing to apply it to
-        reply = await server.handle(call(1, "quick"), Caller(SCOPE, registry), exchange)
+        reply = await Dispatcher.of(server).handle(
+            call(1, "quick"), Caller(SCOPE, registry), exchange
+        )
         assert reply is not None and reply["result"]["content"][0]["text"] == "quick"
         assert seen == [0, False]
         caller = Caller(SCOPE, registry)
-        assert server.prepare(call(1, "quick"), caller).tracked is False
-        assert server.prepare(call(1, "x"), caller).tracked is False
-        assert SERVER.prepare(call(1, "count"), caller).tracked is True
-        assert SERVER.prepare(request(1, "ping", {"name": "count"}), caller).tracked is False
+
+        def tracked(on: McpServer, message: Message) -> bool:
+            prepared = Dispatcher.of(on).prepare(message, caller)
+            return isinstance(prepared, RequestCall) and prepared.tracked
+
+        assert tracked(server, call(1, "quick")) is False
+        assert tracked(server, call(1, "x")) is False
+        assert tracked(SERVER, call(1, "count")) is True
+        assert tracked(SERVER, request(1, "ping", {"name": "count"})) is False
         assert_no_leaks(registry)
 
 
@@ -1082,7 +1101,7 @@ async def handle_fuzzed(message: object) -> Message | None:
     async with open_registry(grace_period=0) as registry:
         caller = Caller("session:fuzz", registry)
         with trio.fail_after(5):
-            reply = await FUZZ_SERVER.handle(message, caller, Exchange(send=sink))
+            reply = await Dispatcher.of(FUZZ_SERVER).handle(message, caller, Exchange(send=sink))
         if is_cancel_notification(message):
             # A cancel for a request not (yet) here is kept as a row, by design:
             # the bounded table of early cancels. Only that one row may remain.

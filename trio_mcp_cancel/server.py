@@ -6,11 +6,13 @@ completion, logging, ``subscriptions/listen`` and multi round-trip requests
 (``InputRequired``); every handler receives a ``ToolContext``.
 Transports build a ``Caller`` (who is calling) and an ``Exchange`` (how to reach
 the request's stream); see
-:mod:`trio_mcp_cancel._protocol.dispatch` for the path every message takes.
+:mod:`trio_mcp_cancel._protocol.dispatcher` for the path every message takes.
 """
 
 from __future__ import annotations
 
+from ._protocol.admission import TOO_MANY_REQUESTS
+from ._protocol.calls import Call
 from ._protocol.content import (
     Audio,
     Content,
@@ -21,18 +23,10 @@ from ._protocol.content import (
     ToolError,
     ToolResult,
 )
-from ._protocol.dispatch import (
-    TOO_MANY_REQUESTS,
-    Call,
-    Caller,
-    Channel,
-    Exchange,
-    LegacyState,
-    McpServer,
-    OnCancel,
-    ToolContext,
-)
+from ._protocol.context import ToolContext
+from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
 from ._protocol.jsonrpc import JsonRpcError
+from ._protocol.mcp_server import McpServer, OnCancel
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.prompts import Message
 from ._protocol.resources import ResourceData

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from ._core.registry import RegistryConfig, open_registry
-from ._protocol.dispatch import McpServer
+from ._protocol.mcp_server import McpServer
 from .transports.stdio import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_MESSAGE_SIZE,

@@ -56,10 +56,11 @@ from ._core.registry import (
     Registry,
     RegistryConfig,
     UseConfig,
-    _current_registry,
+    current_registry_var,
     open_registry,
 )
-from ._protocol.dispatch import Caller, LegacyState, McpServer
+from ._protocol.exchange import Caller, LegacyState
+from ._protocol.mcp_server import McpServer
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 __all__ = [
@@ -301,7 +302,7 @@ async def open_test_client(
             if registry is None:
                 registry = Registry(**registry_config)
                 await nursery.start(_run_in, own_registry, registry.run)
-            token = _current_registry.set(registry)
+            token = current_registry_var.set(registry)
             try:
                 caller: Caller = await nursery.start(serve)
                 client = McpTestClient(
@@ -327,7 +328,7 @@ async def open_test_client(
                 await server_done.wait()
                 own_registry.cancel()
             finally:
-                _current_registry.reset(token)
+                current_registry_var.reset(token)
     except BaseExceptionGroup as group:
         # Our nursery wraps whatever the block raised; a lone exception is
         # the block's own (or the server's), so it comes out as itself.

@@ -26,8 +26,9 @@ __all__ = [
     "reason",
 ]
 
-_current_request: ContextVar[TrackedRequest] = ContextVar("trio_mcp_cancel.request")
-_get_request = _current_request.get
+#: The running request (package-internal: the registry sets it, ``tracked()`` reads it).
+current_request_var: ContextVar[TrackedRequest] = ContextVar("trio_mcp_cancel.request")
+_get_request = current_request_var.get
 
 
 class RequestLike(Protocol):
@@ -54,7 +55,7 @@ def current_request(default: object = _MISSING) -> TrackedRequest | None:
     asking whether nothing was cancelled is almost always a bug (a tool run
     outside the server, or a task spawned outside the request).
     """
-    request = _current_request.get(None)
+    request = current_request_var.get(None)
     if request is None:
         if default is _MISSING:
             raise RuntimeError("not inside a tracked() request")

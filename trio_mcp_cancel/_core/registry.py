@@ -36,7 +36,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .context import RequestLike, _current_request
+from .context import RequestLike, current_request_var
 from .errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from .events import (
     CancelKind,
@@ -154,7 +154,7 @@ class Tracking:
             raise RuntimeError("a tracked() block cannot be entered twice")
         request = self._request = self._registry.track(self._request_id, self._namespace)
         request.cancel_scope.__enter__()
-        self._token = _current_request.set(request)
+        self._token = current_request_var.set(request)
         return request
 
     async def __aexit__(
@@ -168,7 +168,7 @@ class Tracking:
         try:
             request.cancel_scope.__exit__(exc_type, exc, tb)
         finally:
-            _current_request.reset(self._token)
+            current_request_var.reset(self._token)
             self._registry.untrack(request)
         cancellation = request.cancellation
         if request.cancel_scope.cancelled_caught:
@@ -602,20 +602,20 @@ async def open_registry(
     registry = Registry(config, **overrides)
     async with trio.open_nursery() as nursery:
         await nursery.start(registry.run)
-        token = _current_registry.set(registry)
+        token = current_registry_var.set(registry)
         try:
             yield registry
         finally:
-            _current_registry.reset(token)
+            current_registry_var.reset(token)
             nursery.cancel_scope.cancel()
 
 
-_current_registry: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
+current_registry_var: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registry")
 
 
 def current_registry() -> Registry:
     """Return the registry of the innermost enclosing ``open_registry()`` block."""
-    registry = _current_registry.get(None)
+    registry = current_registry_var.get(None)
     if registry is None:
         raise RuntimeError(
             "no registry is running here: use 'async with open_registry() as reg'"

@@ -1,44 +1,87 @@
-"""A server-wide and per-tenant count of something admitted, with its caps.
+"""Admission: the server-wide and per-tenant counts of what runs, and the refusal over a cap.
 
-:class:`~.dispatch.McpServer` keeps two: one for tool calls (and the other
-requests that run tracked work), one for open ``subscriptions/listen``
-streams.  A listen stream is not a call: it is meant to stay open for
-hours, so counting it against the call caps would let a client's listeners
-starve its own calls, and a call-sized cap would be far too low for them.
+The :class:`~.dispatcher.Dispatcher` keeps two :class:`Slots`: one for tool
+calls (and the other requests that run tracked work), one for open
+``subscriptions/listen`` streams.  A listen stream is not a call: it is
+meant to stay open for hours, so counting it against the call caps would
+let a client's listeners starve its own calls, and a call-sized cap would
+be far too low for them.  The caps themselves are the server's
+configuration (:class:`~.mcp_server.McpServer`), read at each check, so a
+cap changed while serving applies to the next call.
 """
 
 from __future__ import annotations
 
+from typing import Final, Literal
+
 import attrs
 
-__all__ = ["Slots"]
+from .._core.validation import RequestId
+from .jsonrpc import Message, error_message
+from .wire import TOO_MANY_REQUESTS
+
+__all__ = [
+    "CALL_LIMITS",
+    "LISTEN_LIMITS",
+    "TOO_MANY_REQUESTS",
+    "Limit",
+    "Slots",
+    "check_cap",
+    "too_many_requests",
+]
+
+#: JSON-RPC error code (implementation-defined) for a call over an admission
+#: limit: a channel's ``max_concurrent_requests``, the server-wide or
+#: per-tenant caps, or the task manager's running-task bounds.
+
+#: Which admission limit a refused call hit, in the error's ``data.limit``.
+#: ``listen_server`` / ``listen_tenant``: the separate bounds of open
+#: ``subscriptions/listen`` streams.
+Limit = Literal["server", "tenant", "channel", "listen_server", "listen_tenant"]
+
+#: The ``data.limit`` of a refused call, by the :class:`Slots` cap it hit.
+CALL_LIMITS: Final[dict[str, Limit]] = {"server": "server", "tenant": "tenant"}
+#: The ``data.limit`` of a refused listen stream, by the :class:`Slots` cap it hit.
+LISTEN_LIMITS: Final[dict[str, Limit]] = {"server": "listen_server", "tenant": "listen_tenant"}
+
+
+def too_many_requests(request_id: RequestId, limit: Limit = "channel", cap: int = 0) -> Message:
+    """The answer to a call over one of the admission limits."""
+    return error_message(
+        request_id, TOO_MANY_REQUESTS, "Too many concurrent requests", {"limit": limit, "max": cap}
+    )
+
+
+def check_cap(cap: int | None) -> int | None:
+    """*cap*, validated: a concurrency limit is at least 1, or ``None`` (no limit)."""
+    if cap is not None and cap < 1:
+        raise ValueError("concurrency limits must be at least 1 (or None)")
+    return cap
 
 
 @attrs.define(eq=False)
 class Slots:
-    """How many are held, in total and per tenant; ``None`` caps nothing.
+    """How many are held, in total and per tenant.
 
     *tenant* ``None`` (stdio, tests: nobody to count it against) is counted
     in the total only.
     """
 
-    total_cap: int | None
-    tenant_cap: int | None
     held: int = 0
     by_tenant: dict[str, int] = attrs.field(factory=dict)
 
-    def __attrs_post_init__(self) -> None:
-        for cap in (self.total_cap, self.tenant_cap):
-            if cap is not None and cap < 1:
-                raise ValueError("concurrency limits must be at least 1 (or None)")
+    def full(
+        self, tenant: str | None, total_cap: int | None, tenant_cap: int | None
+    ) -> tuple[str, int] | None:
+        """Which cap taking one more slot would exceed (``"server"``/``"tenant"``), if any.
 
-    def full(self, tenant: str | None) -> tuple[str, int] | None:
-        """Which cap taking one more slot would exceed (``"server"``/``"tenant"``), if any."""
-        if self.total_cap is not None and self.held >= self.total_cap:
-            return "server", self.total_cap
-        cap = self.tenant_cap
-        if cap is not None and tenant is not None and self.by_tenant.get(tenant, 0) >= cap:
-            return "tenant", cap
+        ``None`` caps nothing.
+        """
+        if total_cap is not None and self.held >= total_cap:
+            return "server", total_cap
+        if tenant_cap is not None and tenant is not None:
+            if self.by_tenant.get(tenant, 0) >= tenant_cap:
+                return "tenant", tenant_cap
         return None
 
     def take(self, tenant: str | None) -> None:

@@ -1,7 +1,7 @@
 """What a server offers besides tools: resources, prompts, completion, subscriptions, MRTR state.
 
 :class:`ServerFeatures` is the registration half of
-:class:`~.dispatch.McpServer` (its decorators and the state they fill);
+:class:`~.mcp_server.McpServer` (its decorators and the state they fill);
 the methods that serve them are in :mod:`.surface`.  Registering or removing
 anything while the server runs tells the ``subscriptions/listen`` streams
 that asked (``notifications/*/list_changed``).

@@ -1,19 +1,19 @@
 """The method-table entries for resources, prompts, completion and ``subscriptions/listen``.
 
-Each handler has the dispatch core's handler signature and is bound into
-:class:`~.dispatch.McpServer`'s method table (``METHODS``).  The methods
+Each handler takes one :class:`~.calls.HandlerInput`; :mod:`.methods`
+binds them (``METHODS``) into the one method table.  The methods
 that do work on the server's behalf (``resources/read``, ``prompts/get``,
 ``subscriptions/listen``) have a *target* (``TARGETS``): the dispatcher
 finds it while classifying the message and then runs the work inside
 ``tracked()`` like a tool call, so every cancellation form (a closed HTTP
 stream, ``notifications/cancelled``, a time limit, shutdown) stops it the
 same way, with the same admission limits (a listen stream has its own:
-it is long-lived, not a call; see :class:`~.dispatch.McpServer`).
+it is long-lived, not a call; see :class:`~.mcp_server.McpServer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
@@ -21,19 +21,10 @@ import trio
 
 from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
-from .dispatch import (
-    _LEGACY,
-    Call,
-    Caller,
-    Exchange,
-    McpServer,
-    _Method,
-    client_capabilities,
-    input_required,
-    make_context,
-    run_target,
-)
+from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
+from .context import client_capabilities, input_required, make_context, run_target
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
+from .mcp_server import McpServer
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
@@ -41,11 +32,9 @@ from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, read_filter
 from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
-from .versions import Era
 
 __all__ = ["METHODS", "TARGETS", "next_notification"]
 
-_MODERN: Final[frozenset[Era]] = frozenset({"modern"})
 _LISTEN_FILTERS: Final = frozenset(
     {
         "toolsListChanged",
@@ -65,11 +54,10 @@ def _target(name: str) -> Tool:
     return Tool(name, name, _never, {}, {}, cancellable=True)
 
 
-def _cache(
-    server: McpServer, call: Call, result: dict[str, Any], *, listing: bool
-) -> dict[str, Any]:
+def _cache(h: HandlerInput, result: dict[str, Any], *, listing: bool) -> dict[str, Any]:
     """Modern results of lists and reads carry ``ttlMs`` and ``cacheScope`` (SEP-2549)."""
-    if call.era == "modern":
+    server = h.server
+    if h.call.era == "modern":
         if listing:
             result.setdefault("ttlMs", server.list_ttl_ms)
             result.setdefault("cacheScope", "public")
@@ -79,34 +67,25 @@ def _cache(
     return result
 
 
-def _params(call: Call) -> Mapping[str, Any]:
-    assert call.request is not None
-    return call.request.params
-
-
-def _listing(server: McpServer, call: Call, key: str, items: list[Any]) -> dict[str, Any]:
+def _listing(h: HandlerInput, key: str, items: list[Any]) -> dict[str, Any]:
     """One page of a list result under *key* (``cursor`` in, ``nextCursor`` out; ``-32602``).
 
     Only the page's items are described, and the modern caching fields added.
     """
-    items_page, more = page(key, items, _params(call), server.page_size)
+    items_page, more = page(key, items, h.params, h.server.page_size)
     result = {key: [item.describe() for item in items_page], **more}
-    return _cache(server, call, result, listing=True)
+    return _cache(h, result, listing=True)
 
 
 # -- resources -----------------------------------------------------------------
 
 
-async def _list_resources(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    return _listing(server, call, "resources", list(server.resources.resources.values()))
+async def _list_resources(h: HandlerInput) -> dict[str, Any]:
+    return _listing(h, "resources", list(h.server.resources.resources.values()))
 
 
-async def _list_templates(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    return _listing(server, call, "resourceTemplates", list(server.resources.templates.values()))
+async def _list_templates(h: HandlerInput) -> dict[str, Any]:
+    return _listing(h, "resourceTemplates", list(h.server.resources.templates.values()))
 
 
 def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
@@ -114,37 +93,31 @@ def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
     return _target("resources/read")
 
 
-async def _read_resource(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    uri = _params(call)["uri"]
-    reader, variables, mime_type = server.resources.find(uri)
-    ctx = await make_context(server, call, caller, exchange, uri)
-    value = await run_target(call, caller, exchange, started, lambda: reader(ctx, **variables))
+async def _read_resource(h: HandlerInput) -> dict[str, Any]:
+    uri = h.params["uri"]
+    reader, variables, mime_type = h.server.resources.find(uri)
+    ctx = await make_context(h, uri)
+    value = await run_target(h, lambda: reader(ctx, **variables))
     if isinstance(value, InputRequired):
-        return input_required(server, call, caller, value, uri)
-    return _cache(server, call, read_result(uri, value, mime_type), listing=False)
+        return input_required(h, value, uri)
+    return _cache(h, read_result(uri, value, mime_type), listing=False)
 
 
-async def _subscribe(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
+async def _subscribe(h: HandlerInput) -> dict[str, Any]:
     """Legacy ``resources/subscribe`` / ``unsubscribe``: accepted for a known URI.
 
     Updates would travel on the legacy GET stream, which this library does
     not serve (see README); the modern era subscribes with ``subscriptions/listen``.
     """
-    server.resources.find(_params(call).get("uri"))  # unknown: -32602 with the uri
+    h.server.resources.find(h.params.get("uri"))  # unknown: -32602 with the uri
     return {}
 
 
 # -- prompts and completion ---------------------------------------------------------
 
 
-async def _list_prompts(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    return _listing(server, call, "prompts", list(server.prompts.prompts.values()))
+async def _list_prompts(h: HandlerInput) -> dict[str, Any]:
+    return _listing(h, "prompts", list(h.server.prompts.prompts.values()))
 
 
 def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
@@ -152,26 +125,22 @@ def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
     return _target("prompts/get")
 
 
-async def _get_prompt(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    params = _params(call)
-    prompt = server.prompts.find(params.get("name"))
+async def _get_prompt(h: HandlerInput) -> dict[str, Any]:
+    params = h.params
+    prompt = h.server.prompts.find(params.get("name"))
     arguments = prompt.bind(params.get("arguments"))
-    ctx = await make_context(server, call, caller, exchange, prompt.name)
-    value = await run_target(call, caller, exchange, started, lambda: prompt.fn(ctx, **arguments))
+    ctx = await make_context(h, prompt.name)
+    value = await run_target(h, lambda: prompt.fn(ctx, **arguments))
     if isinstance(value, InputRequired):
-        return input_required(server, call, caller, value, prompt.name)
+        return input_required(h, value, prompt.name)
     return prompt_result(value, prompt.description)
 
 
-async def _complete(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    completer, value, context = server.prompts.completer(_params(call))
+async def _complete(h: HandlerInput) -> dict[str, Any]:
+    completer, value, context = h.server.prompts.completer(h.params)
     if completer is None:
         return completion_result([])
-    ctx = await make_context(server, call, caller, exchange, "completion/complete")
+    ctx = await make_context(h, "completion/complete")
     return completion_result(list(await completer(ctx, value, context)))
 
 
@@ -183,12 +152,9 @@ def _listen_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
     return _target("subscriptions/listen")
 
 
-async def _listen(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
+async def _listen(h: HandlerInput) -> dict[str, Any]:
     """Acknowledge, then forward matching notifications until the request is cancelled."""
-    request = call.request
-    assert request is not None
+    request, exchange, server = h.call.request, h.exchange, h.server
     if exchange.send is None:
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
@@ -196,9 +162,9 @@ async def _listen(
     if granted.task_ids:
         # Tasks extension: declared on this request (-32021), and only the
         # caller's own tasks are granted (others are "not found", silently).
-        if not client_declares_tasks(client_capabilities(call, caller)):
+        if not client_declares_tasks(client_capabilities(h)):
             raise require_tasks_extension()
-        owned = await server.tasks.owned(caller.namespace, granted.task_ids)
+        owned = await server.tasks.owned(h.caller.namespace, granted.task_ids)
         granted = attrs.evolve(granted, task_ids=owned)
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = server.subscriptions
@@ -230,7 +196,7 @@ async def _listen(
             hub.close(listener)
         return {"_meta": dict(tag)}
 
-    result: dict[str, Any] = await run_target(call, caller, exchange, started, body)
+    result: dict[str, Any] = await run_target(h, body)
     return result
 
 
@@ -254,19 +220,19 @@ async def next_notification(
     return None
 
 
-METHODS: Final[dict[str, _Method]] = {
-    "resources/list": _Method(_list_resources),
-    "resources/templates/list": _Method(_list_templates),
-    "resources/read": _Method(_read_resource),
-    "resources/subscribe": _Method(_subscribe, _LEGACY),
-    "resources/unsubscribe": _Method(_subscribe, _LEGACY),
-    "prompts/list": _Method(_list_prompts),
-    "prompts/get": _Method(_get_prompt),
-    "completion/complete": _Method(_complete),
-    "subscriptions/listen": _Method(_listen, _MODERN),
+METHODS: Final[dict[str, Method]] = {
+    "resources/list": Method(_list_resources),
+    "resources/templates/list": Method(_list_templates),
+    "resources/read": Method(_read_resource),
+    "resources/subscribe": Method(_subscribe, LEGACY_ONLY),
+    "resources/unsubscribe": Method(_subscribe, LEGACY_ONLY),
+    "prompts/list": Method(_list_prompts),
+    "prompts/get": Method(_get_prompt),
+    "completion/complete": Method(_complete),
+    "subscriptions/listen": Method(_listen, MODERN_ONLY),
 }
 
-TARGETS: Final[dict[str, Callable[[McpServer, Mapping[str, Any]], Tool]]] = {
+TARGETS: Final[dict[str, Target]] = {
     "resources/read": _resource_target,
     "prompts/get": _prompt_target,
     "subscriptions/listen": _listen_target,

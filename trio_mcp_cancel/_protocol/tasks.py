@@ -61,7 +61,7 @@ import logging
 import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -82,13 +82,13 @@ from ..backends.base import (
 )
 from ..backends.memory import LocalBus, LocalCounters, MemoryTaskStore
 from ..backends.task_records import TaskRecord, TaskStatus, new_task_id
+from .admission import TOO_MANY_REQUESTS
+from .exchange import Exchange
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
 from .task_progress import TaskProgress, progress_message
 from .tools import TaskSupport
 from .versions import MISSING_CLIENT_CAPABILITY
-
-if TYPE_CHECKING:
-    from .dispatch import Call, Caller, Exchange, McpServer
+from .wire import TASKS_EXTENSION, client_declares_tasks
 
 __all__ = [
     "TASKS_EXTENSION",
@@ -102,18 +102,8 @@ __all__ = [
 logger = logging.getLogger("trio_mcp_cancel.tasks")
 _failures = RateLimitedLog(logger)  # the same failure, task after task: one line a minute
 
-TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
-
-#: Same code as ``dispatch.TOO_MANY_REQUESTS``: admission refused.
-_TOO_MANY: Final = -32001
-
-Runner = Callable[["Exchange", str], Awaitable[dict[str, Any]]]
+Runner = Callable[[Exchange, str], Awaitable[dict[str, Any]]]
 """Runs the tool with the task's exchange and id (inside ``tracked()``); its ``CallToolResult``."""
-
-
-def client_declares_tasks(capabilities: Mapping[str, Any]) -> bool:
-    extensions = capabilities.get("extensions")
-    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 
 
 def require_tasks_extension() -> JsonRpcError:
@@ -469,12 +459,14 @@ class TaskManager:
             raise JsonRpcError(INTERNAL_ERROR, "Internal error: tasks are not being served")
         if len(self._running) >= self.max_running:
             raise JsonRpcError(
-                _TOO_MANY, "Too many running tasks", {"limit": "server", "max": self.max_running}
+                TOO_MANY_REQUESTS,
+                "Too many running tasks",
+                {"limit": "server", "max": self.max_running},
             )
         quota = owner if tenant is None else tenant
         if self._per_owner.get(quota, 0) >= self.max_running_per_owner:
             raise JsonRpcError(
-                _TOO_MANY,
+                TOO_MANY_REQUESTS,
                 "Too many running tasks",
                 {"limit": "tenant", "max": self.max_running_per_owner},
             )
@@ -498,7 +490,7 @@ class TaskManager:
             except TaskStoreFull as exc:
                 await self._release_shared(quota)
                 raise JsonRpcError(
-                    _TOO_MANY, "Too many tasks", {"limit": exc.limit, "max": exc.cap}
+                    TOO_MANY_REQUESTS, "Too many tasks", {"limit": exc.limit, "max": exc.cap}
                 ) from None
             except BaseException:
                 await self._release_shared(quota)
@@ -538,7 +530,7 @@ class TaskManager:
             raise TaskStoreUnavailable(str(exc)) from exc
         if not taken:
             raise JsonRpcError(
-                _TOO_MANY,
+                TOO_MANY_REQUESTS,
                 "Too many running tasks",
                 {"limit": "tenant", "max": self.max_running_per_owner},
             )
@@ -802,35 +794,3 @@ class TaskManager:
             except Exception as exc:
                 raise _unavailable(exc) from exc
         return {}
-
-
-# -- the method handlers (wired into dispatch's method table) ---------------
-
-
-def _owner_and_params(call: Call, caller: Caller) -> tuple[str, Mapping[str, Any]]:
-    envelope, request = call.envelope, call.request
-    assert request is not None
-    if envelope is None or not client_declares_tasks(envelope.client_capabilities):
-        raise require_tasks_extension()
-    return caller.namespace, request.params
-
-
-async def tasks_get(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    owner, params = _owner_and_params(call, caller)
-    return await server.tasks.get(owner, params)
-
-
-async def tasks_cancel(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    owner, params = _owner_and_params(call, caller)
-    return await server.tasks.cancel(owner, params)
-
-
-async def tasks_update(
-    server: McpServer, call: Call, caller: Caller, exchange: Exchange, started: Callable[[], None]
-) -> dict[str, Any]:
-    owner, params = _owner_and_params(call, caller)
-    return await server.tasks.update(owner, params)

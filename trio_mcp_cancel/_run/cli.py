@@ -27,8 +27,8 @@ from functools import partial
 
 import trio
 
-from .._protocol.dispatch import McpServer
-from ..transports.http.deploy import _seconds, backend_from_env
+from .._protocol.mcp_server import McpServer
+from ..transports.http.deploy import backend_from_env, seconds_setting
 from ..transports.http.serving import serve, server_config
 from . import target
 
@@ -78,7 +78,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--port must be 0-65535")
     if args.grace is not None:
         try:
-            _seconds({"--grace": args.grace}, "--grace", None)
+            seconds_setting({"--grace": args.grace}, "--grace", None)
         except ValueError as exc:
             parser.error(str(exc))
         os.environ["MCP_GRACE_PERIOD"] = args.grace  # read by app_from_env, here and in workers
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 def _stdio(server: McpServer) -> int:
     from ..stdio import run_stdio
 
-    run_stdio(server, grace_period=_seconds(os.environ, "MCP_GRACE_PERIOD", 5.0))
+    run_stdio(server, grace_period=seconds_setting(os.environ, "MCP_GRACE_PERIOD", 5.0))
     return 0
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import cast
 
-from .._protocol.dispatch import McpServer
+from .._protocol.mcp_server import McpServer
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import app_from_env
 from ..transports.http.serving import AsgiApp

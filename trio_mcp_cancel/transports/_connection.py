@@ -7,7 +7,7 @@ ends cancel everything still running.  A transport only supplies the
 framing: an async iterator of incoming texts and a function that writes one.
 
 **Ordering.**  A tracked tool call is started with ``nursery.start``, which
-returns once the dispatcher has registered it (see :meth:`McpServer.run`),
+returns once the dispatcher has registered it (see :meth:`Dispatcher.answer`),
 so a ``notifications/cancelled`` read right after its request always finds
 it.  A request that changes the connection's state (``initialize``,
 ``logging/setLevel``: the method's ``ordered`` flag) is finished before the
@@ -81,8 +81,11 @@ from .._core.events import CancelKind
 from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._protocol import jsonrpc
-from .._protocol.dispatch import Call, Caller, Channel, Exchange, McpServer
+from .._protocol.calls import NotificationCall, Rejected, RequestCall
+from .._protocol.dispatcher import Dispatcher
+from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
+from .._protocol.mcp_server import McpServer
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
@@ -198,6 +201,12 @@ class MessageConnection:
     _writing: trio.CancelScope | None = attrs.field(init=False, default=None)
     _reading: trio.CancelScope | None = attrs.field(init=False, default=None)
     _draining: bool = attrs.field(init=False, default=False)
+    dispatcher: Dispatcher = attrs.field(init=False)
+    """The server's dispatcher (``Dispatcher.of(server)``), looked up once per connection."""
+
+    @dispatcher.default
+    def _dispatcher_of_server(self) -> Dispatcher:
+        return Dispatcher.of(self.server)
 
     def __attrs_post_init__(self) -> None:
         if self.write_timeout is not None and not self.write_timeout > 0:
@@ -404,23 +413,23 @@ class MessageConnection:
         except JsonRpcError as exc:
             await self.send(exc.to_message())
             return
-        call = self.server.prepare(message, self.caller)
-        if call.notification is not None:
-            self.server.notify(call.notification, self.caller)
-        elif call.error is not None:
+        call = self.dispatcher.prepare(message, self.caller)
+        if isinstance(call, RequestCall):
+            if call.tracked or call.method.ordered:
+                await nursery.start(self._run, call)
+            else:
+                nursery.start_soon(self._run, call)
+        elif isinstance(call, NotificationCall):
+            self.dispatcher.notify(call.notification, self.caller)
+        elif isinstance(call, Rejected):
             await self.send(call.error.to_message())
-        elif call.request is None:
-            return  # a client's response: we send no requests, nothing to match
-        elif call.tracked or (call.method is not None and call.method.ordered):
-            await nursery.start(self._run, call)
-        else:
-            nursery.start_soon(self._run, call)
+        # else a client's response: we send no requests, nothing to match
 
     async def _run(
-        self, call: Call, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, call: RequestCall, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         exchange = Exchange(send=self.send)
-        run = partial(self.server.run, call, self.caller, exchange, task_status=task_status)
+        run = partial(self.dispatcher.answer, call, self.caller, exchange, task_status=task_status)
         if self.max_request_time is None or not call.tracked or call.long_lived:
             reply = await run()
         else:

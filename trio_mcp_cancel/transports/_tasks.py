@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
-from .._protocol.dispatch import McpServer
+from .._protocol.mcp_server import McpServer
 from .._protocol.tasks import TaskManager
 
 __all__ = ["tasks_served"]

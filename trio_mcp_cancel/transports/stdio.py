@@ -56,8 +56,9 @@ import trio
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol import jsonrpc
-from .._protocol.dispatch import Caller, McpServer
+from .._protocol.exchange import Caller
 from .._protocol.jsonrpc import INVALID_REQUEST
+from .._protocol.mcp_server import McpServer
 from ._connection import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_WRITE_TIMEOUT,

@@ -43,7 +43,7 @@ from trio_websocket import (
 )
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
-from .._protocol.dispatch import McpServer
+from .._protocol.mcp_server import McpServer
 from ._connection import (
     _GONE,
     DEFAULT_MAX_BUFFERED_BYTES,

@@ -80,8 +80,12 @@ from ..._core.registry import (
 )
 from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
-from ..._protocol.dispatch import TOO_MANY_REQUESTS, Call, Caller, Channel, Exchange, McpServer
+from ..._protocol.admission import TOO_MANY_REQUESTS
+from ..._protocol.calls import Call, NotificationCall, Rejected, RequestCall
+from ..._protocol.dispatcher import Dispatcher
+from ..._protocol.exchange import Caller, Channel, Exchange
 from ..._protocol.jsonrpc import JsonRpcError, Message
+from ..._protocol.mcp_server import McpServer
 from ..._protocol.replay import SharedClaims
 from ..._protocol.versions import Era
 from ...backends.base import Backend, BusMessage
@@ -210,6 +214,7 @@ class McpHttpApp:
         backend: Backend | None = None,
     ) -> None:
         self.server = server
+        self.dispatcher = Dispatcher.of(server)
         self.backend = backend
         if isinstance(backend, SharedClaims):  # a used requestState is used on every worker
             server.used_states.shared = backend
@@ -486,13 +491,23 @@ class McpHttpApp:
             status = rules.status_for(exc.code, "modern")
             await self._respond(send, status, jsonrpc.encode(exc.to_message()))
             return None
-        call = self.server.prepare(message, caller, envelope=envelope)
-        if call.tool is not None and call.error is None and call.request is not None:
+        call = self.dispatcher.prepare(message, caller, envelope=envelope)
+        if isinstance(call, RequestCall) and call.tool is not None:
             try:  # tools/call: x-mcp-header arguments must match their Mcp-Param-* headers
                 params = call.request.params
                 rules.check_param_headers(headers, call.tool.input_schema, params.get("arguments"))
             except JsonRpcError as exc:
-                exc.request_id, call.error = call.request.id, exc
+                exc.request_id = call.request.id
+                rejected: Call = Rejected(exc, call.request)
+                call = rejected
+        if not isinstance(call, RequestCall):
+            if isinstance(call, Rejected):
+                error = call.error
+            else:  # a response (or a notification) carrying an envelope: not a request
+                error = JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
+            status = rules.status_for(error.code, "modern")
+            await self._respond(send, status, jsonrpc.encode(error.to_message()), json=True)
+            return None
         return _Routed(call, caller, [], "modern")
 
     async def _legacy(self, post: _Post) -> _Routed | None:
@@ -527,8 +542,8 @@ class McpHttpApp:
             post.tenant,
         )
         extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
-        call = self.server.prepare(message, caller)
-        if call.notification is not None:
+        call = self.dispatcher.prepare(message, caller)
+        if isinstance(call, NotificationCall):
             notified = call.notification
             target: Any = notified.params.get("requestId")
             forward = (
@@ -537,15 +552,18 @@ class McpHttpApp:
                 # Running here, it runs nowhere else: no need to tell the others.
                 and not caller.registry.in_flight(target, caller.namespace)
             )
-            self.server.notify(notified, caller)
+            self.dispatcher.notify(notified, caller)
             if forward and self._sharing is not None:
                 await self._sharing.forward_cancel(caller.namespace, notified.params)
-        if call.request is None and call.error is None:
-            await self._respond(send, 202, b"", extra)
+        if isinstance(call, Rejected):
+            # A malformed message is a 400; a request that cannot be served
+            # is answered like any other request of its era.
+            status = 400 if call.request is None else rules.status_for(call.error.code, "legacy")
+            body = jsonrpc.encode(call.error.to_message())
+            await self._respond(send, status, body, extra, json=None if status == 400 else True)
             return None
-        if call.request is None:
-            assert call.error is not None
-            await self._respond(send, 400, jsonrpc.encode(call.error.to_message()), extra)
+        if not isinstance(call, RequestCall):
+            await self._respond(send, 202, b"", extra)
             return None
         return _Routed(call, caller, extra, "legacy", session)
 
@@ -580,7 +598,7 @@ class McpHttpApp:
         if (
             backend is None
             or not backend.counters.shared
-            or self.server.refusal(routed.call, routed.caller)
+            or self.dispatcher.refusal(routed.call, routed.caller)
         ):
             await self._answer_here(routed, receive, send)
             return
@@ -595,7 +613,7 @@ class McpHttpApp:
 
     async def _answer_here(self, routed: _Routed, receive: Receive, send: Send) -> None:
         call, caller = routed.call, routed.caller
-        refused = self.server.refusal(call, caller)
+        refused = self.dispatcher.refusal(call, caller)
         if refused is not None:
             body = jsonrpc.encode(refused)
             await self._respond(send, 429, body, [*routed.extra, *_RETRY_AFTER], json=True)
@@ -603,10 +621,10 @@ class McpHttpApp:
         if call.tracked:
             await self._stream(routed, receive, send)
             return
-        reply = await self.server.run(call, caller, Exchange(), allow_silence=False)
+        reply = await self.dispatcher.answer(call, caller, Exchange(), allow_silence=False)
         assert reply is not None
         session = routed.session
-        if session is not None and self._sharing is not None and call.request is not None:
+        if session is not None and self._sharing is not None:
             method = call.request.method
             if method in ("initialize", "logging/setLevel"):
                 # Shared before the answer: the next POST may go to another worker.
@@ -664,7 +682,7 @@ class McpHttpApp:
         try:
             # The watcher starts when the call first suspends: one that
             # never does cannot be disconnected from mid-way (see lazy.py).
-            run = self.server.run(call, caller, exchange, allow_silence=stream.sse)
+            run = self.dispatcher.answer(call, caller, exchange, allow_silence=stream.sse)
             reply = await await_then(run, watch)
             stream.finish(reply)
             if stream.start_writer is not None:
@@ -859,7 +877,7 @@ class _Post:
 class _Routed:
     """A request its era's rules accepted: the call, its caller, and the extra headers."""
 
-    call: Call
+    call: RequestCall
     caller: Caller
     extra: Headers
     era: Era

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
-from ..._protocol.dispatch import McpServer
+from ..._protocol.mcp_server import McpServer
 from ..._protocol.mrtr import secret_from_text
 from ...backends.base import Backend
 from .app import McpHttpApp
@@ -78,7 +78,7 @@ _REDIS_SCHEMES = (
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: float | None) -> float | None:
+def seconds_setting(environ: Mapping[str, str], name: str, default: float | None) -> float | None:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -112,7 +112,7 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     from ...backends.redis import RedisBackend  # the optional extra, only when asked for
 
     prefix = environ.get("MCP_REDIS_PREFIX", "tmc") or "tmc"
-    hot = _seconds(environ, "MCP_REDIS_HOT_TIMEOUT", RedisBackend.HOT_TIMEOUT)
+    hot = seconds_setting(environ, "MCP_REDIS_HOT_TIMEOUT", RedisBackend.HOT_TIMEOUT)
     if hot is None or hot <= 0:
         raise ValueError("MCP_REDIS_HOT_TIMEOUT must be a number of seconds > 0")
     return RedisBackend(url, prefix=prefix, instance_id=instance, hot_timeout=hot)
@@ -140,11 +140,11 @@ def app_from_env(
     environment.
     """
     environ = os.environ if environ is None else environ
-    grace = _seconds(environ, "MCP_GRACE_PERIOD", 5.0)
+    grace = seconds_setting(environ, "MCP_GRACE_PERIOD", 5.0)
     options: dict[str, Any] = {
         "registry_config": RegistryConfig(grace_period=grace),
         "path": environ.get("MCP_PATH", "/mcp") or "/mcp",
-        "max_request_time": _seconds(environ, "MCP_MAX_REQUEST_TIME", None),
+        "max_request_time": seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None),
         "backend": backend_from_env(environ),
     }
     origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()
@@ -152,7 +152,7 @@ def app_from_env(
         options["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if not options["path"].startswith("/"):
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
-    ttl = _seconds(environ, "MCP_TASK_TTL", 3600.0)
+    ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
     server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
     options.update(overrides)

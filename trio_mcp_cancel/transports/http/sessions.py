@@ -32,7 +32,7 @@ from typing import Literal
 
 import attrs
 
-from ..._protocol.dispatch import Channel
+from ..._protocol.exchange import Channel
 
 __all__ = ["Session", "SessionLimitReached", "SessionStore"]
 

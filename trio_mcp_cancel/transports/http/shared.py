@@ -36,7 +36,9 @@ from typing import Any
 import attrs
 import trio
 
-from ..._protocol.dispatch import Call, Caller, Channel, LegacyState, too_many_requests
+from ..._protocol.admission import too_many_requests
+from ..._protocol.calls import RequestCall
+from ..._protocol.exchange import Caller, Channel, LegacyState
 from ..._protocol.jsonrpc import Message
 from ...backends.base import Backend, BackendUnavailable, BusMessage, SharedCounters
 from .sessions import Session, SessionLimitReached, SessionStore
@@ -210,12 +212,12 @@ class SessionSharing:
 
 @asynccontextmanager
 async def tenant_call_slot(
-    counters: SharedCounters, call: Call, caller: Caller, cap: int | None
+    counters: SharedCounters, call: RequestCall, caller: Caller, cap: int | None
 ) -> AsyncIterator[Message | None]:
     """Hold one of the tenant's tool-call slots counted over every process.
 
     A ``subscriptions/listen`` stream takes none: it is not a call, and
-    has its own (per-process) bounds in :class:`~.dispatch.McpServer`.
+    has its own (per-process) bounds in :class:`~.dispatcher.Dispatcher`.
 
     Yields the refusal (``-32001``, ``data.limit == "tenant"``) when the
     tenant already runs *cap* calls across the deployment, else ``None``
@@ -224,7 +226,7 @@ async def tenant_call_slot(
     ``backend.unavailable`` event): a Redis outage must not stop service.
     """
     tenant, request = caller.tenant, call.request
-    if cap is None or tenant is None or call.tool is None or request is None or call.long_lived:
+    if cap is None or tenant is None or call.tool is None or call.long_lived:
         yield None
         return
     name = "calls:" + tenant

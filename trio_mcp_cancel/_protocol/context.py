@@ -1,0 +1,338 @@
+"""The tool context and running a target: what every handler that runs server code shares.
+
+:class:`ToolContext` is the first argument of every tool, resource reader,
+prompt and completer.  :func:`make_context` builds it for one request
+(opening a modern MRTR ``requestState`` before any server code runs);
+:func:`run_target` runs the work inside ``tracked()`` when it is
+cancellable; :func:`invoke` runs a tool and turns what it returned or
+raised into a tool result, the one place a failing tool becomes
+``isError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from .._core.context import checkpoint_cancelled
+from .._core.errors import RequestCancelled
+from .._core.ratelog import failure_key
+from .._core.registry import Registry
+from .._core.request import TrackedRequest
+from .._core.validation import RequestId, is_valid_request_id
+from .calls import HandlerInput
+from .content import ToolError
+from .exchange import Caller, Exchange
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .mrtr import InputRequired, binding, input_required_result
+from .tools import error_result
+from .versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
+
+__all__ = [
+    "ToolContext",
+    "check_declared",
+    "client_capabilities",
+    "input_required",
+    "invoke",
+    "make_context",
+    "mrtr_identity",
+    "run_target",
+]
+
+
+@attrs.define(eq=False)
+class ToolContext:
+    """The first argument of every tool: identity, cancellation, progress and logging."""
+
+    request_id: RequestId
+    caller: Caller
+    progress_token: str | int | None = None
+    _exchange: Exchange = attrs.field(factory=Exchange)
+    log_level: str | None = None
+    """The least severe level the client wants logged for this request (``None``: none)."""
+    era: Era = "legacy"
+    _last_progress: float = -math.inf
+    client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
+    """What the client declared (modern: on this request; legacy: in ``initialize``)."""
+    input_responses: Mapping[str, Any] | None = None
+    """MRTR: the client's answers to the ``inputRequests`` of the previous round."""
+    request_state: Any = None
+    """MRTR: the state the previous round returned, verified (see :class:`~.mrtr.StateSigner`)."""
+    _task_progress: Callable[[float, float | None, str | None], None] | None = None
+    """Inside a task: where progress goes instead (the task's ``statusMessage``)."""
+
+    @property
+    def namespace(self) -> str:
+        return self.caller.namespace
+
+    @property
+    def registry(self) -> Registry:
+        return self.caller.registry
+
+    @property
+    def request(self) -> TrackedRequest:
+        """The tracked request (available inside a cancellable tool's body)."""
+        request = self._exchange.request
+        if request is None:
+            raise RuntimeError("the tool is not running, or is not cancellable")
+        return request
+
+    @property
+    def last_progress(self) -> float | None:
+        """The last progress value reported (``None`` before the first): the next must exceed it."""
+        return None if self._last_progress == -math.inf else self._last_progress
+
+    @property
+    def cancelled(self) -> bool:
+        """The polled flag of this request (always false for a non-cancellable tool)."""
+        request = self._exchange.request
+        return request is not None and request.cancelled
+
+    async def checkpoint(self) -> None:
+        """``await checkpoint_cancelled()``: a checkpoint that raises once cancelled.
+
+        For a tool registered with ``cancellable=False`` it is a plain checkpoint.
+        """
+        if self._exchange.request is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await checkpoint_cancelled()
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Send ``notifications/progress`` if the client asked for progress.
+
+        Inside a task (no request stream) it updates the task's
+        ``statusMessage`` instead, rate-limited (see :mod:`.task_progress`).
+        MCP requires progress to increase; a value that does not is a bug in
+        the tool and raises :class:`ValueError`.  Nothing is sent once the
+        client cancelled the request.
+        """
+        if not progress > self._last_progress:
+            raise ValueError(f"progress must increase ({progress} after {self._last_progress})")
+        if not math.isfinite(progress) or (total is not None and not math.isfinite(total)):
+            raise ValueError("progress and total must be finite numbers")
+        self._last_progress = progress
+        if self._task_progress is not None:
+            self._task_progress(progress, total, message)
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self._exchange.notify(
+            {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+        )
+
+    async def log(self, level: str, data: object, logger: str | None = None) -> None:
+        """Send ``notifications/message`` on this request's stream.
+
+        Sent only when the client asked for *level* or a less severe one:
+        per request in the modern era (``_meta`` ``logLevel``; no level, no
+        messages), by ``logging/setLevel`` in the legacy era (every level
+        until the client sets one).  Never sent after the client cancelled.
+        """
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}")
+        if self.log_level is None or LOG_LEVELS.index(level) < LOG_LEVELS.index(self.log_level):
+            return
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        await self._exchange.notify(
+            {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
+        )
+
+
+def _log_level(h: HandlerInput) -> str | None:
+    envelope = h.call.envelope
+    if envelope is not None:
+        return envelope.log_level
+    channel = h.caller.channel
+    legacy = channel.legacy if channel is not None else None
+    return LOG_LEVELS[0] if legacy is None or legacy.log_level is None else legacy.log_level
+
+
+def client_capabilities(h: HandlerInput) -> Mapping[str, Any]:
+    """What the client declared: on the request (modern) or in ``initialize`` (legacy)."""
+    envelope = h.call.envelope
+    if envelope is not None:
+        return envelope.client_capabilities
+    channel = h.caller.channel
+    legacy = channel.legacy if channel is not None else None
+    return {} if legacy is None else legacy.client_capabilities
+
+
+async def make_context(h: HandlerInput, target: str) -> ToolContext:
+    """The ``ctx`` of one request: identity, progress, logging and (modern) MRTR input.
+
+    A ``requestState`` is opened (verified) and used up here, before any
+    code of the server runs, so a tampered or replayed one never reaches a
+    tool (``-32602``).
+    """
+    request = h.call.request
+    params = request.params
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    ctx = ToolContext(
+        request.id,
+        h.caller,
+        token if is_valid_request_id(token) else None,
+        h.exchange,
+        _log_level(h),
+        h.call.era,
+        client_capabilities=client_capabilities(h),
+    )
+    if h.call.era == "modern":
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+        ctx.input_responses = responses
+        if "requestState" in params:
+            server = h.server
+            signer = server.state_signer
+            opened = signer.open_token(params["requestState"], _mrtr_binding(h, target))
+            if not await server.used_states.use(opened.key, opened.expires_at, signer.now()):
+                raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
+            ctx.request_state = opened.state
+    return ctx
+
+
+def _mrtr_binding(h: HandlerInput, target: str) -> str:
+    request = h.call.request
+    arguments = request.params.get("arguments") if request.method != "resources/read" else None
+    return binding(mrtr_identity(h.caller), request.method, target, arguments)
+
+
+def mrtr_identity(caller: Caller) -> str | None:
+    """Who a ``requestState`` is bound to: the principal, else the caller's tenant.
+
+    Without authentication the tenant is the client's address bucket
+    (``ip:<bucket>``), so an anonymous caller elsewhere with the same
+    arguments cannot replay another's state.  The ``principal:`` prefix is
+    :func:`~.._core.namespace.tenant_for`'s, so a principal named like an
+    address never matches that address's anonymous callers.
+    """
+    if caller.principal is not None:
+        return f"principal:{caller.principal}"
+    return caller.tenant
+
+
+def input_required(h: HandlerInput, value: InputRequired, target: str) -> dict[str, Any]:
+    """The ``InputRequiredResult`` for *value*, its state sealed; modern era only.
+
+    It may only ask for what the client declared (``-32021`` otherwise).
+    """
+    if h.call.era != "modern":
+        raise JsonRpcError(
+            INVALID_PARAMS, "This request needs client input, which requires MCP 2026-07-28"
+        )
+    check_declared(value, client_capabilities(h))
+    token = None
+    if value.state is not None:
+        token = h.server.state_signer.seal(value.state, _mrtr_binding(h, target))
+    return input_required_result(value, token)
+
+
+def check_declared(value: InputRequired, declared: Mapping[str, Any]) -> None:
+    """Input may only be asked of capabilities the client declared (``-32021``)."""
+    missing: dict[str, Any] = {n: {} for n in value.capabilities() if n not in declared}
+    if missing:
+        raise JsonRpcError(
+            MISSING_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            {"requiredCapabilities": missing},
+        )
+
+
+async def run_target(
+    h: HandlerInput,
+    body: Callable[[], Awaitable[Any]],
+    key: tuple[RequestId, str] | None = None,
+) -> Any:
+    """Run *body* as the request's work: inside ``tracked()`` when the call's tool is cancellable.
+
+    It is tracked under the request's id in the caller's namespace, or under
+    *key* (``(id, namespace)``: a task is tracked by its task id).
+
+    A :class:`RequestCancelled` raised by a helper task (inside an exception
+    group) is the request's cancellation; other exceptions propagate.
+    """
+    tool = h.call.tool
+    assert tool is not None
+    try:
+        if tool.cancellable:
+            caller = h.caller
+            registry = caller.registry
+            request_id, namespace = (h.call.request.id, caller.namespace) if key is None else key
+            async with registry.tracked(request_id, namespace) as tracked_request:
+                h.exchange.attach(tracked_request, registry)
+                h.started()
+                return await body()
+        h.started()
+        return await body()
+    except (RequestCancelled, trio.Cancelled):
+        raise
+    except Exception as exc:
+        cancelled = _find_cancellation(exc)
+        if cancelled is not None:
+            # A helper task of the work stopped at checkpoint_cancelled().
+            raise cancelled from exc
+        raise
+
+
+async def invoke(
+    h: HandlerInput,
+    ctx: ToolContext,
+    arguments: dict[str, Any],
+    key: tuple[RequestId, str] | None = None,
+    ask: Callable[[InputRequired], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
+    """Run the call's tool with *ctx* (see :func:`run_target`); its result, as a tool result.
+
+    With *ask* (a task), an ``InputRequired`` is handed to it and the tool
+    runs again, still tracked, once it returns.
+    """
+    tool = h.call.tool
+    assert tool is not None
+
+    async def body() -> Any:
+        value = await tool.fn(ctx, **arguments)
+        while ask is not None and isinstance(value, InputRequired):
+            await ask(value)
+            value = await tool.fn(ctx, **arguments)
+        return value
+
+    try:
+        value = await run_target(h, body, key)
+        if isinstance(value, InputRequired):
+            return input_required(h, value, tool.name)
+        return tool.result(value)
+    except (RequestCancelled, trio.Cancelled, JsonRpcError):
+        # A tool raising JsonRpcError asks for a protocol error (a failed task).
+        raise
+    except ToolError as exc:
+        return error_result(str(exc))
+    except Exception as exc:
+        # A failing tool is a tool result, not a protocol error (MCP "isError").
+        h.failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
+        return error_result(f"{type(exc).__name__}: {exc}")
+
+
+def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
+    """The first :class:`RequestCancelled` inside an exception group, if any."""
+    if isinstance(exc, RequestCancelled):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find_cancellation(inner)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,348 @@
+"""The dispatcher: one path from a decoded message to its answer, for every transport.
+
+A transport frames a message and describes who sent it (:class:`~.exchange.Caller`)
+and how to reach that request's stream (:class:`~.exchange.Exchange`); the
+server's :class:`Dispatcher` (``Dispatcher.of(server)``) does the rest, in
+this order:
+
+1. :meth:`Dispatcher.prepare` *classifies* the message (JSON-RPC shape, era,
+   modern envelope) into one typed state (:mod:`.calls`), finds its handler
+   in the **method table** (:mod:`.methods`) and, for ``tools/call``, the
+   tool, once.  It never awaits, so a transport can decide from the result
+   (``call.tracked``) whether to watch the stream, stream SSE, or answer at
+   once, without parsing anything twice.
+2. :meth:`Dispatcher.answer` applies the **admission policy** (the
+   server-wide and per-tenant caps, and the concurrency limit of the
+   caller's channel), runs the handler (tools inside ``tracked()``) and
+   turns every exception into a JSON-RPC error in exactly one place.  It
+   reports ``task_status.started()`` once the request is registered, so a
+   stream transport using ``nursery.start`` never reads the next message
+   (a ``notifications/cancelled`` for this one, say) before this request
+   can be cancelled.
+3. The answer follows MCP's cancellation rules: after a **client** cancel
+   (``notifications/cancelled`` or a closed stream) nothing more is sent for
+   the request, neither the response nor progress; after a **server**
+   cancel (a time limit, a session ending, shutdown) the client gets
+   ``-32800`` with the reason, so it never waits forever.
+
+:meth:`Dispatcher.handle` is ``prepare`` + ``answer`` in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping
+from typing import Any, Final
+
+import trio
+
+from .._core.errors import REQUEST_CANCELLED, RequestCancelled
+from .._core.ratelog import RateLimitedLog, failure_key
+from .._core.validation import is_valid_request_id
+from . import jsonrpc
+from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
+from .calls import (
+    CLIENT_RESPONSE,
+    Call,
+    HandlerInput,
+    Method,
+    NotificationCall,
+    Rejected,
+    RequestCall,
+    Target,
+)
+from .exchange import Caller, Exchange
+from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
+from .mcp_server import McpServer
+from .methods import METHODS, TARGETS
+from .tools import Tool
+from .versions import (
+    META_SERVER_INFO,
+    MISSING_CLIENT_CAPABILITY,
+    Envelope,
+    Era,
+    has_modern_meta,
+    missing_capabilities,
+    read_envelope,
+)
+
+__all__ = ["Dispatcher"]
+
+logger = logging.getLogger("trio_mcp_cancel.server")
+
+_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServer, Dispatcher]] = weakref.WeakKeyDictionary()
+
+
+class Dispatcher:
+    """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
+
+    Get it with :meth:`of`: one per server, shared by every transport that
+    serves it, because admission is server-wide (*max_concurrent_calls*
+    counts the calls of every transport and session).  The server itself
+    stays configuration: it never imports this module.
+    """
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.methods: dict[str, Method] = dict(METHODS)
+        """The method table (a copy of :data:`.methods.METHODS`, so a test may extend one)."""
+        self.targets: dict[str, Target] = dict(TARGETS)
+        self.calls = Slots()
+        """Tool calls (and tracked reads) admitted and not finished."""
+        self.listens = Slots()
+        """Open ``subscriptions/listen`` streams."""
+        self.failures = RateLimitedLog(logger)
+        """Unexpected failures, logged with their traceback once per kind and interval."""
+
+    @classmethod
+    def of(cls, server: McpServer) -> Dispatcher:
+        """The dispatcher of *server*, made on first use and kept while the server lives."""
+        dispatcher = _DISPATCHERS.get(server)
+        if dispatcher is None:
+            dispatcher = _DISPATCHERS[server] = cls(server)
+        return dispatcher
+
+    @property
+    def calls_in_flight(self) -> int:
+        """Tool calls admitted and not finished, across every transport."""
+        return self.calls.held
+
+    @property
+    def listen_streams(self) -> int:
+        """Open ``subscriptions/listen`` streams, across every transport."""
+        return self.listens.held
+
+    # -- classify -------------------------------------------------------------
+
+    def prepare(self, message: object, caller: Caller, *, envelope: Envelope | None = None) -> Call:
+        """Classify *message* and bind it to its handler; never awaits, never raises.
+
+        The era is modern when the request carries the modern envelope (a
+        transport that already read it passes *envelope*), else legacy.
+        """
+        try:
+            parsed = jsonrpc.classify(message)
+        except JsonRpcError as exc:
+            return Rejected(exc)
+        if isinstance(parsed, jsonrpc.Notification):
+            return NotificationCall(parsed)
+        if isinstance(parsed, jsonrpc.ClientResponse):
+            return CLIENT_RESPONSE  # we send no requests, so there is nothing to match
+        try:
+            if envelope is None and has_modern_meta(parsed.params):
+                envelope = read_envelope(parsed.params)
+            era: Era = "legacy" if envelope is None else "modern"
+            method = self.methods.get(parsed.method)
+            if method is None or era not in method.eras:
+                raise JsonRpcError(
+                    METHOD_NOT_FOUND, "Method not found", {"method": parsed.method[:100]}
+                )
+            tool: Tool | None = None
+            if parsed.method == "tools/call":
+                tool = self._find_tool(parsed.params)
+                _check_capabilities(tool, envelope, caller)
+            else:
+                target = self.targets.get(parsed.method)
+                if target is not None:
+                    # resources/read, prompts/get, subscriptions/listen: tracked like a tool.
+                    tool = target(self.server, parsed.params)
+        except JsonRpcError as exc:
+            exc.request_id = parsed.id
+            return Rejected(exc, parsed)
+        return RequestCall(era, parsed, method, tool, envelope)
+
+    def _find_tool(self, params: Mapping[str, Any]) -> Tool:
+        name = params.get("name")
+        tool = self.server.tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            raise JsonRpcError(INVALID_PARAMS, "Unknown tool", {"name": str(name)[:100]})
+        return tool
+
+    # -- notifications ----------------------------------------------------------
+
+    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> None:
+        """Handle a notification; only ``notifications/cancelled`` does anything."""
+        if notification.method != "notifications/cancelled":
+            return
+        params = notification.params
+        request_id = params.get("requestId")
+        channel = caller.channel
+        ordered = channel is not None and channel.ordered
+        outcome = caller.registry.notify_cancelled(
+            caller.namespace, request_id, params.get("reason"), keep_early=not ordered
+        )
+        shown: object = "<invalid>"
+        if is_valid_request_id(request_id):  # checked once, here
+            shown = request_id
+            task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
+            if task_id is not None:
+                self.server.tasks.creation_cancelled(task_id)
+        logger.debug(
+            "notifications/cancelled %r in %r: %s",
+            shown,
+            caller.namespace,
+            outcome.value,
+        )
+
+    # -- answer -----------------------------------------------------------------
+
+    async def handle(
+        self, message: object, caller: Caller, exchange: Exchange | None = None
+    ) -> Message | None:
+        """Answer one decoded JSON-RPC message; ``None`` means "send nothing".
+
+        Never raises for bad input: shape errors become JSON-RPC errors.
+        ``trio.Cancelled`` (the transport shutting down) propagates.
+        """
+        call = self.prepare(message, caller)
+        if isinstance(call, RequestCall):
+            return await self.answer(call, caller, exchange or Exchange())
+        if isinstance(call, NotificationCall):
+            self.notify(call.notification, caller)
+        elif isinstance(call, Rejected):
+            return call.error.to_message()
+        return None
+
+    async def answer(
+        self,
+        call: RequestCall,
+        caller: Caller,
+        exchange: Exchange,
+        *,
+        allow_silence: bool = True,
+        admitted: bool = False,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> Message | None:
+        """Answer one prepared request: the one place errors become JSON-RPC errors.
+
+        ``None`` only when the client cancelled the request (see
+        :data:`~.mcp_server.OnCancel`) and *allow_silence* (a plain JSON HTTP
+        response must carry something, so that transport passes ``False``
+        and gets ``-32800``).  ``task_status.started()`` is reported once the
+        request can be cancelled, at the latest when the answer is ready.
+
+        *admitted*: the transport already took the call's slots with
+        :meth:`admit` (to refuse before committing to a response), so
+        admission runs once per call; the slots are released here all the
+        same.  Nothing may checkpoint between that ``admit`` and this call.
+        """
+        request = call.request
+        h = HandlerInput(self.server, call, caller, exchange, self.failures, task_status)
+        if caller.channel is not None:
+            caller.channel.created_tasks.pop(request.id, None)  # the id is reused
+        try:
+            if not admitted:
+                refused = self.admit(call, caller, exchange)
+                if refused is not None:
+                    return refused
+            try:
+                result = await call.method.handler(h)
+            finally:
+                self.release(call, caller, exchange)
+            if call.tracked and exchange.silenced:
+                # The client cancelled, but the tool finished anyway: MCP
+                # forbids sending its result (or anything else) now.
+                raise RequestCancelled(None, exchange.cancel_kind or "client")
+            return jsonrpc.result_message(request.id, self._finish(call, result))
+        except JsonRpcError as exc:
+            return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
+        except RequestCancelled as exc:
+            exchange.lost()  # its real answer is never sent
+            if exchange.silenced and self.server.on_cancel == "silent" and allow_silence:
+                return None
+            data = {"reason": exc.reason} if exc.reason else None
+            return jsonrpc.error_message(request.id, REQUEST_CANCELLED, "Request cancelled", data)
+        except Exception as exc:
+            # A bug in the server or a tool (a result that is not JSON, say)
+            # fails this request, never the transport and its other requests;
+            # the same failure repeated (one bad request in a loop) is logged
+            # once per interval, not once per request.
+            self.failures.exception(
+                failure_key(request.method, exc), "%s %r failed", request.method[:100], request.id
+            )
+            return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
+        finally:
+            h.started()
+
+    def _finish(self, call: RequestCall, result: Any) -> Any:
+        """Modern results carry ``resultType`` and the server's identity."""
+        if call.era != "modern" or not isinstance(result, dict):
+            return result
+        result.setdefault("resultType", "complete")
+        meta = result.get("_meta")
+        info = self.server.info
+        result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
+        return result
+
+    # -- admission ----------------------------------------------------------------
+
+    def refusal(self, call: Call, caller: Caller) -> Message | None:
+        """The error :meth:`admit` would answer *call* with now, without admitting it.
+
+        Lets a transport refuse before it commits to a response (an HTTP
+        ``429`` rather than an SSE stream carrying the error).
+        """
+        if not isinstance(call, RequestCall) or call.tool is None:
+            return None
+        request, server = call.request, self.server
+        if call.long_lived:
+            full = self.listens.full(
+                caller.tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
+            )
+            if full is not None:
+                return too_many_requests(request.id, LISTEN_LIMITS[full[0]], full[1])
+        else:
+            full = self.calls.full(
+                caller.tenant, server.max_concurrent_calls, server.max_calls_per_tenant
+            )
+            if full is not None:
+                return too_many_requests(request.id, CALL_LIMITS[full[0]], full[1])
+        channel = caller.channel
+        if channel is not None and call.tracked:
+            cap = channel.max_concurrent_requests
+            if len(channel.exchanges) >= cap:
+                return too_many_requests(request.id, "channel", cap)
+        return None
+
+    def admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
+        """Count a call that runs work against the admission limits, or return its refusal.
+
+        Only calls with a tool or target count: every other method answers
+        from memory at once.  An admitted call is :meth:`release`\\ d once.
+        """
+        refused = self.refusal(call, caller)
+        if refused is not None or call.tool is None:
+            return refused
+        (self.listens if call.long_lived else self.calls).take(caller.tenant)
+        if caller.channel is not None and call.tracked:
+            caller.channel.exchanges.add(exchange)
+        return None
+
+    def release(self, call: RequestCall, caller: Caller, exchange: Exchange) -> None:
+        """Give back what :meth:`admit` took."""
+        if call.tool is None:
+            return
+        (self.listens if call.long_lived else self.calls).give(caller.tenant)
+        if caller.channel is not None:
+            caller.channel.exchanges.discard(exchange)
+
+
+def _check_capabilities(tool: Tool, envelope: Envelope | None, caller: Caller) -> None:
+    """A tool that needs client capabilities is refused (``-32021``) without them."""
+    if not tool.client_capabilities:
+        return
+    channel = caller.channel
+    if envelope is not None:
+        declared: Mapping[str, Any] = envelope.client_capabilities
+    elif channel is not None and channel.legacy is not None:
+        declared = channel.legacy.client_capabilities
+    else:
+        return  # a legacy caller without a session: nothing to check against
+    missing = missing_capabilities(declared, tool.client_capabilities)
+    if missing:
+        raise JsonRpcError(
+            MISSING_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            {"requiredCapabilities": missing},
+        )

@@ -1,0 +1,181 @@
+"""The shared exchange types: who calls, what they hold open, and one request's stream.
+
+A transport describes each message it hands the dispatcher with a
+:class:`Caller` (who is calling, and the registry their ids live in) and,
+for a request, an :class:`Exchange` (how to reach the request's own stream,
+and how to cancel exactly this request when that stream goes away).  A
+:class:`Channel` is what a client holds open across requests (a legacy
+HTTP session or a stream connection).  These types are the vocabulary every
+layer shares, so they depend on nothing above the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from .._core.events import CancelKind
+from .._core.registry import USE_CONFIG, Registry, UseConfig
+from .._core.request import TrackedRequest
+from .._core.validation import RequestId
+from .jsonrpc import Message
+
+__all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
+
+SendMessage = Callable[[Message], Awaitable[None]]
+
+#: Cancel kinds that come from the client: after one, nothing more is sent
+#: for the request (MCP's cancellation rules).
+CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
+
+#: Task creations a channel remembers, so a ``notifications/cancelled`` the
+#: client sent before it read the ``CreateTaskResult`` still stops the task.
+_CREATED_TASKS_KEPT: Final = 64
+
+
+@attrs.define(eq=False)
+class LegacyState:
+    """What a legacy ``initialize`` negotiated, for the rest of its session."""
+
+    protocol_version: str
+    client_capabilities: Mapping[str, Any]
+    client_info: Mapping[str, Any] | None = None
+    log_level: str | None = None
+    """Set by ``logging/setLevel``; ``None`` sends every level."""
+
+
+@attrs.define(eq=False)
+class Channel:
+    """What one client holds open across requests: a legacy HTTP session or a
+    stream connection (stdio, WebSocket, memory).  Modern HTTP has none.
+
+    It bounds how many calls the client runs at once, and knows them all so
+    that ending the channel cancels them.
+    """
+
+    max_concurrent_requests: int = 64
+    exchanges: set[Exchange] = attrs.field(factory=set)
+    legacy: LegacyState | None = None
+    """Set by ``initialize``: this channel speaks the legacy era."""
+    ordered: bool = False
+    """Messages arrive in order (one stream), so a cancel of a request that is
+    not running refers to one that already ended, never to one still on its
+    way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
+    created_tasks: dict[RequestId, str] = attrs.field(factory=dict)
+    """The latest ``tools/call`` ids answered with a task, and the task ids:
+    a client that cancels the call (racing the ``CreateTaskResult``) ignores
+    the answer, so the task it never saw is cancelled too."""
+
+    def remember_task(self, request_id: RequestId, task_id: str) -> None:
+        self.created_tasks.pop(request_id, None)
+        self.created_tasks[request_id] = task_id
+        while len(self.created_tasks) > _CREATED_TASKS_KEPT:
+            del self.created_tasks[next(iter(self.created_tasks))]
+
+    def cancel_all(
+        self,
+        reason: str,
+        *,
+        kind: CancelKind = "server",
+        grace: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel every call still running on this channel."""
+        for exchange in list(self.exchanges):
+            exchange.cancel(reason, kind=kind, grace=grace)
+
+
+@attrs.define(eq=False)
+class Caller:
+    """Who is calling: the namespace their ids live in, and the registry to use.
+
+    ``session_id`` is a name for the session that is safe to show (over HTTP,
+    not the ``Mcp-Session-Id`` secret itself).  ``tenant`` is who the
+    server-wide admission policy counts the call against: the principal when
+    authenticated, else the client's address bucket (``ip:...``); ``None``
+    (stdio, tests): only the server-wide cap applies.
+    """
+
+    namespace: str
+    registry: Registry
+    channel: Channel | None = None
+    principal: str | None = None
+    session_id: str | None = None
+    tenant: str | None = None
+
+
+@attrs.define(eq=False)
+class Exchange:
+    """One request/response exchange as the transport sees it.
+
+    ``send`` writes a request-related notification (progress, log) on the
+    request's own stream (``None``: the transport cannot stream, and they are
+    dropped).  ``request`` is set once the tool runs, so the transport can
+    cancel exactly this request (by its private token) when its stream goes
+    away; a cancel that comes before the tool started is kept and applied
+    when it starts.
+    """
+
+    send: SendMessage | None = None
+    request: TrackedRequest | None = None
+    _registry: Registry | None = None
+    _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
+    _on_lost: list[Callable[[], object]] = attrs.field(factory=list)
+
+    def when_lost(self, callback: Callable[[], object]) -> None:
+        """Call *callback* if this exchange's answer is never delivered (see :meth:`lost`).
+
+        A ``tools/call`` that created a task registers here: a client that
+        never saw the ``CreateTaskResult`` cannot poll or cancel the task,
+        so nobody would ever stop it.
+        """
+        self._on_lost.append(callback)
+
+    def lost(self) -> None:
+        """The answer was not delivered: the client cancelled first, or its stream went away.
+
+        Called by the dispatcher (a silenced answer) and by the transport (a
+        stream closed, or a write that never completed); idempotent.
+        """
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            callback()
+
+    def cancel(
+        self,
+        reason: str,
+        *,
+        kind: CancelKind = "disconnect",
+        grace: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel this exchange's request server-side, now or as soon as it starts."""
+        if self.request is not None and self._registry is not None:
+            self._registry.cancel_request(self.request, reason, kind=kind, grace=grace)
+        elif self._pending is None:
+            self._pending = (reason, kind, grace)
+
+    def attach(self, request: TrackedRequest, registry: Registry) -> None:
+        """The request started running: apply a cancel that came before it."""
+        self.request = request
+        self._registry = registry
+        if self._pending is not None:
+            reason, kind, grace = self._pending
+            self.cancel(reason, kind=kind, grace=grace)
+
+    @property
+    def cancel_kind(self) -> CancelKind | None:
+        """Who cancelled this request, if anybody did."""
+        if self.request is not None and self.request.cancellation is not None:
+            return self.request.cancellation.kind
+        return None if self._pending is None else self._pending[1]
+
+    @property
+    def silenced(self) -> bool:
+        """The client cancelled: nothing more may be sent for this request."""
+        return self.cancel_kind in CLIENT_KINDS
+
+    async def notify(self, message: Message) -> None:
+        """Send a request-related notification, unless the client cancelled."""
+        if self.send is not None and not self.silenced:
+            await self.send(message)

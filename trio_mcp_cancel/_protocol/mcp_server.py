@@ -1,0 +1,240 @@
+"""The server a tool author configures: registration and configuration, no dispatch.
+
+:class:`McpServer` holds what the server offers (tools here, resources,
+prompts and completion through :class:`~.features.ServerFeatures`) and the
+settings and services it owns as configuration (admission caps, the task
+manager, the MRTR state signer, the subscription hub, the sync-tool thread
+limit).  Serving a transport is the :class:`~.dispatcher.Dispatcher`'s job;
+this module imports nothing of the dispatch path, so the layers only ever
+import downwards.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+import trio
+
+from .._work.threads import ThreadLimit
+from .admission import check_cap
+from .features import CacheScope, ServerFeatures
+from .mrtr import InputRequired
+from .pagination import DEFAULT_PAGE_SIZE
+from .tasks import TaskManager
+from .tools import TaskSupport, Tool, make_tool
+from .versions import Era
+
+__all__ = ["McpServer", "OnCancel"]
+
+#: What a request the *client* cancelled is answered with: ``"silent"`` (the
+#: default) sends nothing, as MCP requires; ``"error"`` sends ``-32800``
+#: "Request cancelled", for clients that wait for an answer regardless.
+#: Server-side cancels are always answered ``-32800``.
+OnCancel = Literal["silent", "error"]
+
+F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
+
+
+class McpServer(ServerFeatures):
+    """What a server offers and how it is configured, independent of the transport.
+
+    Registration (``tool``, ``resource``, ``prompt``, ...) and configuration
+    only: transports are served by the :class:`~.dispatcher.Dispatcher` of
+    the server (see :mod:`.dispatcher` for the path every message takes),
+    which serves both eras: a request carrying the modern ``_meta`` envelope
+    is served statelessly; ``initialize`` starts a legacy channel.
+
+    Admission: tool calls in flight are bounded server-wide
+    (*max_concurrent_calls*, across every transport and session) and per
+    tenant (*max_calls_per_tenant*: a principal, or a client address bucket
+    when unauthenticated, however many sessions or connections it opens),
+    besides each channel's own ``max_concurrent_requests``.  A call over any
+    of them is answered at once with error ``-32001`` (``data.limit`` says
+    which), never queued: a queue would turn a flood into a hang for
+    everyone behind it.  ``None`` disables a cap.
+
+    Resources, prompts, completion and ``subscriptions/listen`` are
+    registered through :class:`~.features.ServerFeatures` and served by
+    :mod:`.surface`; ``resources/read``, ``prompts/get`` and listen streams
+    run tracked, like tool calls; the first two count against the same caps.
+    Open listen streams are not calls (they stay open for hours): they have
+    their own bounds, *max_listen_streams* server-wide and
+    *max_listen_streams_per_tenant* (refused with ``-32001``, ``data.limit``
+    ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
+    transports' ``max_request_time`` does not end them.
+    *state_secret* (at least 32 bytes, or their base64 text as in
+    ``MCP_STATE_SECRET``; default: random per process, so instances behind
+    a load balancer must share one) seals MRTR ``requestState`` values for
+    *state_ttl* seconds; *state_secret_previous* (the secret before a
+    rotation) still opens them, never seals: keep it set for one
+    *state_ttl* after rotating.  A state is used once (:mod:`.replay`).
+    *resource_ttl_ms*
+    and *resource_cache_scope* are the caching hints of modern reads.
+    *page_size* is how many items one page of ``tools/list``,
+    ``resources/list``, ``resources/templates/list`` or ``prompts/list``
+    holds; longer lists continue with ``nextCursor`` (:mod:`.pagination`).
+    """
+
+    def __init__(
+        self,
+        name: str = "trio-mcp-cancel",
+        version: str = "0.1.0",
+        *,
+        instructions: str | None = None,
+        on_cancel: OnCancel = "silent",
+        list_ttl_ms: int = 300_000,
+        max_concurrent_calls: int | None = 4096,
+        max_calls_per_tenant: int | None = 1024,
+        max_listen_streams: int | None = 4096,
+        max_listen_streams_per_tenant: int | None = 32,
+        tasks: TaskManager | None = None,
+        state_secret: bytes | str | None = None,
+        state_ttl: float = 600.0,
+        state_secret_previous: bytes | str | None = None,
+        resource_ttl_ms: int = 0,
+        resource_cache_scope: CacheScope = "private",
+        sync_tool_threads: int | trio.CapacityLimiter = 40,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        if on_cancel not in ("error", "silent"):
+            raise ValueError("on_cancel must be 'silent' or 'error'")
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.page_size = page_size
+        """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
+        self.max_concurrent_calls = check_cap(max_concurrent_calls)
+        """Tool calls in flight, server-wide (``None``: no cap); read at each admission."""
+        self.max_calls_per_tenant = check_cap(max_calls_per_tenant)
+        self.max_listen_streams = check_cap(max_listen_streams)
+        self.max_listen_streams_per_tenant = check_cap(max_listen_streams_per_tenant)
+        self.name = name
+        self.version = version
+        self.instructions = instructions
+        self.on_cancel: OnCancel = on_cancel
+        self.list_ttl_ms = list_ttl_ms
+        self.tools: dict[str, Tool] = {}
+        # Resources, prompts, completion, subscriptions and MRTR (see .features, .surface).
+        self.sync_tool_threads = ThreadLimit(sync_tool_threads)
+        """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`."""
+        self.tasks: TaskManager = TaskManager() if tasks is None else tasks
+        """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
+        self._init_features(
+            state_secret, state_secret_previous, state_ttl, resource_ttl_ms, resource_cache_scope
+        )
+        # Task status changes reach the subscriptions/listen streams that asked (taskIds).
+        self.tasks.on_change = lambda task: self.subscriptions.publish("notifications/tasks", task)
+
+    @property
+    def info(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        cancellable: bool = True,
+        client_capabilities: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        annotations: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        task: TaskSupport = "forbidden",
+        before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
+        thread_limiter: int | trio.CapacityLimiter | None = None,
+    ) -> Callable[[F], F]:
+        """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
+
+        *input_schema* replaces the derived schema and is sent as written
+        (JSON Schema 2020-12, ``$defs`` and all); *output_schema* makes the
+        tool return a ``dict`` sent as ``structuredContent``; *annotations*
+        are MCP ``ToolAnnotations`` (``readOnlyHint``, ...).  The tool may
+        return text, content objects (:class:`~.content.Image`, ...), a
+        :class:`~.content.ToolResult`, JSON values, or (modern era)
+        :class:`~.mrtr.InputRequired`; raising :class:`~.content.ToolError`
+        reports an ``isError`` result.
+
+        A plain ``def`` is a sync tool, run in a worker thread that sees the
+        polled flag and is abandoned at the hard cancel (:mod:`.tools`).
+        Its threads come from the server's *sync_tool_threads*, or from
+        *thread_limiter* (a number of threads, or a ``CapacityLimiter``):
+        give a tool that may get stuck a limit of its own, so its abandoned
+        threads cannot starve the other sync tools.
+
+        The input schema comes from the annotations of the named parameters
+        after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
+        ``dict``) and their defaults; the description from *description* or
+        the docstring.  ``cancellable=False`` skips tracking for tools that
+        finish in microseconds, where a cancellation would come after the
+        response anyway.  *client_capabilities* (a ``ClientCapabilities``
+        shape) are what the client must declare to call it (``-32021``).
+        *task* (modern era, Tasks extension): ``"optional"`` runs the call as
+        a task when the client declares the extension on the request,
+        ``"required"`` only as a task (``-32021`` otherwise).  Inside a task,
+        returning :class:`~.mrtr.InputRequired` parks the task in
+        ``input_required`` until ``tasks/update`` answers every request, and
+        the tool runs again with them in ``ctx.input_responses`` (and the
+        state in ``ctx.request_state``).  *before_task*, ``async (ctx,
+        **arguments)``, gathers input before the task exists (SEP-2663:
+        finish MRTR exchanges before creating the task): it runs in the
+        request itself; an ``InputRequired`` it returns is the answer (no
+        task yet), ``None`` creates the task, whose tool sees the same
+        verified ``input_responses`` and ``request_state``.
+        """
+        if task not in ("forbidden", "optional", "required"):
+            raise ValueError("task must be 'forbidden', 'optional' or 'required'")
+        if task != "forbidden" and not cancellable:
+            raise ValueError("a task-capable tool must be cancellable (tasks/cancel stops it)")
+        if before_task is not None and task == "forbidden":
+            raise ValueError("before_task needs task='optional' or 'required'")
+
+        threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
+
+        def register(fn: F) -> F:
+            tool_name = name or fn.__name__
+            if threads is not None and inspect.iscoroutinefunction(fn):
+                raise TypeError(f"tool {tool_name!r}: thread_limiter is for sync (def) tools")
+            if tool_name in self.tools:
+                raise ValueError(f"tool {tool_name!r} is already registered")
+            self.tools[tool_name] = make_tool(
+                fn,
+                tool_name,
+                description,
+                cancellable,
+                client_capabilities,
+                input_schema=input_schema,
+                output_schema=output_schema,
+                annotations=annotations,
+                title=title,
+                task_support=task,
+                before_task=before_task,
+                threads=self.sync_tool_threads if threads is None else threads,
+            )
+            self.tools_changed()
+            return fn
+
+        return register
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        return [tool.describe() for tool in self.tools.values()]
+
+    def remove_tool(self, name: str) -> None:
+        """Unregister a tool; listen streams that asked are told the list changed."""
+        del self.tools[name]
+        self.tools_changed()
+
+    def capabilities(self, era: Era = "legacy") -> dict[str, Any]:
+        modern = era == "modern"
+        return {
+            "tools": {"listChanged": modern},
+            "logging": {},
+            **self.feature_capabilities(modern),
+        }
+
+    def describe(self, result: dict[str, Any]) -> dict[str, Any]:
+        """*result* (``initialize``'s or ``server/discover``'s) with the instructions, if any."""
+        if self.instructions:
+            result["instructions"] = self.instructions
+        return result
