@@ -38,19 +38,24 @@ MARKER = VENV / ".installed-pyproject-sha256"
 FLOORS_VENV = ROOT / ".venv-floors"
 FLOORS_BIN = FLOORS_VENV / ("Scripts" if os.name == "nt" else "bin")
 #: What ``floors`` adds to the floors to run tests (any recent release).
-FLOORS_TOOLS = ("pytest>=8", "pytest-trio>=0.8", "pytest-timeout>=2.2", "hypothesis>=6.100")
-#: The fast subset ``floors`` runs: the registry, the server and the three
-#: socket transports (HTTP through hypercorn, WebSocket, stdio), the runner CLI,
-#: the in-memory client.  Needs no optional dependency.
+FLOORS_TOOLS = (
+    "pytest>=8", "pytest-trio>=0.8", "pytest-timeout>=2.2", "hypothesis>=6.100", "httpx>=0.27",
+)  # fmt: skip
+#: The fast subset ``floors`` runs (about 10 s): the registry, the server, the
+#: in-memory client, WebSocket, HTTP through hypercorn (the client's tests),
+#: threads and processes, the startup checks, the packaging checks.  Needs no
+#: optional dependency beyond ``FLOORS_TOOLS``.
 FLOORS_TESTS = (
     "tests/test_registry.py",
     "tests/test_context_and_events.py",
     "tests/test_server.py",
     "tests/test_memory_client.py",
     "tests/test_websocket.py",
-    "tests/test_stdio.py",
-    "tests/test_serving.py",
-    "tests/test_runner.py",
+    "tests/test_client.py",
+    "tests/test_hypercorn_toml.py",
+    "tests/test_threads.py",
+    "tests/test_process.py",
+    "tests/test_slow_readers_streams.py",
     "tests/test_startup_checks.py",
     "tests/test_packaging.py",
 )
