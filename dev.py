@@ -160,6 +160,17 @@ def floor_constraints() -> list[str]:
     return pins
 
 
+def _release(version: str) -> tuple[int, ...] | str:
+    """``0.25`` and ``0.25.0`` alike (a version that is not plain numbers is compared as text)."""
+    try:
+        parts = [int(part) for part in version.split(".")]
+    except ValueError:
+        return version
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
 def floors(extra: list[str]) -> int:
     """Install the oldest allowed releases in .venv-floors and run a fast test subset there.
 
@@ -186,13 +197,18 @@ def floors(extra: list[str]) -> int:
     if run(python, "-m", "pip", "install", "--quiet", "-c", constraints, "-e", ".", *FLOORS_TOOLS):
         return 1
     # What is installed must be the floors themselves, not something newer.
-    check = (
-        "import sys, importlib.metadata as m\n"
-        "wrong = [f'{p}: {m.version(p.split(\"==\")[0])}' for p in sys.argv[1:]"
-        " if m.version(p.split('==')[0]) != p.split('==')[1]]\n"
-        "sys.exit(wrong and 'not at their floors: ' + ', '.join(wrong))"
-    )
-    if run(python, "-c", check, *pins) != 0:
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    wrong = [
+        f"{pin} (installed: {installed.get(pin.split('==')[0].lower())})"
+        for pin in pins
+        if _release(installed.get(pin.split("==")[0].lower(), "")) != _release(pin.split("==")[1])
+    ]
+    if wrong:
+        print("dev.py floors: not at their floors: " + ", ".join(wrong), file=sys.stderr)
         return 1
     args = [a for a in extra if a != "--resolve-only"]
     return run(python, "-m", "pytest", "-q", "-p", "no:randomly", *FLOORS_TESTS, *args)
