@@ -1,17 +1,31 @@
 #!/usr/bin/env python3
-"""One entry point for newcomers and CI: ``python3 dev.py demo`` / ``test`` / ``conformance``.
+"""One entry point for newcomers and CI: ``python3 dev.py demo|test|bench|conformance|floors``.
 
-Both commands first make sure ``.venv`` exists and holds this project
-installed with its test extras (``pip install -e .[test]``), reinstalling
-when ``pyproject.toml`` changed, so a fresh clone needs nothing else.
+Every command first makes sure ``.venv`` exists and holds this project
+installed (``pip install -e .[EXTRAS]``) with the extras that command needs,
+and says what it installs: ``demo`` only the library and the demo client's
+``demo`` extra; ``test``, ``bench`` and ``conformance`` the ``dev`` extra
+(the project's lint, type and test tools).  It reinstalls when
+``pyproject.toml`` changed, so a fresh clone needs nothing else.
+
+``floors`` is different: it builds ``.venv-floors`` with the oldest release
+each ``>=`` bound of ``[project] dependencies`` allows (a constraints file
+made from those bounds), then runs a fast subset of the tests there, so the
+lower bounds the package claims are the ones it is tested with.
+``floors --resolve-only`` only asks pip whether those releases resolve
+together (``pip install --dry-run``: seconds, no venv), as ``.ci/run`` does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -21,22 +35,78 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 MARKER = VENV / ".installed-pyproject-sha256"
 
+FLOORS_VENV = ROOT / ".venv-floors"
+FLOORS_BIN = FLOORS_VENV / ("Scripts" if os.name == "nt" else "bin")
+#: What ``floors`` adds to the floors to run tests (any recent release).
+FLOORS_TOOLS = (
+    "pytest>=8", "pytest-trio>=0.8", "pytest-timeout>=2.2", "hypothesis>=6.100", "httpx>=0.27",
+)  # fmt: skip
+#: The fast subset ``floors`` runs (about 10 s): the registry, the server, the
+#: in-memory client, WebSocket, HTTP through hypercorn (the client's tests),
+#: threads and processes, the startup checks, the packaging checks.  Needs no
+#: optional dependency beyond ``FLOORS_TOOLS``.
+FLOORS_TESTS = (
+    "tests/test_registry.py",
+    "tests/test_context_and_events.py",
+    "tests/test_server.py",
+    "tests/test_memory_client.py",
+    "tests/test_websocket.py",
+    "tests/test_client.py",
+    "tests/test_hypercorn_toml.py",
+    "tests/test_threads.py",
+    "tests/test_process.py",
+    "tests/test_slow_readers_streams.py",
+    "tests/test_startup_checks.py",
+    "tests/test_packaging.py",
+)
+
 
 def run(*args: object) -> int:
     print("+", " ".join(str(a) for a in args), flush=True)
     return subprocess.call([str(a) for a in args], cwd=ROOT)
 
 
-def ensure_venv() -> None:
+def _project() -> dict[str, object]:
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        project: dict[str, object] = tomllib.load(file)["project"]
+    return project
+
+
+def _requirements(extras: tuple[str, ...]) -> list[str]:
+    """The requirements ``pip install .[extras]`` brings in, as pyproject spells them."""
+    project = _project()
+    found = list(project["dependencies"])  # type: ignore[call-overload]
+    optional: dict[str, list[str]] = project["optional-dependencies"]  # type: ignore[assignment]
+    for extra in extras:
+        found += [r for r in optional[extra] if not r.startswith("trio-mcp-cancel[")]
+    return list(dict.fromkeys(found))
+
+
+def ensure_venv(extras: tuple[str, ...]) -> None:
+    """Install the project with *extras* into ``.venv`` unless it already has them."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if MARKER.exists() and MARKER.read_text() == digest and PYTHON.exists():
-        return
+    installed: set[str] = set()
+    if MARKER.exists() and PYTHON.exists():
+        try:
+            state = json.loads(MARKER.read_text())
+            if state.get("pyproject") == digest:
+                installed = set(state.get("extras", ()))
+                if set(extras) <= installed:
+                    return
+        except ValueError:
+            pass  # a marker of an older dev.py: reinstall
     if not PYTHON.exists():
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    if run(PYTHON, "-m", "pip", "install", "--quiet", "-e", ".[test]") != 0:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    print(
+        f"installing trio-mcp-cancel{spec[1:]} into {VENV.name} (editable):\n  "
+        + "\n  ".join(_requirements(extras)),
+        flush=True,
+    )
+    if run(PYTHON, "-m", "pip", "install", "--quiet", "-e", spec) != 0:
         sys.exit("pip install failed")
-    MARKER.write_text(digest)
+    MARKER.write_text(json.dumps({"pyproject": digest, "extras": sorted(installed | set(extras))}))
 
 
 def test(extra: list[str]) -> int:
@@ -72,15 +142,96 @@ def conformance(extra: list[str]) -> int:
     return run(PYTHON, ROOT / "conformance" / "run_suite.py", *extra)
 
 
-COMMANDS = {"test": test, "demo": demo, "bench": bench, "conformance": conformance}
+_FLOOR = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([0-9][0-9A-Za-z.]*)\s*(?:,.*)?$")
+
+
+def floor_constraints() -> list[str]:
+    """``name==version`` for every ``>=`` bound of ``[project] dependencies``.
+
+    A dependency without a ``>=`` bound has no floor to test and is left
+    out; that is an error, so a new dependency cannot slip in untested.
+    """
+    pins = []
+    for requirement in _project()["dependencies"]:  # type: ignore[attr-defined]
+        match = _FLOOR.match(requirement.split(";")[0].strip())
+        if match is None:
+            sys.exit(f"dev.py floors: {requirement!r} has no '>=' lower bound to test")
+        pins.append(f"{match[1]}=={match[2]}")
+    return pins
+
+
+def _release(version: str) -> tuple[int, ...] | str:
+    """``0.25`` and ``0.25.0`` alike (a version that is not plain numbers is compared as text)."""
+    try:
+        parts = [int(part) for part in version.split(".")]
+    except ValueError:
+        return version
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def floors(extra: list[str]) -> int:
+    """Install the oldest allowed releases in .venv-floors and run a fast test subset there.
+
+    ``--resolve-only``: only check with ``pip install --dry-run`` that they resolve together.
+    """
+    pins = floor_constraints()
+    constraints = ROOT / "build" / "floors-constraints.txt"
+    constraints.parent.mkdir(exist_ok=True)
+    constraints.write_text("".join(f"{pin}\n" for pin in pins))
+    print("floors (from pyproject's '>=' bounds):\n  " + "\n  ".join(pins), flush=True)
+    if "--resolve-only" in extra:
+        # The project itself with every dependency held to its floor: a floor that
+        # conflicts with another (or does not exist) fails to resolve.
+        pip = PYTHON if PYTHON.exists() else Path(sys.executable)
+        return run(
+            pip, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+            "-c", constraints, "-e", ".",
+        )  # fmt: skip
+    python = FLOORS_BIN / "python"
+    if not python.exists():
+        shutil.rmtree(FLOORS_VENV, ignore_errors=True)
+        print(f"creating {FLOORS_VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(FLOORS_VENV)
+    if run(python, "-m", "pip", "install", "--quiet", "-c", constraints, "-e", ".", *FLOORS_TOOLS):
+        return 1
+    # What is installed must be the floors themselves, not something newer.
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    wrong = [
+        f"{pin} (installed: {installed.get(pin.split('==')[0].lower())})"
+        for pin in pins
+        if _release(installed.get(pin.split("==")[0].lower(), "")) != _release(pin.split("==")[1])
+    ]
+    if wrong:
+        print("dev.py floors: not at their floors: " + ", ".join(wrong), file=sys.stderr)
+        return 1
+    args = [a for a in extra if a != "--resolve-only"]
+    return run(python, "-m", "pytest", "-q", "-p", "no:randomly", *FLOORS_TESTS, *args)
+
+
+#: The extras each command's venv needs.
+COMMANDS = {
+    "test": (test, ("dev",)),
+    "demo": (demo, ("demo",)),
+    "bench": (bench, ("dev",)),
+    "conformance": (conformance, ("dev",)),
+    "floors": (floors, None),
+}
 
 
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]", file=sys.stderr)
         return 2
-    ensure_venv()
-    return COMMANDS[sys.argv[1]](sys.argv[2:])
+    command, extras = COMMANDS[sys.argv[1]]
+    if extras is not None:
+        ensure_venv(extras)
+    return command(sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -496,8 +496,8 @@ async def stdio_demo() -> None:
             while (line := await lines.line()) is not None:
                 text = line.decode(errors="replace")
                 say(f"[stdio server] {text}")
-                if text.startswith("request.cancelled"):
-                    recorded.set()
+                if text.startswith("request 2 ") and "cancelled by the client" in text:
+                    recorded.set()  # it has stopped
 
         nursery.start_soon(relay_stderr, process.stderr)
         stdout = JsonLines(process.stdout)

@@ -96,7 +96,7 @@ async def test_hard_cancel_emits_an_event_and_raises_request_cancelled(
                 reg.notify_cancelled("s", "job", "slow")
                 await trio.sleep_forever()
         assert info.value.reason == "slow"
-        assert events.names() == ["request.cancelled", "request.hard_cancelled"]
+        assert events.names() == ["request.cancelled", "request.hard_cancelled", "request.stopped"]
         first = events.of_type(RequestCancelledEvent)[0]
         assert (first.request_id, first.namespace, first.reason, first.kind) == (
             "job",

@@ -54,9 +54,10 @@ def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:
     stdio = out[out.index("== 8.") :]
     assert "[client] <- initialized: slow-demo 2025-11-25" in stdio
     assert "[client] <- progress 2/600" in stdio
-    assert "[stdio server] request.cancelled" in stdio
-    assert "reason='stop counting', kind='client'" in stdio
-    assert "kind='disconnect'" not in stdio  # the notification's cancel came first, not EOF's
+    # The server's one log line for the cancel: who, why, and how it stopped.
+    assert "[stdio server] request 2 in session:stdio-" in stdio
+    assert "cancelled by the client ('stop counting'): stopped " in stdio
+    assert "on disconnect" not in stdio  # the notification's cancel came first, not EOF's
     assert "ping answered" in stdio
     assert "stdout closed, and no response followed the cancel" in stdio
     assert "the stdio server exited with status 0" in stdio

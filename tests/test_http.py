@@ -239,7 +239,7 @@ async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClien
         assert (event.request_id, event.kind, event.reason) == (1, "client", "stop now")
         # It stopped cooperatively, long before the 5 s grace period.
         await registry.wait_idle()
-        assert events.names() == ["request.cancelled"]
+        assert events.names() == ["request.cancelled", "request.stopped"]
 
 
 async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient) -> None:

@@ -488,17 +488,17 @@ async def test_sdk_stdio_client_cancels_by_cancelling_the_caller(tmp_path: Path,
             with trio.move_on_after(0.5) as scope:
                 await client.call_tool("count", {"n": 1000, "delay": 0.05})
             assert scope.cancelled_caught
-            text = await wait_for("kind='client'")
-            assert "reason='caller cancelled'" in text
+            text = await wait_for("cancelled by the client")
+            assert "('caller cancelled'): stopped " in text
             await trio.sleep(0.75)  # longer than the grace period
-            assert "request.hard_cancelled" not in errlog_path.read_text()
+            assert "hard-cancelled" not in errlog_path.read_text()
 
             # stubborn ignores it: hard-cancelled once the 0.5 s grace ran out.
             with trio.move_on_after(0.3):
                 await client.call_tool("stubborn", {"seconds": 60})
-            text = await wait_for("request.hard_cancelled")
-            [hard] = [line for line in text.splitlines() if "request.hard_cancelled" in line]
-            assert "kind='client'" in hard
+            text = await wait_for("hard-cancelled")
+            [hard] = [line for line in text.splitlines() if "hard-cancelled" in line]
+            assert "cancelled by the client" in hard
 
             # The session is still usable after both cancels.
             again = await client.call_tool("count", {"n": 1, "delay": 0.01})
@@ -523,8 +523,10 @@ async def test_closing_stdin_cancels_the_call_and_the_server_exits_0(tmp_path: P
             messages = assert_json_lines(await server.read_to_end())
             assert [m["id"] for m in messages] == [3]
             text = server.stderr()
-            assert "request_id=1, namespace='session:stdio-" in text
-            assert text.count("kind='disconnect'") == 3  # two cancelled, one hard-cancelled
+            assert "request 1 in session:stdio-" in text
+            # One line per request: count stops, stubborn is hard-cancelled.
+            assert text.count("cancelled on disconnect ('connection closed')") == 2
+            assert text.count("hard-cancelled") == 1
             assert "Traceback" not in text
 
 
@@ -544,8 +546,8 @@ async def test_a_signal_mid_call_exits_0_without_a_traceback(
             assert_json_lines(await server.read_to_end())
             text = server.stderr()
             assert f"{signum.name}: shutting down" in text
-            assert "reason='server shutting down', kind='server'" in text
-            assert "request.hard_cancelled" in text  # the grace period ran out
+            assert "cancelled by the server ('server shutting down')" in text
+            assert "hard-cancelled" in text  # the grace period ran out
             assert "Traceback" not in text
 
 

@@ -132,7 +132,11 @@ async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
             "client",
             "stuck worker",
         )
-        assert recorder.names()[-2:] == ["thread.abandoned", "request.hard_cancelled"]
+        assert recorder.names()[-3:] == [
+            "thread.abandoned",
+            "request.hard_cancelled",
+            "request.stopped",
+        ]
 
 
 def sync_server(release: threading.Event) -> McpServer:

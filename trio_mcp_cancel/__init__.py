@@ -40,6 +40,7 @@ from ._core.events import (
     LimitReachedEvent,
     OverrunEvent,
     RequestCancelledEvent,
+    RequestStoppedEvent,
     ThreadAbandonedEvent,
 )
 from ._core.namespace import (
@@ -92,6 +93,7 @@ __all__ = [
     "RegistryConfig",
     "RequestCancelled",
     "RequestCancelledEvent",
+    "RequestStoppedEvent",
     "RequestId",
     "RequestLike",
     "ThreadAbandonedEvent",

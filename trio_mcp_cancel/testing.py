@@ -1,19 +1,11 @@
-"""Pytest helpers for code that uses trio_mcp_cancel.
+"""Test helpers for code that uses trio_mcp_cancel; none of them needs pytest.
 
-Installed as a pytest plugin (entry point ``trio_mcp_cancel``), so the
-fixtures below are available in any project that depends on this library
-and uses pytest-trio.  They are built for ``trio.testing.MockClock``: use
-pytest-trio's ``autojump_clock`` fixture and grace periods take no real time.
-
-Fixtures:
-
-``mcp_registry_config``
-    The :class:`RegistryConfig` used by ``mcp_registry``; override it in
-    your ``conftest.py`` to test with other settings.
-``mcp_registry``
-    A running :class:`Registry` (inside ``open_registry``) for the test.
-``mcp_events``
-    An :class:`EventRecorder` subscribed to ``mcp_registry``.
+They are built for ``trio.testing.MockClock``: use pytest-trio's
+``autojump_clock`` fixture (or run ``trio.run(..., clock=MockClock(autojump_threshold=0))``)
+and grace periods take no real time.  The pytest fixtures (``mcp_registry_config``,
+``mcp_registry``, ``mcp_events``) live in :mod:`trio_mcp_cancel.pytest_plugin`,
+which pytest loads by itself (entry point ``trio_mcp_cancel``; the ``testing``
+extra installs pytest and pytest-trio); they can still be imported from here.
 
 Helpers: :func:`advance_past_grace`, :func:`assert_no_leaks`,
 :class:`EventRecorder`.
@@ -40,7 +32,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
 import attrs
-import pytest
 import trio
 import trio.testing
 
@@ -54,10 +45,8 @@ from ._core.events import Event
 from ._core.registry import (
     USE_CONFIG,
     Registry,
-    RegistryConfig,
     UseConfig,
     current_registry_var,
-    open_registry,
 )
 from ._protocol.exchange import Caller, LegacyState
 from ._protocol.mcp_server import McpServer
@@ -71,9 +60,6 @@ __all__ = [
     "PendingCall",
     "advance_past_grace",
     "assert_no_leaks",
-    "mcp_events",
-    "mcp_registry",
-    "mcp_registry_config",
     "open_test_client",
 ]
 
@@ -144,23 +130,16 @@ def assert_no_leaks(registry: Registry) -> None:
         raise AssertionError("registry leaked " + "; ".join(leaks))
 
 
-@pytest.fixture
-def mcp_registry_config() -> RegistryConfig:
-    """The configuration of ``mcp_registry``; override to change it."""
-    return RegistryConfig()
+_FIXTURES = frozenset({"mcp_events", "mcp_registry", "mcp_registry_config"})
 
 
-@pytest.fixture
-async def mcp_registry(mcp_registry_config: RegistryConfig) -> AsyncIterator[Registry]:
-    """A running registry for one test."""
-    async with open_registry(mcp_registry_config) as registry:
-        yield registry
+def __getattr__(name: str) -> Any:
+    """The pytest fixtures, imported from :mod:`.pytest_plugin` (and pytest) only when asked for."""
+    if name in _FIXTURES:
+        from . import pytest_plugin
 
-
-@pytest.fixture
-def mcp_events(mcp_registry: Registry) -> EventRecorder:
-    """Every event ``mcp_registry`` emits during the test."""
-    return EventRecorder.attach(mcp_registry)
+        return getattr(pytest_plugin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the in-memory test client -----------------------------------------------

@@ -33,6 +33,7 @@ __all__ = [
     "LimitReachedEvent",
     "OverrunEvent",
     "RequestCancelledEvent",
+    "RequestStoppedEvent",
     "ThreadAbandonedEvent",
     "attach_events",
 ]
@@ -64,6 +65,36 @@ class HardCancelEvent:
     request_id: RequestId
     namespace: str
     kind: CancelKind
+
+
+@attrs.frozen
+class RequestStoppedEvent:
+    """``request.stopped``: a cancelled request has stopped; how long it took.
+
+    The one event per cancelled request that says how the cancellation
+    ended, so it is the one logged at INFO (as a readable line) while
+    ``request.cancelled`` and ``request.hard_cancelled`` are logged at DEBUG.
+    """
+
+    name: ClassVar[str] = "request.stopped"
+    request_id: RequestId
+    namespace: str
+    kind: CancelKind
+    reason: str | None
+    after: float
+    """Seconds from the cancellation (the polled flag) to the request's end."""
+    hard: bool
+    """Whether it ran until its hard cancel (the grace period ran out) or past it."""
+
+    def describe(self) -> str:
+        """One readable line: which request, who cancelled it and why, how it stopped."""
+        by = {"client": "by the client", "server": "by the server", "disconnect": "on disconnect"}
+        reason = "no reason given" if self.reason is None else repr(self.reason)
+        how = "hard-cancelled" if self.hard else "stopped"
+        return (
+            f"request {self.request_id!r} in {self.namespace} cancelled {by[self.kind]}"
+            f" ({reason}): {how} {self.after:.3f} s after the flag"
+        )
 
 
 @attrs.frozen
@@ -147,6 +178,7 @@ class BackendEvent:
 Event: TypeAlias = (
     BackendEvent
     | RequestCancelledEvent
+    | RequestStoppedEvent
     | HardCancelEvent
     | OverrunEvent
     | ThreadAbandonedEvent
@@ -159,8 +191,11 @@ Subscriber = Callable[[Event], object]
 _LOG_BURST = 10
 
 _LOG_LEVELS: dict[str, int] = {
-    RequestCancelledEvent.name: logging.INFO,
-    HardCancelEvent.name: logging.INFO,
+    # One INFO line per cancelled request, when it stops (it carries kind, reason
+    # and how long stopping took); the steps on the way are DEBUG.
+    RequestCancelledEvent.name: logging.DEBUG,
+    HardCancelEvent.name: logging.DEBUG,
+    RequestStoppedEvent.name: logging.INFO,
     OverrunEvent.name: logging.WARNING,
     ThreadAbandonedEvent.name: logging.WARNING,
     LimitReachedEvent.name: logging.WARNING,
@@ -244,6 +279,8 @@ class EventHub:
                     len(event.namespaces),
                     event.namespaces[:5],
                 )
+            elif isinstance(event, RequestStoppedEvent):
+                logger.log(level, "%s", event.describe())
             else:
                 logger.log(level, "%s %r", event.name, event)
         for callback in list(self._callbacks):

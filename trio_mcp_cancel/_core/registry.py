@@ -48,6 +48,7 @@ from .events import (
     LimitReachedEvent,
     OverrunEvent,
     RequestCancelledEvent,
+    RequestStoppedEvent,
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
 from .request import Cancellation, TrackedRequest
@@ -169,12 +170,16 @@ class Tracking:
             request.cancel_scope.__exit__(exc_type, exc, tb)
         finally:
             current_request_var.reset(self._token)
+            cancellation = request.cancellation
+            if request.cancel_scope.cancelled_caught:
+                # Our own scope caught its own Cancelled: the grace period ran out.
+                # Reported before untrack()'s request.stopped, in the order it happened.
+                kind: CancelKind = "server" if cancellation is None else cancellation.kind
+                self._registry.events.emit(
+                    HardCancelEvent(request.request_id, request.namespace, kind)
+                )
             self._registry.untrack(request)
-        cancellation = request.cancellation
         if request.cancel_scope.cancelled_caught:
-            # Our own scope caught its own Cancelled: the grace period ran out.
-            kind: CancelKind = "server" if cancellation is None else cancellation.kind
-            self._registry.events.emit(HardCancelEvent(request.request_id, request.namespace, kind))
             raise RequestCancelled(None if cancellation is None else cancellation.reason, kind)
         if exc is None and cancellation is not None and trio.current_time() > request.hard_deadline:
             # The block ran past its hard cancel without seeing it (a shield,
@@ -329,9 +334,25 @@ class Registry:
         return request
 
     def untrack(self, request: TrackedRequest) -> None:
-        """Remove *request*; idempotent.  Clears its key's row with the last one."""
+        """Remove *request*; idempotent.  Clears its key's row with the last one.
+
+        A cancelled request reports how it stopped (``request.stopped``).
+        """
         if self._by_token.pop(request.token, None) is None:
             return
+        cancellation = request.cancellation
+        if cancellation is not None:
+            now = trio.current_time()
+            self.events.emit(
+                RequestStoppedEvent(
+                    request.request_id,
+                    request.namespace,
+                    cancellation.kind,
+                    cancellation.reason,
+                    max(0.0, now - cancellation.at),
+                    now >= request.hard_deadline,
+                )
+            )
         if not self._by_token:
             self._idle.set()
         key = (request.namespace, request.request_id)

@@ -33,6 +33,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._startup import require_running
 from ._tasks import tasks_served
 
 __all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
@@ -101,6 +102,7 @@ async def serve_mcp_memory(
     """
     if registry is None:
         registry = current_registry()
+    require_running(registry, "serve_mcp_memory")
     caller = connection_caller(
         "memory", registry, max_concurrent_requests=max_concurrent_requests, principal=principal
     )

@@ -65,6 +65,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._startup import require_running
 from ._tasks import tasks_served
 
 __all__ = [
@@ -252,6 +253,7 @@ async def serve_mcp_stdio(
     """
     if registry is None:
         registry = current_registry()
+    require_running(registry, "serve_mcp_stdio")
     if max_message_size < 1:
         raise ValueError("max_message_size must be at least 1")
     async with contextlib.AsyncExitStack() as stack:

@@ -51,6 +51,7 @@ from ._connection import (
     MessageConnection,
     connection_caller,
 )
+from ._startup import require_running
 from ._tasks import tasks_served
 from .auth import Authenticator, authenticate
 from .http.rules import HttpError, request_headers
@@ -100,6 +101,7 @@ async def serve_mcp_websocket(
     """
     if registry is None:
         registry = current_registry()
+    require_running(registry, "serve_mcp_websocket")
     handler = partial(
         _handle,
         server=server,

@@ -434,7 +434,8 @@ class McpHttpApp:
             # Maybe another worker's (see .shared).
             session = await self._sharing.find(session_id, principal, self.sessions)
         if session is None:
-            raise HttpError(404, "Session not found")
+            shared = self._sharing is not None
+            raise HttpError(404, self.sessions.not_found(session_id, shared=shared))
         if self._sharing is not None:
             await self._sharing.touch(session)
         return session

@@ -22,10 +22,18 @@ would let one client end another's work by opening sessions in a loop.
 
 Idle sessions expire after ``idle_timeout`` when next looked at (a busy one
 never does: a long call keeps its session).
+
+**Which store issued an id.**  An id ends with its store's random ``tag``
+(``<secret>.<tag>``), so a store asked for an id it never had can tell
+"another process issued this" (another worker without a shared backend,
+or this process before a restart) from "unknown", and say so in the 404
+instead of a bare "Session not found".  The tag names a process, not a
+session: it reveals nothing the client does not already hold.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections import OrderedDict
 from typing import Literal
@@ -66,6 +74,17 @@ class Session:
         return bool(self.channel.exchanges)
 
 
+#: ``<secret>.<tag>``: 24 random bytes (32 URL-safe characters), a dot, the store's tag.
+_TAGGED_ID = re.compile(r"[A-Za-z0-9_-]{32}\.([0-9a-f]{8})")
+
+NOT_FOUND = "Session not found"
+NOT_OURS = (
+    "Session not found: it was issued by another server process (another worker, or this"
+    " one before a restart); without a shared backend (MCP_REDIS_URL) a session lives only"
+    " in the process that created it: route each session to its worker, or initialize again"
+)
+
+
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 1:
         raise ValueError(f"{attribute.name} must be at least 1")
@@ -76,6 +95,8 @@ class SessionStore:
     max_sessions: int = attrs.field(default=10_000, validator=_positive)
     idle_timeout: float | None = 3600.0
     max_sessions_per_tenant: int = attrs.field(default=100, validator=_positive)
+    tag: str = attrs.field(factory=lambda: secrets.token_hex(4))
+    """Ends every id this store issues (see the module docstring)."""
     # Both in least-recently-used-first order.
     _sessions: OrderedDict[str, Session] = attrs.field(init=False, factory=OrderedDict)
     _tenants: dict[str | None, OrderedDict[str, Session]] = attrs.field(init=False, factory=dict)
@@ -94,7 +115,8 @@ class SessionStore:
         Raises :class:`SessionLimitReached` when making room would end a
         session with calls in flight.
         """
-        session = Session(secrets.token_urlsafe(24), principal, now, tenant, channel=channel)
+        session_id = f"{secrets.token_urlsafe(24)}.{self.tag}"
+        session = Session(session_id, principal, now, tenant, channel=channel)
         return session, self.adopt(session, now)
 
     def adopt(self, session: Session, now: float) -> list[Session]:
@@ -134,6 +156,17 @@ class SessionStore:
         self._sessions.move_to_end(session_id)
         self._tenants[session.tenant].move_to_end(session_id)
         return session
+
+    def not_found(self, session_id: str, *, shared: bool) -> str:
+        """The 404's message for an id :meth:`get` did not find.
+
+        Without a shared backend (*shared* false), a well-formed id with
+        another store's tag was issued by another process: say so, and why.
+        """
+        match = _TAGGED_ID.fullmatch(session_id)
+        if shared or match is None or match[1] == self.tag:
+            return NOT_FOUND
+        return NOT_OURS
 
     def end(self, session_id: str) -> Session | None:
         session = self._sessions.get(session_id)
