@@ -29,7 +29,17 @@ import inspect
 import json
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
+)
 
 import attrs
 import pydantic
@@ -37,7 +47,7 @@ import pydantic_core
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
-from typing_extensions import NotRequired, Required, TypedDict, is_typeddict
+from typing_extensions import TypedDict, is_typeddict
 
 from .._core.threads import ThreadLimit, run_sync
 
@@ -203,9 +213,9 @@ def read_signature(
             defaults[parameter.name] = (hint, default)
             if parameter.default is not default:
                 fill[parameter.name] = default  # given as Field(default=...)
-    arguments = TypedDict(f"{_safe_name(what)}Arguments", fields)  # type: ignore[operator]
-    config = ConfigDict(extra="forbid", strict=mode == "strict-json")
-    arguments.__pydantic_config__ = config  # type: ignore[attr-defined]
+    make_typeddict: Any = TypedDict  # a TypedDict made at run time, from the parameters
+    arguments: Any = make_typeddict(f"{_safe_name(what)}Arguments", fields)
+    arguments.__pydantic_config__ = ConfigDict(extra="forbid", strict=mode == "strict-json")
     try:
         adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(arguments)
         schema = adapter.json_schema(schema_generator=_NoTitles)
@@ -258,14 +268,12 @@ def _parameter_hint(parameter: inspect.Parameter, doc: str | None) -> tuple[Any,
         hint = base
     text = next((m for m in metadata if isinstance(m, str)), None)
     kept = [m for m in metadata if not isinstance(m, str)]
-    given = next(
-        (m.description for m in kept if isinstance(m, FieldInfo) and m.description), None
-    )
+    given = next((m.description for m in kept if isinstance(m, FieldInfo) and m.description), None)
     text = given or text or doc
     if text is not None and given is None:
         kept.append(Field(description=text))
     if kept:
-        hint = Annotated[(hint, *kept)]  # type: ignore[valid-type]
+        hint = Annotated[(hint, *kept)]
     return hint, text, default
 
 
@@ -277,7 +285,7 @@ def _json_default(hint: Any, default: Any) -> Any:
     try:
         shown = TypeAdapter(hint).dump_python(default, mode="json")
         json.dumps(shown, allow_nan=False)
-    except (ValueError, TypeError, pydantic.PydanticUserError, pydantic_core.PydanticSerializationError):
+    except (ValueError, TypeError, pydantic.PydanticUserError):
         return _NO_DEFAULT
     return shown
 

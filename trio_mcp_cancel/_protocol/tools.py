@@ -43,6 +43,7 @@ logger = logging.getLogger("trio_mcp_cancel.tools")
 #: declares the extension, or only as a task (``-32021`` for a client that does not).
 TaskSupport = Literal["forbidden", "optional", "required"]
 
+
 class ToolArgumentError(ArgumentsInvalid):
     """Arguments that do not fit the tool's signature.
 
@@ -291,12 +292,12 @@ def make_tool(
     if output_schema is not None and output_schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: outputSchema must have type 'object'")
     output = output_for(fn, what) if output_schema is None else None
+    if output is not None:
+        output_schema = output.schema
     extras: dict[str, Any] = dict(
         cancellable=cancellable,
         client_capabilities=dict(client_capabilities or {}),
-        output_schema=dict(output.schema if output is not None else output_schema)
-        if (output is not None or output_schema is not None)
-        else None,
+        output_schema=None if output_schema is None else dict(output_schema),
         annotations=None if annotations is None else dict(annotations),
         title=title,
         meta=None if meta is None else dict(meta),
@@ -312,7 +313,9 @@ def make_tool(
         return Tool(name, doc, run, schema, checks, extra_arguments=extra_arguments, **extras)
     signature = read_signature(fn, what, descriptions=_doc_arguments(raw_doc))
     run = with_context(fn, signature, f"tool {name}", threads)
-    params = {arg: ((), arg in signature.required) for arg in signature.names}
+    params: dict[str, tuple[tuple[type, ...], bool]] = {
+        arg: ((), arg in signature.required) for arg in signature.names
+    }
     return Tool(name, doc, run, signature.schema, params, signature=signature, **extras)
 
 
