@@ -129,6 +129,9 @@ class Signature:
     mode: Mode
     fill: Mapping[str, Any]
     """Defaults given as ``param: T = Field(default=...)``: the function cannot apply those."""
+    native: bool = False
+    """Every parameter is a JSON type already (``int``, ``str``, ``list[str]``, ...): strict
+    validation of the decoded values is the same as of the JSON, without re-encoding it."""
 
     def validate(self, arguments: object) -> dict[str, Any]:
         """Validated and converted *arguments*; :class:`ArgumentsInvalid` names what failed."""
@@ -137,7 +140,7 @@ class Signature:
         if not isinstance(arguments, dict):
             raise ArgumentsInvalid("arguments must be an object")
         try:
-            if self.mode == "strict-json":
+            if self.mode == "strict-json" and not self.native:
                 # The arguments were JSON on the wire: validate them as JSON, strictly,
                 # so the published schema is exactly what passes.
                 converted = self.adapter.validate_json(pydantic_core.to_json(arguments))
@@ -244,7 +247,34 @@ def read_signature(
         adapter,
         mode,
         fill,
+        native=all(_json_native(get_args(hint)[0]) for hint in fields.values()),
     )
+
+
+_NATIVE: Final = (int, float, str, bool, type(None))
+
+
+def _json_native(hint: Any) -> bool:
+    """Whether the decoded JSON for *hint* validates strictly as Python the same as JSON.
+
+    True for the JSON types themselves and containers of them; false for
+    anything strict Python mode wants as an instance (``datetime``, enums,
+    models, dataclasses, tuples), which strict JSON mode builds from JSON.
+    """
+    origin = get_origin(hint)
+    if origin is Annotated:
+        base, *metadata = get_args(hint)
+        return _json_native(base) and all(isinstance(m, FieldInfo) for m in metadata)
+    if hint is Any or hint in _NATIVE or hint in (list, dict):
+        return True
+    if origin is Literal:
+        return all(isinstance(value, _NATIVE) for value in get_args(hint))
+    if origin in (Union, types.UnionType, list):
+        return all(_json_native(arg) for arg in get_args(hint))
+    if origin is dict:
+        key, value = get_args(hint)
+        return key is str and _json_native(value)
+    return False
 
 
 def _safe_name(what: str) -> str:
