@@ -425,3 +425,40 @@ async def test_a_tool_declared_to_return_str_that_returns_none_warns_once(
     warnings = [r for r in caplog.records if r.name == "trio_mcp_cancel.tools"]
     assert len(warnings) == 1
     assert "'forgetful' returned None" in warnings[0].getMessage()
+
+
+def test_a_routing_header_can_be_declared_on_a_typed_parameter() -> None:
+    def routed(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        return region
+
+    assert schema_of(routed)["properties"]["region"] == {
+        "type": "string",
+        "x-mcp-header": "Region",
+    }
+
+    def badly(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "a b"})]) -> str:
+        return region
+
+    with pytest.raises(ValueError, match="x-mcp-header"):
+        schema_of(badly)
+
+
+async def test_a_model_is_sent_as_json_with_or_without_a_structured_annotation() -> None:
+    server = McpServer()
+    given = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+    @server.tool(output_schema=given)
+    async def explicit() -> Query:
+        return Query(text="q")
+
+    @server.tool
+    async def loose() -> Any:
+        return Query(text="l", limit=1)
+
+    async with open_test_client(server) as client:
+        tools = {t["name"]: t for t in (await client.request("tools/list"))["tools"]}
+        first = await client.call_tool("explicit")
+        second = await client.call_tool("loose")
+    assert tools["explicit"]["outputSchema"] == given  # as written: it wins
+    assert first["structuredContent"] == {"text": "q", "limit": 10}
+    assert json.loads(second["content"][0]["text"]) == {"text": "l", "limit": 1}

@@ -139,21 +139,31 @@ class Signature:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ArgumentsInvalid("arguments must be an object")
+        json_mode = self.mode == "strict-json"
         try:
-            if self.mode == "strict-json" and not self.native:
+            if json_mode and not self.native:
                 # The arguments were JSON on the wire: validate them as JSON, strictly,
                 # so the published schema is exactly what passes.
-                converted = self.adapter.validate_json(pydantic_core.to_json(arguments))
+                converted = self._as_json(arguments)
             else:
                 converted = self.adapter.validate_python(arguments)
         except pydantic.ValidationError as exc:
-            raise ArgumentsInvalid(describe_errors(exc)) from None
-        except pydantic_core.PydanticSerializationError as exc:
-            raise ArgumentsInvalid(f"arguments are not JSON: {exc}"[:300]) from None
+            if not (json_mode and self.native):
+                raise ArgumentsInvalid(describe_errors(exc)) from None
+            # Rare: say it in JSON's words ("a valid array", not "a valid list").
+            converted = self._as_json(arguments)
         if self.fill:
             for name, value in self.fill.items():
                 converted.setdefault(name, value)
         return converted
+
+    def _as_json(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.adapter.validate_json(pydantic_core.to_json(arguments))
+        except pydantic.ValidationError as exc:
+            raise ArgumentsInvalid(describe_errors(exc)) from None
+        except pydantic_core.PydanticSerializationError as exc:
+            raise ArgumentsInvalid(f"arguments are not JSON: {exc}"[:300]) from None
 
 
 def describe_errors(exc: pydantic.ValidationError) -> str:

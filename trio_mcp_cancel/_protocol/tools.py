@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
+import pydantic
 
 from .._core.threads import ThreadLimit
 from .content import ToolResult, is_content, json_text, to_content
@@ -232,16 +233,22 @@ def _explicit_params(
     missing = sorted(set(properties) - named)
     if missing and not takes_kwargs:
         raise TypeError(f"tool {name!r}: the function takes no parameter {missing[0]!r}")
+    _check_headers(name, properties)
     params: dict[str, tuple[tuple[type, ...], bool]] = {}
     for prop, spec in properties.items():
-        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
-        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
-            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
         kind = spec.get("type") if isinstance(spec, Mapping) else None
         types = _SCHEMA_TYPES.get(kind, ()) if isinstance(kind, str) else ()
         params[prop] = (types, prop in required)
     extras = schema.get("additionalProperties", True) is not False and takes_kwargs
     return params, extras
+
+
+def _check_headers(name: str, properties: Mapping[str, Any]) -> None:
+    """Each ``x-mcp-header`` (SEP-2243) names a plain header token."""
+    for prop, spec in properties.items():
+        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
+        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
+            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
 
 
 def make_tool(
@@ -291,8 +298,9 @@ def make_tool(
     doc = doc or f"The {name} tool."
     if output_schema is not None and output_schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: outputSchema must have type 'object'")
-    output = output_for(fn, what) if output_schema is None else None
-    if output is not None:
+    # A structured return annotation converts the value; its schema is shown unless given.
+    output = output_for(fn, what)
+    if output is not None and output_schema is None:
         output_schema = output.schema
     extras: dict[str, Any] = dict(
         cancellable=cancellable,
@@ -312,6 +320,7 @@ def make_tool(
         run = with_context(fn, context_parameter(fn, what), f"tool {name}", threads)
         return Tool(name, doc, run, schema, checks, extra_arguments=extra_arguments, **extras)
     signature = read_signature(fn, what, descriptions=_doc_arguments(raw_doc))
+    _check_headers(name, signature.schema["properties"])
     run = with_context(fn, signature, f"tool {name}", threads)
     params: dict[str, tuple[tuple[type, ...], bool]] = {
         arg: ((), arg in signature.required) for arg in signature.names
@@ -353,6 +362,8 @@ def tool_result(value: object, *, structured: bool = False) -> dict[str, Any]:
         return {"content": [to_content(value)], "isError": False}
     if isinstance(value, list) and value and all(is_content(item) for item in value):
         return {"content": [to_content(item) for item in value], "isError": False}
+    if isinstance(value, pydantic.BaseModel):
+        value = value.model_dump(mode="json")  # a model without a structured annotation
     text = json_text(value)
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
     if isinstance(value, dict) or structured:
