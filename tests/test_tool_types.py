@@ -67,7 +67,6 @@ BOOK_INPUT: dict[str, Any] = {
             "type": "object",
             "properties": {"x": {"type": "integer"}, "y": {"type": "integer", "default": 0}},
             "required": ["x"],
-            "additionalProperties": False,
         },
     },
 }

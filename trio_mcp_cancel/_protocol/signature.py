@@ -44,7 +44,7 @@ from typing import (
 import attrs
 import pydantic
 import pydantic_core
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict, is_typeddict
@@ -129,6 +129,8 @@ class Signature:
     mode: Mode
     fill: Mapping[str, Any]
     """Defaults given as ``param: T = Field(default=...)``: the function cannot apply those."""
+    known: frozenset[str] = frozenset()
+    """:attr:`names` as a set: any other argument is refused before validation."""
     native: bool = False
     """Every parameter is a JSON type already (``int``, ``str``, ``list[str]``, ...): strict
     validation of the decoded values is the same as of the JSON, without re-encoding it."""
@@ -139,6 +141,9 @@ class Signature:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ArgumentsInvalid("arguments must be an object")
+        if not self.known.issuperset(arguments):
+            unknown = sorted(str(key) for key in arguments if key not in self.known)
+            raise ArgumentsInvalid(f"unknown argument {unknown[0]!r}"[:300])
         json_mode = self.mode == "strict-json"
         try:
             if json_mode and not self.native:
@@ -146,7 +151,7 @@ class Signature:
                 # so the published schema is exactly what passes.
                 converted = self._as_json(arguments)
             else:
-                converted = self.adapter.validate_python(arguments)
+                converted = self.adapter.validate_python(arguments, strict=json_mode)
         except pydantic.ValidationError as exc:
             if not (json_mode and self.native):
                 raise ArgumentsInvalid(describe_errors(exc)) from None
@@ -159,7 +164,7 @@ class Signature:
 
     def _as_json(self, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.adapter.validate_json(pydantic_core.to_json(arguments))
+            return self.adapter.validate_json(pydantic_core.to_json(arguments), strict=True)
         except pydantic.ValidationError as exc:
             raise ArgumentsInvalid(describe_errors(exc)) from None
         except pydantic_core.PydanticSerializationError as exc:
@@ -228,7 +233,8 @@ def read_signature(
                 fill[parameter.name] = default  # given as Field(default=...)
     make_typeddict: Any = TypedDict  # a TypedDict made at run time, from the parameters
     arguments: Any = make_typeddict(f"{_safe_name(what)}Arguments", fields)
-    arguments.__pydantic_config__ = ConfigDict(extra="forbid", strict=mode == "strict-json")
+    # Unknown names are refused by Signature.validate and strictness is asked per call:
+    # a config here would reach into the user's dataclasses differently across versions.
     try:
         adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(arguments)
         schema = adapter.json_schema(schema_generator=_NoTitles)
@@ -241,6 +247,7 @@ def read_signature(
         "properties": schema.pop("properties", {}),
         **schema,
     }
+    schema["additionalProperties"] = False  # what Signature.validate enforces
     if "$defs" in schema:
         schema["$defs"] = schema.pop("$defs")
     for name, (hint, default) in defaults.items():
@@ -257,6 +264,7 @@ def read_signature(
         adapter,
         mode,
         fill,
+        known=frozenset(fields),
         native=all(_json_native(get_args(hint)[0]) for hint in fields.values()),
     )
 
