@@ -231,3 +231,14 @@ async def test_a_sync_tool_is_cancelled_like_any_other(
             assert len(recorder.of_type(ThreadAbandonedEvent)) == 1
     finally:
         release.set()
+
+
+async def test_a_keyword_only_context_is_passed_by_name() -> None:
+    server = McpServer()
+
+    @server.tool
+    async def starred(*, ctx: ToolContext, n: int) -> str:
+        return f"{type(ctx).__name__} {n}"
+
+    async with open_test_client(server) as client:
+        assert text_of(await client.call_tool("starred", {"n": 3})) == "ToolContext 3"

@@ -213,7 +213,9 @@ def read_signature(
         if _is_context(parameter, context):
             if context_name is not None:
                 raise TypeError(f"{what}: more than one parameter takes the context")
-            context_name, first = parameter.name, index == 0
+            # Passed positionally only when it comes first and may be (not after ``*``).
+            context_name = parameter.name
+            first = index == 0 and parameter.kind is not parameter.KEYWORD_ONLY
             if parameter.kind is parameter.POSITIONAL_ONLY and not first:
                 raise TypeError(f"{what}: a positional-only context must come first")
             continue
@@ -369,7 +371,12 @@ def with_context(
         name, first = signature.context, signature.first
     else:
         name = signature
-        first = name is not None and next(iter(_signature(fn, what).parameters)) == name
+        parameters = list(_signature(fn, what).parameters.values())
+        first = (
+            name is not None
+            and parameters[0].name == name
+            and parameters[0].kind is not parameters[0].KEYWORD_ONLY
+        )
     is_async = inspect.iscoroutinefunction(fn)
     call: Callable[..., Any]
     if name is not None and first:
