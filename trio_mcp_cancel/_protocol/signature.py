@@ -182,7 +182,7 @@ def describe_errors(exc: pydantic.ValidationError) -> str:
         elif error["type"] == "extra_forbidden":
             parts.append(f"unknown argument {where!r}")
         else:
-            parts.append(f"{where!r}: {error['msg']}")
+            parts.append(f"{where!r}: {error['msg']}" if where else str(error["msg"]))
     if len(errors) > _MAX_ERRORS:
         parts.append(f"and {len(errors) - _MAX_ERRORS} more")
     return "; ".join(parts)
