@@ -59,10 +59,11 @@ class Resource:
     title: str | None = None
     size: int | None = None
     annotations: Mapping[str, Any] | None = None
-    call: Reader = attrs.field(init=False, eq=False, repr=False)
-    """``call(ctx)``: the reader, its context put where it asks for it."""
+    call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """``call(ctx)``: the reader, its context put where it asks for it (set when added)."""
 
-    def __attrs_post_init__(self) -> None:
+    def prepare(self) -> None:
+        """Read the reader's signature (``TypeError`` when it does not fit); done once, at add."""
         what = f"resource {self.uri!r}"
         signature = _reader_signature(self.reader, what, ())
         object.__setattr__(self, "call", with_context(self.reader, signature, what, None))
@@ -94,10 +95,10 @@ class ResourceTemplate:
     annotations: Mapping[str, Any] | None = None
     pattern: re.Pattern[str] = attrs.field(init=False)
     variables: tuple[str, ...] = attrs.field(init=False)
-    call: Reader = attrs.field(init=False, eq=False, repr=False)
+    call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
     """``call(ctx, **variables)``: the reader, its context put where it asks for it."""
-    signature: Signature = attrs.field(init=False, eq=False, repr=False)
-    """Converts the variables (strings) to the reader's parameter types."""
+    signature: Signature | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """Converts the variables (strings) to the reader's parameter types (set when added)."""
 
     def __attrs_post_init__(self) -> None:
         variables = tuple(_VARIABLE.findall(self.uri_template))
@@ -109,8 +110,11 @@ class ResourceTemplate:
         )
         object.__setattr__(self, "pattern", re.compile(regex))
         object.__setattr__(self, "variables", variables)
+
+    def prepare(self) -> None:
+        """Read the reader's signature (``TypeError`` when it does not fit); done once, at add."""
         what = f"template {self.uri_template!r}"
-        signature = _reader_signature(self.reader, what, variables)
+        signature = _reader_signature(self.reader, what, self.variables)
         object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "call", with_context(self.reader, signature, what, None))
 
@@ -124,6 +128,8 @@ class ResourceTemplate:
         if found is None:
             return None
         strings = {key: unquote(value) for key, value in found.groupdict().items()}
+        if self.signature is None:
+            return strings  # not added to a server: nothing to convert to
         try:
             return self.signature.validate(strings)
         except ArgumentsInvalid as exc:
@@ -164,11 +170,13 @@ class ResourceSet:
     def add(self, resource: Resource) -> None:
         if resource.uri in self.resources:
             raise ValueError(f"resource {resource.uri!r} is already registered")
+        resource.prepare()
         self.resources[resource.uri] = resource
 
     def add_template(self, template: ResourceTemplate) -> None:
         if template.uri_template in self.templates:
             raise ValueError(f"template {template.uri_template!r} is already registered")
+        template.prepare()
         self.templates[template.uri_template] = template
 
     def find(self, uri: object) -> tuple[Reader, dict[str, Any], str | None]:
@@ -177,10 +185,12 @@ class ResourceSet:
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
         resource = self.resources.get(uri)
         if resource is not None:
+            assert resource.call is not None  # prepared when added
             return resource.call, {}, resource.mime_type
         for template in self.templates.values():
             variables = template.match(uri)
             if variables is not None:
+                assert template.call is not None  # prepared when added
                 return template.call, variables, template.mime_type
         raise JsonRpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri[:1000]})
 

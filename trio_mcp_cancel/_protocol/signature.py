@@ -87,8 +87,8 @@ def _context_type() -> type:
 
 def _is_context(parameter: inspect.Parameter, context: type) -> bool:
     hint = parameter.annotation
-    if hint is parameter.empty:
-        # The convention before annotations were read: an unannotated ``ctx``.
+    if hint is parameter.empty or hint is Any:
+        # The convention before annotations were read: ``ctx`` (unannotated, or ``Any``).
         return parameter.name == "ctx"
     if get_origin(hint) is Annotated:
         hint = get_args(hint)[0]
