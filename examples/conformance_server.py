@@ -37,7 +37,7 @@ from trio_mcp_cancel.server import (
     InputRequired,
     JsonRpcError,
     McpServer,
-    Message,
+    PromptMessage,
     Text,
     ToolContext,
     ToolError,
@@ -568,7 +568,7 @@ async def test_prompt_with_embedded_resource(
 @server.prompt()
 async def test_prompt_with_image(ctx: ToolContext) -> list[Any]:
     """A prompt with an image."""
-    return [Image(PNG, "image/png"), Message("user", "Please analyze the image above.")]
+    return [Image(PNG, "image/png"), PromptMessage("user", "Please analyze the image above.")]
 
 
 @server.prompt()

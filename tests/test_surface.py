@@ -22,7 +22,7 @@ from trio_mcp_cancel.server import (
     Image,
     InputRequired,
     McpServer,
-    Message,
+    PromptMessage,
     ResourceData,
     ResourceLink,
     Text,
@@ -130,8 +130,8 @@ def build() -> tuple[McpServer, list[str]]:
         ctx: ToolContext, who: Annotated[str, "whom to greet"], style: str = "plain"
     ) -> list[Any]:
         return [
-            Message("user", f"Greet {who} ({style})"),
-            Message("assistant", Image(PNG)),
+            PromptMessage("user", f"Greet {who} ({style})"),
+            PromptMessage("assistant", Image(PNG)),
             EmbeddedResource("test://text", "hello", "text/plain"),
         ]
 

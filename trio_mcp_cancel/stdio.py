@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from ._core.registry import RegistryConfig, open_registry
-from ._protocol.mcp_server import McpServer
+from ._protocol.mcp_server import McpServerBase
 from .transports.stdio import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -44,7 +44,7 @@ __all__ = [
 
 
 def run_stdio(
-    server: McpServer,
+    server: McpServerBase,
     config: RegistryConfig | None = None,
     *,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,

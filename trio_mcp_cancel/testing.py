@@ -49,7 +49,7 @@ from ._core.registry import (
     current_registry_var,
 )
 from ._protocol.exchange import Caller, LegacyState
-from ._protocol.mcp_server import McpServer
+from ._protocol.mcp_server import McpServerBase
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 __all__ = [
@@ -209,7 +209,7 @@ class McpTestClient(ClientEngine):
 
 @contextlib.asynccontextmanager
 async def open_test_client(
-    server: McpServer,
+    server: McpServerBase,
     *,
     registry: Registry | None = None,
     era: Literal["modern", "legacy"] = "modern",

@@ -85,7 +85,7 @@ from .._protocol.calls import NotificationCall, Rejected, RequestCall
 from .._protocol.dispatcher import Dispatcher
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
@@ -172,7 +172,7 @@ class MessageConnection:
             with other connections (the in-memory transport can do that).
     """
 
-    server: McpServer
+    server: McpServerBase
     caller: Caller
     write: WriteText
     grace: float | UseConfig | None = USE_CONFIG

@@ -26,7 +26,7 @@ import trio
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol.exchange import Caller
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 from ._connection import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_WRITE_TIMEOUT,
@@ -68,7 +68,7 @@ def memory_transport_pair(max_buffer_size: int | float = 256) -> tuple[MemoryEnd
 
 
 async def serve_mcp_memory(
-    server: McpServer,
+    server: McpServerBase,
     end: MemoryEnd,
     registry: Registry | None = None,
     *,

@@ -58,7 +58,7 @@ from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol import jsonrpc
 from .._protocol.exchange import Caller
 from .._protocol.jsonrpc import INVALID_REQUEST
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 from ._connection import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_WRITE_TIMEOUT,
@@ -205,7 +205,7 @@ async def _watch_signals(
 
 
 async def serve_mcp_stdio(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry | None = None,
     *,
     stdin: trio.abc.ReceiveStream | None = None,
@@ -283,7 +283,7 @@ async def serve_mcp_stdio(
 
 
 async def _serve(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry,
     stdin: trio.abc.ReceiveStream,
     stdout: trio.abc.SendStream,

@@ -43,7 +43,7 @@ from trio_websocket import (
 )
 
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 from ._connection import (
     _GONE,
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -66,7 +66,7 @@ _STALLED_CLOSE_TIMEOUT: Final = 0.25
 
 
 async def serve_mcp_websocket(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -129,7 +129,7 @@ async def serve_mcp_websocket(
 async def _handle(
     request: WebSocketRequest,
     *,
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry,
     path: str,
     auth: Authenticator | None,

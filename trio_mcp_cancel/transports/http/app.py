@@ -85,7 +85,7 @@ from ..._protocol.calls import Call, NotificationCall, Rejected, RequestCall
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.exchange import Caller, Channel, Exchange
 from ..._protocol.jsonrpc import JsonRpcError, Message
-from ..._protocol.mcp_server import McpServer
+from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
 from ..._protocol.versions import Era
 from ...backends.base import Backend, BusMessage
@@ -189,7 +189,7 @@ class McpHttpApp:
 
     def __init__(
         self,
-        server: McpServer,
+        server: McpServerBase,
         registry: Registry | None = None,
         *,
         registry_config: RegistryConfig | None = None,

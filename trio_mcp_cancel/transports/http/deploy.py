@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
-from ..._protocol.mcp_server import McpServer
+from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
 from ...backends.base import Backend
 from .app import McpHttpApp
@@ -118,7 +118,7 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     return RedisBackend(url, prefix=prefix, instance_id=instance, hot_timeout=hot)
 
 
-def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> None:
+def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) -> None:
     """Seal ``requestState`` with ``MCP_STATE_SECRET`` (and open with the previous one)."""
     secret = environ.get("MCP_STATE_SECRET", "").strip()
     previous = environ.get("MCP_STATE_SECRET_PREVIOUS", "").strip()
@@ -132,7 +132,7 @@ def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> Non
 
 
 def app_from_env(
-    server: McpServer, environ: Mapping[str, str] | None = None, **overrides: Any
+    server: McpServerBase, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
     """An :class:`McpHttpApp` for *server* configured from the environment (see above).
 
