@@ -211,7 +211,7 @@ def test_the_outbox_bound_excludes_the_item_in_flight_and_never_refuses_a_reply(
     assert outbox.bytes == 1060 and outbox.bounded_bytes == 60
     assert outbox.backlogged()
     outbox.written()
-    assert outbox.oldest == "a" and outbox.bytes == 1010
+    assert outbox.start_write() == "a" and outbox.bytes == 1010
 
 
 def test_a_lenient_outbox_takes_one_large_item_when_nothing_bounded_waits() -> None:
@@ -242,7 +242,7 @@ async def test_the_write_deadline_is_kept_while_a_write_is_pending(
     outbox.put("x", 1, bounded=False)
     assert outbox.stall_at == math.inf
     start = trio.current_time()
-    assert outbox.begin_write() == start + 5.0 == outbox.stall_at
+    assert outbox.start_write() == "x" and outbox.stall_at == start + 5.0
     outbox.written()
     assert outbox.stall_at == math.inf and not outbox
 

@@ -252,13 +252,13 @@ class MessageConnection:
         outbox = self._outbox
         with self._writer:
             while True:
-                if not outbox:
+                text = outbox.start_write()
+                if text is None:
                     if outbox.ending or self.stalled:
                         return
                     await outbox.wait()
                     continue
-                text = outbox.oldest
-                self._writing = scope = trio.CancelScope(deadline=outbox.begin_write())
+                self._writing = scope = trio.CancelScope(deadline=outbox.stall_at)
                 try:
                     with scope:
                         await self.write(text)

@@ -18,7 +18,7 @@ live here once:
   bytes waiting behind the one in flight past ``limit``; the refusal means
   "the peer is too far behind": the caller treats it as stalled.  An
   unbounded item is always accepted.
-* **The write deadline.**  :meth:`Outbox.begin_write` says until when the
+* **The write deadline.**  :meth:`Outbox.start_write` says until when the
   peer has to take the oldest item (``timeout`` from now, ``inf`` without
   one); :attr:`Outbox.stall_at` holds it while the write is pending.
 * **Lost callbacks.**  An item may carry ``on_lost``, called if the item is
@@ -69,7 +69,7 @@ class Outbox(Generic[T]):
         "timeout",
     )
 
-    def __init__(self, limit: int, timeout: float | None = None, *, lenient: bool = False) -> None:
+    def __init__(self, limit: int, timeout: float | None = None, lenient: bool = False) -> None:
         self._items: deque[tuple[T, int, bool, Callable[[], object] | None]] = deque()
         self._wakeup: trio.lowlevel.ParkingLot | None = None
         self.limit = limit
@@ -114,7 +114,8 @@ class Outbox(Generic[T]):
         self.bytes += size
         if bounded:
             self.bounded_bytes += size
-        self._wake()
+        if self._wakeup is not None:
+            self._wakeup.unpark_all()
         return True
 
     def _fits(self, size: int) -> bool:
@@ -137,7 +138,8 @@ class Outbox(Generic[T]):
     def end(self) -> None:
         """Accept nothing more, and let the writer end once the queue is written."""
         self.closed = self.ending = True
-        self._wake()
+        if self._wakeup is not None:
+            self._wakeup.unpark_all()
 
     def lose(self) -> None:
         """The peer cannot be written to: drop the queue, calling its lost callbacks."""
@@ -163,16 +165,17 @@ class Outbox(Generic[T]):
             self._wakeup = trio.lowlevel.ParkingLot()
         await self._wakeup.park()
 
-    @property
-    def oldest(self) -> T:
-        """The item to write now (in flight until :meth:`written`)."""
-        return self._items[0][0]
+    def start_write(self) -> T | None:
+        """The oldest item, to write now (``None``: nothing queued); sets :attr:`stall_at`.
 
-    def begin_write(self) -> float:
-        """The oldest item's write starts: its deadline (also kept in :attr:`stall_at`)."""
+        The item stays queued, in flight, until :meth:`written`.
+        """
+        items = self._items
+        if not items:
+            return None
         if self.timeout is not None:
             self.stall_at = trio.current_time() + self.timeout
-        return self.stall_at
+        return items[0][0]
 
     def written(self) -> None:
         """The oldest item was written: drop it."""

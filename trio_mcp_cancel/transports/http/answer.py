@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from ..._core.backend import Backend
-from ..._core.registry import UseConfig
+from ..._core.registry import Registry, UseConfig
 from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
 from ..._protocol.dispatch import Call, Caller, Exchange, McpServer
@@ -80,6 +80,7 @@ class Post:
     client: object
     tenant: str | None
     message: object
+    registry: Registry
 
 
 @attrs.frozen
@@ -179,7 +180,7 @@ class Responder:
         service nursery when there is one), so a call that never suspends
         opens no nursery of its own.
         """
-        writer = self._writer(send)
+        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         exchange = Exchange()
         on_stall = partial(
             exchange.cancel, "client stopped reading", grace=self.stream_cancel_timeout
@@ -282,9 +283,6 @@ class Responder:
 
     # -- writing ------------------------------------------------------------------
 
-    def _writer(self, send: Send) -> ResponseWriter:
-        return ResponseWriter(send, self.max_buffered_bytes, fast_paths=self.fast_paths)
-
     def _start_writer(self, writer: ResponseWriter, nursery: trio.Nursery) -> None:
         """Run *writer* in the service nursery (or, without a lifespan, in *nursery*)."""
         writer.outbox.timeout = self.write_timeout
@@ -300,7 +298,7 @@ class Responder:
         only needed for a write that could be left pending by the client.
         """
         if self.service is None or (
-            self.fast_paths and can_write_now(send, writer.queued_bytes + _HEAD_ROOM)
+            self.fast_paths and can_write_now(send, writer.outbox.bytes + _HEAD_ROOM)
         ):
             await writer.run()
         else:
@@ -331,7 +329,7 @@ class Responder:
         self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
     ) -> None:
         """Send a whole response, through a writer (see the module docstring)."""
-        writer = self._writer(send)
+        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         writer.put_whole(status, body, extra, json=json)
         service = self.service
         if service is None:

@@ -222,7 +222,7 @@ class McpHttpApp:
             max_buffered_bytes,
             hypercorn_fast_paths,
         )
-        self._modern = ModernEra(self._responder, lambda: self.registry)
+        self._modern = ModernEra(self._responder)
         self._legacy = LegacyEra(
             self._responder,
             lambda: self.registry,
@@ -372,9 +372,6 @@ class McpHttpApp:
                 return
             raise
 
-    def _receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
-        return receive_now(receive) if self.hypercorn_fast_paths else None
-
     async def _discard_body(self, receive: Receive) -> None:
         """Read the body of a request refused from its head, and drop it.
 
@@ -390,7 +387,7 @@ class McpHttpApp:
         left = self.max_body_size
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
             while True:
-                message = self._receive_now(receive) or await receive()
+                message = (self.hypercorn_fast_paths and receive_now(receive)) or await receive()
                 left -= len(message.get("body", b""))
                 if not message.get("more_body", False) or left < 0:
                     return
@@ -422,7 +419,8 @@ class McpHttpApp:
             await self._responder.respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
         client = scope.get("client")
-        post = Post(send, headers, principal, client, tenant_for(principal, client), message)
+        tenant = tenant_for(principal, client)
+        post = Post(send, headers, principal, client, tenant, message, self.registry)
         if rules.select_era(headers, message) == "modern":
             routed = await self._modern.route(post)
         else:
@@ -434,7 +432,7 @@ class McpHttpApp:
         body = _Body(self.max_body_size)
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
-        while (message := self._receive_now(receive)) is not None:
+        while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:
             if body.add(message):
                 return body.data()
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):

@@ -30,7 +30,7 @@ release that renames something only loses the shortcut, never a request:
     line after that, so a client cannot flood the log), and lets the
     server go on.
 
-* **Shortcuts of the hot path** (:func:`receive_now`, :func:`tcp_server_of`)
+* **Shortcuts of the hot path** (:func:`receive_now`, :func:`idle_socket_of`)
   and one repair (:func:`mark_head_blocked`), duck-typed and answering
   "no shortcut" when the shape is not hypercorn's.
 
@@ -71,6 +71,7 @@ __all__ = [
     "GUARD_ENV",
     "GuardStatus",
     "fast_paths_default",
+    "idle_socket_of",
     "install",
     "mark_head_blocked",
     "receive_now",
@@ -368,3 +369,19 @@ def tcp_server_of(send: Any) -> Any:
     if type(protocol).__name__ != "H11Protocol":
         return None
     return getattr(getattr(protocol, "send", None), "__self__", None)
+
+
+def idle_socket_of(send: Any) -> Any:
+    """The socket behind an HTTP/1.1 *send* when no write holds its connection; else ``None``.
+
+    hypercorn's ``TCPServer`` writes under its ``send_lock``; while nobody
+    holds it, what :mod:`.inline` reads from the socket (the bytes queued in
+    the kernel) says whether the next write can block.
+    """
+    server = tcp_server_of(send)
+    lock = getattr(server, "send_lock", None)
+    sock = getattr(getattr(server, "stream", None), "socket", None)
+    locked = getattr(lock, "locked", None)
+    if sock is None or not callable(locked) or locked():
+        return None
+    return sock

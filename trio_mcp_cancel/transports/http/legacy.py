@@ -47,6 +47,7 @@ class LegacyEra:
 
     responder: Responder
     registry: Callable[[], Registry]
+    """The registry now (for what other workers send, outside any request)."""
     sessions: SessionStore | None
     sharing: SessionSharing | None
     max_concurrent_requests: int
@@ -65,7 +66,7 @@ class LegacyEra:
         public_id = session.public_id if session else None
         caller = Caller(
             namespace_for(session_id=public_id, principal=post.principal, client=post.client),
-            self.registry(),
+            post.registry,
             session.channel if session else None,
             post.principal,
             public_id,

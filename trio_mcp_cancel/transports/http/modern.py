@@ -10,12 +10,9 @@ caller cancel another's work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import attrs
 
 from ..._core.namespace import namespace_for, stateless
-from ..._core.registry import Registry
 from ..._protocol import jsonrpc
 from ..._protocol.dispatch import Caller
 from ..._protocol.jsonrpc import JsonRpcError
@@ -30,7 +27,6 @@ class ModernEra:
     """Checks a modern POST and binds it to its call."""
 
     responder: Responder
-    registry: Callable[[], Registry]
 
     async def route(self, post: Post) -> Routed | None:
         """The call of a modern POST; ``None`` when it was answered already."""
@@ -40,7 +36,7 @@ class ModernEra:
             return None
         caller = Caller(
             stateless(namespace_for(principal=post.principal, client=post.client)),
-            self.registry(),
+            post.registry,
             principal=post.principal,
             tenant=post.tenant,
         )

@@ -44,9 +44,11 @@ Invariants:
   lost (``Exchange.lost``) when it ends.
 
 :class:`ResponseMachine` is the pure part (no I/O, tested without
-sockets); :class:`CallResponse` drives it from the call (its messages, its
-end) and the watcher (a disconnect, a stall), and queues the bytes in the
-request's :class:`~.writer.ResponseWriter`.  Everything runs in the
+sockets); :class:`CallResponse` is that machine with what each transition
+writes: driven by the call (its messages, its end) and the watcher (a
+disconnect, a stall), it queues the bytes in the request's
+:class:`~.writer.ResponseWriter` (one object per call, not two: it sits on
+every cancellable call's path).  Everything runs in the
 request's task or its watcher, so nothing interleaves with a transition.
 """
 
@@ -77,6 +79,10 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class State(enum.Enum):
+    # Members are singletons: identity hashing is right, and a C slot (Enum's
+    # own __hash__ is Python, and the table is looked up on every call).
+    __hash__ = object.__hash__
+
     PENDING = "pending"
     STREAMING = "streaming"
     FINISHING = "finishing"
@@ -85,6 +91,8 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
+    __hash__ = object.__hash__
+
     COMMIT = "commit"
     FINISH = "finish"
     WRITTEN = "written"
@@ -136,8 +144,8 @@ class ResponseMachine:
         return self.state
 
 
-class CallResponse:
-    """The response of one cancellable call; see the module docstring.
+class CallResponse(ResponseMachine):
+    """The response of one cancellable call: the machine, and what each transition writes.
 
     *on_stall* is called once when the client is found too slow (it
     cancels the call); *start_writer* starts the writer task when the
@@ -145,7 +153,7 @@ class CallResponse:
     starts it: a whole answer may be written inline instead).
     """
 
-    __slots__ = ("_extra", "_on_stall", "machine", "sse", "start_writer", "writer")
+    __slots__ = ("_extra", "_on_stall", "sse", "start_writer", "writer")
 
     def __init__(
         self,
@@ -154,22 +162,18 @@ class CallResponse:
         sse_mode: bool,
         on_stall: Callable[[], object],
     ) -> None:
+        self.state = State.PENDING
         self.writer = writer
         self._extra = extra
         self.sse = sse_mode
         self._on_stall = on_stall
-        self.machine = ResponseMachine()
         self.start_writer: Callable[[], None] | None = None
-
-    @property
-    def state(self) -> State:
-        return self.machine.state
 
     def commit(self) -> None:
         """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
-        if not self.sse or self.machine.state is not State.PENDING:
+        if not self.sse or self.state is not State.PENDING:
             return
-        self.machine.handle(Event.COMMIT)
+        self.handle(Event.COMMIT)
         headers = [*sse.SSE_HEADERS, *self._extra]
         self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
         start, self.start_writer = self.start_writer, None
@@ -177,10 +181,10 @@ class CallResponse:
             start()  # a stream: its writes may block, so a task of their own
 
     def _event(self, data: bytes, *, final: bool = False) -> None:
-        if self.machine.state is not State.STREAMING:
+        if self.state is not State.STREAMING:
             return
         if final:
-            self.machine.handle(Event.FINISH)
+            self.handle(Event.FINISH)
         message = {"type": "http.response.body", "body": data, "more_body": not final}
         if not self.writer.put(message, final=final):
             self.stall("too much unread output")
@@ -196,7 +200,7 @@ class CallResponse:
 
     def finish(self, reply: Message | None) -> None:
         """End the response with *reply* (``None``: end an SSE stream without one)."""
-        state = self.machine.state
+        state = self.state
         if state not in OPEN:
             self.writer.close()  # the client is gone: write what is queued, then stop
             return
@@ -205,27 +209,27 @@ class CallResponse:
             self._event(b"" if reply is None else sse.event(reply), final=True)
         else:
             assert reply is not None
-            self.machine.handle(Event.FINISH)
+            self.handle(Event.FINISH)
             self.writer.put_whole(200, jsonrpc.encode(reply), self._extra, json=True)
 
     def disconnected(self) -> None:
         """The client closed its stream (the watcher saw ``http.disconnect``)."""
-        self.machine.handle(Event.DISCONNECT)
+        self.handle(Event.DISCONNECT)
 
     def stall(self, why: str) -> None:
         """The client stopped reading: treat it as gone (its call is cancelled)."""
-        if self.writer.stalled or self.machine.state is State.ABANDONED:
+        if self.writer.stalled or self.state is State.ABANDONED:
             return
         logger.info("client stopped reading its response (%s); disconnecting it", why)
-        self.machine.handle(Event.DISCONNECT)
+        self.handle(Event.DISCONNECT)
         self.writer.stalled = True
         self._on_stall()
 
     def settle(self) -> bool:
         """The request ends: whether the answer was delivered (else it is lost)."""
         writer = self.writer
-        if self.machine.state is State.FINISHING and writer.done and not writer.abandoned:
-            self.machine.handle(Event.WRITTEN)
-        elif self.machine.state is not State.DELIVERED:
-            self.machine.handle(Event.ABANDON)
-        return self.machine.state is State.DELIVERED
+        if self.state is State.FINISHING and writer.done and not writer.abandoned:
+            self.handle(Event.WRITTEN)
+        elif self.state is not State.DELIVERED:
+            self.handle(Event.ABANDON)
+        return self.state is State.DELIVERED

@@ -56,42 +56,33 @@ class ResponseWriter:
         "_head",
         "_send",
         "abandoned",
+        "done",
         "fast_paths",
-        "finished",
         "outbox",
         "stalled",
         "wakes",
     )
 
-    def __init__(self, send: Send, limit: int, *, fast_paths: bool = True) -> None:
+    def __init__(self, send: Send, limit: int, fast_paths: bool = True) -> None:
         self._send = send
-        self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, lenient=True)
+        self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, None, True)
         self._head: MutableMapping[str, Any] | None = None
         """The response head while its write is pending."""
         self._done: trio.Event | None = None  # made only when somebody waits
         self.fast_paths = fast_paths
-        self.finished = False
+        self.done = False
         """The last message was written, or the writer gave up."""
         self.abandoned = False
         self.stalled = False
         self.wakes: trio.CancelScope | None = None
 
     @property
-    def done(self) -> bool:
-        return self.finished
-
-    @property
     def stall_at(self) -> float:
         return self.outbox.stall_at
 
-    @property
-    def queued_bytes(self) -> int:
-        """Bytes queued and not yet written."""
-        return self.outbox.bytes
-
     async def wait_done(self) -> None:
         """Wait until :attr:`done`."""
-        if not self.finished:
+        if not self.done:
             if self._done is None:
                 self._done = trio.Event()
             await self._done.wait()
@@ -101,10 +92,10 @@ class ResponseWriter:
 
         The final message is never refused (it ends the response, and the
         request's own wait bounds how long it may take); after it, or once
-        abandoned, messages are dropped.
+        abandoned, nothing is taken (``False``: nobody reads any more).
         """
-        if self.abandoned:
-            return True
+        if self.abandoned or self.outbox.closed:
+            return False
         size = len(message.get("body", b""))
         if not self.outbox.put(message, size, bounded=not final):
             return False
@@ -135,13 +126,13 @@ class ResponseWriter:
         outbox = self.outbox
         try:
             while not self.abandoned:
-                if not outbox:
+                message = outbox.start_write()
+                if message is None:
                     if outbox.ending:
                         return
                     await outbox.wait()
                     continue
-                message = outbox.oldest
-                stall_at = outbox.begin_write()
+                stall_at = outbox.stall_at
                 wakes = self.wakes
                 if wakes is not None and stall_at < wakes.deadline:
                     wakes.deadline = stall_at
@@ -158,6 +149,6 @@ class ResponseWriter:
             raise
         finally:
             outbox.stall_at = float("inf")
-            self.finished = True
+            self.done = True
             if self._done is not None:
                 self._done.set()
