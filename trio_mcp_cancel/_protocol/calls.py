@@ -168,7 +168,7 @@ class HandlerInput:
 Handler = Callable[[HandlerInput], Awaitable[Any]]
 """A method handler: its result (a JSON object) or a raised :class:`JsonRpcError`."""
 
-Target = Callable[[McpServer, Mapping[str, Any]], Tool]
+Target = Callable[[McpServerBase, Mapping[str, Any]], Tool]
 """Finds the work of a tracked non-tool method while classifying (``-32602`` at once)."""
 
 
