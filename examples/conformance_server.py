@@ -28,14 +28,14 @@ from typing import Annotated, Any
 
 import trio
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.lowlevel import JsonRpcError
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
     InputRequired,
-    JsonRpcError,
     McpServer,
     PromptMessage,
     Text,
@@ -434,7 +434,7 @@ async def slow_compute(
     """Works for *seconds*: a task when the client declares the extension; tasks/cancel stops it."""
     deadline = trio.current_time() + max(0.0, seconds)
     while trio.current_time() < deadline:
-        await ctx.checkpoint()
+        await checkpoint_cancelled()
         await trio.sleep(min(0.1, deadline - trio.current_time()))
     return f"Completed {label} after {seconds}s"
 

@@ -15,9 +15,9 @@ def _block(needle: str) -> str:
 
 # Define the README's tests in this module, so pytest collects and runs them:
 # the registry-level one, and the test-client one against the stdio
-# section's server (whose ``run_stdio`` only runs as a script).
+# section's server (whose ``server.run()`` only runs as a script).
 exec(compile(_block("def test_my_tool_stops_when_cancelled"), "README.md", "exec"))
-exec(compile(_block("run_stdio(server"), "README.md", "exec"))
+exec(compile(_block("server.run(grace=5)"), "README.md", "exec"))
 exec(compile(_block("def test_crunch_stops_when_cancelled"), "README.md", "exec"))
 
 _features: dict[str, object] = {}

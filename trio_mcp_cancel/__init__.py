@@ -10,8 +10,9 @@ Quick start::
                 ...
 
 This module is what a tool author needs: track a request, poll its flag
-(``await checkpoint_cancelled()``, or ``cancelled()`` for a boolean), carry
-the cancellation into threads and child processes, and read the events.
+(``await checkpoint_cancelled()``, or ``cancelled()`` for a boolean; in a
+sync tool's thread ``cancel_token()``), carry the cancellation into threads
+and child processes, and read the events.
 The MCP server is in :mod:`trio_mcp_cancel.server`, the transports in
 :mod:`.http`, :mod:`.websocket` and :mod:`.stdio`, the test helpers in
 :mod:`.testing`, and what transport authors need in :mod:`.lowlevel`.
@@ -19,7 +20,7 @@ The MCP server is in :mod:`trio_mcp_cancel.server`, the transports in
 
 from __future__ import annotations
 
-from ._core.context import cancelled, checkpoint_cancelled, current_request
+from ._core.context import cancelled, checkpoint_cancelled
 from ._core.errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from ._core.events import (
     CancelKind,
@@ -37,7 +38,7 @@ from ._core.registry import Registry, RegistryConfig, open_registry, tracked
 from ._core.validation import RequestId
 from ._public import fixup_module_metadata
 from ._work.process import run_process
-from ._work.threads import run_sync
+from ._work.threads import cancel_token, run_sync
 
 __version__ = "0.2.0"
 
@@ -58,9 +59,9 @@ __all__ = [
     "RequestId",
     "RequestStoppedEvent",
     "ThreadAbandonedEvent",
+    "cancel_token",
     "cancelled",
     "checkpoint_cancelled",
-    "current_request",
     "open_registry",
     "run_process",
     "run_sync",

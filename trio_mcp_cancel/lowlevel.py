@@ -11,7 +11,7 @@ Stable, but expect to read the source next to them.
 
 from __future__ import annotations
 
-from ._core.context import RequestLike, reason
+from ._core.context import RequestLike, current_request, reason
 from ._core.errors import REQUEST_CANCELLED, CancellationError, InvalidRequestId
 from ._core.namespace import GLOBAL_NAMESPACE, client_bucket, namespace_for, namespace_from_asgi
 from ._core.registry import USE_CONFIG, CancelOutcome, Tracking, UseConfig, current_registry
@@ -48,7 +48,7 @@ from ._protocol.versions import (
 )
 from ._protocol.wire import TASKS_EXTENSION, TOO_MANY_REQUESTS
 from ._public import fixup_module_metadata
-from ._work.threads import CancelToken, ThreadLimit, cancel_token
+from ._work.threads import CancelToken, ThreadLimit
 
 __all__ = [
     "GLOBAL_NAMESPACE",
@@ -92,9 +92,9 @@ __all__ = [
     "TrackedRequest",
     "Tracking",
     "UseConfig",
-    "cancel_token",
     "client_bucket",
     "current_registry",
+    "current_request",
     "is_valid_request_id",
     "namespace_for",
     "namespace_from_asgi",

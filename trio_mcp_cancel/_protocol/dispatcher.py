@@ -71,7 +71,9 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
-_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServerBase, Dispatcher]] = weakref.WeakKeyDictionary()
+_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServerBase, Dispatcher]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Dispatcher:

@@ -30,10 +30,13 @@ from . import target
 __all__ = [
     "FROM_ENVIRONMENT",
     "FromEnvironment",
-    "McpServer", "Transport", "configure_logging", "serve_found"]
+    "McpServer",
+    "Transport",
+    "configure_logging",
+    "serve_found",
+]
 
 Transport = Literal["stdio", "http"]
-
 
 
 class FromEnvironment(Enum):
@@ -89,7 +92,7 @@ def serve_found(
         server = target.stdio_server(found)
 
         def serve_stdio() -> int:
-            run_stdio(server, registry_config)
+            run_stdio(server, registry_config=registry_config)
             return 0
 
         return serve_stdio

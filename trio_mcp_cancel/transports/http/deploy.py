@@ -60,6 +60,7 @@ from ..._core.registry import RegistryConfig
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
 from ...backends.base import Backend
+from ..limits import ConnectionLimits
 from .app import McpHttpApp
 
 __all__ = ["app_from_env", "backend_from_env"]
@@ -144,7 +145,9 @@ def app_from_env(
     options: dict[str, Any] = {
         "registry_config": RegistryConfig(grace_period=grace),
         "path": environ.get("MCP_PATH", "/mcp") or "/mcp",
-        "max_request_time": seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None),
+        "limits": ConnectionLimits(
+            max_request_time=seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
+        ),
         "backend": backend_from_env(environ),
     }
     origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()
