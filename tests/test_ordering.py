@@ -28,7 +28,13 @@ import trio.testing
 from trio.testing import MockClock
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import (
+    Registry,
+    RegistryConfig,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+    open_registry,
+)
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
@@ -47,6 +53,7 @@ ENVELOPE = {
 #: No hard cancel and no early-cancel rows: only a cancel that finds its
 #: call in flight can stop it.
 STRICT = {"grace_period": None, "early_cancel_ttl": None}
+STRICT_CONFIG = RegistryConfig(**STRICT)
 
 
 async def _slow_method(h: HandlerInput) -> dict[str, Any]:
@@ -117,7 +124,9 @@ def assert_every_call_cancelled_by_its_own_cancel(
 async def test_memory_back_to_back_pairs_lose_no_cancel(autojump_clock: MockClock) -> None:
     with trio.fail_after(1000):
         async with open_test_client(
-            SERVER, **STRICT, limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1)
+            SERVER,
+            registry_config=STRICT_CONFIG,
+            limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
         ) as client:
             events = EventRecorder.attach(client.registry)
             calls = []
@@ -150,7 +159,9 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
 
     monkeypatch.setattr(MessageConnection, "dispatch", racy_dispatch)
     async with open_test_client(
-        SERVER, **STRICT, limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1)
+        SERVER,
+        registry_config=STRICT_CONFIG,
+        limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
     ) as client:
         for _ in range(PAIRS):
             client.start_call("wait").cancel_nowait("stop")

@@ -268,7 +268,9 @@ async def test_end_of_file_cancels_everything_and_returns_within_the_grace_perio
 async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
     autojump_clock: MockClock,
 ) -> None:
-    async with stdio_session(grace_period=100, grace=0.25) as peer:
+    async with stdio_session(
+        grace_period=100, limits=ConnectionLimits(disconnect_grace=0.25)
+    ) as peer:
         await peer.send(call(1, "stubborn"))
         await trio.testing.wait_all_tasks_blocked()
         start = trio.current_time()
@@ -579,6 +581,7 @@ RUN_STDIO_SCRIPT = """
 import sys
 import trio
 from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.stdio import run_stdio
 
 server = McpServer("printer")
@@ -595,7 +598,7 @@ async def wait(ctx: ToolContext) -> str:
     return "never"
 
 if __name__ == "__main__":
-    run_stdio(server, grace_period=0.2)
+    run_stdio(server, registry_config=RegistryConfig(grace_period=0.2))
 """
 
 

@@ -225,9 +225,10 @@ async def open_test_client(
     (``RegistryConfig(grace_period=0.5)``, say).  *namespace* overrides the
     connection's fresh ``session:memory-<random>``; *principal* makes the
     connection that principal's (its tenant for per-tenant caps).  *limits*
-    are the connection's, as for the other transports.  Leaving the block disconnects: the server cancels what
-    still runs and the block ends once it has all stopped (at most the
-    grace period later; under ``autojump_clock``, no real time at all).
+    are the connection's, as for the other transports.  Leaving the block
+    disconnects: the server cancels what still runs and the block ends once
+    it has all stopped (at most the grace period later; under
+    ``autojump_clock``, no real time at all).
     *tasks*: declare the Tasks extension on ``tools/call`` (``call_tool``
     then follows a task to its end; the server's ``TaskManager`` must be
     running for it to make one).

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from enum import Enum
 from collections.abc import Callable
+from enum import Enum
 from functools import partial
 from typing import Final, Literal
 
