@@ -292,6 +292,7 @@ STDIO_SERVER = textwrap.dedent(
     """
     import sys, trio
     from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel import RegistryConfig
     from trio_mcp_cancel.stdio import run_stdio
 
     server = McpServer("stdio-b")
@@ -307,7 +308,7 @@ STDIO_SERVER = textwrap.dedent(
         open(path, "w").write("flagged:" + ctx.request.cancellation.kind)
         await trio.sleep_forever()
 
-    run_stdio(server, grace_period=0.2)
+    run_stdio(server, registry_config=RegistryConfig(grace_period=0.2))
     """
 )
 
