@@ -103,6 +103,13 @@ class Served:
     app: McpHttpApp
 
 
+def over_defaults(given: Any, **defaults: Any) -> Any:
+    """*given* settings (or the library's) with this file's *defaults* for what it left unset."""
+    cls = type(given)
+    unset = {k: v for k, v in defaults.items() if getattr(given, k) == getattr(cls(), k)}
+    return attrs.evolve(given, **unset)
+
+
 @asynccontextmanager
 async def serving(
     config: RegistryConfig | None = None,
@@ -111,7 +118,9 @@ async def serving(
 ) -> AsyncIterator[Served]:
     notes = Notes()
     server = build(notes, **(server_options or {}))
-    app_options.setdefault("write_timeout", WRITE_TIMEOUT)
+    app_options["limits"] = over_defaults(
+        app_options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
+    )
     async with open_registry(config or RegistryConfig(grace_period=GRACE)) as registry:
         events = EventRecorder.attach(registry)
         app = McpHttpApp(server, registry, **app_options)

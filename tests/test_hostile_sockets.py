@@ -204,13 +204,24 @@ async def serving(app: Returns) -> AsyncIterator[Served]:
         nursery.cancel_scope.cancel()
 
 
+def over_defaults(given: Any, **defaults: Any) -> Any:
+    """*given* settings (or the library's) with this file's *defaults* for what it left unset."""
+    cls = type(given)
+    unset = {k: v for k, v in defaults.items() if getattr(given, k) == getattr(cls(), k)}
+    return attrs.evolve(given, **unset)
+
+
 @asynccontextmanager
 async def setup(
     probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[tuple[Served, Registry, Returns]]:
     """A registry with a short grace period, the app, hypercorn; no leaks at the end."""
-    options.setdefault("write_timeout", WRITE_TIMEOUT)
-    options.setdefault("body_timeout", BODY_TIMEOUT)
+    options["limits"] = over_defaults(
+        options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
+    )
+    options["http_limits"] = over_defaults(
+        options.get("http_limits", HttpLimits()), body_timeout=BODY_TIMEOUT
+    )
     async with open_registry(grace_period=GRACE, overrun_margin=0.5) as registry:
         app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
         async with serving(app) as served:
@@ -341,7 +352,7 @@ async def test_slow_reader_is_disconnected_and_others_are_served(
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel.http")
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, **options) as (served, registry, app):
+        async with setup(probe, limits=ConnectionLimits(**options)) as (served, registry, app):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
             registry.subscribe(

@@ -167,7 +167,7 @@ class McpHttpApp:
         self.limits = limits
         self.http_limits = http_limits
         # Read on every request: kept as plain attributes (one lookup each).
-        self.max_body_size = limits.max_message_size
+        self.max_message_size = limits.max_message_size
         self.max_head_size = http_limits.max_head_size
         self.body_timeout = http_limits.body_timeout
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
@@ -316,7 +316,7 @@ class McpHttpApp:
                 if method == "POST":
                     rules.check_accept(headers)
                     rules.check_content_type(headers)
-                    rules.check_content_length(headers, self.max_body_size)
+                    rules.check_content_length(headers, self.max_message_size)
                 elif method != "DELETE" or not self._legacy_headers(headers):
                     allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
                     raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
@@ -353,11 +353,11 @@ class McpHttpApp:
         connection, and hypercorn's HTTP/2 forgets the stream while its
         ``DATA`` frames are still on the way (see :mod:`.hypercorn_compat`).
         So the body is read first, within the bounds a body always has:
-        ``max_body_size`` bytes and ``body_timeout`` seconds.  A larger or
+        ``max_message_size`` bytes and ``body_timeout`` seconds.  A larger or
         slower one is left to the server (its connection is closed, or its
         stream reset).  A request without a body costs one queued message.
         """
-        left = self.max_body_size
+        left = self.max_message_size
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
             while True:
                 message = (self.hypercorn_fast_paths and receive_now(receive)) or await receive()
@@ -402,7 +402,7 @@ class McpHttpApp:
             await self._responder.answer(routed, receive, send)
 
     async def _read_body(self, receive: Receive) -> bytes:
-        body = _Body(self.max_body_size)
+        body = _Body(self.max_message_size)
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
         while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:
