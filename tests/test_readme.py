@@ -94,8 +94,10 @@ def test_the_test_file_passes_under_pytest_with_the_readme_config(tmp_path: Path
     assert f"{expected} passed" in done.stdout, done.stdout
 
 
-def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> None:
+async def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> None:
     """The JSON a desktop host is given parses, and its command serves the README's server."""
+    import trio
+
     config = json.loads(_block('"mcpServers"', "json"))
     (entry,) = config["mcpServers"].values()
     assert entry["command"].endswith("/bin/trio-mcp-cancel")
@@ -108,19 +110,33 @@ def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> None:
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]  # fmt: skip
-    done = subprocess.run(
+    answers: dict[int, dict[str, object]] = {}
+    process = await trio.lowlevel.open_process(
         [str(command), *entry["args"]],
         cwd=tmp_path.parent,  # not the project: PYTHONPATH must be what finds weather.py
         env=env,
-        input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        timeout=60,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
-    assert done.returncode == 0, done.stderr  # end of input: a clean exit
-    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
-    assert answers[1]["result"]["serverInfo"]["name"] == "weather"
-    assert {t["name"] for t in answers[2]["result"]["tools"]} == {"forecast", "add"}
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        with trio.fail_after(60):
+            await process.stdin.send_all("".join(json.dumps(m) + "\n" for m in lines).encode())
+            buffer = b""
+            while 2 not in answers:
+                chunk = await process.stdout.receive_some()
+                assert chunk, "the server closed stdout before answering"
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                answers.update((m["id"], m) for m in map(json.loads, complete))
+            await process.stdin.aclose()  # the host goes away: a clean exit
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert answers[1]["result"]["serverInfo"]["name"] == "weather"  # type: ignore[index]
+    assert {t["name"] for t in answers[2]["result"]["tools"]} == {"forecast", "add"}  # type: ignore[index]
 
 
 def test_the_install_section_names_the_placeholder_url_of_pyproject() -> None:
