@@ -43,6 +43,7 @@ from ..._core.registry import (
     open_registry,
 )
 from ..._protocol import jsonrpc
+from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.mcp_server import McpServer
 from ..._protocol.replay import SharedClaims
@@ -230,6 +231,11 @@ class McpHttpApp:
             self._sharing,
             max_concurrent_requests,
         )
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The server's dispatcher, which this app's calls go through."""
+        return self._responder.dispatcher
 
     @property
     def registry(self) -> Registry:
