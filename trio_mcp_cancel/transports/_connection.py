@@ -87,6 +87,7 @@ from ._outbox import Outbox
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = [
+    "PEER_GONE",
     "MessageConnection",
     "WriteText",
     "connection_caller",
@@ -96,8 +97,9 @@ logger = logging.getLogger("trio_mcp_cancel.connection")
 
 WriteText = Callable[[str], Awaitable[None]]
 
-#: What writing to a peer that went away raises, per framing.
-_GONE: tuple[type[BaseException], ...] = (
+#: What writing to a peer that went away raises (a framing adds its own, as
+#: WebSocket does with ``ConnectionClosed``).
+PEER_GONE: tuple[type[BaseException], ...] = (
     trio.BrokenResourceError,
     trio.ClosedResourceError,
     BrokenPipeError,
@@ -164,7 +166,7 @@ class MessageConnection:
     caller: Caller
     write: WriteText
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS
-    gone: tuple[type[BaseException], ...] = _GONE
+    gone: tuple[type[BaseException], ...] = PEER_GONE
     ends_tasks: bool = True
     tasks_end_as: tuple[str, CancelKind] = ("connection closed", "disconnect")
     """Reason and kind of that stop (a transport shutting down says so)."""

@@ -44,7 +44,7 @@ from trio_websocket import (
 
 from .._core.registry import Registry, current_registry
 from .._protocol.mcp_server import McpServerBase
-from ._connection import _GONE, MessageConnection, connection_caller
+from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
 from .auth import Authenticator, authenticate
@@ -157,7 +157,7 @@ async def _handle(
             caller,
             ws.send_message,
             limits=limits,
-            gone=(ConnectionClosed, *_GONE),
+            gone=(ConnectionClosed, *PEER_GONE),
         )
         async with trio.open_nursery() as nursery:
             if limits.keepalive_interval is not None:

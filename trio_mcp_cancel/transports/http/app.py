@@ -36,6 +36,7 @@ from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
 from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
 from ..._protocol import jsonrpc
+from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
@@ -203,6 +204,11 @@ class McpHttpApp:
             self._sharing,
             limits.max_concurrent_requests,
         )
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The server's dispatcher, which this app's calls go through."""
+        return self._responder.dispatcher
 
     @property
     def registry(self) -> Registry:
