@@ -12,18 +12,20 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import (
     CancellationLimitReached,
-    CancelOutcome,
-    InvalidRequestId,
     Registry,
     RegistryClosed,
     RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
-    TrackedRequest,
     cancelled,
     checkpoint_cancelled,
-    current_request,
     open_registry,
+)
+from trio_mcp_cancel.lowlevel import (
+    CancelOutcome,
+    InvalidRequestId,
+    TrackedRequest,
+    current_request,
     reason,
 )
 from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
@@ -123,7 +125,7 @@ async def test_flag_first_then_hard_cancel_after_grace(autojump_clock: MockClock
         assert reg.notify_cancelled("s", 1, "user pressed stop") is CancelOutcome.CANCELLED
         assert request.cancelled and request.reason == "user pressed stop"
         assert request.cancellation.kind == "client"
-        assert reg.cancelled(1, "s") and reg.reason(1, "s") == "user pressed stop"
+        assert reg.client_cancelled(1, "s") and reg.client_reason(1, "s") == "user pressed stop"
         await trio.sleep(4.9)
         assert outcome == [] and reg.in_flight(1, "s")
         await trio.sleep(0.2)
@@ -217,7 +219,7 @@ async def test_same_id_in_two_scopes_is_two_requests(autojump_clock: MockClock) 
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
         assert len(a_out) == 1 and b_out == []
-        assert not reg.cancelled(1, "session:b")
+        assert not reg.client_cancelled(1, "session:b")
         b.cancel_scope.cancel()
 
 
@@ -260,7 +262,7 @@ async def test_row_survives_until_the_last_duplicate_leaves(autojump_clock: Mock
         async with reg.tracked(1, "s") as outer_request:
             async with reg.tracked(1, "s"):
                 reg.notify_cancelled("s", 1, "both")
-            assert reg.row_count == 1 and reg.reason(1, "s") == "both"
+            assert reg.row_count == 1 and reg.client_reason(1, "s") == "both"
             assert outer_request.cancelled
         assert_no_leaks(reg)
 
@@ -319,7 +321,7 @@ async def test_server_cancel_is_keyed_to_the_private_token(autojump_clock: MockC
         assert reg.cancel_request(a, "stream lifetime", kind="server")
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
-        assert not reg.cancelled(1, "ip:192.0.2.1")  # no client row was written
+        assert not reg.client_cancelled(1, "ip:192.0.2.1")  # no client row was written
         assert reg.row_count == 0
         exc = mine[0]
         assert isinstance(exc, RequestCancelled) and exc.kind == "server"
@@ -369,7 +371,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
 async def test_direct_cancel_records_even_when_not_in_flight(autojump_clock: MockClock) -> None:
     async with open_registry(grace_period=3) as reg, trio.open_nursery() as nursery:
         reg.cancel(5, "pre-emptive", "s")
-        assert reg.cancelled(5, "s") and reg.row_count == 1
+        assert reg.client_cancelled(5, "s") and reg.row_count == 1
         await trio.sleep(1)
         outcome: list[object] = []
         request = await nursery.start(partial(park, reg, 5, "s", outcome=outcome))
@@ -385,7 +387,7 @@ async def test_direct_cancel_is_idempotent_and_validates(autojump_clock: MockClo
         events = EventRecorder.attach(reg)
         reg.cancel(1, "first", "s")
         reg.cancel(1, "second", "s")
-        assert reg.reason(1, "s") == "first"
+        assert reg.client_reason(1, "s") == "first"
         assert events.names() == ["request.cancelled"]
         with pytest.raises(InvalidRequestId):
             reg.cancel(1.5, "x", "s")  # type: ignore[arg-type]
@@ -425,7 +427,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(autojump_clock: M
                 reg.cancel(i, None, f"flood{namespace}")
         assert reg.row_count == 1000 - 50 + 24  # one eviction happened
         reg.cancel(1, "mine", "victim")  # under its own quota: always served
-        assert reg.cancelled(1, "victim")
+        assert reg.client_cancelled(1, "victim")
         evictions = [e for e in events.events if e.name == "cancellation.evicted"]
         assert evictions and all("victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
         assert reg.row_count <= 1000
@@ -438,7 +440,7 @@ async def test_eviction_never_unflags_a_running_request(autojump_clock: MockCloc
             for i in range(100):
                 reg.cancel(i, None, "flooder")
             assert request.cancelled
-            assert reg.cancelled(1, "me") and reg.reason(1, "me") == "stop"
+            assert reg.client_cancelled(1, "me") and reg.client_reason(1, "me") == "stop"
 
 
 async def test_cleanup_expires_rows_by_ttl(autojump_clock: MockClock) -> None:
@@ -566,10 +568,10 @@ async def test_lookups_with_invalid_ids_match_nothing(autojump_clock: MockClock)
         async with reg.tracked(1, "s") as request:
             for bad in (True, 1.0, None, [1], {"a": 1}):
                 assert not reg.in_flight(bad, "s")  # type: ignore[arg-type]
-                assert not reg.cancelled(bad, "s")  # type: ignore[arg-type]
-                assert reg.reason(bad, "s") is None  # type: ignore[arg-type]
+                assert not reg.client_cancelled(bad, "s")  # type: ignore[arg-type]
+                assert reg.client_reason(bad, "s") is None  # type: ignore[arg-type]
                 reg.clear(bad, "s")  # type: ignore[arg-type]
-            assert reg.cancelled(1, "s") and reg.row_count == 1
+            assert reg.client_cancelled(1, "s") and reg.row_count == 1
             assert reg.cancel_request(True, "bool is not a token") is False  # type: ignore[arg-type]
             assert reg.cancel_request("1", "nor is a str") is False  # type: ignore[arg-type]
             assert request.reason == "one"
@@ -586,7 +588,7 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(autojump_clock: MockC
         reg.cancel(1, Expensive(), "s")  # a repeat: first reason wins, nothing rendered
         with pytest.raises(CancellationLimitReached):
             reg.cancel(2, Expensive(), "s")
-        assert reg.reason(1, "s") == "first"
+        assert reg.client_reason(1, "s") == "first"
 
 
 async def test_many_requests_sharing_one_key_untrack_independently(
