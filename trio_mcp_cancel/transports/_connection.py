@@ -216,7 +216,8 @@ class MessageConnection:
 
     @property
     def closed(self) -> bool:
-        """Nothing more is queued: the stream ended, the peer is gone or stalled."""
+        """Nothing more is queued: the stream ended (and every request, after a
+        half-closed input), the peer is gone or stalled."""
         return self._outbox.closed
 
     @property
