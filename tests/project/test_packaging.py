@@ -11,20 +11,18 @@ import re
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from repo_paths import ROOT, TESTS
 
 from trio_mcp_cancel import RequestStoppedEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT: dict[str, Any] = PYPROJECT["project"]
 

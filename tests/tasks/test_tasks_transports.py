@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from test_stdio import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
+from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
 from test_tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
 from trio_websocket import open_websocket_url
 

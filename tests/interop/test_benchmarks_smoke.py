@@ -8,9 +8,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT
 
 
 def test_quick_benchmarks_run_and_leave_results_alone() -> None:

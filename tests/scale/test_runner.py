@@ -26,6 +26,7 @@ import pytest
 import trio
 from deploy_harness import WITH_TASKS, RedisServer, modern, task_request
 from redis_harness import prefix, record, redis, running
+from repo_paths import ROOT, TESTS
 
 from trio_mcp_cancel._run.supervisor import describe_exit
 from trio_mcp_cancel.backends.redis import RedisBackend
@@ -33,8 +34,6 @@ from trio_mcp_cancel.http import backend_from_env
 
 __all__ = ["prefix", "redis"]  # fixtures
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 LEGACY = "2025-11-25"
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from test_client import cancel_relay, http_server
+from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RequestCancelled

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "conformance"))
+sys.path.insert(0, str(ROOT / "conformance"))
 import run_suite
 
 SCENARIOS = ["tasks-lifecycle", "tasks-mrtr-input", "tasks-status-notifications"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import textwrap
 import tracemalloc
@@ -29,6 +28,18 @@ import trio.testing
 from cancellation_tools import add_cancellation_tools
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from repo_paths import ROOT
+from stdio_harness import (
+    ENVELOPE,
+    SLOW_SERVER,
+    TIMEOUT,
+    Message,
+    call,
+    cancel_note,
+    encode,
+    launched,
+    request,
+)
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
@@ -36,15 +47,6 @@ from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from trio_mcp_cancel.server import Caller, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
-
-Message = dict[str, Any]
-ROOT = Path(__file__).resolve().parent.parent
-SLOW_SERVER = ROOT / "examples" / "slow_server.py"
-TIMEOUT = 20
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 def make_server() -> McpServer:
@@ -58,29 +60,6 @@ def make_server() -> McpServer:
 
 
 SERVER = make_server()
-
-
-def request(request_id: object, method: str, params: Message | None = None) -> Message:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-
-
-def call(request_id: object, name: str, arguments: Message | None = None, **meta: Any) -> Message:
-    return request(
-        request_id,
-        "tools/call",
-        {"name": name, "arguments": arguments or {}, "_meta": {**ENVELOPE, **meta}},
-    )
-
-
-def cancel_note(request_id: object, reason: str | None = None) -> Message:
-    params: Message = {"requestId": request_id}
-    if reason is not None:
-        params["reason"] = reason
-    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-
-
-def encode(*messages: Message) -> bytes:
-    return b"".join(json.dumps(m).encode() + b"\n" for m in messages)
 
 
 # -- in-process, over an in-memory stream pair ----------------------------------
@@ -380,70 +359,6 @@ async def test_max_message_size_must_be_positive(autojump_clock: MockClock) -> N
 
 
 # -- a real server process -------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Process:
-    """A launched stdio server: its pipes, and its stderr in a file."""
-
-    proc: trio.Process
-    stderr_path: Path
-    buffer: bytearray = attrs.field(factory=bytearray)
-    stdout: bytearray = attrs.field(factory=bytearray)
-
-    async def send(self, *messages: Message) -> None:
-        assert self.proc.stdin is not None
-        await self.proc.stdin.send_all(encode(*messages))
-
-    async def next_message(self) -> Message:
-        assert self.proc.stdout is not None
-        while b"\n" not in self.buffer:
-            data = await self.proc.stdout.receive_some()
-            assert data, "the server closed stdout"
-            self.buffer += data
-            self.stdout += data
-        line, _, rest = bytes(self.buffer).partition(b"\n")
-        self.buffer = bytearray(rest)
-        message = json.loads(line)
-        assert isinstance(message, dict)
-        return message
-
-    async def read_to_end(self) -> bytes:
-        assert self.proc.stdout is not None
-        while data := await self.proc.stdout.receive_some():
-            self.stdout += data
-        return bytes(self.stdout)
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    async def wait_stderr(self, needle: str) -> str:
-        while needle not in (text := self.stderr()):
-            await trio.sleep(0.05)
-        return text
-
-
-@asynccontextmanager
-async def launched(tmp_path: Path, *args: str) -> AsyncIterator[Process]:
-    stderr_path = tmp_path / "stderr.log"
-    with stderr_path.open("wb") as errlog:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            cwd=ROOT,
-        )
-        try:
-            yield Process(proc, stderr_path)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
-                for pipe in (proc.stdin, proc.stdout):
-                    if pipe is not None:
-                        await pipe.aclose()
 
 
 def assert_json_lines(stdout: bytes) -> list[Message]:

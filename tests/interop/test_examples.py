@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT
 
 
 def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import tomllib
-from pathlib import Path
 
 from hypercorn.config import Config
+from repo_paths import ROOT
 
 from trio_mcp_cancel.http import server_config
 from trio_mcp_cancel.transports.http.serving import _is_setting
 
-TOML = Path(__file__).resolve().parent.parent / "examples" / "hypercorn.toml"
+TOML = ROOT / "examples" / "hypercorn.toml"
 #: What the file sets for the hypercorn CLI only, and what is derived from other settings.
 NOT_COMPARED = {"bind", "worker_class", "log"}
 

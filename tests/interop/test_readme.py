@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+from repo_paths import ROOT
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 _blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 

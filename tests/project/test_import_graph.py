@@ -17,9 +17,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+from repo_paths import ROOT as REPO
 
 PACKAGE = "trio_mcp_cancel"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = REPO / PACKAGE
 MAX_CLASS_LINES = 400
 
 #: Classes over the limit today, each with who splits it; strict, so the

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
@@ -34,12 +35,10 @@ from trio_mcp_cancel.client import (
     open_stdio_client,
     open_websocket_client,
 )
-from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpTestClient,
-    PendingCall,
     assert_no_leaks,
     open_test_client,
 )
@@ -92,16 +91,6 @@ def hard_cancel_times(registry: Registry) -> list[float]:
         )
     )
     return times
-
-
-async def cancel_relay(to_a: McpTestClient, started: trio.Event) -> tuple[PendingCall, float]:
-    """Call A's ``relay``, cancel it a second after B's tool started: ``(call, when)``."""
-    call = to_a.start_call("relay")
-    await started.wait()
-    await trio.sleep(1)
-    cancelled_at = trio.current_time()
-    await call.cancel("user pressed stop")
-    return call, cancelled_at
 
 
 @asynccontextmanager
@@ -166,23 +155,6 @@ async def test_a_cancelled_scope_cancels_the_downstream_call(autojump_clock: Moc
 
 
 # -- real sockets ----------------------------------------------------------------
-
-
-@asynccontextmanager
-async def http_server(
-    server: McpServer, **registry_config: Any
-) -> AsyncIterator[tuple[str, Registry]]:
-    """*server* over hypercorn on a random 127.0.0.1 port: ``(url, registry)``."""
-    from hypercorn.config import Config
-
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.errorlog = None
-    config.graceful_timeout = 0.5
-    async with open_registry(**registry_config) as registry, trio.open_nursery() as nursery:
-        binds = await nursery.start(serve, McpHttpApp(server, registry), config)
-        yield f"{binds[0]}/mcp", registry
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(("era", "kind"), [("modern", "disconnect"), ("legacy", "client")])

@@ -24,8 +24,16 @@ import pytest
 import trio
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 from deploy_harness import WITH_TASKS, RedisServer, redis_server
-from redis_harness import client_of, prefix, record, redis, running, task_process, wait_tracked
-from test_redis_topologies import start_cluster_node
+from redis_harness import (
+    client_of,
+    prefix,
+    record,
+    redis,
+    running,
+    start_cluster_node,
+    task_process,
+    wait_tracked,
+)
 
 from trio_mcp_cancel import Event, checkpoint_cancelled
 from trio_mcp_cancel._core.events import EventHub

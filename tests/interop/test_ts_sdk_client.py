@@ -28,6 +28,7 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from repo_paths import ROOT
 
 from trio_mcp_cancel import (
     Event,
@@ -40,9 +41,8 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "conformance"))
-import node_tools  # noqa: E402
+import node_tools
 
 SCRIPT = ROOT / "conformance" / "ts_client_abort.mjs"
 
