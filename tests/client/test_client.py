@@ -274,6 +274,7 @@ STDIO_SERVER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 async def test_stdio_client_round_trip_cancel_and_shutdown(tmp_path: Path) -> None:
     script = tmp_path / "server.py"
     script.write_text(STDIO_SERVER)
@@ -295,6 +296,7 @@ async def test_stdio_client_round_trip_cancel_and_shutdown(tmp_path: Path) -> No
         await client.call_tool("echo", {"text": "late"})
 
 
+@pytest.mark.subprocess
 async def test_stdio_client_fails_calls_when_the_server_dies(tmp_path: Path) -> None:
     with trio.fail_after(BOUND):
         async with open_stdio_client(

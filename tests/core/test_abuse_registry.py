@@ -113,67 +113,72 @@ def refill(reg: Registry, namespace: str, round_: int) -> bool:
     return False
 
 
+@pytest.mark.registry(max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE)
 @pytest.mark.parametrize("shape", ["deep", "wide"])
-async def test_cancel_floods_deny_no_other_tenant(autojump_clock: MockClock, shape: str) -> None:
+async def test_cancel_floods_deny_no_other_tenant(
+    autojump_clock: MockClock, shape: str, mcp_registry: Registry
+) -> None:
     rng = random.Random(f"flood-{shape}")
     async with (
-        open_registry(max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE) as reg,
         trio.open_nursery() as nursery,
     ):
-        events = EventRecorder.attach(reg)
+        events = EventRecorder.attach(mcp_registry)
         # Tenant A fills its quota and is refused from then on.
         for i in range(QUOTA):
-            reg.cancel(f"a-{i}", "a", "tenant:a")
+            mcp_registry.cancel(f"a-{i}", "a", "tenant:a")
         with pytest.raises(CancellationLimitReached):
-            reg.cancel("a-extra", "a", "tenant:a")
+            mcp_registry.cancel("a-extra", "a", "tenant:a")
         a_outcome: list[object] = []
-        a_request = await nursery.start(park, reg, "a-live", "tenant:a", a_outcome)
+        a_request = await nursery.start(park, mcp_registry, "a-live", "tenant:a", a_outcome)
         # A at its quota cannot even cancel its own request: the quota binds
         # the namespace that owns it.
-        assert reg.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
+        assert (
+            mcp_registry.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
+        )
 
         refused = 0
         for round_ in range(12):
-            refused += flood(reg, shape, round_, rng)
+            refused += flood(mcp_registry, shape, round_, rng)
             # B cancels ahead of time (no request in flight yet) ...
-            reg.cancel(f"b-pre-{round_}", "early", "tenant:b")
+            mcp_registry.cancel(f"b-pre-{round_}", "early", "tenant:b")
             # ... and has a request in flight that it cancels mid-flood.
             outcome: list[object] = []
-            request = await nursery.start(park, reg, f"b-{round_}", "tenant:b", outcome)
-            refused += flood(reg, shape, round_ + 100, rng)
+            request = await nursery.start(park, mcp_registry, f"b-{round_}", "tenant:b", outcome)
+            refused += flood(mcp_registry, shape, round_ + 100, rng)
             # The cap evicts the largest namespaces first, A's among them: A
             # floods again, up to its quota if it can get there.
-            if refill(reg, "tenant:a", round_):
-                assert reg.namespace_row_count("tenant:a") == QUOTA
+            if refill(mcp_registry, "tenant:a", round_):
+                assert mcp_registry.namespace_row_count("tenant:a") == QUOTA
                 assert (
-                    reg.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
+                    mcp_registry.notify_cancelled("tenant:a", "a-live", "x")
+                    is CancelOutcome.LIMIT_REACHED
                 )
             assert (
-                reg.notify_cancelled("tenant:b", f"b-{round_}", f"stop {round_}")
+                mcp_registry.notify_cancelled("tenant:b", f"b-{round_}", f"stop {round_}")
                 is CancelOutcome.CANCELLED
             )
             assert request.cancelled and request.cancellation is not None
             assert request.cancellation.kind == "client"
             assert not a_request.cancelled
             # More flood: B's row may be evicted, its request's flag may not.
-            refused += flood(reg, shape, round_ + 200, rng)
-            assert reg.cancelled(f"b-{round_}", "tenant:b")
-            assert reg.reason(f"b-{round_}", "tenant:b") == f"stop {round_}"
-            assert reg.in_flight(f"b-{round_}", "tenant:b") and outcome == []
+            refused += flood(mcp_registry, shape, round_ + 200, rng)
+            assert mcp_registry.cancelled(f"b-{round_}", "tenant:b")
+            assert mcp_registry.reason(f"b-{round_}", "tenant:b") == f"stop {round_}"
+            assert mcp_registry.in_flight(f"b-{round_}", "tenant:b") and outcome == []
             # The grace period runs out: B's request is hard-cancelled.
             await trio.sleep(GRACE + 0.01)
             assert len(outcome) == 1
             exc = outcome[0]
             assert isinstance(exc, RequestCancelled)
             assert exc.kind == "client" and exc.reason == f"stop {round_}"
-            assert not reg.in_flight(f"b-{round_}", "tenant:b")
+            assert not mcp_registry.in_flight(f"b-{round_}", "tenant:b")
             # B's early cancel was never refused; the largest namespaces pay for
             # the cap first, so in the deep flood it is even still there.
             if shape == "deep":
-                assert reg.cancelled(f"b-pre-{round_}", "tenant:b")
-            reg.clear(f"b-pre-{round_}", "tenant:b")
-            assert reg.namespace_row_count("tenant:b") == 0
-            assert reg.row_count <= CAP
+                assert mcp_registry.cancelled(f"b-pre-{round_}", "tenant:b")
+            mcp_registry.clear(f"b-pre-{round_}", "tenant:b")
+            assert mcp_registry.namespace_row_count("tenant:b") == 0
+            assert mcp_registry.row_count <= CAP
 
         # The cap was hit, attackers were refused at their own quotas, and
         # nobody's quota was ever charged to B.

@@ -21,6 +21,8 @@ from trio_mcp_cancel._core.registry import Registry
 from trio_mcp_cancel.process import CLOSE_STDIN, run_process
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
+pytestmark = pytest.mark.subprocess
+
 PY = sys.executable
 BOUND = 30  # seconds: a hang fails the test instead of the suite
 

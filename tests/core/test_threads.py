@@ -17,11 +17,11 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
+    Registry,
     RequestCancelled,
     ThreadAbandonedEvent,
     cancel_token,
     cancelled,
-    open_registry,
     run_sync,
     tracked,
 )
@@ -31,112 +31,119 @@ from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks, open_test_cl
 BOUND = 30
 
 
-async def test_on_cancelled_fires_once_when_the_flag_is_set(autojump_clock: MockClock) -> None:
+@pytest.mark.registry(grace_period=None)
+async def test_on_cancelled_fires_once_when_the_flag_is_set(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
     calls: list[str] = []
-    async with open_registry(grace_period=None) as reg, tracked(1) as request:
+    async with tracked(1) as request:
         remove_b = request.on_cancelled(lambda: calls.append("b"))
         request.on_cancelled(lambda: calls.append("a"))
         remove_b()
         request.on_cancelled(lambda: 1 / 0)  # a broken callback breaks nobody
-        reg.cancel_request(request, "first")
-        reg.cancel_request(request, "second")
+        mcp_registry.cancel_request(request, "first")
+        mcp_registry.cancel_request(request, "second")
         assert calls == ["a"]
         request.on_cancelled(lambda: calls.append("late"))  # already flagged: at once
         assert calls == ["a", "late"]
         await request.wait_cancelled()  # returns at once (a checkpoint)
 
 
-async def test_wait_cancelled_blocks_until_the_flag(autojump_clock: MockClock) -> None:
-    async with open_registry(grace_period=None) as reg:
-        woke_at: list[float] = []
+@pytest.mark.registry(grace_period=None)
+async def test_wait_cancelled_blocks_until_the_flag(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    woke_at: list[float] = []
 
-        async def waiter(task_status: trio.TaskStatus[None]) -> None:
-            async with tracked(1) as request:
-                task_status.started()
-                await request.wait_cancelled()
-                woke_at.append(trio.current_time())
+    async def waiter(task_status: trio.TaskStatus[None]) -> None:
+        async with tracked(1) as request:
+            task_status.started()
+            await request.wait_cancelled()
+            woke_at.append(trio.current_time())
 
-        async with trio.open_nursery() as nursery:
-            await nursery.start(waiter)
-            await trio.sleep(7)
-            assert woke_at == []
-            reg.cancel(1, "now")
-        assert woke_at == [7]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(waiter)
+        await trio.sleep(7)
+        assert woke_at == []
+        mcp_registry.cancel(1, "now")
+    assert woke_at == [7]
 
 
-async def test_the_flag_is_visible_in_worker_threads() -> None:
-    async with open_registry(grace_period=None) as reg, tracked(1) as request:
+@pytest.mark.registry(grace_period=None)
+async def test_the_flag_is_visible_in_worker_threads(mcp_registry: Registry) -> None:
+    async with tracked(1) as request:
         assert await trio.to_thread.run_sync(cancelled) is False  # Trio copies the context
-        reg.cancel_request(request, "stop", kind="client")
+        mcp_registry.cancel_request(request, "stop", kind="client")
         assert await trio.to_thread.run_sync(cancelled) is True
         token_seen = await run_sync(lambda: (cancel_token().cancelled, cancel_token().reason))
         assert token_seen == (True, "stop")
 
 
-async def test_a_thread_waiting_on_its_token_stops_cooperatively() -> None:
-    async with open_registry(grace_period=60) as reg:
-        recorder = EventRecorder.attach(reg)
-        started = threading.Event()
+@pytest.mark.registry(grace_period=60)
+async def test_a_thread_waiting_on_its_token_stops_cooperatively(mcp_registry: Registry) -> None:
+    recorder = EventRecorder.attach(mcp_registry)
+    started = threading.Event()
 
-        def work() -> str:
-            token = cancel_token()
-            started.set()
-            assert token.wait(BOUND), "the token was never set"
-            token.raise_if_cancelled()
-            return "unreachable"
+    def work() -> str:
+        token = cancel_token()
+        started.set()
+        assert token.wait(BOUND), "the token was never set"
+        token.raise_if_cancelled()
+        return "unreachable"
 
-        async def tool() -> None:
+    async def tool() -> None:
+        async with tracked(1, "ns"):
+            with pytest.raises(RequestCancelled, match="enough"):
+                await run_sync(work)
+
+    with trio.fail_after(BOUND):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tool)
+            await trio.to_thread.run_sync(started.wait)
+            mcp_registry.cancel(1, "enough", "ns")
+    assert recorder.of_type(ThreadAbandonedEvent) == []
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.registry(grace_period=5)
+async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    release = threading.Event()
+    recorder = EventRecorder.attach(mcp_registry)
+
+    ended: list[float] = []
+
+    async def tool() -> None:
+        with pytest.raises(RequestCancelled):
             async with tracked(1, "ns"):
-                with pytest.raises(RequestCancelled, match="enough"):
-                    await run_sync(work)
+                await run_sync(release.wait, thread_name="stuck worker")
+        ended.append(trio.current_time())
 
+    try:
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(tool)
-                await trio.to_thread.run_sync(started.wait)
-                reg.cancel(1, "enough", "ns")
-        assert recorder.of_type(ThreadAbandonedEvent) == []
-        assert_no_leaks(reg)
-
-
-async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
-    autojump_clock: MockClock,
-) -> None:
-    release = threading.Event()
-    async with open_registry(grace_period=5) as reg:
-        recorder = EventRecorder.attach(reg)
-
-        ended: list[float] = []
-
-        async def tool() -> None:
-            with pytest.raises(RequestCancelled):
-                async with tracked(1, "ns"):
-                    await run_sync(release.wait, thread_name="stuck worker")
-            ended.append(trio.current_time())
-
-        try:
-            with trio.fail_after(BOUND):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(tool)
-                    await trio.sleep(1)
-                    reg.cancel(1, "stop", "ns")
-            # The request ended at the hard cancel, with the thread still running.
-            assert ended == [pytest.approx(6, abs=0.01)]
-            assert not release.is_set()
-        finally:
-            release.set()
-        (event,) = recorder.of_type(ThreadAbandonedEvent)
-        assert (event.request_id, event.namespace, event.kind, event.thread) == (
-            1,
-            "ns",
-            "client",
-            "stuck worker",
-        )
-        assert recorder.names()[-3:] == [
-            "thread.abandoned",
-            "request.hard_cancelled",
-            "request.stopped",
-        ]
+                await trio.sleep(1)
+                mcp_registry.cancel(1, "stop", "ns")
+        # The request ended at the hard cancel, with the thread still running.
+        assert ended == [pytest.approx(6, abs=0.01)]
+        assert not release.is_set()
+    finally:
+        release.set()
+    (event,) = recorder.of_type(ThreadAbandonedEvent)
+    assert (event.request_id, event.namespace, event.kind, event.thread) == (
+        1,
+        "ns",
+        "client",
+        "stuck worker",
+    )
+    assert recorder.names()[-3:] == [
+        "thread.abandoned",
+        "request.hard_cancelled",
+        "request.stopped",
+    ]
 
 
 def sync_server(release: threading.Event) -> McpServer:
@@ -320,27 +327,28 @@ def test_thread_limits_are_checked_and_made_per_run() -> None:
     assert trio.run(limiter) is not trio.run(limiter)
 
 
+@pytest.mark.registry(grace_period=None)
 async def test_a_flagged_request_still_gets_a_free_thread_and_a_queued_one_stops(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     release = threading.Event()
     one = trio.CapacityLimiter(1)
-    async with open_registry(grace_period=None) as reg:
-        try:
-            async with tracked(1, "ns") as request:
-                reg.cancel_request(request, "early")
-                # A free slot: the thread runs and sees the flag itself.
-                assert await run_sync(cancelled, limiter=one) is True
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(lambda: run_sync(release.wait, limiter=one))
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert one.borrowed_tokens == 1
-                    # No free slot: a flagged request does not queue for one.
-                    with pytest.raises(RequestCancelled, match="early"):
-                        await run_sync(lambda: "never", limiter=one)
-                    release.set()
-        finally:
-            release.set()
+    try:
+        async with tracked(1, "ns") as request:
+            mcp_registry.cancel_request(request, "early")
+            # A free slot: the thread runs and sees the flag itself.
+            assert await run_sync(cancelled, limiter=one) is True
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: run_sync(release.wait, limiter=one))
+                await trio.testing.wait_all_tasks_blocked()
+                assert one.borrowed_tokens == 1
+                # No free slot: a flagged request does not queue for one.
+                with pytest.raises(RequestCancelled, match="early"):
+                    await run_sync(lambda: "never", limiter=one)
+                release.set()
+    finally:
+        release.set()
 
 
 async def test_a_tool_with_a_number_of_threads_runs_that_many_at_once(

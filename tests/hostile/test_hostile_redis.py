@@ -237,6 +237,7 @@ def _post_json(reply: Any) -> dict[str, Any]:
     return answer
 
 
+@pytest.mark.redis
 async def test_a_hung_redis_costs_a_tool_call_nothing_and_tasks_that_ended_meanwhile_settle(
     prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -377,6 +378,7 @@ async def test_a_listen_naming_a_thousand_task_ids_reads_them_in_one_round_trip(
         finish.set()
 
 
+@pytest.mark.redis
 async def test_the_batched_read_works_on_a_redis_cluster(tmp_path: Path) -> None:
     process, port = start_cluster_node(tmp_path)
     try:

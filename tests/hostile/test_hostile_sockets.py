@@ -482,6 +482,7 @@ async def test_graceful_shutdown_with_a_stuck_client(
             assert_no_leaks(registry)
 
 
+@pytest.mark.slow
 async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
     """One connection pipelines many small requests and reads nothing: the kernel's
     buffers fill with whole responses, the next head blocks, the app gives up on the
@@ -537,6 +538,7 @@ async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
 # -- c. request bodies that never arrive -------------------------------------------
 
 
+@pytest.mark.slow
 async def test_slow_bodies_get_408_while_others_are_served() -> None:
     connections = 50
     body_timeout = 1.5  # room to serve a normal client while they all wait

@@ -9,7 +9,10 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from repo_paths import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_quick_benchmarks_run_and_leave_results_alone() -> None:

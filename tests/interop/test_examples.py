@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from repo_paths import ROOT
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_client_demo_cancels_every_way_and_leaves_nothing() -> None:

@@ -301,6 +301,7 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled(
 # -- 5. keep-alives defeat a client's read timeout -----------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_keepalives_keep_a_silent_call_alive(mode: str, version: str, kind: str) -> None:
     with trio.fail_after(TIMEOUT):
@@ -316,6 +317,7 @@ async def test_keepalives_keep_a_silent_call_alive(mode: str, version: str, kind
     assert fx.seen == ["silent: finished"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_without_keepalives_the_read_timeout_cuts_the_call(
     mode: str, version: str, kind: str

@@ -44,6 +44,8 @@ from trio_mcp_cancel.testing import assert_no_leaks
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools
 
+pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+
 SCRIPT = ROOT / "conformance" / "ts_client_abort.mjs"
 
 

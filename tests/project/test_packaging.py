@@ -128,6 +128,7 @@ except ImportError:
 """
 
 
+@pytest.mark.subprocess
 def test_open_test_client_imports_and_runs_without_pytest() -> None:
     done = subprocess.run(
         [sys.executable, "-c", _WITHOUT_PYTEST],
@@ -246,6 +247,7 @@ def run_cli_and_cancel(*options: str) -> str:
     return stderr.decode(errors="replace")
 
 
+@pytest.mark.subprocess
 def test_the_cli_logs_each_cancel_at_info_by_default() -> None:
     stderr = run_cli_and_cancel()
     [line] = [line for line in stderr.splitlines() if " cancelled by " in line]
@@ -256,6 +258,7 @@ def test_the_cli_logs_each_cancel_at_info_by_default() -> None:
     )
 
 
+@pytest.mark.subprocess
 def test_the_cli_log_level_silences_it() -> None:
     stderr = run_cli_and_cancel("--log-level", "warning")
     assert " cancelled by " not in stderr and "Traceback" not in stderr

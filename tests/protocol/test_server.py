@@ -466,14 +466,15 @@ async def test_a_message_without_method_or_result_is_refused() -> None:
         {"jsonrpc": "2.0", "method": "notifications/cancelled"},
     ],
 )
-async def test_client_responses_and_notifications_get_no_reply(message: Message) -> None:
-    async with open_registry() as registry:
-        events = EventRecorder.attach(registry)
-        # An address namespace keeps no early cancels (a session would keep
-        # "nothing is running" a few seconds, in case its request comes late).
-        assert await Dispatcher.of(SERVER).handle(message, Caller("ip:192.0.2.1", registry)) is None
-        assert events.events == []
-        assert_no_leaks(registry)
+async def test_client_responses_and_notifications_get_no_reply(
+    message: Message, mcp_registry: Registry
+) -> None:
+    events = EventRecorder.attach(mcp_registry)
+    # An address namespace keeps no early cancels (a session would keep
+    # "nothing is running" a few seconds, in case its request comes late).
+    assert await Dispatcher.of(SERVER).handle(message, Caller("ip:192.0.2.1", mcp_registry)) is None
+    assert events.events == []
+    assert_no_leaks(mcp_registry)
 
 
 # -- cancellation -------------------------------------------------------------
@@ -507,195 +508,204 @@ async def call_and_cancel(
     return reply, trio.current_time() - start
 
 
+@pytest.mark.registry(grace_period=5)
 async def test_cancel_by_notification_answers_request_cancelled(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with open_registry(grace_period=5) as registry:
-        events = EventRecorder.attach(registry)
-        reply, elapsed = await call_and_cancel(registry, 7, "count", "user pressed stop")
-        assert reply == {
+    events = EventRecorder.attach(mcp_registry)
+    reply, elapsed = await call_and_cancel(mcp_registry, 7, "count", "user pressed stop")
+    assert reply == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": REQUEST_CANCELLED,
+            "message": "Request cancelled",
+            "data": {"reason": "user pressed stop"},
+        },
+    }
+    # The tool stopped by itself at its next checkpoint, not at the hard cancel.
+    assert elapsed <= 1.0 + 1e-6
+    assert events.of_type(HardCancelEvent) == []
+    [cancelled] = events.of_type(RequestCancelledEvent)
+    assert (cancelled.request_id, cancelled.namespace, cancelled.kind) == (7, SCOPE, "client")
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.registry(grace_period=5)
+async def test_cancel_without_reason_has_no_data(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    reply, _ = await call_and_cancel(mcp_registry, "c", "count")
+    assert reply == {
+        "jsonrpc": "2.0",
+        "id": "c",
+        "error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"},
+    }
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.registry(grace_period=5)
+async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    events = EventRecorder.attach(mcp_registry)
+    reply, elapsed = await call_and_cancel(mcp_registry, 8, "stubborn", "too slow")
+    assert elapsed == pytest.approx(5)
+    assert error_code(reply) == REQUEST_CANCELLED
+    assert reply is not None and reply["error"]["data"] == {"reason": "too slow"}
+    [hard] = events.of_type(HardCancelEvent)
+    assert (hard.request_id, hard.kind) == (8, "client")
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.registry(grace_period=5)
+async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    silent = make_server(on_cancel="silent")
+    caller = Caller(SCOPE, mcp_registry)
+    replies: list[Message | None] = []
+    loud: list[Message | None] = []
+
+    async def respond_loudly() -> None:
+        dispatcher = Dispatcher.of(silent)
+        prepared = dispatcher.prepare(call(2, "count"), caller)
+        assert isinstance(prepared, RequestCall)
+        loud.append(await dispatcher.answer(prepared, caller, Exchange(), allow_silence=False))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_call, silent, call(1, "count"), caller, replies)
+        nursery.start_soon(respond_loudly)
+        await wait_in_flight(mcp_registry, 1)
+        await wait_in_flight(mcp_registry, 2)
+        await Dispatcher.of(silent).handle(cancel_note(1, "stop one"), caller)
+        await Dispatcher.of(silent).handle(cancel_note(2, "stop two"), caller)
+    assert replies == [None]
+    assert loud == [
+        {
             "jsonrpc": "2.0",
-            "id": 7,
+            "id": 2,
             "error": {
                 "code": REQUEST_CANCELLED,
                 "message": "Request cancelled",
-                "data": {"reason": "user pressed stop"},
+                "data": {"reason": "stop two"},
             },
         }
-        # The tool stopped by itself at its next checkpoint, not at the hard cancel.
-        assert elapsed <= 1.0 + 1e-6
-        assert events.of_type(HardCancelEvent) == []
-        [cancelled] = events.of_type(RequestCancelledEvent)
-        assert (cancelled.request_id, cancelled.namespace, cancelled.kind) == (7, SCOPE, "client")
-        assert_no_leaks(registry)
+    ]
+    # Silence is only for cancellations: everything else is still answered.
+    reply = await Dispatcher.of(silent).handle(call(3, "echo", {"text": "hi"}), caller)
+    assert reply is not None and reply["result"]["content"][0]["text"] == "hi"
+    assert_no_leaks(mcp_registry)
 
 
-async def test_cancel_without_reason_has_no_data(autojump_clock: MockClock) -> None:
-    async with open_registry(grace_period=5) as registry:
-        reply, _ = await call_and_cancel(registry, "c", "count")
-        assert reply == {
-            "jsonrpc": "2.0",
-            "id": "c",
-            "error": {"code": REQUEST_CANCELLED, "message": "Request cancelled"},
-        }
-        assert_no_leaks(registry)
-
-
-async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period(
-    autojump_clock: MockClock,
-) -> None:
-    async with open_registry(grace_period=5) as registry:
-        events = EventRecorder.attach(registry)
-        reply, elapsed = await call_and_cancel(registry, 8, "stubborn", "too slow")
-        assert elapsed == pytest.approx(5)
-        assert error_code(reply) == REQUEST_CANCELLED
-        assert reply is not None and reply["error"]["data"] == {"reason": "too slow"}
-        [hard] = events.of_type(HardCancelEvent)
-        assert (hard.request_id, hard.kind) == (8, "client")
-        assert_no_leaks(registry)
-
-
-async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
-    autojump_clock: MockClock,
-) -> None:
-    silent = make_server(on_cancel="silent")
-    async with open_registry(grace_period=5) as registry:
-        caller = Caller(SCOPE, registry)
-        replies: list[Message | None] = []
-        loud: list[Message | None] = []
-
-        async def respond_loudly() -> None:
-            dispatcher = Dispatcher.of(silent)
-            prepared = dispatcher.prepare(call(2, "count"), caller)
-            assert isinstance(prepared, RequestCall)
-            loud.append(await dispatcher.answer(prepared, caller, Exchange(), allow_silence=False))
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, silent, call(1, "count"), caller, replies)
-            nursery.start_soon(respond_loudly)
-            await wait_in_flight(registry, 1)
-            await wait_in_flight(registry, 2)
-            await Dispatcher.of(silent).handle(cancel_note(1, "stop one"), caller)
-            await Dispatcher.of(silent).handle(cancel_note(2, "stop two"), caller)
-        assert replies == [None]
-        assert loud == [
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "error": {
-                    "code": REQUEST_CANCELLED,
-                    "message": "Request cancelled",
-                    "data": {"reason": "stop two"},
-                },
-            }
-        ]
-        # Silence is only for cancellations: everything else is still answered.
-        reply = await Dispatcher.of(silent).handle(call(3, "echo", {"text": "hi"}), caller)
-        assert reply is not None and reply["result"]["content"][0]["text"] == "hi"
-        assert_no_leaks(registry)
-
-
+@pytest.mark.registry(grace_period=0)
 async def test_a_notification_from_another_scope_does_not_cancel(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with open_registry(grace_period=0) as registry:
-        events = EventRecorder.attach(registry)
-        alice = Caller("session:alice", registry)
-        mallory = Caller("session:mallory", registry)
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, SERVER, call(1, "count", {"n": 3}), alice, replies)
-            await wait_in_flight(registry, 1, "session:alice")
-            assert await Dispatcher.of(SERVER).handle(cancel_note(1, "not yours"), mallory) is None
-            # At most an early cancel kept in Mallory's own namespace (see
-            # test_an_early_cancel_*): nothing of Alice's is touched.
-            assert registry.namespace_row_count("session:alice") == 0
-            assert not registry.requests()[0].cancelled
-        assert replies == [
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "result": {"content": [{"type": "text", "text": "counted 3"}], "isError": False},
-            }
-        ]
-        assert events.events == []
-        # Mallory's kept cancel expires unused.
-        await trio.sleep(registry.config.early_cancel_ttl or 0)
-        registry.cleanup()
-        assert_no_leaks(registry)
+    events = EventRecorder.attach(mcp_registry)
+    alice = Caller("session:alice", mcp_registry)
+    mallory = Caller("session:mallory", mcp_registry)
+    replies: list[Message | None] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_call, SERVER, call(1, "count", {"n": 3}), alice, replies)
+        await wait_in_flight(mcp_registry, 1, "session:alice")
+        assert await Dispatcher.of(SERVER).handle(cancel_note(1, "not yours"), mallory) is None
+        # At most an early cancel kept in Mallory's own namespace (see
+        # test_an_early_cancel_*): nothing of Alice's is touched.
+        assert mcp_registry.namespace_row_count("session:alice") == 0
+        assert not mcp_registry.requests()[0].cancelled
+    assert replies == [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {"content": [{"type": "text", "text": "counted 3"}], "isError": False},
+        }
+    ]
+    assert events.events == []
+    # Mallory's kept cancel expires unused.
+    await trio.sleep(mcp_registry.config.early_cancel_ttl or 0)
+    mcp_registry.cleanup()
+    assert_no_leaks(mcp_registry)
 
 
+@pytest.mark.registry(grace_period=None)
 async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelled(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # grace_period=None: no hard cancel, so only the helper's RequestCancelled
     # (wrapped in the nursery's ExceptionGroup) can end the tool.
-    async with open_registry(grace_period=None) as registry:
-        caller = Caller(SCOPE, registry)
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_call, SERVER, call(5, "helpers"), caller, replies)
-            await wait_in_flight(registry, 5)
-            await Dispatcher.of(SERVER).handle(cancel_note(5, "stop the helpers"), caller)
-        assert replies == [
-            {
-                "jsonrpc": "2.0",
-                "id": 5,
-                "error": {
-                    "code": REQUEST_CANCELLED,
-                    "message": "Request cancelled",
-                    "data": {"reason": "stop the helpers"},
-                },
-            }
-        ]
-        assert_no_leaks(registry)
-
-
-async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
-    autojump_clock: MockClock,
-) -> None:
-    async with open_registry(grace_period=None) as registry:
-        events = EventRecorder.attach(registry)
-        exchange = Exchange()
-        exchange.cancel("stream gone", kind="disconnect")
-        assert exchange.request is None
-        reply = await Dispatcher.of(SERVER).handle(
-            call(6, "count"), Caller(SCOPE, registry), exchange
-        )
-        assert reply == {
+    caller = Caller(SCOPE, mcp_registry)
+    replies: list[Message | None] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_call, SERVER, call(5, "helpers"), caller, replies)
+        await wait_in_flight(mcp_registry, 5)
+        await Dispatcher.of(SERVER).handle(cancel_note(5, "stop the helpers"), caller)
+    assert replies == [
+        {
             "jsonrpc": "2.0",
-            "id": 6,
+            "id": 5,
             "error": {
                 "code": REQUEST_CANCELLED,
                 "message": "Request cancelled",
-                "data": {"reason": "stream gone"},
+                "data": {"reason": "stop the helpers"},
             },
         }
-        [cancelled] = events.of_type(RequestCancelledEvent)
-        assert (cancelled.request_id, cancelled.kind) == (6, "disconnect")
-        assert_no_leaks(registry)
+    ]
+    assert_no_leaks(mcp_registry)
 
 
+@pytest.mark.registry(grace_period=None)
+async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    events = EventRecorder.attach(mcp_registry)
+    exchange = Exchange()
+    exchange.cancel("stream gone", kind="disconnect")
+    assert exchange.request is None
+    reply = await Dispatcher.of(SERVER).handle(
+        call(6, "count"), Caller(SCOPE, mcp_registry), exchange
+    )
+    assert reply == {
+        "jsonrpc": "2.0",
+        "id": 6,
+        "error": {
+            "code": REQUEST_CANCELLED,
+            "message": "Request cancelled",
+            "data": {"reason": "stream gone"},
+        },
+    }
+    [cancelled] = events.of_type(RequestCancelledEvent)
+    assert (cancelled.request_id, cancelled.kind) == (6, "disconnect")
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.registry(grace_period=100)
 async def test_exchange_cancel_while_running_hard_cancels_after_its_grace(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with open_registry(grace_period=100) as registry:
-        events = EventRecorder.attach(registry)
-        exchange = Exchange()
-        replies: list[Message | None] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                run_call, SERVER, call(6, "stubborn"), Caller(SCOPE, registry), replies, exchange
-            )
-            await wait_in_flight(registry, 6)
-            assert exchange.request is not None and exchange.request.request_id == 6
-            start = trio.current_time()
-            exchange.cancel("connection closed", kind="disconnect", grace=0.5)
-        assert trio.current_time() - start == pytest.approx(0.5)
-        assert error_code(replies[0]) == REQUEST_CANCELLED
-        [hard] = events.of_type(HardCancelEvent)
-        assert hard.kind == "disconnect"
-        assert_no_leaks(registry)
+    events = EventRecorder.attach(mcp_registry)
+    exchange = Exchange()
+    replies: list[Message | None] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            run_call, SERVER, call(6, "stubborn"), Caller(SCOPE, mcp_registry), replies, exchange
+        )
+        await wait_in_flight(mcp_registry, 6)
+        assert exchange.request is not None and exchange.request.request_id == 6
+        start = trio.current_time()
+        exchange.cancel("connection closed", kind="disconnect", grace=0.5)
+    assert trio.current_time() - start == pytest.approx(0.5)
+    assert error_code(replies[0]) == REQUEST_CANCELLED
+    [hard] = events.of_type(HardCancelEvent)
+    assert hard.kind == "disconnect"
+    assert_no_leaks(mcp_registry)
 
 
 # -- progress ---------------------------------------------------------------
@@ -749,51 +759,48 @@ async def test_no_progress_without_a_valid_token(
     assert sink.messages == []
 
 
-async def test_progress_must_increase() -> None:
+async def test_progress_must_increase(mcp_registry: Registry) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        ctx = ToolContext(1, Caller(SCOPE, registry), "t", Exchange(sink))
-        await ctx.report_progress(1)
-        await ctx.report_progress(1.5, total=3)
-        for bad in (1.5, 1, float("nan")):
-            with pytest.raises(ValueError, match="progress must increase"):
-                await ctx.report_progress(bad)
-        await ctx.report_progress(2, message="still fine")
-        for progress, total in ((float("inf"), None), (3, float("inf")), (3, float("nan"))):
-            with pytest.raises(ValueError, match="finite"):
-                await ctx.report_progress(progress, total=total)
-        assert [m["params"] for m in sink.messages] == [
-            {"progressToken": "t", "progress": 1},
-            {"progressToken": "t", "progress": 1.5, "total": 3},
-            {"progressToken": "t", "progress": 2, "message": "still fine"},
-        ]
-        assert_no_leaks(registry)
+    ctx = ToolContext(1, Caller(SCOPE, mcp_registry), "t", Exchange(sink))
+    await ctx.report_progress(1)
+    await ctx.report_progress(1.5, total=3)
+    for bad in (1.5, 1, float("nan")):
+        with pytest.raises(ValueError, match="progress must increase"):
+            await ctx.report_progress(bad)
+    await ctx.report_progress(2, message="still fine")
+    for progress, total in ((float("inf"), None), (3, float("inf")), (3, float("nan"))):
+        with pytest.raises(ValueError, match="finite"):
+            await ctx.report_progress(progress, total=total)
+    assert [m["params"] for m in sink.messages] == [
+        {"progressToken": "t", "progress": 1},
+        {"progressToken": "t", "progress": 1.5, "total": 3},
+        {"progressToken": "t", "progress": 2, "message": "still fine"},
+    ]
+    assert_no_leaks(mcp_registry)
 
 
-async def test_progress_going_backwards_in_a_tool_is_a_tool_error() -> None:
+async def test_progress_going_backwards_in_a_tool_is_a_tool_error(mcp_registry: Registry) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        message = call(1, "backwards", _meta={"progressToken": "b"})
-        reply = await Dispatcher.of(SERVER).handle(
-            message, Caller(SCOPE, registry), Exchange(send=sink)
-        )
-        assert reply is not None
-        assert reply["result"]["isError"] is True
-        assert reply["result"]["content"][0]["text"].startswith("ValueError: progress must")
-        assert len(sink.messages) == 1
-        assert_no_leaks(registry)
+    message = call(1, "backwards", _meta={"progressToken": "b"})
+    reply = await Dispatcher.of(SERVER).handle(
+        message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
+    )
+    assert reply is not None
+    assert reply["result"]["isError"] is True
+    assert reply["result"]["content"][0]["text"].startswith("ValueError: progress must")
+    assert len(sink.messages) == 1
+    assert_no_leaks(mcp_registry)
 
 
-async def test_tool_context_outside_a_running_tool() -> None:
-    async with open_registry() as registry:
-        ctx = ToolContext(1, Caller(SCOPE, registry))
-        with pytest.raises(RuntimeError, match="not running"):
-            _ = ctx.request
-        assert ctx.cancelled is False
-        await ctx.report_progress(1)  # no token, no sink: nothing to do, no error
+async def test_tool_context_outside_a_running_tool(mcp_registry: Registry) -> None:
+    ctx = ToolContext(1, Caller(SCOPE, mcp_registry))
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = ctx.request
+    assert ctx.cancelled is False
+    await ctx.report_progress(1)  # no token, no sink: nothing to do, no error
 
 
-async def test_a_non_cancellable_tool_is_not_tracked() -> None:
+async def test_a_non_cancellable_tool_is_not_tracked(mcp_registry: Registry) -> None:
     server = McpServer()
     seen: list[object] = []
 
@@ -804,25 +811,24 @@ async def test_a_non_cancellable_tool_is_not_tracked() -> None:
         seen.append(ctx.cancelled)
         return "quick"
 
-    async with open_registry() as registry:
-        exchange = Exchange()
-        exchange.cancel("too late")  # nothing to apply it to
-        reply = await Dispatcher.of(server).handle(
-            call(1, "quick"), Caller(SCOPE, registry), exchange
-        )
-        assert reply is not None and reply["result"]["content"][0]["text"] == "quick"
-        assert seen == [0, False]
-        caller = Caller(SCOPE, registry)
+    exchange = Exchange()
+    exchange.cancel("too late")  # nothing to apply it to
+    reply = await Dispatcher.of(server).handle(
+        call(1, "quick"), Caller(SCOPE, mcp_registry), exchange
+    )
+    assert reply is not None and reply["result"]["content"][0]["text"] == "quick"
+    assert seen == [0, False]
+    caller = Caller(SCOPE, mcp_registry)
 
-        def tracked(on: McpServer, message: Message) -> bool:
-            prepared = Dispatcher.of(on).prepare(message, caller)
-            return isinstance(prepared, RequestCall) and prepared.tracked
+    def tracked(on: McpServer, message: Message) -> bool:
+        prepared = Dispatcher.of(on).prepare(message, caller)
+        return isinstance(prepared, RequestCall) and prepared.tracked
 
-        assert tracked(server, call(1, "quick")) is False
-        assert tracked(server, call(1, "x")) is False
-        assert tracked(SERVER, call(1, "count")) is True
-        assert tracked(SERVER, request(1, "ping", {"name": "count"})) is False
-        assert_no_leaks(registry)
+    assert tracked(server, call(1, "quick")) is False
+    assert tracked(server, call(1, "x")) is False
+    assert tracked(SERVER, call(1, "count")) is True
+    assert tracked(SERVER, request(1, "ping", {"name": "count"})) is False
+    assert_no_leaks(mcp_registry)
 
 
 # -- tool registration ------------------------------------------------------

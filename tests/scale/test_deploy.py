@@ -27,6 +27,7 @@ async def poll_status(
             await trio.sleep(0.05)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_hypercorn_cli_serves_the_example_with_its_own_registry(workers: int) -> None:
     env = {"MCP_GRACE_PERIOD": "0.5"}

@@ -185,6 +185,7 @@ async def test_a_cancel_whose_message_was_lost_is_found_by_the_poll(
             assert stopped == ["cancelled"]
 
 
+@pytest.mark.redis
 async def test_redis_down_then_back(prefix: str) -> None:
     stopped: list[str] = []
     with redis_server() as redis:

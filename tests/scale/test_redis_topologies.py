@@ -143,6 +143,7 @@ async def test_the_backend_runs_on_a_redis_cluster(cluster: int) -> None:
         assert not a.health_down and not b.health_down
 
 
+@pytest.mark.redis
 async def test_a_cluster_down_at_startup_is_connected_once_it_is_up(tmp_path: Path) -> None:
     port = free_cluster_port()
     backend = RedisBackend(

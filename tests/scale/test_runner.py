@@ -39,7 +39,7 @@ _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 _SERVING = re.compile(r"worker (\d+) \(pid (\d+)\) serving")
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(90)]
 
 
 @attrs.define(eq=False)

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from asgi_harness import (
     cancelled,
@@ -33,6 +34,8 @@ from deploy_harness import (
     run_hypercorn,
     task_request,
 )
+
+pytestmark = [pytest.mark.redis, pytest.mark.subprocess]
 
 # Long enough that only the polled flag (never the hard cancel) can end a
 # cancelled call within the test's bounded waits.

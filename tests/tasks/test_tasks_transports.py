@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
@@ -144,6 +145,7 @@ async def test_a_manager_the_application_runs_is_left_alone(
 # -- real transports ---------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 async def test_tasks_over_a_real_stdio_process(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
@@ -186,6 +188,7 @@ async def test_tasks_over_a_real_stdio_process(tmp_path: Path) -> None:
             assert "Traceback" not in text
 
 
+@pytest.mark.subprocess
 async def test_sigterm_stops_a_stdio_task_as_a_server_shutdown(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:

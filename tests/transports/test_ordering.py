@@ -266,11 +266,14 @@ async def test_memory_a_slow_non_tool_request_does_not_block_the_read_loop(
 
 async def test_stdio_a_slow_non_tool_request_does_not_block_the_read_loop(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     client, server_stream = trio.testing.memory_stream_pair()
-    async with open_registry() as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         await nursery.start(
-            partial(serve_mcp_stdio, SERVER, registry, stdin=server_stream, stdout=server_stream)
+            partial(
+                serve_mcp_stdio, SERVER, mcp_registry, stdin=server_stream, stdout=server_stream
+            )
         )
         slow = {
             "jsonrpc": "2.0",

@@ -226,8 +226,10 @@ async def test_a_peer_that_never_drains_does_not_block_the_tool_and_is_disconnec
         assert incoming.statistics().current_buffer_used == 1
 
 
+@pytest.mark.registry(grace_period=5)
 async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     """Server shutdown does not wait for a peer that does not read."""
     probe = Probe()
@@ -235,25 +237,26 @@ async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
     async def never_drains(text: str) -> None:
         await trio.sleep_forever()
 
-    async with open_registry(grace_period=5) as registry:
-        connection = MessageConnection(
-            make_server(probe), connection_caller("test", registry), never_drains
-        )
-        to_server, incoming = trio.open_memory_channel[str](math.inf)
-        to_server.send_nowait(json.dumps(call(1, "stubborn_spam", progressToken="p")))
-        with trio.move_on_after(2.5) as shutdown:
-            await connection.serve(incoming)
-        assert shutdown.cancelled_caught
-        assert trio.current_time() == 2.5  # no write timeout, no grace period waited for
-        assert len(probe.reports) == 3
-        assert_no_leaks(registry)
+    connection = MessageConnection(
+        make_server(probe), connection_caller("test", mcp_registry), never_drains
+    )
+    to_server, incoming = trio.open_memory_channel[str](math.inf)
+    to_server.send_nowait(json.dumps(call(1, "stubborn_spam", progressToken="p")))
+    with trio.move_on_after(2.5) as shutdown:
+        await connection.serve(incoming)
+    assert shutdown.cancelled_caught
+    assert trio.current_time() == 2.5  # no write timeout, no grace period waited for
+    assert len(probe.reports) == 3
+    assert_no_leaks(mcp_registry)
 
 
 # -- the outbox bound -------------------------------------------------------------
 
 
+@pytest.mark.registry(grace_period=100)
 async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     probe = Probe()
     size = 200
@@ -261,40 +264,41 @@ async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
     # Three notes may wait behind the one being written; the fourth is one too many.
     limit = 3 * note + note // 2
     client_end, server_end = memory_transport_pair(0)  # a send waits for a receive
-    async with open_registry(grace_period=100) as registry:
-        timeline = Timeline.attach(registry)
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                partial(
-                    serve_mcp_memory,
-                    make_server(probe),
-                    server_end,
-                    registry,
-                    write_timeout=None,
-                    max_buffered_bytes=limit,
-                )
+    timeline = Timeline.attach(mcp_registry)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            partial(
+                serve_mcp_memory,
+                make_server(probe),
+                server_end,
+                mcp_registry,
+                write_timeout=None,
+                max_buffered_bytes=limit,
             )
-            await client_end.send.send(
-                json.dumps(call(1, "polite_spam", {"size": size}, progressToken="p"))
-            )
-            # The client never receives; serve_mcp_memory returns by itself.
-        assert trio.current_time() - start == 4  # reports at 0, 1, 2, 3 fit; the 5th (4) not
-        assert [report[0] - start for report in probe.reports] == [0, 1, 2, 3, 4]
-        [(flagged_at, flagged)] = timeline.of_type(RequestCancelledEvent)
-        assert flagged_at - start == 4
-        assert (flagged.kind, flagged.reason) == ("disconnect", STALL_REASON)
-        assert [(how, kind) for how, kind, _, _ in probe.ended] == [("flag", "disconnect")]
-        assert timeline.of_type(HardCancelEvent) == []
-        assert_no_leaks(registry)
-        # Nothing was delivered (the first write was cut short), and the
-        # server closed its end.
-        with pytest.raises(trio.EndOfChannel):
-            await client_end.receive.receive()
+        )
+        await client_end.send.send(
+            json.dumps(call(1, "polite_spam", {"size": size}, progressToken="p"))
+        )
+        # The client never receives; serve_mcp_memory returns by itself.
+    assert trio.current_time() - start == 4  # reports at 0, 1, 2, 3 fit; the 5th (4) not
+    assert [report[0] - start for report in probe.reports] == [0, 1, 2, 3, 4]
+    [(flagged_at, flagged)] = timeline.of_type(RequestCancelledEvent)
+    assert flagged_at - start == 4
+    assert (flagged.kind, flagged.reason) == ("disconnect", STALL_REASON)
+    assert [(how, kind) for how, kind, _, _ in probe.ended] == [("flag", "disconnect")]
+    assert timeline.of_type(HardCancelEvent) == []
+    assert_no_leaks(mcp_registry)
+    # Nothing was delivered (the first write was cut short), and the
+    # server closed its end.
+    with pytest.raises(trio.EndOfChannel):
+        await client_end.receive.receive()
 
 
+@pytest.mark.registry(grace_period=1)
 async def test_replies_are_never_refused_but_a_backlog_stops_reading(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     """A client that sends requests without reading the replies: each reply is
     queued (replies never stall the peer), but once more than the bound waits
@@ -306,33 +310,32 @@ async def test_replies_are_never_refused_but_a_backlog_stops_reading(
     limit, text = 2000, "z" * 1100
     client_end, server_end = memory_transport_pair(0)
     accepted = 0
-    async with open_registry(grace_period=1) as registry:
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            caller = await nursery.start(
-                partial(
-                    serve_mcp_memory,
-                    make_server(probe),
-                    server_end,
-                    registry,
-                    write_timeout=50.0,
-                    max_buffered_bytes=limit,
-                )
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        caller = await nursery.start(
+            partial(
+                serve_mcp_memory,
+                make_server(probe),
+                server_end,
+                mcp_registry,
+                write_timeout=50.0,
+                max_buffered_bytes=limit,
             )
-            with trio.move_on_after(10):
-                for i in range(100):
-                    await client_end.send.send(json.dumps(call(i, "echo", {"text": text})))
-                    accepted += 1
-            # The server read a few requests, then stopped reading.
-            # Reply 0 is being written (never counted), reply 1 waits (within
-            # the bound), so request 2 is read; replies 1 and 2 exceed it, so
-            # request 3 never is.
-            assert accepted == 3
-            assert registry.in_flight_count == 0
-        # 50 s after the first write began, the write deadline ended it all.
-        assert trio.current_time() - start == 50
-        assert caller.channel is not None and caller.channel.exchanges == set()
-        assert_no_leaks(registry)
+        )
+        with trio.move_on_after(10):
+            for i in range(100):
+                await client_end.send.send(json.dumps(call(i, "echo", {"text": text})))
+                accepted += 1
+        # The server read a few requests, then stopped reading.
+        # Reply 0 is being written (never counted), reply 1 waits (within
+        # the bound), so request 2 is read; replies 1 and 2 exceed it, so
+        # request 3 never is.
+        assert accepted == 3
+        assert mcp_registry.in_flight_count == 0
+    # 50 s after the first write began, the write deadline ended it all.
+    assert trio.current_time() - start == 50
+    assert caller.channel is not None and caller.channel.exchanges == set()
+    assert_no_leaks(mcp_registry)
 
 
 def test_the_bounds_are_validated() -> None:

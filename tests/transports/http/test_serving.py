@@ -189,6 +189,7 @@ async def test_keep_alive_timeout_cuts_slow_request_headers(nursery: trio.Nurser
     nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_long_silent_responses_are_not_cut(nursery: trio.Nursery) -> None:
     # A response lasting 1.5 s, with the client silent, survives a keep-alive
     # timeout of 0.3 s: no read timeout applies while a request is handled.
@@ -307,6 +308,7 @@ async def example(tmp_path: Path) -> AsyncIterator[Example]:
                 await proc.stdout.aclose()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 async def test_example_stops_cleanly_on_a_signal(tmp_path: Path, signum: int) -> None:
     async with example(tmp_path) as server:
@@ -324,6 +326,7 @@ async def test_example_stops_cleanly_on_a_signal(tmp_path: Path, signum: int) ->
         assert elapsed < GRACEFUL - 1, f"stopped in {elapsed:.1f}s"
 
 
+@pytest.mark.subprocess
 async def test_example_stops_with_a_websocket_connection_open(tmp_path: Path) -> None:
     async with example(tmp_path) as server, open_websocket_url(server.ws_url) as ws:
         await ws.send_message(
@@ -372,6 +375,7 @@ async def stream_count_then_signal(
     return progress - 2, trio.current_time() - first
 
 
+@pytest.mark.subprocess
 async def test_example_lets_a_call_in_flight_run_then_stops(tmp_path: Path) -> None:
     async with example(tmp_path) as server:
         after, elapsed = await stream_count_then_signal(server, signal.SIGINT)
@@ -381,6 +385,7 @@ async def test_example_lets_a_call_in_flight_run_then_stops(tmp_path: Path) -> N
     assert elapsed < GRACEFUL + GRACE + 3, f"stopped in {elapsed:.1f}s"
 
 
+@pytest.mark.subprocess
 async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     async with example(tmp_path) as server:
         after, elapsed = await stream_count_then_signal(server, signal.SIGINT, signal.SIGINT)

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, modern_request
 
-from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
@@ -157,10 +157,13 @@ async def test_modern_resource_read_and_prompt_mrtr_over_http(
         assert message["content"]["text"] == "Talk about trio (asked)"
 
 
-async def test_listen_needs_a_streamed_response(autojump_clock: trio.testing.MockClock) -> None:
+@pytest.mark.registry(grace_period=5)
+async def test_listen_needs_a_streamed_response(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
     server = build()
-    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
-        client = AsgiClient(McpHttpApp(server, registry, json_response=True), nursery)
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(McpHttpApp(server, mcp_registry, json_response=True), nursery)
         async with client.lifespan():
             message = modern_request(
                 1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
@@ -170,7 +173,7 @@ async def test_listen_needs_a_streamed_response(autojump_clock: trio.testing.Moc
                 await listen.done.wait()
         assert listen.json()["error"]["code"] == -32600
         assert server.subscriptions.listeners == set()
-        assert_no_leaks(registry)
+        assert_no_leaks(mcp_registry)
 
 
 async def test_closing_a_resource_read_stream_cancels_the_read(

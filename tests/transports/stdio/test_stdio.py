@@ -351,11 +351,12 @@ async def test_a_trailing_line_without_newline_is_read(autojump_clock: MockClock
         assert (cancelled.request_id, cancelled.kind) == (1, "disconnect")
 
 
-async def test_max_message_size_must_be_positive(autojump_clock: MockClock) -> None:
-    async with open_registry() as registry:
-        _, server = trio.testing.memory_stream_pair()
-        with pytest.raises(ValueError, match="max_message_size"):
-            await serve_mcp_stdio(SERVER, registry, stdin=server, stdout=server, max_message_size=0)
+async def test_max_message_size_must_be_positive(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    _, server = trio.testing.memory_stream_pair()
+    with pytest.raises(ValueError, match="max_message_size"):
+        await serve_mcp_stdio(SERVER, mcp_registry, stdin=server, stdout=server, max_message_size=0)
 
 
 # -- a real server process -------------------------------------------------------
@@ -377,6 +378,7 @@ def stdio_params() -> StdioServerParameters:
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_sdk_stdio_client_cancels_by_cancelling_the_caller(tmp_path: Path, mode: str) -> None:
     errlog_path = tmp_path / "server-stderr.log"
@@ -421,6 +423,7 @@ async def test_sdk_stdio_client_cancels_by_cancelling_the_caller(tmp_path: Path,
     assert "Traceback" not in errlog_path.read_text()
 
 
+@pytest.mark.subprocess
 async def test_closing_stdin_cancels_the_call_and_the_server_exits_0(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
@@ -445,6 +448,7 @@ async def test_closing_stdin_cancels_the_call_and_the_server_exits_0(tmp_path: P
             assert "Traceback" not in text
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_a_signal_mid_call_exits_0_without_a_traceback(
     tmp_path: Path, signum: signal.Signals
@@ -466,6 +470,7 @@ async def test_a_signal_mid_call_exits_0_without_a_traceback(
             assert "Traceback" not in text
 
 
+@pytest.mark.subprocess
 async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "60") as server:
@@ -507,6 +512,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.subprocess
 async def test_run_stdio_keeps_stray_prints_off_the_protocol_stream(tmp_path: Path) -> None:
     script = tmp_path / "printer.py"
     script.write_text(textwrap.dedent(RUN_STDIO_SCRIPT))
@@ -527,6 +533,7 @@ async def test_run_stdio_keeps_stray_prints_off_the_protocol_stream(tmp_path: Pa
             assert "Traceback" not in text
 
 
+@pytest.mark.subprocess
 async def test_run_stdio_exits_0_on_sigterm(tmp_path: Path) -> None:
     script = tmp_path / "printer.py"
     script.write_text(textwrap.dedent(RUN_STDIO_SCRIPT))
