@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from cancellation_tools import add_cancellation_tools
+from cancellation_tools import probe_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
@@ -55,12 +55,7 @@ SCOPE = "session:test"
 
 
 def make_server(on_cancel: OnCancel = "error") -> McpServer:
-    server = McpServer("test-server", "9.9.9", instructions="Be nice.", on_cancel=on_cancel)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str, times: int = 1) -> str:
-        """Repeat text."""
-        return text * times
+    server = probe_server("test-server", "9.9.9", instructions="Be nice.", on_cancel=on_cancel)
 
     @server.tool(description="Every JSON type.")
     async def typed(
@@ -106,7 +101,7 @@ def make_server(on_cancel: OnCancel = "error") -> McpServer:
         await ctx.report_progress(1)
         return "unreachable"
 
-    return add_cancellation_tools(server)
+    return server
 
 
 SERVER = make_server()

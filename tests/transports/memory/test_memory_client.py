@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import trio
-from cancellation_tools import add_cancellation_tools
+from cancellation_tools import probe_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
@@ -44,11 +44,7 @@ Message = dict[str, Any]
 
 
 def make_server(on_cancel: OnCancel = "silent") -> McpServer:
-    server = McpServer("memory-test", "1.0", on_cancel=on_cancel)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
+    server = probe_server("memory-test", on_cancel=on_cancel)
 
     @server.tool()
     async def chatty(ctx: ToolContext) -> str:
@@ -60,7 +56,7 @@ def make_server(on_cancel: OnCancel = "silent") -> McpServer:
     async def needs_elicitation(ctx: ToolContext) -> str:
         return "ok"
 
-    return add_cancellation_tools(server)
+    return server
 
 
 SERVER = make_server()

@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import add_cancellation_tools
+from cancellation_tools import probe_server
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from repo_paths import ROOT
@@ -50,13 +50,7 @@ from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 
 def make_server() -> McpServer:
-    server = McpServer("stdio-test", "1.0")
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
-
-    return add_cancellation_tools(server)
+    return probe_server("stdio-test")
 
 
 SERVER = make_server()
@@ -196,14 +190,15 @@ async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written
         assert_no_leaks(peer.registry)
 
 
-async def test_listen_on_stdio_ends_with_notifications_cancelled(autojump_clock: MockClock) -> None:
+async def test_listen_on_stdio_ends_with_notifications_cancelled(
+    autojump_clock: MockClock, mcp_server: McpServer
+) -> None:
     """``subscriptions/listen`` is a cancellation path too: on stdio the client ends it by id."""
-    server = make_server()
-    async with stdio_session(server, grace_period=5) as peer:
+    async with stdio_session(mcp_server, grace_period=5) as peer:
         filters = {"notifications": {"toolsListChanged": True}, "_meta": ENVELOPE}
         await peer.send(request(9, "subscriptions/listen", filters))
         await trio.sleep(1)
-        server.tools_changed()
+        mcp_server.tools_changed()
         await trio.sleep(1)
         tag = {"io.modelcontextprotocol/subscriptionId": 9}
         assert [(m["method"], m["params"]["_meta"]) for m in peer.messages] == [
@@ -214,10 +209,10 @@ async def test_listen_on_stdio_ends_with_notifications_cancelled(autojump_clock:
         start = trio.current_time()
         await peer.registry.wait_idle()
         assert trio.current_time() == start  # at once: the flag wakes it, no poll, no grace
-        server.tools_changed()
+        mcp_server.tools_changed()
         await trio.sleep(5)
         assert len(peer.messages) == 2  # no answer, nothing more for the cancelled stream
-        assert server.subscriptions.listeners == set()
+        assert mcp_server.subscriptions.listeners == set()
         assert_no_leaks(peer.registry)
 
 
@@ -325,15 +320,14 @@ async def test_a_huge_line_is_never_held_in_memory() -> None:
 
 async def test_a_slow_non_tool_request_does_not_block_the_read_loop(
     autojump_clock: MockClock,
+    mcp_server: McpServer,
 ) -> None:
-    server = make_server()
-
-    @server.tool(cancellable=False)
+    @mcp_server.tool(cancellable=False)
     async def slow_quiet(ctx: ToolContext) -> str:
         await trio.sleep(100)
         return "slow"
 
-    async with stdio_session(server) as peer:
+    async with stdio_session(mcp_server) as peer:
         await peer.send(call(1, "slow_quiet"), call(2, "echo", {"text": "fast"}))
         await peer.wait_answer(2)
         assert trio.current_time() < 1 and peer.answer(1) is None
