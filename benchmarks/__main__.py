@@ -21,6 +21,7 @@ import trio
 from . import (
     _client,
     _wrk,
+    bench_arguments,
     bench_cross_process,
     bench_e2e,
     bench_early_cancel,
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_early_cancel.NAME: bench_early_cancel.rows,
     bench_hostile.NAME: bench_hostile.rows,
     bench_cross_process.NAME: bench_cross_process.rows,
+    bench_arguments.NAME: bench_arguments.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ They are built for ``trio.testing.MockClock``: use pytest-trio's
 and grace periods take no real time.  The pytest fixtures (``mcp_registry_config``,
 ``mcp_registry``, ``mcp_events``) live in :mod:`trio_mcp_cancel.pytest_plugin`,
 which pytest loads by itself (entry point ``trio_mcp_cancel``; the ``testing``
-extra installs pytest and pytest-trio); they can still be imported from here.
+extra installs pytest and pytest-trio).
 
 Helpers: :func:`advance_past_grace`, :func:`assert_no_leaks`,
 :class:`EventRecorder`.
@@ -128,18 +128,6 @@ def assert_no_leaks(registry: Registry) -> None:
         leaks.append(f"{registry.row_count} cancellation rows: {registry.rows()[:5]!r}")
     if leaks:
         raise AssertionError("registry leaked " + "; ".join(leaks))
-
-
-_FIXTURES = frozenset({"mcp_events", "mcp_registry", "mcp_registry_config"})
-
-
-def __getattr__(name: str) -> Any:
-    """The pytest fixtures, imported from :mod:`.pytest_plugin` (and pytest) only when asked for."""
-    if name in _FIXTURES:
-        from . import pytest_plugin
-
-        return getattr(pytest_plugin, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the in-memory test client -----------------------------------------------

@@ -122,7 +122,7 @@ async def main():
 
 trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 try:
-    from trio_mcp_cancel.testing import mcp_registry
+    from trio_mcp_cancel.pytest_plugin import mcp_registry
 except ImportError:
     print("fixtures need pytest")
 """
@@ -141,13 +141,14 @@ def test_open_test_client_imports_and_runs_without_pytest() -> None:
     assert done.stdout.split() == ["5", "fixtures", "need", "pytest"]
 
 
-def test_the_pytest_plugin_serves_the_fixtures_and_testing_still_exports_them() -> None:
+def test_the_pytest_plugin_serves_the_fixtures_and_testing_imports_no_pytest() -> None:
     entry = PROJECT["entry-points"]["pytest11"]["trio_mcp_cancel"]
     plugin = importlib.import_module(entry)
     from trio_mcp_cancel import testing
 
     for fixture in ("mcp_registry", "mcp_registry_config", "mcp_events"):
-        assert getattr(testing, fixture) is getattr(plugin, fixture)
+        assert callable(getattr(plugin, fixture))
+        assert not hasattr(testing, fixture)  # one home: the plugin
 
 
 # -- one log line per cancelled request -------------------------------------------------------

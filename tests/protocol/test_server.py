@@ -208,6 +208,7 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
                 "times": {"type": "integer", "default": 1},
             },
             "required": ["text"],
+            "additionalProperties": False,
         },
     }
     typed = tools["typed"]
@@ -219,12 +220,13 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
             "f": {"type": "number"},
             "s": {"type": "string"},
             "b": {"type": "boolean"},
-            "items": {"type": "array"},
-            "obj": {"type": "object"},
+            "items": {"type": "array", "items": {}},
+            "obj": {"type": "object", "additionalProperties": True},
             "anything": {},
             "opt": {"type": "integer", "default": 3},
         },
         "required": ["i", "f", "s", "b", "items", "obj", "anything"],
+        "additionalProperties": False,
     }
     # Only defaults: no "required" key at all.
     assert tools["count"]["inputSchema"] == {
@@ -233,8 +235,13 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
             "n": {"type": "integer", "default": 1000},
             "delay": {"type": "number", "default": 1.0},
         },
+        "additionalProperties": False,
     }
-    assert tools["nothing"]["inputSchema"] == {"type": "object", "properties": {}}
+    assert tools["nothing"]["inputSchema"] == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
     # No docstring still means a description: clients and models choose tools by it.
     assert tools["nothing"]["description"] == "The nothing tool."
 
@@ -327,15 +334,15 @@ GOOD_TYPED = {"i": 1, "f": 1.5, "s": "", "b": True, "items": [], "obj": {}, "any
         ("echo", {}, "missing argument 'text'"),
         ("echo", None, "missing argument 'text'"),
         ("echo", {"text": "a", "loud": True}, "unknown argument 'loud'"),
-        ("echo", {"text": 5}, "'text' must be string"),
-        ("echo", {"text": "a", "times": "2"}, "'times' must be integer"),
-        ("echo", {"text": "a", "times": 2.0}, "'times' must be integer"),
-        ("echo", {"text": "a", "times": True}, "'times' must be integer"),
-        ("typed", GOOD_TYPED | {"f": "1"}, "'f' must be number"),
-        ("typed", GOOD_TYPED | {"f": False}, "'f' must be number"),
-        ("typed", GOOD_TYPED | {"b": 1}, "'b' must be boolean"),
-        ("typed", GOOD_TYPED | {"items": {}}, "'items' must be array"),
-        ("typed", GOOD_TYPED | {"obj": []}, "'obj' must be object"),
+        ("echo", {"text": 5}, "'text': Input should be a valid string"),
+        ("echo", {"text": "a", "times": "2"}, "'times': Input should be a valid integer"),
+        ("echo", {"text": "a", "times": 2.0}, "'times': Input should be a valid integer"),
+        ("echo", {"text": "a", "times": True}, "'times': Input should be a valid integer"),
+        ("typed", GOOD_TYPED | {"f": "1"}, "'f': Input should be a valid number"),
+        ("typed", GOOD_TYPED | {"f": False}, "'f': Input should be a valid number"),
+        ("typed", GOOD_TYPED | {"b": 1}, "'b': Input should be a valid boolean"),
+        ("typed", GOOD_TYPED | {"items": {}}, "'items': Input should be a valid array"),
+        ("typed", GOOD_TYPED | {"obj": []}, "'obj': Input should be an object"),
         ("echo", ["a"], "arguments must be an object"),
         ("echo", "text=a", "arguments must be an object"),
     ],

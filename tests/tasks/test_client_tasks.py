@@ -125,7 +125,7 @@ async def test_the_extension_is_declared_per_call_and_a_call_without_it_is_ordin
         result = await client.call_tool("work", {"seconds": 1})
         assert result["resultType"] == "complete"  # no task: answered on the request
         result = await client.call_tool("work", {"seconds": 1}, task=True)
-        assert result["content"][0]["text"] == "worked 1"
+        assert result["content"][0]["text"] == "worked 1.0"  # a float parameter gets a float
         methods = [c.method for c in client.calls.values()]
         assert methods == ["tools/call", "tools/call", "tasks/get"]
         client.tasks = True

@@ -29,6 +29,7 @@ from .content import ToolError
 from .exchange import Caller, Exchange
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .mrtr import InputRequired, binding, input_required_result
+from .signature import ContextParameter
 from .tools import error_result
 from .versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
 
@@ -45,7 +46,7 @@ __all__ = [
 
 
 @attrs.define(eq=False)
-class ToolContext:
+class ToolContext(ContextParameter):
     """The first argument of every tool: identity, cancellation, progress and logging."""
 
     request_id: RequestId

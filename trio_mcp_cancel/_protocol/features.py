@@ -9,8 +9,8 @@ that asked (``notifications/*/list_changed``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, overload
 
 from .mrtr import StateSigner
 from .prompts import PromptSet, make_prompt
@@ -20,7 +20,7 @@ from .subscriptions import SubscriptionHub
 
 __all__ = ["CacheScope", "ServerFeatures"]
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (run in a thread)
 CacheScope = Literal["public", "private"]
 
 
@@ -72,11 +72,14 @@ class ServerFeatures:
         size: int | None = None,
         annotations: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
-        """Register ``async def read(ctx) -> str | bytes | list[ResourceData]`` for *uri*.
+        """Register ``async def read() -> str | bytes | list[ResourceData]`` for *uri*.
 
         ``str`` is text content, ``bytes`` a blob (base64 on the wire).  The
-        read runs like a tool: cancellable, with progress and logging.
+        read runs like a tool: cancellable, with progress and logging; a
+        parameter annotated ``ToolContext`` receives the context, and a
+        plain ``def`` runs in a worker thread.
         """
+        _needs_uri(uri, "resource")
 
         def register(fn: F) -> F:
             doc = description if description is not None else _first_line(fn)
@@ -98,11 +101,14 @@ class ServerFeatures:
         title: str | None = None,
         annotations: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
-        """Register ``async def read(ctx, **variables)`` for a URI template.
+        """Register ``async def read(**variables)`` for a URI template.
 
         ``"test://items/{id}"`` makes ``resources/read`` of
-        ``test://items/42`` call ``read(ctx, id="42")``.
+        ``test://items/42`` call ``read(id="42")`` (``read(id=42)`` when the
+        parameter is ``id: int``); a parameter annotated ``ToolContext``
+        receives the context.
         """
+        _needs_uri(uri_template, "resource_template")
 
         def register(fn: F) -> F:
             doc = description if description is not None else _first_line(fn)
@@ -118,19 +124,36 @@ class ServerFeatures:
 
     # -- prompts and completion ----------------------------------------------
 
+    @overload
+    def prompt(self, name: F, /) -> F: ...
+
+    @overload
     def prompt(
         self, name: str | None = None, *, description: str | None = None, title: str | None = None
-    ) -> Callable[[F], F]:
-        """Register ``async def fn(ctx, **arguments)`` as a prompt.
+    ) -> Callable[[F], F]: ...
 
-        Its named parameters are the prompt's arguments (strings; required
-        unless they have a default; ``Annotated[str, "..."]`` describes one).
-        It returns a ``str``, a content object, or a list of those and
+    def prompt(
+        self,
+        name: str | F | None = None,
+        *,
+        description: str | None = None,
+        title: str | None = None,
+    ) -> Callable[[F], F] | F:
+        """Register a function as a prompt: ``@server.prompt``, ``@server.prompt()`` or ``(name)``.
+
+        Its named parameters are the prompt's arguments (strings on the
+        wire, converted to the annotated type; required unless they have a
+        default; ``Annotated[str, "..."]`` describes one); a parameter
+        annotated ``ToolContext`` receives the context.  It returns a
+        ``str``, a content object, or a list of those and
         :class:`~trio_mcp_cancel.server.Message`.
         """
+        if callable(name):
+            return self.prompt()(name)  # bare @server.prompt
+        given: str | None = name
 
         def register(fn: F) -> F:
-            self.prompts.add(make_prompt(fn, name or fn.__name__, description, title))
+            self.prompts.add(make_prompt(fn, given or fn.__name__, description, title))
             self.prompts_changed()
             return fn
 
@@ -191,6 +214,12 @@ class ServerFeatures:
         if self.prompts.prompts or self.resources.templates:
             capabilities["completions"] = {}
         return capabilities
+
+
+def _needs_uri(uri: object, decorator: str) -> None:
+    """A bare ``@server.resource`` would silently register nothing: say what is missing."""
+    if not isinstance(uri, str):
+        raise TypeError(f"{decorator}() takes the URI first: @server.{decorator}('scheme://...')")
 
 
 def _first_line(fn: Callable[..., Any]) -> str | None:

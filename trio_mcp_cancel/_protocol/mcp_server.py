@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import trio
 
@@ -130,6 +130,10 @@ class McpServer(ServerFeatures):
     def info(self) -> dict[str, str]:
         return {"name": self.name, "version": self.version}
 
+    @overload
+    def tool(self, name: F, /) -> F: ...
+
+    @overload
     def tool(
         self,
         name: str | None = None,
@@ -144,8 +148,28 @@ class McpServer(ServerFeatures):
         task: TaskSupport = "forbidden",
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
         thread_limiter: int | trio.CapacityLimiter | None = None,
-    ) -> Callable[[F], F]:
-        """Register ``async def fn(ctx: ToolContext, **arguments)`` as a tool.
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        name: str | F | None = None,
+        *,
+        description: str | None = None,
+        cancellable: bool = True,
+        client_capabilities: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        annotations: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        task: TaskSupport = "forbidden",
+        before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
+        thread_limiter: int | trio.CapacityLimiter | None = None,
+    ) -> Callable[[F], F] | F:
+        """Register a function as a tool: ``@server.tool``, ``@server.tool()`` or ``(name=...)``.
+
+        Its parameters are the tool's arguments (see :func:`.tools.make_tool`),
+        except the one annotated ``ToolContext``, at any position, which
+        receives the context (a tool need not take one).
 
         *input_schema* replaces the derived schema and is sent as written
         (JSON Schema 2020-12, ``$defs`` and all); *output_schema* makes the
@@ -163,12 +187,14 @@ class McpServer(ServerFeatures):
         give a tool that may get stuck a limit of its own, so its abandoned
         threads cannot starve the other sync tools.
 
-        The input schema comes from the annotations of the named parameters
-        after ``ctx`` (``int``, ``float``, ``str``, ``bool``, ``list``,
-        ``dict``) and their defaults; the description from *description* or
-        the docstring.  ``cancellable=False`` skips tracking for tools that
-        finish in microseconds, where a cancellation would come after the
-        response anyway.  *client_capabilities* (a ``ClientCapabilities``
+        The input schema and the argument validation come from the type hints
+        of the other parameters, through pydantic (any type it supports;
+        ``Annotated[T, "description"]``; defaults), and a model, dataclass or
+        ``TypedDict`` return annotation gives the output schema; the
+        description comes from *description* or the docstring.
+        ``cancellable=False`` skips tracking for tools that finish in
+        microseconds, where a cancellation would come after the response
+        anyway.  *client_capabilities* (a ``ClientCapabilities``
         shape) are what the client must declare to call it (``-32021``).
         *task* (modern era, Tasks extension): ``"optional"`` runs the call as
         a task when the client declares the extension on the request,
@@ -183,6 +209,8 @@ class McpServer(ServerFeatures):
         task yet), ``None`` creates the task, whose tool sees the same
         verified ``input_responses`` and ``request_state``.
         """
+        if callable(name):
+            return self.tool()(name)  # bare @server.tool
         if task not in ("forbidden", "optional", "required"):
             raise ValueError("task must be 'forbidden', 'optional' or 'required'")
         if task != "forbidden" and not cancellable:
@@ -191,9 +219,10 @@ class McpServer(ServerFeatures):
             raise ValueError("before_task needs task='optional' or 'required'")
 
         threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
+        given: str | None = name
 
         def register(fn: F) -> F:
-            tool_name = name or fn.__name__
+            tool_name = given or fn.__name__
             if threads is not None and inspect.iscoroutinefunction(fn):
                 raise TypeError(f"tool {tool_name!r}: thread_limiter is for sync (def) tools")
             if tool_name in self.tools:

@@ -1,8 +1,12 @@
 """Prompts (templates of messages) and argument completion.
 
-Pure code with no I/O.  A prompt is ``async def fn(ctx, **arguments)``
-whose named parameters are its arguments (all strings, as MCP sends them);
-it returns a ``str`` (one user text message), a content object (one user
+Pure code with no I/O.  A prompt is a function (``async def`` or a plain
+``def``, run in a worker thread) whose named parameters are its arguments;
+the one annotated ``ToolContext``, at any position, takes the context.  MCP
+sends arguments as strings: a parameter annotated with another type gets the
+string converted by pydantic (``"3"`` for an ``int``, an enum's value, an ISO
+date), and a string that fails is ``-32602`` naming the argument.  It
+returns a ``str`` (one user text message), a content object (one user
 message), or a list of those and :class:`Message`.  A completer is
 ``async def fn(ctx, value, context) -> list[str]`` for one argument of a
 prompt or a resource template.
@@ -12,12 +16,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Final, Literal
 
 import attrs
 
+from .._work.threads import ThreadLimit
 from .content import to_content
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .signature import ArgumentsInvalid, Signature, check_callable, read_signature, with_context
 
 __all__ = [
     "MAX_COMPLETIONS",
@@ -54,6 +60,8 @@ class Prompt:
     description: str
     arguments: tuple[dict[str, Any], ...]
     title: str | None = None
+    signature: Signature | None = None
+    """Converts the string arguments to the parameters' types."""
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"name": self.name, "description": self.description}
@@ -63,8 +71,11 @@ class Prompt:
             described["arguments"] = [dict(argument) for argument in self.arguments]
         return described
 
-    def bind(self, arguments: object) -> dict[str, str]:
-        """Check *arguments*: an object of strings with every required one (``-32602``)."""
+    def bind(self, arguments: object) -> dict[str, Any]:
+        """Check *arguments*: an object of strings with every required one (``-32602``).
+
+        Then each is converted to its parameter's type (``-32602`` naming it when it fails).
+        """
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict) or not all(
@@ -82,32 +93,44 @@ class Prompt:
                 raise JsonRpcError(
                     INVALID_PARAMS, f"Invalid params: missing argument {argument['name']!r}"
                 )
-        return arguments
+        if self.signature is None:
+            return arguments
+        try:
+            return self.signature.validate(arguments)
+        except ArgumentsInvalid as exc:
+            raise JsonRpcError(INVALID_PARAMS, f"Invalid params: {exc}"[:500]) from None
 
 
 def make_prompt(
-    fn: Callable[..., Awaitable[Any]], name: str, description: str | None, title: str | None
+    fn: Callable[..., Any],
+    name: str,
+    description: str | None,
+    title: str | None,
+    threads: ThreadLimit | None = None,
 ) -> Prompt:
-    """Build a :class:`Prompt`; argument descriptions come from ``Annotated[str, "..."]``."""
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"prompt {name!r} must be an async function")
-    hints = get_type_hints(fn, include_extras=True)
+    """Build a :class:`Prompt` from ``async def`` or a plain ``def`` (run in a worker thread).
+
+    Argument descriptions come from ``Annotated[str, "..."]`` or
+    ``Field(description=...)``; a type pydantic cannot express is a
+    ``TypeError`` here.
+    """
+    what = f"prompt {name!r}"
+    check_callable(fn, what)
+    signature = read_signature(fn, what, mode="lax")
     arguments: list[dict[str, Any]] = []
-    for parameter in list(inspect.signature(fn).parameters.values())[1:]:
-        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
-            raise TypeError(f"prompt {name!r}: parameter {parameter.name!r} must be named")
+    for parameter in signature.names:
         argument: dict[str, Any] = {
-            "name": parameter.name,
-            "required": parameter.default is parameter.empty,
+            "name": parameter,
+            "required": parameter in signature.required,
         }
-        hint = hints.get(parameter.name)
-        if get_origin(hint) is Annotated:
-            text = next((m for m in get_args(hint)[1:] if isinstance(m, str)), None)
-            if text is not None:
-                argument["description"] = text
+        if parameter in signature.descriptions:
+            argument["description"] = signature.descriptions[parameter]
         arguments.append(argument)
     doc = description if description is not None else inspect.getdoc(fn)
-    return Prompt(name, fn, doc or f"The {name} prompt.", tuple(arguments), title)
+    run = with_context(fn, signature, f"prompt {name}", threads)
+    return Prompt(
+        name, run, doc or f"The {name} prompt.", tuple(arguments), title, signature=signature
+    )
 
 
 def prompt_result(value: object, description: str | None = None) -> dict[str, Any]:

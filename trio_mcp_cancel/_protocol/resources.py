@@ -1,14 +1,16 @@
 """Resources: static ones and URI templates (RFC 6570 level 1), and how a read is answered.
 
-Pure code with no I/O.  A resource's reader is ``async def read(ctx, **vars)``
-returning ``str`` (text), ``bytes`` (a blob), or a list of
+Pure code with no I/O.  A resource's reader is a function (``async def`` or a
+plain ``def``, run in a worker thread) taking the template's variables by
+name (converted to their annotated types by pydantic: ``{id}`` of
+``id: int`` arrives as an ``int``), and the context through the parameter
+annotated ``ToolContext`` if it has one; it returns ``str`` (text), ``bytes`` (a blob), or a list of
 :class:`ResourceData` for several contents; the dispatcher runs it like a
 tool, inside ``tracked()``, so ``resources/read`` is cancellable the same way.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -18,6 +20,7 @@ import attrs
 
 from .content import described, resource_contents
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .signature import ArgumentsInvalid, Signature, check_callable, read_signature, with_context
 
 __all__ = [
     "RESOURCE_NOT_FOUND",
@@ -56,6 +59,14 @@ class Resource:
     title: str | None = None
     size: int | None = None
     annotations: Mapping[str, Any] | None = None
+    call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """``call(ctx)``: the reader, its context put where it asks for it (set when added)."""
+
+    def prepare(self) -> None:
+        """Read the reader's signature (``TypeError`` when it does not fit); done once, at add."""
+        what = f"resource {self.uri!r}"
+        signature = _reader_signature(self.reader, what, ())
+        object.__setattr__(self, "call", with_context(self.reader, signature, what, None))
 
     def describe(self) -> dict[str, Any]:
         return described(
@@ -84,6 +95,10 @@ class ResourceTemplate:
     annotations: Mapping[str, Any] | None = None
     pattern: re.Pattern[str] = attrs.field(init=False)
     variables: tuple[str, ...] = attrs.field(init=False)
+    call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """``call(ctx, **variables)``: the reader, its context put where it asks for it."""
+    signature: Signature | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """Converts the variables (strings) to the reader's parameter types (set when added)."""
 
     def __attrs_post_init__(self) -> None:
         variables = tuple(_VARIABLE.findall(self.uri_template))
@@ -96,11 +111,31 @@ class ResourceTemplate:
         object.__setattr__(self, "pattern", re.compile(regex))
         object.__setattr__(self, "variables", variables)
 
-    def match(self, uri: str) -> dict[str, str] | None:
+    def prepare(self) -> None:
+        """Read the reader's signature (``TypeError`` when it does not fit); done once, at add."""
+        what = f"template {self.uri_template!r}"
+        signature = _reader_signature(self.reader, what, self.variables)
+        object.__setattr__(self, "signature", signature)
+        object.__setattr__(self, "call", with_context(self.reader, signature, what, None))
+
+    def match(self, uri: str) -> dict[str, Any] | None:
+        """The variables of *uri*, converted; ``None`` when it does not match.
+
+        A variable its parameter's type refuses (``abc`` for ``id: int``)
+        is ``-32602`` naming it.
+        """
         found = self.pattern.fullmatch(uri)
         if found is None:
             return None
-        return {key: unquote(value) for key, value in found.groupdict().items()}
+        strings = {key: unquote(value) for key, value in found.groupdict().items()}
+        if self.signature is None:
+            return strings  # not added to a server: nothing to convert to
+        try:
+            return self.signature.validate(strings)
+        except ArgumentsInvalid as exc:
+            raise JsonRpcError(
+                INVALID_PARAMS, f"Invalid params: {exc}"[:500], {"uri": uri[:1000]}
+            ) from None
 
     def describe(self) -> dict[str, Any]:
         return described(
@@ -112,13 +147,17 @@ class ResourceTemplate:
         )
 
 
-def _check_reader(reader: Reader, what: str, variables: Sequence[str] = ()) -> None:
-    if not inspect.iscoroutinefunction(reader):
-        raise TypeError(f"{what} must be read by an async function")
-    parameters = list(inspect.signature(reader).parameters)[1:]
-    missing = sorted(set(variables) - set(parameters))
+def _reader_signature(reader: Reader, what: str, variables: Sequence[str]) -> Signature:
+    """The reader's parameters: exactly the template's *variables* (others need defaults)."""
+    check_callable(reader, f"{what}: the reader")
+    signature = read_signature(reader, what, mode="lax")
+    missing = sorted(set(variables) - set(signature.names))
     if missing:
         raise TypeError(f"{what}: the reader takes no parameter {missing[0]!r}")
+    unfilled = sorted(signature.required - set(variables))
+    if unfilled:
+        raise TypeError(f"{what}: the reader's parameter {unfilled[0]!r} is not in the URI")
+    return signature
 
 
 @attrs.define
@@ -131,26 +170,28 @@ class ResourceSet:
     def add(self, resource: Resource) -> None:
         if resource.uri in self.resources:
             raise ValueError(f"resource {resource.uri!r} is already registered")
-        _check_reader(resource.reader, f"resource {resource.uri!r}")
+        resource.prepare()
         self.resources[resource.uri] = resource
 
     def add_template(self, template: ResourceTemplate) -> None:
         if template.uri_template in self.templates:
             raise ValueError(f"template {template.uri_template!r} is already registered")
-        _check_reader(template.reader, f"template {template.uri_template!r}", template.variables)
+        template.prepare()
         self.templates[template.uri_template] = template
 
-    def find(self, uri: object) -> tuple[Reader, dict[str, str], str | None]:
-        """The reader of *uri*, its template variables and MIME type; ``-32602`` when unknown."""
+    def find(self, uri: object) -> tuple[Reader, dict[str, Any], str | None]:
+        """``call(ctx, **variables)`` for *uri*, its variables, its MIME type; ``-32602``."""
         if not isinstance(uri, str):
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
         resource = self.resources.get(uri)
         if resource is not None:
-            return resource.reader, {}, resource.mime_type
+            assert resource.call is not None  # prepared when added
+            return resource.call, {}, resource.mime_type
         for template in self.templates.values():
             variables = template.match(uri)
             if variables is not None:
-                return template.reader, variables, template.mime_type
+                assert template.call is not None  # prepared when added
+                return template.call, variables, template.mime_type
         raise JsonRpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri[:1000]})
 
     def __bool__(self) -> bool:

@@ -6,41 +6,62 @@ Pure code with no I/O, used by the dispatcher (:mod:`.dispatch`).
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Final, Literal
 
 import attrs
+import pydantic
 
-from .._work.threads import ThreadLimit, run_sync
-from . import jsonrpc
+from .._work.threads import ThreadLimit
 from .content import ToolResult, is_content, json_text, to_content
+from .signature import (
+    ArgumentsInvalid,
+    Output,
+    Signature,
+    admits_none,
+    check_callable,
+    context_parameter,
+    output_for,
+    read_signature,
+    with_context,
+)
 
-__all__ = ["TaskSupport", "Tool", "ToolArgumentError", "make_tool", "tool_result"]
+__all__ = [
+    "TaskSupport",
+    "Tool",
+    "ToolArgumentError",
+    "error_result",
+    "make_tool",
+    "tool_result",
+]
+
+logger = logging.getLogger("trio_mcp_cancel.tools")
 
 #: Whether a tool runs as a task (Tasks extension): never, when the client
 #: declares the extension, or only as a task (``-32021`` for a client that does not).
 TaskSupport = Literal["forbidden", "optional", "required"]
 
-_JSON_TYPES: Final[dict[Any, tuple[str, tuple[type, ...]]]] = {
-    int: ("integer", (int,)),
-    float: ("number", (int, float)),
-    str: ("string", (str,)),
-    bool: ("boolean", (bool,)),
-    list: ("array", (list,)),
-    dict: ("object", (dict,)),
-}
 
-
-class ToolArgumentError(ValueError):
+class ToolArgumentError(ArgumentsInvalid):
     """Arguments that do not fit the tool's signature.
 
     Answered as a tool result with ``isError: true`` (SEP-1303), not as a
     protocol error: a model that called a tool wrongly can read the message
-    and try again.
+    and try again.  The message names each field that failed by its
+    location (``'point.x': Input should be a valid integer``).
     """
+
+
+class _Once:
+    """A flag a frozen :class:`Tool` can set: warn about a tool only once."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
 
 
 @attrs.frozen
@@ -50,9 +71,10 @@ class Tool:
     name: str
     description: str
     fn: Callable[..., Awaitable[Any]]
+    """``fn(ctx, **arguments)``: the function, its context put where it asks for it."""
     input_schema: dict[str, Any]
     params: dict[str, tuple[tuple[type, ...], bool]]
-    """name -> (accepted Python types, required)."""
+    """A hand-written ``input_schema``'s checks: name -> (accepted Python types, required)."""
     cancellable: bool = True
     """Run inside ``tracked()`` (and, over HTTP, watch for disconnects)."""
     client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
@@ -70,6 +92,14 @@ class Tool:
     before_task: Callable[..., Awaitable[Any]] | None = None
     """Tasks extension: ``async (ctx, **arguments)`` run before a task is created; an
     ``InputRequired`` it returns is the answer (MRTR first), ``None`` creates the task."""
+    signature: Signature | None = None
+    """The derived schema's validator (``None`` for a hand-written ``input_schema``)."""
+    output: Output | None = None
+    """The return annotation's structured type (model, dataclass, ``TypedDict``)."""
+    none_ok: bool = True
+    """The return annotation admits ``None``; a ``None`` from a tool that said ``-> str``
+    is logged once (a forgotten ``return``)."""
+    _warned: _Once = attrs.field(factory=_Once, eq=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -88,7 +118,17 @@ class Tool:
         return described
 
     def bind(self, arguments: object) -> dict[str, Any]:
-        """Check *arguments* against the signature; raise :class:`ToolArgumentError`."""
+        """*arguments* validated and converted; raise :class:`ToolArgumentError`.
+
+        A derived schema validates with the tool's pydantic validator (built
+        once, at registration); a hand-written one checks the top-level
+        JSON types, required and unknown names, as before.
+        """
+        if self.signature is not None:
+            try:
+                return self.signature.validate(arguments)
+            except ArgumentsInvalid as exc:
+                raise ToolArgumentError(str(exc)) from None
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
@@ -110,7 +150,22 @@ class Tool:
         return arguments
 
     def result(self, value: object) -> dict[str, Any]:
-        """The ``CallToolResult`` for the tool's return *value* (see :func:`tool_result`)."""
+        """The ``CallToolResult`` for the tool's return *value* (see :func:`tool_result`).
+
+        With a structured return annotation, the value is validated against
+        it and its JSON form is the ``structuredContent``.
+        """
+        if value is None and not self.none_ok and not self._warned.done:
+            self._warned.done = True
+            logger.warning(
+                "tool %r returned None although its return annotation does not allow it "
+                "(a missing return?); it answers empty content",
+                self.name,
+            )
+        if self.output is not None and not (
+            value is None or isinstance(value, ToolResult) or is_content(value)
+        ):
+            value = self.output.structured(value)
         result = tool_result(value, structured=self.output_schema is not None)
         if self.output_schema is not None and not result["isError"]:
             if not isinstance(result.get("structuredContent"), dict):
@@ -171,22 +226,29 @@ def _explicit_params(
     required = schema.get("required", [])
     if not isinstance(properties, Mapping) or not isinstance(required, list):
         raise ValueError(f"tool {name!r}: inputSchema properties/required are malformed")
-    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    context = context_parameter(fn, f"tool {name!r}")
+    parameters = [p for p in inspect.signature(fn).parameters.values() if p.name != context]
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters)
     named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     missing = sorted(set(properties) - named)
     if missing and not takes_kwargs:
         raise TypeError(f"tool {name!r}: the function takes no parameter {missing[0]!r}")
+    _check_headers(name, properties)
     params: dict[str, tuple[tuple[type, ...], bool]] = {}
     for prop, spec in properties.items():
-        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
-        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
-            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
         kind = spec.get("type") if isinstance(spec, Mapping) else None
         types = _SCHEMA_TYPES.get(kind, ()) if isinstance(kind, str) else ()
         params[prop] = (types, prop in required)
     extras = schema.get("additionalProperties", True) is not False and takes_kwargs
     return params, extras
+
+
+def _check_headers(name: str, properties: Mapping[str, Any]) -> None:
+    """Each ``x-mcp-header`` (SEP-2243) names a plain header token."""
+    for prop, spec in properties.items():
+        header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
+        if header is not None and not (isinstance(header, str) and _HEADER_NAME.fullmatch(header)):
+            raise ValueError(f"tool {name!r}: x-mcp-header of {prop!r} must be a header name")
 
 
 def make_tool(
@@ -205,32 +267,41 @@ def make_tool(
     before_task: Callable[..., Awaitable[Any]] | None = None,
     threads: ThreadLimit | None = None,
 ) -> Tool:
-    """Build a :class:`Tool` from ``async def fn(ctx, **arguments)``, or a plain ``def``.
+    """Build a :class:`Tool` from a function: ``async def`` or a plain ``def``.
 
-    A plain function is a *sync tool*: it runs in a worker thread (see
-    :func:`_threaded`), so blocking code never stalls the event loop;
-    *threads* bounds how many it holds (default: a limit of its own, 40).
+    The context is the parameter annotated ``ToolContext`` (any position; an
+    ``ctx`` unannotated or ``Any`` too), or none.  A plain function is a *sync tool*:
+    it runs in a worker thread (:func:`.signature.with_context`), so
+    blocking code never stalls the event loop; *threads* bounds how many it
+    holds (default: a limit of its own, 40).
 
-    Without *input_schema* the schema is derived from the signature: JSON
-    types from the annotations, defaults, and descriptions from
-    ``Annotated[T, "description"]`` or the docstring's ``Args:`` section.  A
-    given *input_schema* is sent exactly as written (``$schema``, ``$defs``,
-    ``additionalProperties``, ...) and only its top level is checked here.
+    Without *input_schema* the other parameters' type hints give the schema
+    (JSON Schema 2020-12 through pydantic: ``$defs`` for models, enums and
+    dataclasses; ``additionalProperties: false``) and the validator that
+    converts the arguments; descriptions come from ``Annotated[T,
+    "description"]``, ``Field(description=...)`` or the docstring's
+    ``Args:`` section.  A type pydantic cannot express is a ``TypeError``
+    here.  A given *input_schema* is sent exactly as written (``$schema``,
+    ``$defs``, ``additionalProperties``, ...) and only its top level is
+    checked.  Without *output_schema*, a return annotation that is a
+    pydantic model, a dataclass or a ``TypedDict`` gives the
+    ``outputSchema`` and the result's ``structuredContent``.
     """
-    if not callable(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
-        raise TypeError(f"tool {name!r} must be an async function or a plain function")
-    run: Callable[..., Awaitable[Any]] = fn
-    if not inspect.iscoroutinefunction(fn):
-        run = _threaded(fn, name, ThreadLimit(40) if threads is None else threads)
+    check_callable(fn, f"tool {name!r}")
     if not _TOOL_NAME.fullmatch(name):
         # MCP 2025-11-25 "Tool Names": clients may refuse (or mangle) any other name.
         raise ValueError(f"tool name {name!r}: use 1-128 of A-Z a-z 0-9 _ - .")
+    what = f"tool {name!r}"
     raw_doc = inspect.getdoc(fn)
     doc = description if description is not None else _summary(raw_doc)
     # Clients and models pick tools by their description: never send an empty one.
     doc = doc or f"The {name} tool."
     if output_schema is not None and output_schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: outputSchema must have type 'object'")
+    # A structured return annotation converts the value; its schema is shown unless given.
+    output = output_for(fn, what)
+    if output is not None and output_schema is None:
+        output_schema = output.schema
     extras: dict[str, Any] = dict(
         cancellable=cancellable,
         client_capabilities=dict(client_capabilities or {}),
@@ -240,43 +311,21 @@ def make_tool(
         meta=None if meta is None else dict(meta),
         task_support=task_support,
         before_task=before_task,
+        output=output,
+        none_ok=admits_none(fn, what),
     )
     if input_schema is not None:
         schema = copy.deepcopy(dict(input_schema))
         checks, extra_arguments = _explicit_params(name, fn, schema)
+        run = with_context(fn, context_parameter(fn, what), f"tool {name}", threads)
         return Tool(name, doc, run, schema, checks, extra_arguments=extra_arguments, **extras)
-    signature = inspect.signature(fn)
-    hints = get_type_hints(fn, include_extras=True)
-    described = _doc_arguments(raw_doc)
-    parameters = list(signature.parameters.values())[1:]  # the first is the ToolContext
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    params: dict[str, tuple[tuple[type, ...], bool]] = {}
-    for parameter in parameters:
-        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
-            raise TypeError(f"tool {name!r}: parameter {parameter.name!r} must be named")
-        hint = hints.get(parameter.name, Any)
-        if get_origin(hint) is Annotated:
-            base, *metadata = get_args(hint)
-            text = next((m for m in metadata if isinstance(m, str)), None)
-            if text is not None:
-                described[parameter.name] = text
-            hint = base
-        json_type, accepted = _JSON_TYPES.get(hint, (None, ()))
-        prop: dict[str, Any] = {"type": json_type} if json_type else {}
-        if parameter.name in described:
-            prop["description"] = described[parameter.name]
-        is_required = parameter.default is parameter.empty
-        if is_required:
-            required.append(parameter.name)
-        elif _is_json(parameter.default):
-            prop["default"] = parameter.default
-        properties[parameter.name] = prop
-        params[parameter.name] = (accepted, is_required)
-    schema = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    return Tool(name, doc, run, schema, params, **extras)
+    signature = read_signature(fn, what, descriptions=_doc_arguments(raw_doc))
+    _check_headers(name, signature.schema["properties"])
+    run = with_context(fn, signature, f"tool {name}", threads)
+    params: dict[str, tuple[tuple[type, ...], bool]] = {
+        arg: ((), arg in signature.required) for arg in signature.names
+    }
+    return Tool(name, doc, run, signature.schema, params, signature=signature, **extras)
 
 
 def _summary(doc: str | None) -> str | None:
@@ -289,39 +338,6 @@ def _summary(doc: str | None) -> str | None:
             break
         kept.append(line)
     return "\n".join(kept).strip()
-
-
-def _threaded(
-    fn: Callable[..., Any], name: str, threads: ThreadLimit
-) -> Callable[..., Awaitable[Any]]:
-    """Run a sync tool in a worker thread bound to its request.
-
-    The thread sees the polled flag (``cancelled()``, ``ctx.cancelled``,
-    ``cancel_token()``); at the hard cancel it is abandoned, the request
-    ends on time and a ``thread.abandoned`` event is emitted.  ``async``
-    ``ctx`` methods are called from the thread with ``trio.from_thread.run``.
-    The thread comes from *threads*, never from Trio's default limiter, so
-    stuck threads starve only the tools that share their limit.
-    """
-
-    @functools.wraps(fn)
-    async def run_in_thread(ctx: Any, **arguments: Any) -> Any:
-        return await run_sync(
-            functools.partial(fn, ctx, **arguments),
-            events=ctx.registry.events,
-            limiter=threads.limiter,
-            thread_name=f"trio_mcp_cancel tool {name}"[:200],
-        )
-
-    return run_in_thread
-
-
-def _is_json(value: object) -> bool:
-    try:
-        jsonrpc.encode(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def tool_result(value: object, *, structured: bool = False) -> dict[str, Any]:
@@ -346,6 +362,8 @@ def tool_result(value: object, *, structured: bool = False) -> dict[str, Any]:
         return {"content": [to_content(value)], "isError": False}
     if isinstance(value, list) and value and all(is_content(item) for item in value):
         return {"content": [to_content(item) for item in value], "isError": False}
+    if isinstance(value, pydantic.BaseModel):
+        value = value.model_dump(mode="json")  # a model without a structured annotation
     text = json_text(value)
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
     if isinstance(value, dict) or structured:

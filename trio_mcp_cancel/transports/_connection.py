@@ -67,9 +67,7 @@ stops the writer at once.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
-from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Final
@@ -86,6 +84,7 @@ from .._protocol.dispatcher import Dispatcher
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
 from .._protocol.mcp_server import McpServer
+from ._outbox import Outbox
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
@@ -183,24 +182,16 @@ class MessageConnection:
     ends_tasks: bool = True
     tasks_end_as: tuple[str, CancelKind] = ("connection closed", "disconnect")
     """Reason and kind of that stop (a transport shutting down says so)."""
-    closed: bool = attrs.field(init=False, default=False)
-    """Nothing more is queued: the stream ended, the peer is gone or stalled."""
     stalled: bool = attrs.field(init=False, default=False)
     """The peer stopped reading (see the module docstring): close it abruptly."""
-    _outbox: deque[tuple[str, bool, Callable[[], object] | None]] = attrs.field(
-        init=False, factory=deque
-    )
-    """Encoded messages not yet written, oldest first, each with "is a notification"
-    and what to call if it is dropped unwritten (a reply's ``Exchange.lost``)."""
-    _outbox_bytes: int = attrs.field(init=False, default=0)
-    _notification_bytes: int = attrs.field(init=False, default=0)
-    _wakeup: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
+    _outbox: Outbox[str] = attrs.field(init=False)
+    """Encoded messages not yet written (see :mod:`._outbox`): notifications are
+    the bounded items, replies carry their ``Exchange.lost`` as ``on_lost``."""
     _room: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
     _stalled_event: trio.Event = attrs.field(init=False, factory=trio.Event)
     _writer: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
     _writing: trio.CancelScope | None = attrs.field(init=False, default=None)
     _reading: trio.CancelScope | None = attrs.field(init=False, default=None)
-    _draining: bool = attrs.field(init=False, default=False)
     dispatcher: Dispatcher = attrs.field(init=False)
     """The server's dispatcher (``Dispatcher.of(server)``), looked up once per connection."""
 
@@ -213,6 +204,7 @@ class MessageConnection:
             raise ValueError("write_timeout must be positive (or None)")
         if self.max_buffered_bytes < 0:
             raise ValueError("max_buffered_bytes must not be negative")
+        self._outbox = Outbox(self.max_buffered_bytes, self.write_timeout)
         if self.caller.channel is None:
             self.caller.channel = Channel()
         self.caller.channel.ordered = True
@@ -223,9 +215,14 @@ class MessageConnection:
         return self.caller.channel
 
     @property
+    def closed(self) -> bool:
+        """Nothing more is queued: the stream ended, the peer is gone or stalled."""
+        return self._outbox.closed
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes queued for the peer and not yet written (the oldest message included)."""
-        return self._outbox_bytes
+        return self._outbox.bytes
 
     # -- writing -----------------------------------------------------------
 
@@ -248,25 +245,12 @@ class MessageConnection:
             return
         text = jsonrpc.encode(message).decode("ascii")
         notification = "id" not in message
-        if notification and self._outbox:
-            waiting = self._notification_bytes
-            head, head_is_notification, _ = self._outbox[0]
-            if head_is_notification:
-                waiting -= len(head)
-            if waiting + len(text) > self.max_buffered_bytes:
-                self._stall(f"more than {self.max_buffered_bytes} bytes of notifications waiting")
-                return
-        self._outbox.append((text, notification, on_lost))
-        self._outbox_bytes += len(text)
-        if notification:
-            self._notification_bytes += len(text)
-        self._wakeup.unpark_all()
+        if not self._outbox.put(text, len(text), bounded=notification, on_lost=on_lost):
+            self._stall(f"more than {self.max_buffered_bytes} bytes of notifications waiting")
 
     def _backlogged(self) -> bool:
         """More than ``max_buffered_bytes`` wait behind the message being written."""
-        return bool(self._outbox) and (
-            self._outbox_bytes - len(self._outbox[0][0]) > self.max_buffered_bytes
-        )
+        return self._outbox.backlogged()
 
     async def wait_stalled(self) -> None:
         """Return once the peer is found stalled (never, if it does not stall)."""
@@ -274,28 +258,26 @@ class MessageConnection:
 
     async def _write_outbox(self) -> None:
         """The writer task: write the outbox in order, each write under its deadline."""
+        outbox = self._outbox
         with self._writer:
             while True:
-                if not self._outbox:
-                    if self._draining or self.stalled:
+                text = outbox.start_write()
+                if text is None:
+                    if outbox.ending or self.stalled:
                         return
-                    await self._wakeup.park()
+                    await outbox.wait()
                     continue
-                text, notification, _ = self._outbox[0]
-                deadline = math.inf
-                if self.write_timeout is not None:
-                    deadline = trio.current_time() + self.write_timeout
-                self._writing = scope = trio.CancelScope(deadline=deadline)
+                self._writing = scope = trio.CancelScope(deadline=outbox.stall_at)
                 try:
                     with scope:
                         await self.write(text)
                 except self.gone:
-                    self._lose()
+                    outbox.lose()
                     return
                 except Exception:
                     # A transport bug; the stream is in an unknown state.
                     logger.exception("%s: writing to the peer failed", self.caller.namespace)
-                    self._lose()
+                    outbox.lose()
                     return
                 finally:
                     self._writing = None
@@ -304,36 +286,23 @@ class MessageConnection:
                 if scope.cancelled_caught:
                     self._stall(f"no write completed within {self.write_timeout}s")
                     return
-                self._outbox.popleft()
-                self._outbox_bytes -= len(text)
-                if notification:
-                    self._notification_bytes -= len(text)
+                outbox.written()
                 self._room.unpark_all()
-        if self._writer.cancelled_caught and self._outbox:
+        if self._writer.cancelled_caught and outbox:
             logger.info(
                 "%s: dropped %d unwritten message(s) after the connection ended",
                 self.caller.namespace,
-                len(self._outbox),
+                len(outbox),
             )
-            self._lose()
-
-    def _lose(self) -> None:
-        """The stream cannot be written any more: drop what is queued."""
-        self.closed = True
-        lost = [on_lost for _, _, on_lost in self._outbox if on_lost is not None]
-        self._outbox.clear()
-        for on_lost in lost:
-            on_lost()
-        self._outbox_bytes = self._notification_bytes = 0
-        self._wakeup.unpark_all()
-        self._room.unpark_all()
+            outbox.lose()
 
     def _stall(self, why: str) -> None:
         """The peer stopped reading: treat it as disconnected (see the module docstring)."""
         if self.stalled:
             return
         self.stalled = True
-        self._lose()
+        self._outbox.lose()
+        self._room.unpark_all()
         if self._writing is not None:
             self._writing.cancel()
         if self._reading is not None:
@@ -348,12 +317,11 @@ class MessageConnection:
 
     def _finish_writing(self) -> None:
         """Every request has finished: write what is left, within ``write_timeout``."""
-        self._draining = True
+        self._outbox.end()
         if self.write_timeout is not None:
             self._writer.deadline = min(
                 self._writer.deadline, trio.current_time() + self.write_timeout
             )
-        self._wakeup.unpark_all()
 
     # -- reading -----------------------------------------------------------
 
@@ -372,7 +340,7 @@ class MessageConnection:
                     try:
                         await self._read(aiter(incoming), requests)
                     finally:
-                        self.closed = True
+                        self._outbox.close()
                         if not self.stalled:
                             self.channel.cancel_all(
                                 "connection closed", kind="disconnect", grace=self.grace

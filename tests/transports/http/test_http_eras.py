@@ -528,7 +528,7 @@ async def test_legacy_tool_argument_errors_are_tool_results(
         )
         result = (await final_of(exchange))["result"]
         assert result["isError"] is True
-        assert "'steps' must be integer" in result["content"][0]["text"]
+        assert "'steps': Input should be a valid integer" in result["content"][0]["text"]
         assert 1 not in s.probe.started_cancelled  # the tool never ran
 
 

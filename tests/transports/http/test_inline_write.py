@@ -38,7 +38,7 @@ class _Writers(trio.abc.Instrument):
         self.spawned = 0
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        if task.name.endswith("_Writer.run"):
+        if task.name.endswith("Writer.run"):
             self.spawned += 1
 
 

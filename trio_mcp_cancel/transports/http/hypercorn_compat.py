@@ -30,9 +30,19 @@ release that renames something only loses the shortcut, never a request:
     line after that, so a client cannot flood the log), and lets the
     server go on.
 
-* **Shortcuts of the hot path** (:func:`receive_now`, :func:`tcp_server_of`)
+* **Shortcuts of the hot path** (:func:`receive_now`, :func:`idle_socket_of`)
   and one repair (:func:`mark_head_blocked`), duck-typed and answering
   "no shortcut" when the shape is not hypercorn's.
+
+**The off switch for the shortcuts and the repair.**  They are used only
+when :func:`fast_paths_default` says so: hypercorn is installed, its
+version is one they were checked against (:data:`FAST_PATHS_CHECKED`), and
+``MCP_HYPERCORN_FAST_PATHS=off`` (or ``0``/``false``/``no``) is not in the
+environment.  ``McpHttpApp(hypercorn_fast_paths=False)`` turns them off for
+one app.  Off, the app is plain ASGI: every body is awaited, every
+response goes through a writer task, and a response head left pending by
+a client that stopped reading is left to hypercorn (whose connection
+guard below contains the error it then raises).
 
 ``MCP_HYPERCORN_GUARD=off`` (or ``0``/``false``/``no``) in the environment
 when the app is imported leaves hypercorn unpatched; :func:`uninstall`
@@ -55,9 +65,13 @@ import attrs
 import trio
 
 __all__ = [
+    "FAST_PATHS_CHECKED",
+    "FAST_PATHS_ENV",
     "FIXED_IN",
     "GUARD_ENV",
     "GuardStatus",
+    "fast_paths_default",
+    "idle_socket_of",
     "install",
     "mark_head_blocked",
     "receive_now",
@@ -284,6 +298,26 @@ def _leaves(error: BaseException) -> Any:
 
 # -- hot-path shortcuts and one repair ----------------------------------------
 
+#: The environment variable that turns the shortcuts and the repair off.
+FAST_PATHS_ENV: Final = "MCP_HYPERCORN_FAST_PATHS"
+#: The hypercorn releases (major, minor; first and last) whose internals the
+#: shortcuts were checked against; outside them the app is plain ASGI.
+FAST_PATHS_CHECKED: Final = ((0, 16), (0, 18))
+
+
+def fast_paths_default() -> tuple[bool, str]:
+    """Whether the shortcuts apply by default (the app's option overrides), and why not."""
+    if os.environ.get(FAST_PATHS_ENV, "").strip().lower() in _OFF:
+        return False, f"{FAST_PATHS_ENV} turned them off"
+    version = _version()
+    if version is None:
+        return False, "hypercorn is not installed"
+    first, last = FAST_PATHS_CHECKED
+    if not first <= _parse(version)[:2] <= last:
+        return False, f"hypercorn {version} is not a release they were checked against"
+    return True, ""
+
+
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
@@ -335,3 +369,19 @@ def tcp_server_of(send: Any) -> Any:
     if type(protocol).__name__ != "H11Protocol":
         return None
     return getattr(getattr(protocol, "send", None), "__self__", None)
+
+
+def idle_socket_of(send: Any) -> Any:
+    """The socket behind an HTTP/1.1 *send* when no write holds its connection; else ``None``.
+
+    hypercorn's ``TCPServer`` writes under its ``send_lock``; while nobody
+    holds it, what :mod:`.inline` reads from the socket (the bytes queued in
+    the kernel) says whether the next write can block.
+    """
+    server = tcp_server_of(send)
+    lock = getattr(server, "send_lock", None)
+    sock = getattr(getattr(server, "stream", None), "socket", None)
+    locked = getattr(lock, "locked", None)
+    if sock is None or not callable(locked) or locked():
+        return None
+    return sock

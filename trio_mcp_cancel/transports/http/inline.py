@@ -1,7 +1,7 @@
 """Whether a small whole response can be written in the request's own task.
 
 Responses are normally written by a writer task of their own (see the
-docstring of :mod:`.app`): hypercorn writes to the socket inside a shielded
+docstring of :mod:`.writer`): hypercorn writes to the socket inside a shielded
 cancel scope, so a ``send()`` to a client that stopped reading can block a
 request forever.  That protection costs a Trio task per response, the
 largest item of the hot path's profile.  It is only needed when the write
@@ -28,7 +28,7 @@ import sys
 import weakref
 from typing import Any, Final
 
-from .hypercorn_compat import tcp_server_of
+from .hypercorn_compat import idle_socket_of
 
 __all__ = ["can_write_now"]
 
@@ -55,10 +55,8 @@ def can_write_now(send: Any, size: int) -> bool:
     """
     if not _LINUX:
         return False
-    server = tcp_server_of(send)
-    lock = getattr(server, "send_lock", None)
-    sock = getattr(getattr(server, "stream", None), "socket", None)
-    if lock is None or sock is None or not hasattr(lock, "locked") or lock.locked():
+    sock = idle_socket_of(send)  # hypercorn's internals are read there, not here
+    if sock is None:
         return False
     try:
         fd = sock.fileno()

@@ -1,0 +1,350 @@
+"""Answering one routed HTTP request: admission once, the run, the response, the watcher.
+
+Both eras end here once their rules accepted a request (:class:`Routed`).
+This is also the one place the HTTP transport calls into the dispatcher
+(:meth:`Responder.prepare`, :meth:`Responder.notify`, the refusal and the
+run in :meth:`Responder.answer`), so the interface between them is short
+and visible.
+
+**Writes never block a request.**  Every response is queued in a
+:class:`~.writer.ResponseWriter` (see there for why) and written by a task
+of its own in the app's service nursery, except a whole response the
+socket can take at once (:func:`~.inline.can_write_now`), which is written
+in the request's own task.  A client that leaves a write pending for
+``write_timeout``, or lets the queue overflow, is treated as gone: its call
+is cancelled (kind ``"disconnect"``), the request returns, and hypercorn
+closes the connection, which releases the pending write.
+
+**A cancellable call** gets a :class:`~.response.CallResponse` (SSE or one
+JSON body, chosen lazily) and, once it first suspends
+(:func:`~.lazy.await_then`), a watcher task that waits on ``receive()`` for
+``http.disconnect`` (hypercorn reports a closed connection or a reset
+HTTP/2 stream there; a ``send()`` to a gone client silently does nothing),
+and carries the ``max_request_time`` limit, the keep-alive timer and the
+write deadline, so a call costs one extra task at most.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from functools import partial
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..._core.registry import Registry, UseConfig
+from ..._core.validation import is_valid_request_id
+from ..._protocol import jsonrpc
+from ..._protocol.calls import Call, RequestCall
+from ..._protocol.dispatcher import Dispatcher
+from ..._protocol.exchange import Caller, Exchange
+from ..._protocol.jsonrpc import Message
+from ..._protocol.mcp_server import McpServer
+from ..._protocol.versions import Era
+from ...backends.base import Backend
+from . import rules
+from .inline import can_write_now
+from .lazy import await_then
+from .response import CallResponse, State
+from .sessions import Session
+from .shared import tenant_call_slot
+from .writer import ResponseWriter
+
+__all__ = ["Post", "Responder", "Routed", "valid_id"]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Header = tuple[bytes, bytes]
+Headers = list[Header]
+
+#: Room for a whole response's head (status line, headers) next to its body.
+_HEAD_ROOM: Final = 1024
+RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
+
+
+def valid_id(message: object) -> Any:
+    """The id of a message refused before the dispatcher saw it, when valid (else ``None``)."""
+    value = message.get("id") if isinstance(message, dict) else None
+    return value if is_valid_request_id(value) else None
+
+
+@attrs.frozen
+class Post:
+    """One POST's message and who sent it, once its body is read."""
+
+    send: Send
+    headers: dict[str, str]
+    principal: str | None
+    client: object
+    tenant: str | None
+    message: object
+    registry: Registry
+
+
+@attrs.frozen
+class Routed:
+    """A request its era's rules accepted: the call, its caller, and the extra headers.
+
+    ``before_reply`` (legacy scale-out) runs before a plain call's reply is
+    written, and answers it instead when it returns ``False``.
+    """
+
+    call: RequestCall
+    caller: Caller
+    extra: Headers
+    era: Era
+    session: Session | None = None
+    before_reply: Callable[[Routed, Send], Awaitable[bool]] | None = None
+
+
+@attrs.define(eq=False)
+class Responder:
+    """Runs routed calls and writes every response of one app (see the module)."""
+
+    server: McpServer
+    backend: Backend | None
+    json_response: bool
+    stream_cancel_timeout: float | UseConfig | None
+    max_request_time: float | None
+    keepalive_interval: float | None
+    legacy_disconnect_cancels: bool
+    write_timeout: float | None
+    max_buffered_bytes: int
+    fast_paths: bool = True
+    """hypercorn's shortcuts (see :mod:`.hypercorn_compat`); off: plain ASGI only."""
+    service: trio.Nursery | None = None
+    """The lifespan's service nursery (``None``: served without a lifespan)."""
+    dispatcher: Dispatcher = attrs.field(init=False)
+    """The server's dispatcher (``Dispatcher.of(server)``), looked up once per app."""
+
+    @dispatcher.default
+    def _dispatcher_of_server(self) -> Dispatcher:
+        return Dispatcher.of(self.server)
+
+    # -- the dispatcher, called from here only -----------------------------------
+
+    def prepare(self, message: object, caller: Caller, envelope: Any = None) -> Call:
+        return self.dispatcher.prepare(message, caller, envelope=envelope)
+
+    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> None:
+        self.dispatcher.notify(notification, caller)
+
+    # -- answering ----------------------------------------------------------------
+
+    async def answer(self, routed: Routed, receive: Receive, send: Send) -> None:
+        """Admit *routed* (once), run it and write its response."""
+        refused = self.dispatcher.refusal(routed.call, routed.caller)
+        if refused is not None:
+            await self.refuse(send, refused, routed.extra)
+            return
+        backend = self.backend
+        if backend is None or not backend.counters.shared:
+            await self._run(routed, receive, send)
+            return
+        # Scale-out: the per-tenant cap counts the calls of every process.
+        cap = self.server.max_calls_per_tenant
+        async with tenant_call_slot(backend.counters, routed.call, routed.caller, cap) as refused:
+            if refused is not None:
+                await self.refuse(send, refused, routed.extra)
+                return
+            await self._run(routed, receive, send)
+
+    async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:
+        """Answer ``429`` with the admission refusal *reply*."""
+        await self.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
+
+    def _call(self, routed: Routed, exchange: Exchange, allow_silence: bool) -> Any:
+        """The coroutine that runs the call (the one place the dispatcher runs one)."""
+        return self.dispatcher.answer(
+            routed.call, routed.caller, exchange, allow_silence=allow_silence
+        )
+
+    async def _run(self, routed: Routed, receive: Receive, send: Send) -> None:
+        if routed.call.tracked:
+            if self.service is not None:
+                await self._stream(routed, receive, send, self.service)
+                return
+            # Without a lifespan the request hosts its helper tasks itself.
+            async with trio.open_nursery() as nursery:
+                await self._stream(routed, receive, send, nursery)
+            return
+        reply = await self._call(routed, Exchange(), False)
+        assert reply is not None
+        if routed.before_reply is not None and not await routed.before_reply(routed, send):
+            return
+        status = 200
+        if "error" in reply:
+            status = rules.status_for(reply["error"]["code"], routed.era)
+        await self.respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
+
+    async def _stream(
+        self, routed: Routed, receive: Receive, send: Send, nursery: trio.Nursery
+    ) -> None:
+        """Run a cancellable call, watching its stream; see the module docstring.
+
+        Its helper tasks (the watcher, the writer) run in *nursery* (the
+        service nursery when there is one), so a call that never suspends
+        opens no nursery of its own.
+        """
+        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
+        exchange = Exchange()
+        on_stall = partial(
+            exchange.cancel, "client stopped reading", grace=self.stream_cancel_timeout
+        )
+        response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
+        if response.sse:
+            exchange.send = response.send_message
+        # The writer task starts when the response commits to SSE, or
+        # not at all when the whole answer can be written inline.
+        response.start_writer = partial(self._start_writer, writer, nursery)
+        watching: list[trio.CancelScope] = []
+
+        def watch() -> None:
+            # Still running: commit to SSE now, so a silent call's head and
+            # keep-alives reach the client.
+            response.commit()
+            limited = not routed.call.long_lived  # a listen stream is meant to stay open
+            watching.append(scope := trio.CancelScope())
+            nursery.start_soon(self._watch, scope, receive, exchange, response, routed.era, limited)
+
+        try:
+            # The watcher starts when the call first suspends: one that
+            # never does cannot be disconnected from mid-way (see lazy.py).
+            reply = await await_then(self._call(routed, exchange, response.sse), watch)
+            response.finish(reply)
+            if response.start_writer is not None:
+                # Never committed: one whole response, or nothing (client gone).
+                await self._write_whole(writer, send, response.start_writer)
+            await self._drain(writer)
+        finally:
+            # The call is over: so is the watcher's job.
+            for scope in watching:
+                scope.cancel()
+            if not writer.done:
+                writer.abandon()  # cancelled (shutdown): leave the client
+            if not response.settle():
+                exchange.lost()  # the answer never reached the client
+
+    async def _watch(
+        self,
+        scope: trio.CancelScope,
+        receive: Receive,
+        exchange: Exchange,
+        response: CallResponse,
+        era: Era,
+        limited: bool,
+    ) -> None:
+        """Watch a call's stream until *scope* is cancelled (its request ended).
+
+        It runs in the service nursery, where an exception would stop the
+        whole app: a bug here fails this call only (cancelled, kind
+        ``"server"``).
+        """
+        with scope:
+            try:
+                await self._watch_stream(receive, exchange, response, era, limited)
+            except Exception:
+                logger.exception("the stream watcher of a call failed; cancelling the call")
+                exchange.cancel("internal error", kind="server")
+
+    async def _watch_stream(
+        self,
+        receive: Receive,
+        exchange: Exchange,
+        response: CallResponse,
+        era: Era,
+        limited: bool,
+    ) -> None:
+        """Wait for the client to go, sending keep-alives and enforcing the time limits."""
+        now = trio.current_time()
+        limit = self.max_request_time if limited else None
+        limit_at = math.inf if limit is None else now + limit
+        interval = self.keepalive_interval if response.sse else None
+        keepalive_at = math.inf if interval is None else now + interval
+        writer = response.writer
+        while True:
+            with trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at)) as wait:
+                writer.wakes = wait
+                if (await receive())["type"] == "http.disconnect":
+                    break
+                continue  # trailing body chunks; the body was already read whole
+            now = trio.current_time()
+            if now >= writer.stall_at:
+                response.stall("write timeout")
+                return
+            if now >= limit_at:
+                limit_at = math.inf
+                exchange.cancel("request time limit reached", kind="server")
+            if interval is not None and now >= keepalive_at:
+                response.keepalive()
+                keepalive_at = now + interval
+        writer.wakes = None
+        response.disconnected()
+        if era == "modern" or self.legacy_disconnect_cancels:
+            exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
+        elif limit_at < math.inf and response.state is State.ABANDONED:
+            # The call goes on without its client, but within the time limit.
+            await trio.sleep_until(limit_at)
+            exchange.cancel("request time limit reached", kind="server")
+
+    # -- writing ------------------------------------------------------------------
+
+    def _start_writer(self, writer: ResponseWriter, nursery: trio.Nursery) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*)."""
+        writer.outbox.timeout = self.write_timeout
+        (self.service or nursery).start_soon(writer.run)
+
+    async def _write_whole(
+        self, writer: ResponseWriter, send: Send, start_writer: Callable[[], None]
+    ) -> None:
+        """Write *writer*'s whole response in this task when that cannot block, else start it.
+
+        See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
+        to spare is written at once, so the writer task (and its spawn) is
+        only needed for a write that could be left pending by the client.
+        """
+        if self.service is None or (
+            self.fast_paths and can_write_now(send, writer.outbox.bytes + _HEAD_ROOM)
+        ):
+            await writer.run()
+        else:
+            start_writer()
+
+    async def _drain(self, writer: ResponseWriter) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read.
+
+        Giving up means returning with the response unfinished; the server
+        then closes the connection, which releases the pending write.
+        """
+        if writer.done and not writer.stalled:
+            return
+        if writer.stalled:
+            writer.abandon()
+            return
+        timeout = math.inf if self.write_timeout is None else self.write_timeout
+        try:
+            with trio.move_on_after(timeout):
+                await writer.wait_done()
+                return
+            logger.info("client did not read its response for %ss; closing", self.write_timeout)
+        finally:
+            if not writer.done:
+                writer.abandon()
+
+    async def respond(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> None:
+        """Send a whole response, through a writer (see the module docstring)."""
+        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
+        writer.put_whole(status, body, extra, json=json)
+        service = self.service
+        if service is None:
+            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
+            return
+        await self._write_whole(writer, send, partial(self._start_writer, writer, service))
+        await self._drain(writer)

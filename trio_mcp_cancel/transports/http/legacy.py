@@ -1,0 +1,200 @@
+"""The legacy era (2025-11-25 and older) on the HTTP endpoint: sessions, DELETE, scale-out.
+
+``initialize`` creates a session (``Mcp-Session-Id``), later POSTs carry
+it, ``notifications/cancelled`` cancels a request of the same session,
+DELETE ends the session and cancels its requests.  Closing the stream
+cancels too, by default (``legacy_disconnect_cancels``): the 2025 specs
+advise against it because their streams can be resumed, and ours cannot.
+
+With a shared backend (:mod:`.shared`) a session lives on every worker: a
+POST may land on another worker than its ``initialize``, a cancel for a
+request running elsewhere is forwarded, a DELETE ends the session
+everywhere, and :meth:`LegacyEra.on_bus` applies what another worker saw
+first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ..._core.namespace import namespace_for
+from ..._core.registry import Registry
+from ..._protocol import jsonrpc
+from ..._protocol.admission import TOO_MANY_REQUESTS
+from ..._protocol.calls import NotificationCall, Rejected, RequestCall
+from ..._protocol.exchange import Caller, Channel
+from ...backends.base import BusMessage
+from . import rules
+from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send, valid_id
+from .rules import HttpError
+from .sessions import Session, SessionLimitReached, SessionStore
+from .shared import SessionSharing
+
+__all__ = ["LegacyEra"]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+_SESSION_HEADER = b"mcp-session-id"
+_SHARED_METHODS = frozenset({"initialize", "logging/setLevel"})
+
+
+@attrs.define(eq=False)
+class LegacyEra:
+    """Legacy POSTs and DELETEs: the sessions (``None``: stateless) and their sharing."""
+
+    responder: Responder
+    registry: Callable[[], Registry]
+    """The registry now (for what other workers send, outside any request)."""
+    sessions: SessionStore | None
+    sharing: SessionSharing | None
+    max_concurrent_requests: int
+
+    async def route(self, post: Post) -> Routed | None:
+        """Find (or, for ``initialize``, start) the session; ``None`` when answered already."""
+        session: Session | None = None
+        if not rules.is_initialize(post.message):
+            session = await self.session(post.headers, post.principal)
+        elif self.sessions is not None:
+            session = await self._create(post)
+            if session is None:
+                return None
+        # The namespace names the session by its public id: namespaces end up
+        # in events and logs, and the session id itself is a credential.
+        public_id = session.public_id if session else None
+        caller = Caller(
+            namespace_for(session_id=public_id, principal=post.principal, client=post.client),
+            post.registry,
+            session.channel if session else None,
+            post.principal,
+            public_id,
+            post.tenant,
+        )
+        extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
+        call = self.responder.prepare(post.message, caller)
+        if isinstance(call, NotificationCall):
+            await self._notify(call, caller)
+        if isinstance(call, Rejected):
+            # A malformed message is a 400; a request that cannot be served
+            # is answered like any other request of its era.
+            status = 400 if call.request is None else rules.status_for(call.error.code, "legacy")
+            body = jsonrpc.encode(call.error.to_message())
+            await self.responder.respond(
+                post.send, status, body, extra, json=None if status == 400 else True
+            )
+            return None
+        if not isinstance(call, RequestCall):
+            await self.responder.respond(post.send, 202, b"", extra)
+            return None
+        before = self._share if session is not None and self.sharing is not None else None
+        return Routed(call, caller, extra, "legacy", session, before)
+
+    async def _create(self, post: Post) -> Session | None:
+        """A new session for ``initialize`` (whatever header it carries); ``None``: refused."""
+        assert self.sessions is not None
+        channel = Channel(self.max_concurrent_requests)
+        try:
+            session, evicted = self.sessions.create(
+                post.principal, post.tenant, trio.current_time(), channel
+            )
+        except SessionLimitReached as exc:
+            await self.refuse_session(post.send, valid_id(post.message), exc)
+            return None
+        for old in evicted:
+            old.channel.cancel_all("session evicted")
+            if self.sharing is not None:
+                await self.sharing.end(old)  # on every worker: it freed a shared place
+        return session
+
+    async def _notify(self, call: NotificationCall, caller: Caller) -> None:
+        notified = call.notification
+        target: Any = notified.params.get("requestId")
+        forward = (
+            self.sharing is not None
+            and notified.method == "notifications/cancelled"
+            # Running here, it runs nowhere else: no need to tell the others.
+            # (A registry query the dispatcher should answer: see the report.)
+            and not caller.registry.in_flight(target, caller.namespace)
+        )
+        self.responder.notify(notified, caller)
+        if forward and self.sharing is not None:
+            await self.sharing.forward_cancel(caller.namespace, notified.params)
+
+    async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
+        """The session a request names (``None``: sessions are off); ``400``/``404`` else."""
+        if self.sessions is None:
+            return None
+        session_id = headers.get("mcp-session-id")
+        if session_id is None:
+            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+        session = self.sessions.get(session_id, principal, trio.current_time())
+        if session is None and self.sharing is not None:
+            # Maybe another worker's (see .shared).
+            session = await self.sharing.find(session_id, principal, self.sessions)
+        if session is None:
+            shared = self.sharing is not None
+            raise HttpError(404, self.sessions.not_found(session_id, shared=shared))
+        if self.sharing is not None:
+            await self.sharing.touch(session)
+        return session
+
+    async def delete(self, headers: dict[str, str], principal: str | None) -> None:
+        """DELETE: end the session and cancel its requests (on every worker)."""
+        session = await self.session(headers, principal)
+        assert session is not None and self.sessions is not None
+        self.sessions.end(session.id)
+        session.channel.cancel_all("session terminated")
+        if self.sharing is not None:
+            await self.sharing.end(session)
+
+    async def _share(self, routed: Routed, send: Send) -> bool:
+        """Before answering ``initialize`` or ``logging/setLevel``: share the session.
+
+        Shared before the answer: the next POST may go to another worker.
+        ``False`` when the tenant holds its whole quota on other workers
+        (the ``initialize`` is refused, answered here).
+        """
+        request, session = routed.call.request, routed.session
+        if session is None or request.method not in _SHARED_METHODS:
+            return True
+        assert self.sharing is not None and self.sessions is not None
+        cap = self.sessions.max_sessions_per_tenant if request.method == "initialize" else None
+        if await self.sharing.save(session, cap):
+            return True
+        self.sessions.end(session.id)
+        limit = SessionLimitReached("tenant", self.sessions.max_sessions_per_tenant)
+        await self.refuse_session(send, request.id, limit)
+        return False
+
+    async def refuse_session(self, send: Send, request_id: Any, exc: SessionLimitReached) -> None:
+        """Answer an ``initialize`` that would need a busy session's place."""
+        logger.warning("initialize refused: %s", exc)
+        reply = jsonrpc.error_message(
+            request_id, TOO_MANY_REQUESTS, "Too many sessions", {"limit": exc.limit, "max": exc.cap}
+        )
+        status = 429 if exc.limit == "tenant" else 503
+        await self.responder.respond(send, status, jsonrpc.encode(reply), RETRY_AFTER, json=True)
+
+    def on_bus(self, message: BusMessage) -> None:
+        """Apply a legacy cancel or session end that reached another worker first."""
+        kind = message.get("type")
+        if kind == "notify":
+            namespace = message.get("namespace")
+            if isinstance(namespace, str) and namespace.startswith("session:"):
+                try:
+                    registry = self.registry()
+                except RuntimeError:
+                    return
+                params = {"requestId": message.get("request_id"), "reason": message.get("reason")}
+                notified = jsonrpc.Notification("notifications/cancelled", params)
+                self.responder.notify(notified, Caller(namespace, registry))
+        elif kind == "session.end" and self.sharing is not None and self.sessions is not None:
+            key = message.get("session")
+            session = self.sharing.local(key) if isinstance(key, str) else None
+            if session is not None:
+                self.sessions.end(session.id)
+                session.channel.cancel_all("session terminated")

@@ -1,0 +1,154 @@
+"""One HTTP response's ASGI messages, queued by the request and written by a task of its own.
+
+hypercorn writes to the socket inside a shielded cancel scope: a ``send()``
+to a client that stopped reading blocks until the client reads or the
+connection closes, and nothing (a cancel, a time limit, shutdown) can
+interrupt it; and hypercorn closes the connection only once the
+application returned.  So no task that must end on time calls ``send()``:
+the request queues its messages here (:meth:`ResponseWriter.put` never
+blocks) and :meth:`ResponseWriter.run` writes them, in a task of its own
+unless the write cannot block (see :mod:`.inline`).
+
+The queue is the transports' shared :class:`~.._outbox.Outbox`: progress,
+log messages and keep-alives are its bounded items, the final message the
+unbounded one.  Since a ``send()`` cannot be cancelled, the write deadline
+is not a cancel scope around it: while a write is pending,
+``outbox.stall_at`` says when the client counts as gone, and the request's
+watcher (whose cancel scope is :attr:`ResponseWriter.wakes`) is woken then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import trio
+
+from .._outbox import Outbox
+from . import hypercorn_compat
+
+__all__ = ["ResponseWriter", "head"]
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None) -> dict[str, Any]:
+    """The ``http.response.start`` of a whole response with *body*."""
+    headers = [(b"content-length", str(len(body)).encode()), *extra]
+    if json or (json is None and body):
+        headers.append((b"content-type", b"application/json"))
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+class ResponseWriter:
+    """The writes of one response; see the module docstring.
+
+    Its own states are few and one-way: writing (``done`` false), then
+    ``done``, with ``abandoned`` set when it gave up before the end (the
+    client is gone, the server raised, shutdown); ``stalled`` is the
+    request's verdict that the client stopped reading, acted on when the
+    request ends (:meth:`abandon`).  What the response as a whole is
+    (pending, streaming, finished) is :mod:`.response`'s state machine.
+    """
+
+    __slots__ = (
+        "_done",
+        "_head",
+        "_send",
+        "abandoned",
+        "done",
+        "fast_paths",
+        "outbox",
+        "stalled",
+        "wakes",
+    )
+
+    def __init__(self, send: Send, limit: int, fast_paths: bool = True) -> None:
+        self._send = send
+        self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, None, True)
+        self._head: MutableMapping[str, Any] | None = None
+        """The response head while its write is pending."""
+        self._done: trio.Event | None = None  # made only when somebody waits
+        self.fast_paths = fast_paths
+        self.done = False
+        """The last message was written, or the writer gave up."""
+        self.abandoned = False
+        self.stalled = False
+        self.wakes: trio.CancelScope | None = None
+
+    @property
+    def stall_at(self) -> float:
+        return self.outbox.stall_at
+
+    async def wait_done(self) -> None:
+        """Wait until :attr:`done`."""
+        if not self.done:
+            if self._done is None:
+                self._done = trio.Event()
+            await self._done.wait()
+
+    def put(self, message: MutableMapping[str, Any], *, final: bool = False) -> bool:
+        """Queue *message*; ``False`` when the client is too far behind to take it.
+
+        The final message is never refused (it ends the response, and the
+        request's own wait bounds how long it may take); after it, or once
+        abandoned, nothing is taken (``False``: nobody reads any more).
+        """
+        if self.abandoned or self.outbox.closed:
+            return False
+        size = len(message.get("body", b""))
+        if not self.outbox.put(message, size, bounded=not final):
+            return False
+        if final:
+            self.outbox.end()
+        return True
+
+    def put_whole(
+        self, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> None:
+        """Queue a whole response: its head and its one, final body."""
+        self.put(head(status, body, extra, json=json))
+        self.put({"type": "http.response.body", "body": body, "more_body": False}, final=True)
+
+    def close(self) -> None:
+        """No more messages: the writer ends once the queue is written."""
+        self.outbox.end()
+
+    def abandon(self) -> None:
+        """Write nothing more (the response will not be finished)."""
+        self.abandoned = True
+        self.outbox.end()
+        if self._head is not None and self.fast_paths:
+            hypercorn_compat.mark_head_blocked(self._send, self._head)
+
+    async def run(self) -> None:
+        """Write the queue in order until it ends; see the module docstring."""
+        outbox = self.outbox
+        try:
+            while not self.abandoned:
+                message = outbox.start_write()
+                if message is None:
+                    if outbox.ending:
+                        return
+                    await outbox.wait()
+                    continue
+                stall_at = outbox.stall_at
+                wakes = self.wakes
+                if wakes is not None and stall_at < wakes.deadline:
+                    wakes.deadline = stall_at
+                if message["type"] == "http.response.start":
+                    self._head = message
+                await self._send(message)
+                self._head = None
+                outbox.written()
+        except Exception:
+            # A server may raise once the connection is gone; nothing to deliver to.
+            self.abandoned = True
+        except BaseException:
+            self.abandoned = True  # cancelled (shutdown) before the end: maybe never delivered
+            raise
+        finally:
+            outbox.stall_at = float("inf")
+            self.done = True
+            if self._done is not None:
+                self._done.set()
