@@ -178,7 +178,8 @@ async def test_sync_tools_get_a_schema_and_run_in_a_thread(autojump_clock: MockC
     assert tool.describe()["inputSchema"] == {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 2}},
-        "required": ["a"],    "additionalProperties": False,
+        "required": ["a"],
+        "additionalProperties": False,
     }
     assert tool.description == "Add two numbers, in a worker thread."
     async with open_test_client(server) as client:

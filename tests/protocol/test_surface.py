@@ -244,7 +244,8 @@ async def test_structured_output_and_tool_metadata(autojump_clock: trio.testing.
             "a": {"type": "number", "description": "first addend"},
             "b": {"type": "number", "description": "second addend (optional)", "default": 2.0},
         },
-        "required": ["a"],    "additionalProperties": False,
+        "required": ["a"],
+        "additionalProperties": False,
     }
     assert result["structuredContent"] == {"sum": 3.5}
     assert json.loads(text_of(result)) == {"sum": 3.5}

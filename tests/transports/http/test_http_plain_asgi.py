@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 # The behaviour tests run again here (pytest collects what a module imports),
-# with their fixtures.
-from test_hostile_sockets import (  # noqa: F401
+# with their fixtures (hostile/ by its folder: tests/ is on the path, the folders are
+# namespace packages).
+from hostile.test_hostile_sockets import (  # noqa: F401
     test_pipelined_requests_to_a_client_that_never_reads,
     test_server_cap_on_calls_in_flight,
     test_slow_bodies_get_408_while_others_are_served,
