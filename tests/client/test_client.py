@@ -24,7 +24,7 @@ import trio
 from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
 from trio_mcp_cancel._client.http import HttpTransport
 from trio_mcp_cancel.client import (
     McpClient,
@@ -228,13 +228,14 @@ async def test_http_client_reports_a_dead_endpoint() -> None:
                     await client.call_tool("echo", {"text": "x"})
 
 
-async def test_websocket_client_round_trip_and_cancel() -> None:
+@pytest.mark.registry(grace_period=0.2)
+async def test_websocket_client_round_trip_and_cancel(mcp_registry: Registry) -> None:
     b = Downstream()
     with trio.fail_after(BOUND):
-        async with open_registry(grace_period=0.2) as registry, trio.open_nursery() as nursery:
-            events = EventRecorder.attach(registry)
+        async with trio.open_nursery() as nursery:
+            events = EventRecorder.attach(mcp_registry)
             ws_server = await nursery.start(
-                partial(serve_mcp_websocket, b.server, registry, "127.0.0.1", 0)
+                partial(serve_mcp_websocket, b.server, mcp_registry, "127.0.0.1", 0)
             )
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"
             async with open_websocket_client(url, era="legacy") as client:

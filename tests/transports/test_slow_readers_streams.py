@@ -494,22 +494,23 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await trio.sleep(0.01)
 
 
+@pytest.mark.registry(grace_period=5)
 async def test_websocket_client_that_stops_reading_is_disconnected_and_others_are_served(
     caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel.connection")
     probe = Probe()
     size = 32 * 1024
     with trio.fail_after(10):
         async with (
-            open_registry(grace_period=5) as registry,
             trio.open_nursery() as nursery,
         ):
             ws_server = await nursery.start(
                 partial(
                     serve_mcp_websocket,
                     make_server(probe),
-                    registry,
+                    mcp_registry,
                     "127.0.0.1",
                     0,
                     stream_cancel_timeout=0.3,
@@ -558,8 +559,8 @@ async def test_websocket_client_that_stops_reading_is_disconnected_and_others_ar
                 await _until(lambda: _tasks_running("_run_handler") == 1)
                 await echo("after")
             await _until(lambda: _tasks_running("_run_handler") == 0)
-            await registry.wait_idle()
-            assert_no_leaks(registry)
+            await mcp_registry.wait_idle()
+            assert_no_leaks(mcp_registry)
             # The socket really filled: the tool reported more than ever reached
             # the client, which now reads what the kernel buffered, then the end.
             received = bytearray()

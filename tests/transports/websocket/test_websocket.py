@@ -183,9 +183,9 @@ def cancelled_reply(request_id: object, reason: str) -> Message:
     }
 
 
-async def test_initialize_ping_and_tools_list() -> None:
+async def test_initialize_ping_and_tools_list(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, serving(make_server(Probe()), registry) as url:
+        async with serving(make_server(Probe()), mcp_registry) as url:
             async with open_websocket_url(url + "/mcp", subprotocols=["mcp"]) as ws:
                 assert ws.subprotocol == "mcp"
                 reply = await rpc(ws, request(1, "initialize", {"protocolVersion": "2025-03-26"}))
@@ -210,12 +210,12 @@ async def test_initialize_ping_and_tools_list() -> None:
                 assert ws.subprotocol is None
                 reply = await rpc(ws, request(1, "initialize", {}))
                 assert reply["result"]["protocolVersion"] == LATEST_LEGACY_VERSION
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_tools_call_streams_progress_then_the_result() -> None:
+async def test_tools_call_streams_progress_then_the_result(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, serving(make_server(Probe()), registry) as url:
+        async with serving(make_server(Probe()), mcp_registry) as url:
             async with open_websocket_url(url + "/mcp") as ws:
                 message = call(7, "count", {"n": 3}, _meta={"progressToken": "tok"})
                 await send(ws, message)
@@ -233,20 +233,20 @@ async def test_tools_call_streams_progress_then_the_result() -> None:
                 "id": 7,
                 "result": {"content": [{"type": "text", "text": "counted 3"}], "isError": False},
             }
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_cancel_by_notification() -> None:
+@pytest.mark.registry(grace_period=5)
+async def test_cancel_by_notification(mcp_registry: Registry) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         async with (
-            open_registry(grace_period=5) as registry,
-            serving(make_server(probe), registry) as url,
+            serving(make_server(probe), mcp_registry) as url,
         ):
-            events = EventRecorder.attach(registry)
+            events = EventRecorder.attach(mcp_registry)
             async with open_websocket_url(url + "/mcp") as ws:
                 await send(ws, call("job", "polite"))
-                await wait_until(lambda: registry.in_flight_count == 1)
+                await wait_until(lambda: mcp_registry.in_flight_count == 1)
                 await send(ws, cancel_note("job", "user pressed stop"))
                 assert await receive(ws) == cancelled_reply("job", "user pressed stop")
                 # The connection goes on serving.
@@ -261,48 +261,50 @@ async def test_cancel_by_notification() -> None:
             assert record.namespace.startswith("session:ws-")
             assert [e.kind for e in events.of_type(RequestCancelledEvent)] == ["client"]
             assert events.of_type(HardCancelEvent) == []
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_silent_on_cancel_sends_nothing() -> None:
+async def test_silent_on_cancel_sends_nothing(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         server = make_server(Probe(), on_cancel="silent")
-        async with open_registry() as registry, serving(server, registry) as url:
+        async with serving(server, mcp_registry) as url:
             async with open_websocket_url(url + "/mcp") as ws:
                 await send(ws, call(1, "polite"))
-                await wait_until(lambda: registry.in_flight_count == 1)
+                await wait_until(lambda: mcp_registry.in_flight_count == 1)
                 await send(ws, cancel_note(1, "never mind"))
-                await wait_until(lambda: registry.in_flight_count == 0)
+                await wait_until(lambda: mcp_registry.in_flight_count == 0)
                 # Nothing was sent for request 1: the next message is the ping's.
                 assert await rpc(ws, request(2, "ping")) == {
                     "jsonrpc": "2.0",
                     "id": 2,
                     "result": {},
                 }
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_closing_the_socket_cancels_every_request_of_that_connection() -> None:
+@pytest.mark.registry(grace_period=60)
+async def test_closing_the_socket_cancels_every_request_of_that_connection(
+    mcp_registry: Registry,
+) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         # A long registry grace period: the hard cancel must come from the
         # transport's own stream_cancel_timeout.
         async with (
-            open_registry(grace_period=60) as registry,
             serving(
-                make_server(probe), registry, stream_cancel_timeout=STREAM_CANCEL_TIMEOUT
+                make_server(probe), mcp_registry, stream_cancel_timeout=STREAM_CANCEL_TIMEOUT
             ) as url,
         ):
-            events = EventRecorder.attach(registry)
+            events = EventRecorder.attach(mcp_registry)
             async with open_websocket_url(url + "/mcp") as bystander:
                 await send(bystander, call(1, "polite"))
                 async with open_websocket_url(url + "/mcp") as ws:
                     await send(ws, call(1, "polite"))
                     await send(ws, call(2, "stubborn"))
-                    await wait_until(lambda: registry.in_flight_count == 3)
+                    await wait_until(lambda: mcp_registry.in_flight_count == 3)
                     closed_at = trio.current_time()
                 # The polite tool stops at once, the stubborn one at the hard cancel.
-                await wait_until(lambda: registry.in_flight_count == 1)
+                await wait_until(lambda: mcp_registry.in_flight_count == 1)
                 done_at = trio.current_time()
 
                 by_tool = {record.tool: record for record in probe.records}
@@ -329,28 +331,30 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection() -> 
                 ) == [(1, "disconnect"), (2, "disconnect")]
 
                 # The other connection's request 1 was not touched.
-                [survivor] = registry.requests()
+                [survivor] = mcp_registry.requests()
                 assert survivor.request_id == 1 and survivor.namespace != polite.namespace
                 assert not survivor.cancelled
                 await send(bystander, cancel_note(1, "now me"))
                 assert await receive(bystander) == cancelled_reply(1, "now me")
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_a_cancel_on_one_connection_does_not_touch_the_same_id_on_another() -> None:
+@pytest.mark.registry(grace_period=5)
+async def test_a_cancel_on_one_connection_does_not_touch_the_same_id_on_another(
+    mcp_registry: Registry,
+) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         async with (
-            open_registry(grace_period=5) as registry,
-            serving(make_server(probe), registry) as url,
+            serving(make_server(probe), mcp_registry) as url,
         ):
             async with open_websocket_url(url + "/mcp") as a, open_websocket_url(url + "/mcp") as b:
                 await send(a, call(1, "count", {"n": 20, "delay": 0.01}))
                 await send(b, call(1, "polite"))
-                await wait_until(lambda: registry.in_flight_count == 2)
+                await wait_until(lambda: mcp_registry.in_flight_count == 2)
                 await send(b, cancel_note(1, "b only"))
                 assert await receive(b) == cancelled_reply(1, "b only")
-                [a_request] = registry.requests()
+                [a_request] = mcp_registry.requests()
                 assert a_request.request_id == 1 and not a_request.cancelled
                 # A connection with nothing in flight cannot cancel A's request either.
                 async with open_websocket_url(url + "/mcp") as c:
@@ -366,7 +370,7 @@ async def test_a_cancel_on_one_connection_does_not_touch_the_same_id_on_another(
                     },
                 }
             assert [(r.tool, r.reason) for r in probe.records] == [("polite", "b only")]
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
 def error(reply: Message) -> tuple[object, int]:
@@ -436,17 +440,17 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
         assert "WebSocket connection failed" not in caplog.text
 
 
-async def test_too_many_concurrent_requests() -> None:
+@pytest.mark.registry(grace_period=5)
+async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            open_registry(grace_period=5) as registry,
-            serving(make_server(Probe()), registry, max_concurrent_requests=2) as url,
+            serving(make_server(Probe()), mcp_registry, max_concurrent_requests=2) as url,
         ):
-            events = EventRecorder.attach(registry)
+            events = EventRecorder.attach(mcp_registry)
             async with open_websocket_url(url + "/mcp") as ws:
                 await send(ws, call(1, "polite"))
                 await send(ws, call(2, "polite"))
-                await wait_until(lambda: registry.in_flight_count == 2)
+                await wait_until(lambda: mcp_registry.in_flight_count == 2)
                 assert await rpc(ws, call(3, "count")) == {
                     "jsonrpc": "2.0",
                     "id": 3,
@@ -456,7 +460,7 @@ async def test_too_many_concurrent_requests() -> None:
                         "data": {"limit": "channel", "max": 2},
                     },
                 }
-                assert registry.in_flight_count == 2
+                assert mcp_registry.in_flight_count == 2
                 # Other methods are not limited.
                 assert (await rpc(ws, request(4, "ping")))["result"] == {}
                 # A finished request frees its slot.
@@ -467,12 +471,12 @@ async def test_too_many_concurrent_requests() -> None:
                 await send(ws, cancel_note(2, "done"))
                 assert await receive(ws) == cancelled_reply(2, "done")
             assert sorted(e.request_id for e in events.of_type(RequestCancelledEvent)) == [1, 2]
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
-async def test_a_wrong_path_is_rejected() -> None:
+async def test_a_wrong_path_is_rejected(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, serving(make_server(Probe()), registry) as url:
+        async with serving(make_server(Probe()), mcp_registry) as url:
             for path in ("/", "/nope", "/mcp/extra", "/MCP"):
                 with pytest.raises(ConnectionRejected) as rejected:
                     async with open_websocket_url(url + path):
@@ -482,14 +486,13 @@ async def test_a_wrong_path_is_rejected() -> None:
                 assert (await rpc(ws, request(1, "ping")))["result"] == {}
 
 
-async def test_a_repeated_authorization_or_origin_header_is_refused_not_read_as_its_last_copy() -> (
-    None
-):
+async def test_a_repeated_authorization_or_origin_header_is_refused_not_read_as_its_last_copy(
+    mcp_registry: Registry,
+) -> None:
     auth = bearer_auth({"s3cret": "alice"})
     with trio.fail_after(TIMEOUT):
         async with (
-            open_registry() as registry,
-            serving(make_server(Probe()), registry, auth=auth) as url,
+            serving(make_server(Probe()), mcp_registry, auth=auth) as url,
         ):
             good = (b"authorization", b"Bearer s3cret")
             for headers in (
@@ -507,12 +510,11 @@ async def test_a_repeated_authorization_or_origin_header_is_refused_not_read_as_
                 ] == "alice"
 
 
-async def test_bearer_auth() -> None:
+async def test_bearer_auth(mcp_registry: Registry) -> None:
     auth = bearer_auth({"s3cret": "alice"})
     with trio.fail_after(TIMEOUT):
         async with (
-            open_registry() as registry,
-            serving(make_server(Probe()), registry, auth=auth) as url,
+            serving(make_server(Probe()), mcp_registry, auth=auth) as url,
         ):
             for headers in (
                 [],
@@ -540,7 +542,7 @@ async def test_bearer_auth() -> None:
                 async with open_websocket_url(url + "/other", extra_headers=good):
                     pass  # pragma: no cover
             assert rejected.value.status_code == 404
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
 
 
 def _masked_text_frame(text: str) -> bytes:
@@ -554,16 +556,18 @@ def _masked_text_frame(text: str) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancelled() -> None:
+@pytest.mark.registry(grace_period=5)
+async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancelled(
+    mcp_registry: Registry,
+) -> None:
     # A raw client: it completes the handshake and sends one call, then never
     # reads again, so the server's pings go unanswered (a vanished peer).
     with trio.fail_after(TIMEOUT):
         probe = Probe()
         async with (
-            open_registry(grace_period=5) as registry,
-            serving(make_server(probe), registry, keepalive_interval=0.2) as url,
+            serving(make_server(probe), mcp_registry, keepalive_interval=0.2) as url,
         ):
-            events = EventRecorder.attach(registry)
+            events = EventRecorder.attach(mcp_registry)
             port = int(url.rsplit(":", 1)[1])
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             key = base64.b64encode(os.urandom(16))
@@ -577,11 +581,11 @@ async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancell
                 head += await stream.receive_some()
             assert head.startswith(b"HTTP/1.1 101")
             await stream.send_all(_masked_text_frame(json.dumps(call(1, "polite"))))
-            while registry.in_flight_count == 0:
+            while mcp_registry.in_flight_count == 0:
                 await trio.sleep(0.01)
-            await registry.wait_idle()  # ended by the missed pong, not by the peer
+            await mcp_registry.wait_idle()  # ended by the missed pong, not by the peer
             [cancelled] = events.of_type(RequestCancelledEvent)
             assert (cancelled.request_id, cancelled.kind) == (1, "disconnect")
             assert [record.tool for record in probe.records] == ["polite"]
             await stream.aclose()
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
