@@ -8,8 +8,9 @@ ids, progress tokens, answers) and nothing about the wire.  It is composed
 with a transport, never subclassed to get one: it sends and cancels
 through ``engine.transport`` (a :class:`~._client.base.ClientTransport`),
 and the transport feeds what arrives to ``engine.inbound`` (a
-:class:`~._client.base.Receiver`); tasks are followed through the engine's
-public task requests (:mod:`._client.tasks`).
+:class:`~._client.base.Receiver`, which sorts it: :mod:`._client.inbound`);
+tasks are followed through the engine's public task requests
+(:mod:`._client.tasks`).
 
 Cancellation goes both ways through the caller's scopes:
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -46,19 +46,23 @@ from .._protocol.wire import (
     META_CLIENT_INFO,
     META_LOG_LEVEL,
     META_PROTOCOL_VERSION,
-    META_SUBSCRIPTION_ID,
-    METHOD_NOT_FOUND,
     Era,
     client_declares_tasks,
 )
-from .base import ClientTransport, Receiver
-from .calls import PendingCall, ProgressCallback, add_progress, deliver, fail
-from .errors import McpError, McpTransportError, Message
+from .base import ClientTransport
+from .calls import PendingCall, ProgressCallback
+from .errors import McpError, Message
+from .inbound import MAX_KEPT, Inbound
 from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
 __all__ = ["ClientEngine"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
+
+
+def _inbound(engine: ClientEngine) -> Inbound:
+    """The engine's receiving side (typed: mypy checks the engine is an ``InboundEngine``)."""
+    return Inbound(engine)
 
 
 @attrs.define(eq=False)
@@ -87,7 +91,8 @@ class ClientEngine:
     other requests); when false they are only kept in ``unexpected``.
     """
 
-    MAX_KEPT = 1000
+    MAX_KEPT = MAX_KEPT
+    """See :data:`._client.inbound.MAX_KEPT`."""
 
     era: Era
     client_capabilities: Mapping[str, Any] = attrs.field(factory=dict)
@@ -106,14 +111,9 @@ class ClientEngine:
     task_polling: TaskPolling = attrs.field(factory=TaskPolling, kw_only=True)
     transport: ClientTransport | None = attrs.field(default=None, kw_only=True)
     answer_server_requests: bool = attrs.field(default=True, kw_only=True)
-    inbound: Receiver = attrs.field(
-        init=False, default=attrs.Factory(lambda self: _Inbound(self), takes_self=True)
-    )
-    """What the transport feeds (see :class:`~._client.base.Receiver`)."""
+    inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))
+    """What the transport feeds (a :class:`~._client.base.Receiver`): :mod:`._client.inbound`."""
     _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
-    _abandoned_task_calls: dict[int, PendingCall] = attrs.field(factory=dict)
-    """Cancelled ``tools/call``s that may have made a task before the cancel
-    reached the server (without *keep_history* they are no longer in ``calls``)."""
 
     # -- the wire ------------------------------------------------------------------
 
@@ -363,109 +363,9 @@ class ClientEngine:
             call.cancel_nowait(reason)
         if not self.keep_history:
             self.calls.pop(call.id, None)
-            if call.task_capabilities is not None:
-                self._abandoned_task_calls[call.id] = call
-                while len(self._abandoned_task_calls) > self.MAX_KEPT:
-                    del self._abandoned_task_calls[next(iter(self._abandoned_task_calls))]
+            self.inbound.remember_abandoned(call)
 
-    def _cancel_late_task(self, call: PendingCall, message: Message) -> None:
-        """The answer to a cancelled call is a task: nobody follows it, so cancel it.
-
-        The server made the task before the cancel reached it (one round trip
-        of overlap).  The ``tasks/cancel`` is sent without waiting; its
-        answer is dropped when it comes.
-        """
-        result = message.get("result")
-        if call.task_capabilities is None or not isinstance(result, dict):
-            return
-        task_id = result.get("taskId")
-        if result.get("resultType") != "task" or not isinstance(task_id, str):
-            return
-        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-            cancel = self.start_request(
-                "tasks/cancel", {"taskId": task_id}, capabilities=call.task_capabilities
-            )
-            cancel.detached = True
-
-    def _fail_all(self, failure: McpTransportError) -> None:
-        """The connection is gone: every call still waiting fails with *failure*."""
-        for call in list(self.calls.values()):
-            fail(call, failure)
-
-    # -- what the server sends ---------------------------------------------------
-
-    def _keep(self, kept: list[Message], message: Message) -> None:
-        kept.append(message)
-        if not self.keep_history and len(kept) > self.MAX_KEPT:
-            del kept[: len(kept) - self.MAX_KEPT]
-
-    def _receive_text(self, text: str) -> None:
-        """One message as text off the wire; what is not JSON is kept in ``unexpected``."""
-        try:
-            message = json.loads(text)
-        except ValueError:
-            self._keep(self.unexpected, {"non-json": text[:200]})
-            return
-        self._receive(message)
-
-    def _receive(self, message: Any) -> None:
-        if not isinstance(message, dict):
-            self._keep(self.unexpected, {"non-object": message})
-            return
-        method = message.get("method")
-        params = message.get("params")
-        if method is None:
-            call = self.calls.get(message.get("id"))  # type: ignore[arg-type]
-            if call is None or call.finished:
-                self._keep(self.unexpected, message)
-                late = self._abandoned_task_calls.pop(message.get("id"), None)  # type: ignore[arg-type]
-                if late is not None:
-                    self._cancel_late_task(late, message)
-            else:
-                deliver(call, message)
-                if call.cancelled:
-                    self._cancel_late_task(call, message)
-                if call.detached and not self.keep_history:
-                    self.calls.pop(call.id, None)
-        elif "id" in message:
-            self._server_request(message)
-        elif method == "notifications/progress" and isinstance(params, dict):
-            call = self.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
-            if call is None or call.finished:
-                self._keep(self.unexpected, message)
-            else:
-                add_progress(call, params)
-        elif method == "notifications/message" and isinstance(params, dict):
-            self._keep(self.log_messages, params)
-        elif (call := self._subscription(params)) is not None:
-            self._keep(call.notifications, message)
-        else:
-            self._keep(self.unexpected, message)
-
-    def _subscription(self, params: object) -> PendingCall | None:
-        """The open ``subscriptions/listen`` call a notification is tagged with, if any."""
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        key = meta.get(META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
-        call = self.calls.get(key) if isinstance(key, int) else None
-        return call if call is not None and not call.finished else None
-
-    def _server_request(self, message: Message) -> None:
-        """A request from the server: ``ping`` is answered, anything else refused
-        (only kept in ``unexpected`` without *answer_server_requests*)."""
-        if not self.answer_server_requests:
-            self.unexpected.append(message)
-            return
-        if message.get("method") == "ping":
-            self._transmit({"jsonrpc": "2.0", "id": message["id"], "result": {}}, None)
-            return
-        self._transmit(
-            {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": METHOD_NOT_FOUND, "message": "Method not found"},
-            },
-            None,
-        )
+    # -- the legacy handshake ----------------------------------------------------
 
     async def initialize(self) -> None:
         """The legacy handshake: ``initialize``, ``notifications/initialized``, the log level.
@@ -484,28 +384,3 @@ class ClientEngine:
         await self.notify("notifications/initialized")
         if self.log_level is not None:
             await self.request("logging/setLevel", {"level": self.log_level})
-
-
-@attrs.frozen
-class _Inbound:
-    """The engine's side of its transport (:class:`~._client.base.Receiver`)."""
-
-    _engine: ClientEngine
-
-    @property
-    def era(self) -> Era:
-        return self._engine.era
-
-    @property
-    def session_version(self) -> str | None:
-        engine = self._engine
-        return None if engine.initialize_result is None else engine.protocol_version
-
-    def receive(self, message: object) -> None:
-        self._engine._receive(message)
-
-    def receive_text(self, text: str) -> None:
-        self._engine._receive_text(text)
-
-    def fail_all(self, failure: McpTransportError) -> None:
-        self._engine._fail_all(failure)

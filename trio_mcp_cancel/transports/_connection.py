@@ -89,6 +89,7 @@ from ._outbox import Outbox
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
     "DEFAULT_WRITE_TIMEOUT",
+    "PEER_GONE",
     "MessageConnection",
     "WriteText",
     "connection_caller",
@@ -104,8 +105,9 @@ DEFAULT_WRITE_TIMEOUT: Final = 30.0
 #: Bytes that may wait for the peer behind the message being written.
 DEFAULT_MAX_BUFFERED_BYTES: Final = 1 << 20
 
-#: What writing to a peer that went away raises, per framing.
-_GONE: tuple[type[BaseException], ...] = (
+#: What writing to a peer that went away raises (a framing adds its own, as
+#: WebSocket does with ``ConnectionClosed``).
+PEER_GONE: tuple[type[BaseException], ...] = (
     trio.BrokenResourceError,
     trio.ClosedResourceError,
     BrokenPipeError,
@@ -176,7 +178,7 @@ class MessageConnection:
     write: WriteText
     grace: float | UseConfig | None = USE_CONFIG
     max_request_time: float | None = None
-    gone: tuple[type[BaseException], ...] = _GONE
+    gone: tuple[type[BaseException], ...] = PEER_GONE
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     ends_tasks: bool = True

@@ -45,9 +45,9 @@ from trio_websocket import (
 from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
 from .._protocol.mcp_server import McpServer
 from ._connection import (
-    _GONE,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_WRITE_TIMEOUT,
+    PEER_GONE,
     MessageConnection,
     connection_caller,
 )
@@ -179,7 +179,7 @@ async def _handle(
             ws.send_message,
             grace=grace,
             max_request_time=max_request_time,
-            gone=(ConnectionClosed, *_GONE),
+            gone=(ConnectionClosed, *PEER_GONE),
             write_timeout=write_timeout,
             max_buffered_bytes=max_buffered_bytes,
         )
