@@ -587,6 +587,7 @@ async def test_config_validation_and_overrides(autojump_clock: MockClock) -> Non
     assert Registry(base, ttl=7).config == RegistryConfig(grace_period=1, ttl=7)
 
 
+@pytest.mark.slow
 @pytest.mark.registry(grace_period=1)
 async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
     autojump_clock: MockClock,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -73,6 +74,7 @@ def _project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.subprocess
 def test_the_test_file_passes_under_pytest_with_the_readme_config(tmp_path: Path) -> None:
     project = _project(tmp_path)
     expected = len(re.findall(r"^async def test_", _TEST_FILE, flags=re.M))
@@ -89,6 +91,7 @@ def test_the_test_file_passes_under_pytest_with_the_readme_config(tmp_path: Path
     assert f"{expected} passed" in done.stdout, done.stdout
 
 
+@pytest.mark.subprocess
 async def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> None:
     """The JSON a desktop host is given parses, and its command serves the README's server."""
     import trio
