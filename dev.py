@@ -173,6 +173,11 @@ def floor_constraints() -> list[str]:
     return pins
 
 
+def _name(project: str) -> str:
+    """A project name as PEP 503 compares it: ``typing_extensions`` is ``typing-extensions``."""
+    return re.sub(r"[-_.]+", "-", project).lower()
+
+
 def _release(version: str) -> tuple[int, ...] | str:
     """``0.25`` and ``0.25.0`` alike (a version that is not plain numbers is compared as text)."""
     try:
@@ -214,11 +219,12 @@ def floors(extra: list[str]) -> int:
         [str(python), "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    # Names compared normalised (PEP 503): pip lists typing_extensions for typing-extensions.
+    installed = {_name(p["name"]): p["version"] for p in json.loads(listed.stdout)}
     wrong = [
-        f"{pin} (installed: {installed.get(pin.split('==')[0].lower())})"
+        f"{pin} (installed: {installed.get(_name(pin.split('==')[0]))})"
         for pin in pins
-        if _release(installed.get(pin.split("==")[0].lower(), "")) != _release(pin.split("==")[1])
+        if _release(installed.get(_name(pin.split("==")[0]), "")) != _release(pin.split("==")[1])
     ]
     if wrong:
         print("dev.py floors: not at their floors: " + ", ".join(wrong), file=sys.stderr)
