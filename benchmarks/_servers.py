@@ -38,9 +38,9 @@ from typing import Any
 
 import trio
 
-from trio_mcp_cancel import RequestCancelledEvent, open_registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel import RequestCancelledEvent, cancelled, checkpoint_cancelled, open_registry
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 #: Tool calls answered, per tool; cancellation times seen, per ``key``.
 CALLS: dict[str, int] = {}
@@ -217,8 +217,8 @@ def _ours_app(registry: Any) -> Any:
             with trio.move_on_after(600):
                 await flagged.wait()  # set by the registry's event, see on_event
                 SEEN[key] = time.perf_counter()
-                assert ctx.cancelled()
-                await ctx.checkpoint()  # raises RequestCancelled: the stream ends
+                assert cancelled()
+                await checkpoint_cancelled()  # raises RequestCancelled: the stream ends
             return "not cancelled"
         finally:
             IN_FLIGHT -= 1
@@ -240,9 +240,8 @@ def _ours_app(registry: Any) -> Any:
     return McpHttpApp(
         server,
         registry,
-        max_sessions_per_tenant=1000,
-        max_concurrent_requests=100_000,
-        keepalive_interval=None,
+        limits=ConnectionLimits(max_concurrent_requests=100_000, keepalive_interval=None),
+        http_limits=HttpLimits(max_sessions_per_tenant=1000),
     )
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
-from trio_mcp_cancel.server import Caller, McpServer
+from trio_mcp_cancel.lowlevel import Caller
+from trio_mcp_cancel.server import McpServer
 
 from ._common import Row, Timer, fmt_time, interleave
 

@@ -43,9 +43,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from trio_mcp_cancel import RegistryConfig, open_registry
+from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 from ._common import Row
 
@@ -122,16 +122,16 @@ async def _measure(calls: int, config: RegistryConfig, sessions_count: int) -> d
     @server.tool()
     async def work(ctx: ToolContext, seconds: float = TOOL_SECONDS) -> str:
         """Polls the flag every 100 ms for *seconds*."""
-        saw_flag_at_start[(ctx.namespace, ctx.request_id)] = ctx.cancelled
+        saw_flag_at_start[(ctx.namespace, ctx.request_id)] = cancelled()
         deadline = trio.current_time() + seconds
         while trio.current_time() < deadline:
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(0.1)
         return "worked"
 
     outcomes: Counter[str] = Counter()
     async with open_registry(config) as registry:
-        app = McpHttpApp(server, registry, max_concurrent_requests=calls)
+        app = McpHttpApp(server, registry, limits=ConnectionLimits(max_concurrent_requests=calls))
         sessions = []
         for _ in range(sessions_count):
             init = {

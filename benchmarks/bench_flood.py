@@ -42,13 +42,8 @@ from statistics import median
 import trio
 import trio.testing
 
-from trio_mcp_cancel import (
-    CancellationLimitReached,
-    CancelOutcome,
-    Registry,
-    RegistryConfig,
-    open_registry,
-)
+from trio_mcp_cancel import CancellationLimitReached, Registry, RegistryConfig, open_registry
+from trio_mcp_cancel.lowlevel import CancelOutcome
 
 from ._common import Row, Timer, fmt_ratio, fmt_time, interleave, paired_ratio, verdict
 

@@ -55,10 +55,10 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel import RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
 from . import hostile_redis, hostile_tasks, hostile_workers
@@ -89,7 +89,7 @@ def _server(release: trio.Event, **caps: Any) -> McpServer:
     async def hold(ctx: ToolContext) -> str:
         """Run, polling the flag, until the benchmark releases it."""
         while not release.is_set():
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(0.02)
         return "released"
 
@@ -100,7 +100,7 @@ def _server(release: trio.Event, **caps: Any) -> McpServer:
     @server.tool()
     async def count(ctx: ToolContext, n: int = 10, delay: float = 0.1) -> str:
         for i in range(1, n + 1):
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(delay)
             await ctx.report_progress(i, total=n)
         return f"counted {n}"
@@ -280,7 +280,10 @@ async def _session_flood(attempts: int, principals: int, max_sessions: int) -> d
     done = 0
     async with open_registry(grace_period=1.0) as registry:
         app = McpHttpApp(
-            _server(release), registry, auth=bearer_auth(tokens), max_sessions=max_sessions
+            _server(release),
+            registry,
+            auth=bearer_auth(tokens),
+            http_limits=HttpLimits(max_sessions=max_sessions),
         )
         store = app.sessions
         assert store is not None
@@ -383,7 +386,9 @@ async def _stalled_bodies(connections: int, body_timeout: float, probes: int) ->
     normal_ok = 0
     answered_while_probing = 0
     async with open_registry(grace_period=1.0) as registry:
-        app = McpHttpApp(_server(release), registry, body_timeout=body_timeout)
+        app = McpHttpApp(
+            _server(release), registry, http_limits=HttpLimits(body_timeout=body_timeout)
+        )
         async with _serving(app) as port:
             body = _modern_call(1, "echo", {"text": "never"}, None)
             head = (
@@ -467,9 +472,8 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
         app = McpHttpApp(
             server,
             registry,
-            max_sessions=calls * 2,
-            max_sessions_per_tenant=calls * 2,
-            write_timeout=5.0,
+            limits=ConnectionLimits(write_timeout=5.0),
+            http_limits=HttpLimits(max_sessions=calls * 2, max_sessions_per_tenant=calls * 2),
         )
         store = app.sessions
         assert store is not None

@@ -43,7 +43,8 @@ from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._common import Row
 

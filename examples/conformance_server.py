@@ -28,16 +28,16 @@ from typing import Annotated, Any
 
 import trio
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.lowlevel import JsonRpcError
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
     InputRequired,
-    JsonRpcError,
     McpServer,
-    Message,
+    PromptMessage,
     Text,
     ToolContext,
     ToolError,
@@ -434,7 +434,7 @@ async def slow_compute(
     """Works for *seconds*: a task when the client declares the extension; tasks/cancel stops it."""
     deadline = trio.current_time() + max(0.0, seconds)
     while trio.current_time() < deadline:
-        await ctx.checkpoint()
+        await checkpoint_cancelled()
         await trio.sleep(min(0.1, deadline - trio.current_time()))
     return f"Completed {label} after {seconds}s"
 
@@ -568,7 +568,7 @@ async def test_prompt_with_embedded_resource(
 @server.prompt()
 async def test_prompt_with_image(ctx: ToolContext) -> list[Any]:
     """A prompt with an image."""
-    return [Image(PNG, "image/png"), Message("user", "Please analyze the image above.")]
+    return [Image(PNG, "image/png"), PromptMessage("user", "Please analyze the image above.")]
 
 
 @server.prompt()

@@ -38,7 +38,7 @@ def add_cancellation_tools(server: McpServer) -> McpServer:
     async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
         """Poll the flag between steps: stops cooperatively."""
         for i in range(1, n + 1):
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(delay)
             await ctx.report_progress(i, total=n, message=f"step {i}")
         return f"counted {n}"

@@ -24,6 +24,7 @@ import pytest
 import trio
 from deploy_harness import WITH_TASKS, RedisServer, _ping, redis_server, require_redis_server
 
+from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.backends import TaskRecord
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import McpServer
@@ -118,7 +119,10 @@ async def client_of(
 ) -> AsyncIterator[McpTestClient]:
     """A client of *server*; the same *namespace* on every process is the same caller."""
     async with open_test_client(
-        server, namespace=namespace, client_capabilities=capabilities, **registry_config
+        server,
+        namespace=namespace,
+        client_capabilities=capabilities,
+        registry_config=RegistryConfig(**registry_config),
     ) as client:
         yield client
 

@@ -9,28 +9,19 @@ Quick start::
                 await checkpoint_cancelled()  # raises RequestCancelled
                 ...
 
-The core lives here; the MCP server is in :mod:`trio_mcp_cancel.server`,
-the transports in :mod:`.http`, :mod:`.websocket` and :mod:`.stdio`, and the
-test helpers in :mod:`.testing`.  See README.md for the configuration.
+This module is what a tool author needs: track a request, poll its flag
+(``await checkpoint_cancelled()``, or ``cancelled()`` for a boolean; in a
+sync tool's thread ``cancel_token()``), carry the cancellation into threads
+and child processes, and read the events.
+The MCP server is in :mod:`trio_mcp_cancel.server`, the transports in
+:mod:`.http`, :mod:`.websocket` and :mod:`.stdio`, the test helpers in
+:mod:`.testing`, and what transport authors need in :mod:`.lowlevel`.
 """
 
 from __future__ import annotations
 
-from ._core.context import (
-    RequestLike,
-    cancelled,
-    checkpoint_cancelled,
-    current_request,
-    reason,
-)
-from ._core.errors import (
-    REQUEST_CANCELLED,
-    CancellationError,
-    CancellationLimitReached,
-    InvalidRequestId,
-    RegistryClosed,
-    RequestCancelled,
-)
+from ._core.context import cancelled, checkpoint_cancelled
+from ._core.errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from ._core.events import (
     CancelKind,
     CleanupEvent,
@@ -43,76 +34,38 @@ from ._core.events import (
     RequestStoppedEvent,
     ThreadAbandonedEvent,
 )
-from ._core.namespace import (
-    GLOBAL_NAMESPACE,
-    client_bucket,
-    namespace_for,
-    namespace_from_asgi,
-)
-from ._core.registry import (
-    CancelOutcome,
-    Registry,
-    RegistryConfig,
-    current_registry,
-    open_registry,
-    tracked,
-)
-from ._core.request import Cancellation, TrackedRequest
-from ._core.validation import (
-    MAX_ID_BYTES,
-    RequestId,
-    is_valid_request_id,
-    sanitize_reason,
-    validate_request_id,
-)
-from ._work.process import ProcessResult, run_process
-from ._work.threads import CancelToken, ThreadLimit, cancel_token, run_sync
+from ._core.registry import Registry, RegistryConfig, open_registry, tracked
+from ._core.validation import RequestId
+from ._public import fixup_module_metadata
+from ._work.process import run_process
+from ._work.threads import cancel_token, run_sync
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "GLOBAL_NAMESPACE",
-    "MAX_ID_BYTES",
-    "REQUEST_CANCELLED",
     "CancelKind",
-    "CancelOutcome",
-    "CancelToken",
-    "Cancellation",
-    "CancellationError",
     "CancellationLimitReached",
     "CleanupEvent",
     "Event",
     "EvictionEvent",
     "HardCancelEvent",
-    "InvalidRequestId",
     "LimitReachedEvent",
     "OverrunEvent",
-    "ProcessResult",
     "Registry",
     "RegistryClosed",
     "RegistryConfig",
     "RequestCancelled",
     "RequestCancelledEvent",
-    "RequestStoppedEvent",
     "RequestId",
-    "RequestLike",
+    "RequestStoppedEvent",
     "ThreadAbandonedEvent",
-    "ThreadLimit",
-    "TrackedRequest",
     "cancel_token",
     "cancelled",
     "checkpoint_cancelled",
-    "client_bucket",
-    "current_registry",
-    "current_request",
-    "is_valid_request_id",
-    "namespace_for",
-    "namespace_from_asgi",
     "open_registry",
-    "reason",
     "run_process",
     "run_sync",
-    "sanitize_reason",
     "tracked",
-    "validate_request_id",
 ]
+
+fixup_module_metadata(__name__, __all__, globals())

@@ -49,6 +49,7 @@ from ._client.http import HttpTransport
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
 from ._protocol.wire import MODERN_ERRORS
+from ._public import fixup_module_metadata
 
 __all__ = [
     "ClientEra",
@@ -308,3 +309,6 @@ async def open_client(target: str | Sequence[str], **options: Any) -> AsyncItera
         opener = open_stdio_client
     async with opener(target, **options) as client:
         yield client
+
+
+fixup_module_metadata(__name__, __all__, globals())

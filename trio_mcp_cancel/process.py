@@ -8,6 +8,10 @@ the grace period runs out, its whole process group gets ``SIGKILL``.  See
 
 from __future__ import annotations
 
+from ._public import fixup_module_metadata
 from ._work.process import CLOSE_STDIN, ProcessResult, ProgressReporter, run_process
 
 __all__ = ["CLOSE_STDIN", "ProcessResult", "ProgressReporter", "run_process"]
+
+
+fixup_module_metadata(__name__, __all__, globals())

@@ -4,85 +4,61 @@ A desktop host (or any MCP client) launches the server as a subprocess and
 speaks newline-delimited JSON-RPC on its stdin and stdout.  The simplest
 server script is::
 
-    from trio_mcp_cancel.server import McpServer, ToolContext
-    from trio_mcp_cancel.stdio import run_stdio
+    from trio_mcp_cancel.server import McpServer
 
     server = McpServer("my-server")
 
     @server.tool()
-    async def work(ctx: ToolContext, n: int = 10) -> str:
+    async def work(n: int = 10) -> str:
         ...
 
     if __name__ == "__main__":
-        run_stdio(server, grace_period=5)
+        server.run()
 
-Inside a program that already runs Trio, use :func:`serve_mcp_stdio`.
+``server.run()`` is :func:`run_stdio` with ``trio-mcp-cancel run``'s
+logging.  Inside a program that already runs Trio, use :func:`serve_mcp_stdio`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from ._core.registry import RegistryConfig, open_registry
-from ._protocol.mcp_server import McpServer
-from .transports.stdio import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_WRITE_TIMEOUT,
-    serve_mcp_stdio,
-)
+from ._protocol.mcp_server import McpServerBase
+from ._public import fixup_module_metadata
+from .transports.limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
+from .transports.stdio import serve_mcp_stdio
 
-__all__ = [
-    "DEFAULT_MAX_BUFFERED_BYTES",
-    "DEFAULT_MAX_MESSAGE_SIZE",
-    "DEFAULT_WRITE_TIMEOUT",
-    "run_stdio",
-    "serve_mcp_stdio",
-]
+__all__ = ["run_stdio", "serve_mcp_stdio"]
 
 
 def run_stdio(
-    server: McpServer,
-    config: RegistryConfig | None = None,
+    server: McpServerBase,
     *,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-    max_concurrent_requests: int = 64,
-    max_request_time: float | None = None,
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
-    **registry_config: Any,
+    registry_config: RegistryConfig | None = None,
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
 ) -> None:
     """Serve *server* on this process's stdin/stdout until the host is done.
 
-    Runs Trio, opens a registry (*config* and/or *registry_config*
-    overrides such as ``grace_period=5``), and serves until end of file on
+    Runs Trio, opens a registry with *registry_config* (for instance
+    ``RegistryConfig(grace_period=5)``), and serves until end of file on
     stdin, SIGTERM or Ctrl-C, each of which cancels what still runs, waits
     at most the grace period, and returns normally, so the script exits 0
     with no traceback: a host that closes stdin, or terminates the server,
     is ending the session, not reporting a failure.  Logs go to stderr;
-    stdout carries only protocol messages.
+    stdout carries only protocol messages.  ``server.run()`` is this plus
+    the logging setup of ``trio-mcp-cancel run``.
 
     A host that keeps the pipes open but stops reading stdout ends the
-    session too, once a write has waited *write_timeout* seconds or
-    *max_buffered_bytes* of notifications wait behind it (see
+    session too, once a write has waited ``limits.write_timeout`` seconds or
+    ``limits.max_buffered_bytes`` of notifications wait behind it (see
     :func:`serve_mcp_stdio`): its calls are cancelled and the script exits
     rather than its tools hanging on a full pipe.
     """
 
     async def main() -> None:
-        async with open_registry(config, **registry_config) as registry:
-            await serve_mcp_stdio(
-                server,
-                registry,
-                max_message_size=max_message_size,
-                max_concurrent_requests=max_concurrent_requests,
-                max_request_time=max_request_time,
-                write_timeout=write_timeout,
-                max_buffered_bytes=max_buffered_bytes,
-                handle_signals=True,
-            )
+        async with open_registry(registry_config) as registry:
+            await serve_mcp_stdio(server, registry, limits=limits, handle_signals=True)
 
     try:
         trio.run(main)
@@ -90,3 +66,6 @@ def run_stdio(
         # Ctrl-C before the signal handler was installed (or after it was
         # removed): still a clean stop, not a crash.
         pass
+
+
+fixup_module_metadata(__name__, __all__, globals())

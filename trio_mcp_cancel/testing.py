@@ -42,14 +42,11 @@ from ._client.errors import McpError
 from ._client.memory import ChannelTransport
 from ._client.tasks import McpTaskError
 from ._core.events import Event
-from ._core.registry import (
-    USE_CONFIG,
-    Registry,
-    UseConfig,
-    current_registry_var,
-)
+from ._core.registry import Registry, RegistryConfig, current_registry_var
 from ._protocol.exchange import Caller, LegacyState
-from ._protocol.mcp_server import McpServer
+from ._protocol.mcp_server import McpServerBase
+from ._public import fixup_module_metadata
+from .transports.limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 __all__ = [
@@ -209,7 +206,7 @@ class McpTestClient(ClientEngine):
 
 @contextlib.asynccontextmanager
 async def open_test_client(
-    server: McpServer,
+    server: McpServerBase,
     *,
     registry: Registry | None = None,
     era: Literal["modern", "legacy"] = "modern",
@@ -219,21 +216,19 @@ async def open_test_client(
     client_info: Mapping[str, Any] | None = None,
     log_level: str | None = None,
     tasks: bool = False,
-    grace: float | UseConfig | None = USE_CONFIG,
-    max_concurrent_requests: int = 64,
-    max_request_time: float | None = None,
-    **registry_config: Any,
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+    registry_config: RegistryConfig | None = None,
 ) -> AsyncIterator[McpTestClient]:
     """Connect an :class:`McpTestClient` to *server* in memory, for one ``async with``.
 
     Without *registry* it runs its own, configured by *registry_config*
-    (``grace_period=0.5``, say).  *namespace* overrides the connection's
-    fresh ``session:memory-<random>``; *principal* makes the connection that
-    principal's (its tenant for per-tenant caps).  *grace*, *max_concurrent_requests*
-    and *max_request_time* are the connection's, as for the other
-    transports.  Leaving the block disconnects: the server cancels what
-    still runs and the block ends once it has all stopped (at most the
-    grace period later; under ``autojump_clock``, no real time at all).
+    (``RegistryConfig(grace_period=0.5)``, say).  *namespace* overrides the
+    connection's fresh ``session:memory-<random>``; *principal* makes the
+    connection that principal's (its tenant for per-tenant caps).  *limits*
+    are the connection's, as for the other transports.  Leaving the block
+    disconnects: the server cancels what still runs and the block ends once
+    it has all stopped (at most the grace period later; under
+    ``autojump_clock``, no real time at all).
     *tasks*: declare the Tasks extension on ``tools/call`` (``call_tool``
     then follows a task to its end; the server's ``TaskManager`` must be
     running for it to make one).
@@ -241,7 +236,7 @@ async def open_test_client(
     An exception from the block comes out as itself, not wrapped in an
     exception group.
     """
-    if registry is not None and registry_config:
+    if registry is not None and registry_config is not None:
         raise TypeError("pass a registry or registry settings, not both")
     client_end, server_end = memory_transport_pair(math.inf)
     server_done = trio.Event()
@@ -255,9 +250,7 @@ async def open_test_client(
                 registry,
                 namespace=namespace,
                 principal=principal,
-                grace=grace,
-                max_concurrent_requests=max_concurrent_requests,
-                max_request_time=max_request_time,
+                limits=limits,
                 task_status=task_status,
             )
         finally:
@@ -267,7 +260,7 @@ async def open_test_client(
         async with trio.open_nursery() as nursery:
             own_registry = trio.CancelScope()
             if registry is None:
-                registry = Registry(**registry_config)
+                registry = Registry(registry_config)
                 await nursery.start(_run_in, own_registry, registry.run)
             token = current_registry_var.set(registry)
             try:
@@ -313,3 +306,6 @@ async def _run_in(
     """Run ``fn(task_status=...)`` inside *scope*, so it can be stopped on its own."""
     with scope:
         await fn(task_status=task_status)
+
+
+fixup_module_metadata(__name__, __all__, globals())

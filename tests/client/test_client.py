@@ -24,7 +24,12 @@ import trio
 from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
+from trio_mcp_cancel import (
+    HardCancelEvent,
+    Registry,
+    RegistryConfig,
+    RequestCancelledEvent,
+)
 from trio_mcp_cancel._client.http import HttpTransport
 from trio_mcp_cancel.client import (
     McpClient,
@@ -99,11 +104,13 @@ async def memory_chain(
 ) -> AsyncIterator[tuple[McpTestClient, McpTestClient, list[float]]]:
     """A (grace 10) whose ``relay`` calls B (grace 4) in memory: ``(to_a, to_b, b_hard)``."""
     upstream: list[McpTestClient] = []
-    async with open_test_client(b.server, grace_period=4) as to_b:
+    async with open_test_client(b.server, registry_config=RegistryConfig(grace_period=4)) as to_b:
         to_b.forward_cancel = forward_cancel
         upstream.append(to_b)
         b_hard = hard_cancel_times(to_b.registry)
-        async with open_test_client(gateway(upstream), grace_period=10) as to_a:
+        async with open_test_client(
+            gateway(upstream), registry_config=RegistryConfig(grace_period=10)
+        ) as to_a:
             yield to_a, to_b, b_hard
 
 
@@ -147,7 +154,7 @@ async def test_without_forwarding_the_hard_cancel_of_a_cancels_b(
 
 async def test_a_cancelled_scope_cancels_the_downstream_call(autojump_clock: MockClock) -> None:
     b = Downstream()
-    async with open_test_client(b.server, grace_period=1) as to_b:
+    async with open_test_client(b.server, registry_config=RegistryConfig(grace_period=1)) as to_b:
         with trio.move_on_after(3):
             await to_b.call_tool("watched")
         await to_b.registry.wait_idle()
@@ -170,7 +177,9 @@ async def test_http_chain_cancels_downstream_in_the_eras_own_way(era: Any, kind:
                 result = await to_b.call_tool("echo", {"text": "hi"})
                 assert result["content"] == [{"type": "text", "text": "hi"}]
                 upstream: list[McpClient] = [to_b]
-                async with open_test_client(gateway(upstream), grace_period=30) as to_a:
+                async with open_test_client(
+                    gateway(upstream), registry_config=RegistryConfig(grace_period=30)
+                ) as to_a:
                     call = to_a.start_call("relay")
                     await b.started.wait()
                     await call.cancel("stop")
@@ -255,6 +264,7 @@ STDIO_SERVER = textwrap.dedent(
     """
     import sys, trio
     from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel import RegistryConfig
     from trio_mcp_cancel.stdio import run_stdio
 
     server = McpServer("stdio-b")
@@ -270,7 +280,7 @@ STDIO_SERVER = textwrap.dedent(
         open(path, "w").write("flagged:" + ctx.request.cancellation.kind)
         await trio.sleep_forever()
 
-    run_stdio(server, grace_period=0.2)
+    run_stdio(server, registry_config=RegistryConfig(grace_period=0.2))
     """
 )
 

@@ -31,20 +31,22 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import (
     CancellationLimitReached,
-    CancelOutcome,
     EvictionEvent,
-    InvalidRequestId,
     LimitReachedEvent,
     Registry,
     RegistryConfig,
     RequestCancelled,
     RequestId,
-    TrackedRequest,
     checkpoint_cancelled,
-    is_valid_request_id,
     open_registry,
 )
 from trio_mcp_cancel._core.registry import USE_CONFIG
+from trio_mcp_cancel.lowlevel import (
+    CancelOutcome,
+    InvalidRequestId,
+    TrackedRequest,
+    is_valid_request_id,
+)
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 # ---------------------------------------------------------------------------
@@ -162,8 +164,8 @@ async def test_cancel_floods_deny_no_other_tenant(
             assert not a_request.cancelled
             # More flood: B's row may be evicted, its request's flag may not.
             refused += flood(mcp_registry, shape, round_ + 200, rng)
-            assert mcp_registry.cancelled(f"b-{round_}", "tenant:b")
-            assert mcp_registry.reason(f"b-{round_}", "tenant:b") == f"stop {round_}"
+            assert mcp_registry.client_cancelled(f"b-{round_}", "tenant:b")
+            assert mcp_registry.client_reason(f"b-{round_}", "tenant:b") == f"stop {round_}"
             assert mcp_registry.in_flight(f"b-{round_}", "tenant:b") and outcome == []
             # The grace period runs out: B's request is hard-cancelled.
             await trio.sleep(GRACE + 0.01)
@@ -175,7 +177,7 @@ async def test_cancel_floods_deny_no_other_tenant(
             # B's early cancel was never refused; the largest namespaces pay for
             # the cap first, so in the deep flood it is even still there.
             if shape == "deep":
-                assert mcp_registry.cancelled(f"b-pre-{round_}", "tenant:b")
+                assert mcp_registry.client_cancelled(f"b-pre-{round_}", "tenant:b")
             mcp_registry.clear(f"b-pre-{round_}", "tenant:b")
             assert mcp_registry.namespace_row_count("tenant:b") == 0
             assert mcp_registry.row_count <= CAP
@@ -512,7 +514,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                     assert outcome is CancelOutcome.INVALID_REQUEST_ID
                 elif outcome is CancelOutcome.CANCELLED:
                     assert reg.in_flight(request_id, namespace)
-                    assert reg.cancelled(request_id, namespace)
+                    assert reg.client_cancelled(request_id, namespace)
             elif name == "cancel":
                 _, namespace, request_id, reason = op
                 try:
@@ -524,7 +526,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                     assert exc.namespace == namespace
                     assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
                 else:
-                    assert reg.cancelled(request_id, namespace)
+                    assert reg.client_cancelled(request_id, namespace)
             elif name == "flood":
                 _, namespace, count = op
                 for _ in range(count):
@@ -535,7 +537,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                         event("flood refused by the quota")
                         assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
                     else:
-                        assert reg.cancelled(flood_id, namespace)
+                        assert reg.client_cancelled(flood_id, namespace)
                     if config.max_rows is not None:
                         assert reg.row_count <= config.max_rows
             elif name == "cancel_request":
@@ -550,8 +552,8 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                 reg.clear(request_id, namespace)
             elif name == "query":
                 _, namespace, request_id = op
-                reg.cancelled(request_id, namespace)
-                reg.reason(request_id, namespace)
+                reg.client_cancelled(request_id, namespace)
+                reg.client_reason(request_id, namespace)
                 reg.in_flight(request_id, namespace)
             elif name == "cleanup":
                 reg.cleanup(op[1])

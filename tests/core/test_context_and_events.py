@@ -20,12 +20,10 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
-    current_registry,
-    current_request,
     open_registry,
-    reason,
     tracked,
 )
+from trio_mcp_cancel.lowlevel import current_registry, current_request, reason
 from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
 
 

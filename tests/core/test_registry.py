@@ -12,18 +12,20 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import (
     CancellationLimitReached,
-    CancelOutcome,
-    InvalidRequestId,
     Registry,
     RegistryClosed,
     RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
-    TrackedRequest,
     cancelled,
     checkpoint_cancelled,
-    current_request,
     open_registry,
+)
+from trio_mcp_cancel.lowlevel import (
+    CancelOutcome,
+    InvalidRequestId,
+    TrackedRequest,
+    current_request,
     reason,
 )
 from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
@@ -131,7 +133,10 @@ async def test_flag_first_then_hard_cancel_after_grace(
         assert mcp_registry.notify_cancelled("s", 1, "user pressed stop") is CancelOutcome.CANCELLED
         assert request.cancelled and request.reason == "user pressed stop"
         assert request.cancellation.kind == "client"
-        assert mcp_registry.cancelled(1, "s") and mcp_registry.reason(1, "s") == "user pressed stop"
+        assert (
+            mcp_registry.client_cancelled(1, "s")
+            and mcp_registry.client_reason(1, "s") == "user pressed stop"
+        )
         await trio.sleep(4.9)
         assert outcome == [] and mcp_registry.in_flight(1, "s")
         await trio.sleep(0.2)
@@ -237,7 +242,7 @@ async def test_same_id_in_two_scopes_is_two_requests(
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
         assert len(a_out) == 1 and b_out == []
-        assert not mcp_registry.cancelled(1, "session:b")
+        assert not mcp_registry.client_cancelled(1, "session:b")
         b.cancel_scope.cancel()
 
 
@@ -288,7 +293,7 @@ async def test_row_survives_until_the_last_duplicate_leaves(
     async with mcp_registry.tracked(1, "s") as outer_request:
         async with mcp_registry.tracked(1, "s"):
             mcp_registry.notify_cancelled("s", 1, "both")
-        assert mcp_registry.row_count == 1 and mcp_registry.reason(1, "s") == "both"
+        assert mcp_registry.row_count == 1 and mcp_registry.client_reason(1, "s") == "both"
         assert outer_request.cancelled
     assert_no_leaks(mcp_registry)
 
@@ -351,7 +356,7 @@ async def test_server_cancel_is_keyed_to_the_private_token(
         assert mcp_registry.cancel_request(a, "stream lifetime", kind="server")
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
-        assert not mcp_registry.cancelled(1, "ip:192.0.2.1")  # no client row was written
+        assert not mcp_registry.client_cancelled(1, "ip:192.0.2.1")  # no client row was written
         assert mcp_registry.row_count == 0
         exc = mine[0]
         assert isinstance(exc, RequestCancelled) and exc.kind == "server"
@@ -411,7 +416,7 @@ async def test_direct_cancel_records_even_when_not_in_flight(
 ) -> None:
     async with trio.open_nursery() as nursery:
         mcp_registry.cancel(5, "pre-emptive", "s")
-        assert mcp_registry.cancelled(5, "s") and mcp_registry.row_count == 1
+        assert mcp_registry.client_cancelled(5, "s") and mcp_registry.row_count == 1
         await trio.sleep(1)
         outcome: list[object] = []
         request = await nursery.start(partial(park, mcp_registry, 5, "s", outcome=outcome))
@@ -428,7 +433,7 @@ async def test_direct_cancel_is_idempotent_and_validates(
     events = EventRecorder.attach(mcp_registry)
     mcp_registry.cancel(1, "first", "s")
     mcp_registry.cancel(1, "second", "s")
-    assert mcp_registry.reason(1, "s") == "first"
+    assert mcp_registry.client_reason(1, "s") == "first"
     assert events.names() == ["request.cancelled"]
     with pytest.raises(InvalidRequestId):
         mcp_registry.cancel(1.5, "x", "s")  # type: ignore[arg-type]
@@ -472,7 +477,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
             mcp_registry.cancel(i, None, f"flood{namespace}")
     assert mcp_registry.row_count == 1000 - 50 + 24  # one eviction happened
     mcp_registry.cancel(1, "mine", "victim")  # under its own quota: always served
-    assert mcp_registry.cancelled(1, "victim")
+    assert mcp_registry.client_cancelled(1, "victim")
     evictions = [e for e in events.events if e.name == "cancellation.evicted"]
     assert evictions and all("victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
     assert mcp_registry.row_count <= 1000
@@ -487,7 +492,9 @@ async def test_eviction_never_unflags_a_running_request(
         for i in range(100):
             mcp_registry.cancel(i, None, "flooder")
         assert request.cancelled
-        assert mcp_registry.cancelled(1, "me") and mcp_registry.reason(1, "me") == "stop"
+        assert (
+            mcp_registry.client_cancelled(1, "me") and mcp_registry.client_reason(1, "me") == "stop"
+        )
 
 
 @pytest.mark.registry(ttl=10, cleanup_interval=None)
@@ -627,10 +634,10 @@ async def test_lookups_with_invalid_ids_match_nothing(
     async with mcp_registry.tracked(1, "s") as request:
         for bad in (True, 1.0, None, [1], {"a": 1}):
             assert not mcp_registry.in_flight(bad, "s")  # type: ignore[arg-type]
-            assert not mcp_registry.cancelled(bad, "s")  # type: ignore[arg-type]
-            assert mcp_registry.reason(bad, "s") is None  # type: ignore[arg-type]
+            assert not mcp_registry.client_cancelled(bad, "s")  # type: ignore[arg-type]
+            assert mcp_registry.client_reason(bad, "s") is None  # type: ignore[arg-type]
             mcp_registry.clear(bad, "s")  # type: ignore[arg-type]
-        assert mcp_registry.cancelled(1, "s") and mcp_registry.row_count == 1
+        assert mcp_registry.client_cancelled(1, "s") and mcp_registry.row_count == 1
         assert mcp_registry.cancel_request(True, "bool is not a token") is False  # type: ignore[arg-type]
         assert mcp_registry.cancel_request("1", "nor is a str") is False  # type: ignore[arg-type]
         assert request.reason == "one"
@@ -649,7 +656,7 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(
     mcp_registry.cancel(1, Expensive(), "s")  # a repeat: first reason wins, nothing rendered
     with pytest.raises(CancellationLimitReached):
         mcp_registry.cancel(2, Expensive(), "s")
-    assert mcp_registry.reason(1, "s") == "first"
+    assert mcp_registry.client_reason(1, "s") == "first"
 
 
 @pytest.mark.registry(grace_period=None)

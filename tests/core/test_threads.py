@@ -18,6 +18,7 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import (
     Registry,
+    RegistryConfig,
     RequestCancelled,
     ThreadAbandonedEvent,
     cancel_token,
@@ -160,7 +161,7 @@ def sync_server(release: threading.Event) -> McpServer:
         token = cancel_token()
         while not token.wait(0.05):
             pass
-        assert ctx.cancelled and cancelled()
+        assert cancelled()
         token.raise_if_cancelled()
         return "unreachable"
 
@@ -192,7 +193,9 @@ async def test_sync_tools_get_a_schema_and_run_in_a_thread(autojump_clock: MockC
 async def test_a_sync_tool_sees_the_clients_cancel() -> None:
     server = sync_server(threading.Event())
     with trio.fail_after(BOUND):
-        async with open_test_client(server, grace_period=60) as client:
+        async with open_test_client(
+            server, registry_config=RegistryConfig(grace_period=60)
+        ) as client:
             recorder = EventRecorder.attach(client.registry)
             call = client.start_call("polite")
             while not client.registry.in_flight(call.id, client.namespace):
@@ -210,7 +213,9 @@ async def test_a_stuck_sync_tool_is_abandoned_and_the_call_ends_on_time(
 ) -> None:
     release = threading.Event()
     try:
-        async with open_test_client(sync_server(release), grace_period=3) as client:
+        async with open_test_client(
+            sync_server(release), registry_config=RegistryConfig(grace_period=3)
+        ) as client:
             recorder = EventRecorder.attach(client.registry)
             call = client.start_call("stuck")
             await trio.sleep(1)
@@ -252,7 +257,9 @@ async def test_stuck_threads_of_one_tool_cannot_starve_the_others(
         return a + b
 
     try:
-        async with open_test_client(server, grace_period=3) as client:
+        async with open_test_client(
+            server, registry_config=RegistryConfig(grace_period=3)
+        ) as client:
             recorder = EventRecorder.attach(client.registry)
             first = client.start_call("stuck")
             await trio.sleep(1)
@@ -291,7 +298,9 @@ async def test_the_server_wide_thread_limit_is_not_trios_default(
     server = sync_server(release)
     assert server.sync_tool_threads.total == 40
     try:
-        async with open_test_client(server, grace_period=3) as client:
+        async with open_test_client(
+            server, registry_config=RegistryConfig(grace_period=3)
+        ) as client:
             calls = [client.start_call("stuck") for _ in range(3)]
             await trio.sleep(1)
             for call in calls:

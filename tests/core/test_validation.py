@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_mcp_cancel import (
+from trio_mcp_cancel.lowlevel import (
     MAX_ID_BYTES,
     InvalidRequestId,
     is_valid_request_id,

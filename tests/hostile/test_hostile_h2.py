@@ -31,7 +31,7 @@ import trio.lowlevel
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth, serve, server_config
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http import hypercorn_compat
 
@@ -63,7 +63,9 @@ async def start_server(nursery: trio.Nursery, app: AsgiApp) -> int:
 @pytest.fixture
 async def port(nursery: trio.Nursery) -> AsyncIterator[int]:
     """Our app behind ``serve()``: bearer auth, localhost origins only."""
-    app = McpHttpApp(mcp, auth=bearer_auth({TOKEN: "alice"}), body_timeout=5)
+    app = McpHttpApp(
+        mcp, auth=bearer_auth({TOKEN: "alice"}), http_limits=HttpLimits(body_timeout=5)
+    )
     yield await start_server(nursery, app)
     nursery.cancel_scope.cancel()
 

@@ -40,7 +40,7 @@ from asgi_harness import (
 )
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth, serve, server_config
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 
@@ -192,11 +192,11 @@ async def test_a_head_over_the_bound_is_431_and_one_within_it_is_served(
 
 async def test_the_head_bound_is_configurable(autojump_clock: trio.testing.MockClock) -> None:
     ran: list[str] = []
-    async with serving(ran, max_head_size=64 * 1024) as client:
+    async with serving(ran, http_limits=HttpLimits(max_head_size=64 * 1024)) as client:
         message, headers = modern_routed()
         exchange = await client.post({**headers, "x-pad": "a" * (40 * 1024)}, message)
         assert exchange.status == 200, exchange.content
-    async with serving(ran, max_head_size=1024) as client:
+    async with serving(ran, http_limits=HttpLimits(max_head_size=1024)) as client:
         exchange = await client.post({**headers, "x-pad": "a" * 1024}, message)
         assert exchange.status == 431
 
@@ -207,7 +207,7 @@ async def test_a_refusal_from_the_head_reads_the_body_it_drops_within_the_body_b
     """A refused POST is answered once its body was read (so no stream is left sending),
     but a body that stalls is not waited for longer than ``body_timeout``."""
     ran: list[str] = []
-    async with serving(ran, body_timeout=3) as client:
+    async with serving(ran, http_limits=HttpLimits(body_timeout=3)) as client:
         message, headers = modern_routed()
         refused = {**headers, "content-type": "text/plain"}
         whole = client.start("POST", refused, message, chunk_size=16)

@@ -32,11 +32,13 @@ from trio_mcp_cancel import (
     Registry,
     RegistryConfig,
     RequestCancelledEvent,
+    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import TOO_MANY_REQUESTS, McpServer, ToolContext
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 GRACE = 5.0
@@ -85,7 +87,7 @@ def build(notes: Notes, **options: Any) -> McpServer:
     async def wait(ctx: ToolContext, seconds: float = 10.0) -> str:
         """Polls the flag once a second."""
         for _ in range(int(seconds)):
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(1)
         return "waited"
 
@@ -101,6 +103,13 @@ class Served:
     app: McpHttpApp
 
 
+def over_defaults(given: Any, **defaults: Any) -> Any:
+    """*given* settings (or the library's) with this file's *defaults* for what it left unset."""
+    cls = type(given)
+    unset = {k: v for k, v in defaults.items() if getattr(given, k) == getattr(cls(), k)}
+    return attrs.evolve(given, **unset)
+
+
 @asynccontextmanager
 async def serving(
     config: RegistryConfig | None = None,
@@ -109,7 +118,9 @@ async def serving(
 ) -> AsyncIterator[Served]:
     notes = Notes()
     server = build(notes, **(server_options or {}))
-    app_options.setdefault("write_timeout", WRITE_TIMEOUT)
+    app_options["limits"] = over_defaults(
+        app_options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
+    )
     async with open_registry(config or RegistryConfig(grace_period=GRACE)) as registry:
         events = EventRecorder.attach(registry)
         app = McpHttpApp(server, registry, **app_options)
@@ -163,7 +174,7 @@ async def test_a_client_that_stops_reading_does_not_pin_its_tool(
 async def test_progress_piling_up_behind_a_slow_client_disconnects_it(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(write_timeout=None, max_buffered_bytes=10_000) as s:
+    async with serving(limits=ConnectionLimits(write_timeout=None, max_buffered_bytes=10_000)) as s:
         exchange = start_modern(s.client, chatter(1, size=3000))
         await exchange.wait_started()
         exchange.stop_reading()
@@ -229,7 +240,7 @@ async def test_legacy_disconnect_setting_does_not_spare_a_stalled_client(
 async def test_a_stalled_body_gets_408_after_the_body_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(body_timeout=7.0) as s:
+    async with serving(http_limits=HttpLimits(body_timeout=7.0)) as s:
         message = modern_call(1, "wait", {"seconds": 0})
         exchange = start_modern(s.client, message, chunk_size=10)
         exchange.stall_body()
@@ -285,7 +296,9 @@ async def test_a_session_flood_never_ends_another_tenants_calls(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     auth = bearer_auth(TOKENS)
-    async with serving(auth=auth, max_sessions=10, max_sessions_per_tenant=4) as s:
+    async with serving(
+        auth=auth, http_limits=HttpLimits(max_sessions=10, max_sessions_per_tenant=4)
+    ) as s:
         alice = session_of(await open_session(s.client, token="alice-token"))
         call = start_legacy_wait(s.client, alice, 1, token="alice-token")
         await trio.testing.wait_all_tasks_blocked()
@@ -305,7 +318,7 @@ async def test_a_session_flood_never_ends_another_tenants_calls(
 async def test_a_tenant_whose_sessions_are_all_busy_is_refused_with_429(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(max_sessions_per_tenant=2) as s:
+    async with serving(http_limits=HttpLimits(max_sessions_per_tenant=2)) as s:
         calls = []
         for i in range(2):
             session = session_of(await open_session(s.client))
@@ -329,7 +342,7 @@ async def test_a_tenant_whose_sessions_are_all_busy_is_refused_with_429(
 async def test_a_full_store_evicts_the_largest_tenants_idle_session_or_answers_503(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(max_sessions=4, max_sessions_per_tenant=3) as s:
+    async with serving(http_limits=HttpLimits(max_sessions=4, max_sessions_per_tenant=3)) as s:
         small = session_of(await open_session(s.client, address="192.0.2.1"))
         big = [session_of(await open_session(s.client, address="192.0.2.2")) for _ in range(3)]
         # Full: a new tenant's session takes the place of the big tenant's
@@ -431,7 +444,7 @@ async def test_a_shielded_tool_is_reported_and_its_result_never_sent_as_success(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     config = RegistryConfig(grace_period=GRACE, overrun_margin=2.0)
-    async with serving(config, max_request_time=4.0) as s:
+    async with serving(config, limits=ConnectionLimits(max_request_time=4.0)) as s:
         message = modern_call(1, "shielded", {"seconds": 30})
         exchange = start_modern(s.client, message)
         await exchange.done.wait()

@@ -42,7 +42,8 @@ from trio_mcp_cancel.backends._breaker import Breaker
 from trio_mcp_cancel.backends._outbox import Outbox, PendingState
 from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

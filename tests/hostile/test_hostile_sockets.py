@@ -53,10 +53,11 @@ from trio_mcp_cancel import (
     Registry,
     RegistryConfig,
     RequestCancelledEvent,
+    checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 GRACE = 0.2
@@ -113,7 +114,7 @@ def make_server(probe: Probe, **caps: Any) -> McpServer:
         probe.holding += 1
         try:
             while not probe.release.is_set():
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await trio.sleep(0.01)
         finally:
             probe.holding -= 1
@@ -126,7 +127,7 @@ def make_server(probe: Probe, **caps: Any) -> McpServer:
     @server.tool()
     async def count(ctx: ToolContext, n: int = 3, delay: float = 0.01) -> str:
         for i in range(1, n + 1):
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(delay)
             await ctx.report_progress(i, total=n)
         return f"counted {n}"
@@ -203,13 +204,24 @@ async def serving(app: Returns) -> AsyncIterator[Served]:
         nursery.cancel_scope.cancel()
 
 
+def over_defaults(given: Any, **defaults: Any) -> Any:
+    """*given* settings (or the library's) with this file's *defaults* for what it left unset."""
+    cls = type(given)
+    unset = {k: v for k, v in defaults.items() if getattr(given, k) == getattr(cls(), k)}
+    return attrs.evolve(given, **unset)
+
+
 @asynccontextmanager
 async def setup(
     probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[tuple[Served, Registry, Returns]]:
     """A registry with a short grace period, the app, hypercorn; no leaks at the end."""
-    options.setdefault("write_timeout", WRITE_TIMEOUT)
-    options.setdefault("body_timeout", BODY_TIMEOUT)
+    options["limits"] = over_defaults(
+        options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
+    )
+    options["http_limits"] = over_defaults(
+        options.get("http_limits", HttpLimits()), body_timeout=BODY_TIMEOUT
+    )
     async with open_registry(grace_period=GRACE, overrun_margin=0.5) as registry:
         app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
         async with serving(app) as served:
@@ -340,7 +352,7 @@ async def test_slow_reader_is_disconnected_and_others_are_served(
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel.http")
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, **options) as (served, registry, app):
+        async with setup(probe, limits=ConnectionLimits(**options)) as (served, registry, app):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
             registry.subscribe(
@@ -432,8 +444,9 @@ async def test_graceful_shutdown_with_a_stuck_client(
                     make_server(probe),
                     given,
                     registry_config=config,
-                    write_timeout=write_timeout,
-                    max_buffered_bytes=1 << 30,
+                    limits=ConnectionLimits(
+                        write_timeout=write_timeout, max_buffered_bytes=1 << 30
+                    ),
                 )
             )
             hypercorn = Config()
@@ -492,7 +505,9 @@ async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
     answers: list[str] = []
     with trio.fail_after(TIMEOUT):
         async with open_registry(grace_period=GRACE) as registry:
-            app = McpHttpApp(make_server(probe), registry, write_timeout=WRITE_TIMEOUT)
+            app = McpHttpApp(
+                make_server(probe), registry, limits=ConnectionLimits(write_timeout=WRITE_TIMEOUT)
+            )
             config = Config()
             config.bind = ["127.0.0.1:0"]
             config.errorlog = None
@@ -544,7 +559,11 @@ async def test_slow_bodies_get_408_while_others_are_served() -> None:
     body_timeout = 1.5  # room to serve a normal client while they all wait
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, body_timeout=body_timeout) as (served, registry, app):
+        async with setup(probe, http_limits=HttpLimits(body_timeout=body_timeout)) as (
+            served,
+            registry,
+            app,
+        ):
             message = modern_call(1, "echo", {"text": "never sent"})
             head = post_head(served.port, headers_of(message), 1000)
             answered: list[tuple[int, float, bytes]] = []
@@ -616,7 +635,9 @@ async def test_session_flood_by_one_principal_spares_another() -> None:
     mallory = {"authorization": "Bearer tok-mallory"}
     cap = 5
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, auth=bearer_auth(TOKENS), max_sessions_per_tenant=cap) as (
+        async with setup(
+            probe, auth=bearer_auth(TOKENS), http_limits=HttpLimits(max_sessions_per_tenant=cap)
+        ) as (
             served,
             registry,
             app,
@@ -675,7 +696,11 @@ async def test_session_flood_from_one_address_when_the_store_is_full() -> None:
     probe = Probe()
     total = 6
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, max_sessions=total) as (served, registry, app):
+        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (
+            served,
+            registry,
+            app,
+        ):
             store = app.app.sessions
             assert store is not None
             url = served.url
@@ -725,7 +750,7 @@ async def test_session_flood_tied_with_the_victim_evicts_its_own() -> None:
     probe = Probe()
     total = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, max_sessions=total) as (served, _, app):
+        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (served, _, app):
             store = app.app.sessions
             assert store is not None
             url = served.url
@@ -807,7 +832,11 @@ async def test_server_cap_on_calls_in_flight() -> None:
 async def test_tenant_and_session_caps_on_calls_in_flight() -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, caps={"max_calls_per_tenant": 3}, max_concurrent_requests=2) as (
+        async with setup(
+            probe,
+            caps={"max_calls_per_tenant": 3},
+            limits=ConnectionLimits(max_concurrent_requests=2),
+        ) as (
             served,
             _,
             app,

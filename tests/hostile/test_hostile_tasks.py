@@ -30,7 +30,8 @@ from trio_mcp_cancel.backends.memory import PURGE_BATCH, MemoryTaskStore
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 

@@ -37,7 +37,7 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 
 MODERN = "2026-07-28"
@@ -306,7 +306,7 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled(
 async def test_keepalives_keep_a_silent_call_alive(mode: str, version: str, kind: str) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            running(keepalive_interval=0.3) as fx,
+            running(limits=ConnectionLimits(keepalive_interval=0.3)) as fx,
             client(fx.url, mode, read_timeout=1.0) as c,
         ):
             assert c.protocol_version == version
@@ -325,7 +325,7 @@ async def test_without_keepalives_the_read_timeout_cuts_the_call(
     """The control for the test above: the same call, no keep-alives, is cut."""
     with trio.fail_after(TIMEOUT):
         async with (
-            running(keepalive_interval=None) as fx,
+            running(limits=ConnectionLimits(keepalive_interval=None)) as fx,
             client(fx.url, mode, read_timeout=1.0) as c,
         ):
             assert c.protocol_version == version

@@ -24,8 +24,8 @@ from repo_paths import ROOT
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel._run import cli
-from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
+from trio_mcp_cancel.server import ConnectionLimits, McpServer
 from trio_mcp_cancel.stdio import run_stdio, serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http import deploy
@@ -90,6 +90,9 @@ _CHECKS: dict[str, Callable[[], set[str]]] = {
     "McpServer.tool": lambda: _parameters(McpServer.tool),
     "RegistryConfig / open_registry": lambda: {f.name for f in attrs.fields(RegistryConfig)},
     "McpHttpApp": lambda: _parameters(McpHttpApp.__init__),
+    "ConnectionLimits": lambda: {f.name for f in attrs.fields(ConnectionLimits)},
+    "HttpLimits": lambda: {f.name for f in attrs.fields(HttpLimits)},
+    "McpServer.run": lambda: _parameters(McpServer.run),
     "serve and server_config": lambda: (
         _changed_hypercorn_settings() | (_parameters(serve, server_config) - {"app", "overrides"})
     ),

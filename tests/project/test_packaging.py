@@ -19,7 +19,7 @@ import trio
 import trio.testing
 from repo_paths import ROOT, TESTS
 
-from trio_mcp_cancel import RequestStoppedEvent
+from trio_mcp_cancel import RegistryConfig, RequestStoppedEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
@@ -180,7 +180,7 @@ async def test_a_cancel_logs_one_readable_info_line_when_the_request_stops(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel")
-    async with open_test_client(SERVER, grace_period=5) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=5)) as client:
         stopped = client.registry.events.open_channel()
         call = client.start_call("polite", {})
         await client.wait_in_flight(call)
@@ -202,7 +202,7 @@ async def test_a_hard_cancel_logs_its_line_with_the_grace_it_took(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel")
-    async with open_test_client(SERVER, grace_period=5) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=5)) as client:
         call = client.start_call("stubborn", {})
         await client.wait_in_flight(call)
         await call.cancel(None)

@@ -25,7 +25,8 @@ from trio_mcp_cancel._protocol.calls import (
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import TOO_MANY_REQUESTS, Caller, Exchange, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Caller, Exchange
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 Message = dict[str, Any]
 

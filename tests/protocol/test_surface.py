@@ -15,14 +15,14 @@ import pytest
 import trio
 import trio.testing
 
-from trio_mcp_cancel import RequestCancelled
+from trio_mcp_cancel import RegistryConfig, RequestCancelled, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
     InputRequired,
     McpServer,
-    Message,
+    PromptMessage,
     ResourceData,
     ResourceLink,
     Text,
@@ -114,7 +114,7 @@ def build() -> tuple[McpServer, list[str]]:
     async def slow(ctx: ToolContext) -> str:
         try:
             for _ in range(100):
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await trio.sleep(1)
         except RequestCancelled:
             ran.append("slow read stopped")
@@ -130,8 +130,8 @@ def build() -> tuple[McpServer, list[str]]:
         ctx: ToolContext, who: Annotated[str, "whom to greet"], style: str = "plain"
     ) -> list[Any]:
         return [
-            Message("user", f"Greet {who} ({style})"),
-            Message("assistant", Image(PNG)),
+            PromptMessage("user", f"Greet {who} ({style})"),
+            PromptMessage("assistant", Image(PNG)),
             EmbeddedResource("test://text", "hello", "text/plain"),
         ]
 
@@ -152,7 +152,7 @@ def build() -> tuple[McpServer, list[str]]:
 
     @server.tool()
     async def logs_after_cancel(ctx: ToolContext) -> str:
-        while not ctx.cancelled:
+        while not cancelled():
             await trio.sleep(0.1)
         await ctx.log("error", "too late")  # the client cancelled: never sent
         ran.append("logged after cancel")
@@ -340,7 +340,7 @@ async def test_resource_read_is_cancellable_like_a_tool(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, ran = build()
-    async with open_test_client(server, grace_period=5) as client:
+    async with open_test_client(server, registry_config=RegistryConfig(grace_period=5)) as client:
         call = client.start_request("resources/read", {"uri": "test://slow"})
         await trio.sleep(2.5)
         await client.wait_in_flight(call)
@@ -441,7 +441,9 @@ async def test_no_log_message_after_the_client_cancelled(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, ran = build()
-    async with open_test_client(server, log_level="debug", grace_period=5) as client:
+    async with open_test_client(
+        server, log_level="debug", registry_config=RegistryConfig(grace_period=5)
+    ) as client:
         call = client.start_call("logs_after_cancel")
         await client.wait_in_flight(call)
         await call.cancel()
@@ -458,7 +460,7 @@ async def test_listen_acknowledges_then_forwards_what_was_asked(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, _ = build()
-    async with open_test_client(server, grace_period=5) as client:
+    async with open_test_client(server, registry_config=RegistryConfig(grace_period=5)) as client:
         listen = client.start_request(
             "subscriptions/listen",
             {
@@ -534,7 +536,9 @@ async def test_an_idle_listener_never_wakes_and_a_cancel_wakes_it_at_once(
     server, _ = build()
     clock = mock_clock  # no autojump: time moves only when we say
     # The registry's hourly sweep is the one timer left; switch it off here.
-    async with open_test_client(server, grace_period=5, cleanup_interval=None) as client:
+    async with open_test_client(
+        server, registry_config=RegistryConfig(grace_period=5, cleanup_interval=None)
+    ) as client:
         listen = client.start_request(
             "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
         )

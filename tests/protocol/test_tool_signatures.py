@@ -12,9 +12,9 @@ import trio
 import trio.testing
 from pydantic import Field
 
-from trio_mcp_cancel import ThreadAbandonedEvent
+from trio_mcp_cancel import ThreadAbandonedEvent, cancelled
 from trio_mcp_cancel.client import McpError
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, open_test_client
 
 
@@ -129,7 +129,7 @@ async def test_sync_functions_run_in_a_worker_thread_with_or_without_the_context
 
     @server.tool
     def with_ctx(n: int, ctx: ToolContext) -> str:
-        return f"{type(ctx).__name__} {n} cancelled={ctx.cancelled}"
+        return f"{type(ctx).__name__} {n} cancelled={cancelled()}"
 
     async with open_test_client(server) as client:
         assert text_of(await client.call_tool("plain", {"a": 2, "b": 3})) == "5 main=False"
@@ -221,7 +221,7 @@ async def test_a_sync_tool_is_cancelled_like_any_other(
         return "late"
 
     try:
-        async with open_test_client(server, grace=1) as client:
+        async with open_test_client(server, limits=ConnectionLimits(disconnect_grace=1)) as client:
             recorder = EventRecorder.attach(client.registry)
             call = client.start_call("stuck")
             await client.wait_in_flight(call)

@@ -68,7 +68,7 @@ def test_app_from_env_reads_the_settings_and_refuses_bad_ones() -> None:
         },
     )
     assert app.registry_config is not None and app.registry_config.grace_period == 2.5
-    assert app.path == "/rpc" and app.max_request_time == 30.0
+    assert app.path == "/rpc" and app.limits.max_request_time == 30.0
     assert app.allowed_origins == {"https://a.example", "https://b.example"}
     assert app.backend is None and server.tasks.ttl_ms == 60_000
     defaults = app_from_env(McpServer(), {})

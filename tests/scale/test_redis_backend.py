@@ -35,11 +35,12 @@ from redis_harness import (
     wait_status,
 )
 
-from trio_mcp_cancel import Event, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import Event, cancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, McpError
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
@@ -134,7 +135,7 @@ def make_server(manager: TaskManager, stopped: list[str]) -> McpServer:
                 await checkpoint_cancelled()
                 await trio.sleep(delay)
         finally:
-            stopped.append("cancelled" if ctx.cancelled else "done")
+            stopped.append("cancelled" if cancelled() else "done")
         return f"counted to {n}"
 
     return server
@@ -347,7 +348,11 @@ async def test_task_records_per_owner_are_bounded(redis: RedisServer, prefix: st
 async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefix: str) -> None:
     backends = [RedisBackend(redis.url, prefix=prefix) for _ in range(2)]
     apps = [
-        McpHttpApp(make_server(TaskManager(), []), backend=backend, max_sessions_per_tenant=2)
+        McpHttpApp(
+            make_server(TaskManager(), []),
+            backend=backend,
+            http_limits=HttpLimits(max_sessions_per_tenant=2),
+        )
         for backend in backends
     ]
     async with trio.open_nursery() as nursery:

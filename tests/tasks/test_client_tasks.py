@@ -17,13 +17,14 @@ import trio
 from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import HardCancelEvent, RequestCancelled
+from trio_mcp_cancel import HardCancelEvent, RegistryConfig, RequestCancelled
 from trio_mcp_cancel._client.base import Receiver
 from trio_mcp_cancel._client.calls import cancel_notification
 from trio_mcp_cancel._client.engine import ClientEngine
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, TaskPolling, open_http_client
-from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -171,7 +172,9 @@ async def test_a_cancelled_scope_sends_tasks_cancel(autojump_clock: MockClock) -
     b = Downstream()
     async with (
         serving_tasks(b.server),
-        open_test_client(b.server, tasks=True, grace_period=4) as client,
+        open_test_client(
+            b.server, tasks=True, registry_config=RegistryConfig(grace_period=4)
+        ) as client,
     ):
         hard = EventRecorder.attach(client.registry)
         ids: list[str] = []
@@ -210,12 +213,14 @@ async def test_memory_chain_a_cancelled_call_on_a_cancels_bs_task(
     upstream: list[McpTestClient] = []
     async with (
         serving_tasks(b.server),
-        open_test_client(b.server, tasks=True, grace_period=4) as to_b,
+        open_test_client(
+            b.server, tasks=True, registry_config=RegistryConfig(grace_period=4)
+        ) as to_b,
     ):
         upstream.append(to_b)
         b_events = EventRecorder.attach(to_b.registry)
         a = gateway(upstream)
-        async with open_test_client(a, grace_period=10) as to_a:
+        async with open_test_client(a, registry_config=RegistryConfig(grace_period=10)) as to_a:
             a_events = EventRecorder.attach(to_a.registry)
             call, cancelled_at = await cancel_relay(to_a, b.started)
             await to_a.registry.wait_idle()
@@ -249,7 +254,9 @@ async def test_http_chain_a_cancelled_call_on_a_settles_bs_task_cancelled() -> N
                 assert result["content"] == [{"type": "text", "text": "worked 0.1"}]
                 upstream: list[McpClient] = [to_b]
                 a = gateway(upstream)
-                async with open_test_client(a, grace_period=30) as to_a:
+                async with open_test_client(
+                    a, registry_config=RegistryConfig(grace_period=30)
+                ) as to_a:
                     call = to_a.start_call("relay")
                     while len(a.seen_tasks) < 2:  # type: ignore[attr-defined]
                         await trio.sleep(0.01)  # created and polled: A follows B's task
@@ -281,7 +288,7 @@ async def test_a_flagged_caller_never_starts_a_task(autojump_clock: MockClock) -
                 return "refused"
             return "called"
 
-        async with open_test_client(a, grace_period=10) as to_a:
+        async with open_test_client(a, registry_config=RegistryConfig(grace_period=10)) as to_a:
             call = to_a.start_call("late")
             await to_a.wait_in_flight(call)
             await call.cancel("stop")

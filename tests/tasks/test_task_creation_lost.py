@@ -22,11 +22,12 @@ import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call
 from test_tasks import GRACE, WITH_TASKS, wall_clock
 
-from trio_mcp_cancel import RegistryConfig, open_registry
+from trio_mcp_cancel import RegistryConfig, cancelled, open_registry
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 
@@ -63,7 +64,7 @@ def make_server(seen: Seen, store: MemoryTaskStore) -> McpServer:
         try:
             deadline = trio.current_time() + seconds
             while trio.current_time() < deadline:
-                if ctx.cancelled and seen.flagged_at is None:
+                if cancelled() and seen.flagged_at is None:
                     seen.flagged_at = trio.current_time()
                 await trio.sleep(0.05)
         finally:
@@ -88,7 +89,10 @@ class Rig:
     def client(self, **options: Any) -> AbstractAsyncContextManager[McpTestClient]:
         """An in-memory client that declares the Tasks extension."""
         return open_test_client(
-            self.server, client_capabilities=WITH_TASKS, grace_period=GRACE, **options
+            self.server,
+            client_capabilities=WITH_TASKS,
+            **options,
+            registry_config=RegistryConfig(grace_period=GRACE),
         )
 
     async def assert_stopped(self, cancelled_at: float | None) -> None:
@@ -179,7 +183,10 @@ async def test_message_stream_reply_never_written_cancels_the_task(
         await nursery.start(server.tasks.run)
         async with open_registry(grace_period=GRACE) as registry:
             connection = MessageConnection(
-                server, connection_caller("test", registry), write, write_timeout=5.0
+                server,
+                connection_caller("test", registry),
+                write,
+                limits=ConnectionLimits(write_timeout=5.0),
             )
             to_server, incoming = trio.open_memory_channel[str](math.inf)
             nursery.start_soon(connection.serve, incoming)

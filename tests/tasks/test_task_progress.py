@@ -18,10 +18,12 @@ import trio
 import trio.testing
 from test_tasks import serving
 
+from trio_mcp_cancel import checkpoint_cancelled
 from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress_message
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 
@@ -53,7 +55,7 @@ def make_server(store: MemoryTaskStore, interval: float) -> McpServer:
         while True:
             i += 1
             await ctx.report_progress(i)
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(0.01)
 
     return server

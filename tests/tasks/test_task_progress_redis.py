@@ -23,7 +23,8 @@ from redis_harness import (
 )
 
 from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.server import McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

@@ -11,11 +11,12 @@ import trio
 import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 
-from trio_mcp_cancel import RegistryConfig, checkpoint_cancelled
+from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import JsonRpcError, McpServer, TaskManager, ToolContext
+from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -43,7 +44,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
     async def count(ctx: ToolContext, n: int = 10, delay: float = 1.0) -> str:
         try:
             for _ in range(n):
-                if ctx.cancelled and seen.flagged_at is None:
+                if cancelled() and seen.flagged_at is None:
                     seen.flagged_at = trio.current_time()
                 await checkpoint_cancelled()
                 await trio.sleep(delay)
@@ -56,7 +57,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
         try:
             await trio.sleep(seconds)
         finally:
-            seen.flagged_at = trio.current_time() if ctx.cancelled else None
+            seen.flagged_at = trio.current_time() if cancelled() else None
             seen.stopped.set()
         return "finished anyway"
 
@@ -86,7 +87,10 @@ async def serving(
     async with trio.open_nursery() as nursery:
         await nursery.start(server.tasks.run)
         async with open_test_client(
-            server, client_capabilities=capabilities, grace_period=GRACE, **options
+            server,
+            client_capabilities=capabilities,
+            **options,
+            registry_config=RegistryConfig(grace_period=GRACE),
         ) as client:
             yield client, nursery
         nursery.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, reques
 from test_tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import Event, open_registry
+from trio_mcp_cancel import Event, RegistryConfig, open_registry
 from trio_mcp_cancel.testing import McpTestClient, assert_no_leaks, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -46,7 +46,7 @@ async def test_the_memory_transport_runs_the_manager_and_tasks_cancel_has_two_ph
     server = make_server(seen)
     assert not server.tasks.running
     async with open_test_client(
-        server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        server, client_capabilities=WITH_TASKS, registry_config=RegistryConfig(grace_period=GRACE)
     ) as client:
         assert server.tasks.running
         events = timeline(client)
@@ -74,7 +74,7 @@ async def test_closing_the_connection_stops_its_tasks_with_the_two_phases(
     seen = Seen()
     server = make_server(seen)
     async with open_test_client(
-        server, client_capabilities=WITH_TASKS, grace_period=GRACE
+        server, client_capabilities=WITH_TASKS, registry_config=RegistryConfig(grace_period=GRACE)
     ) as client:
         events = timeline(client)
         cooperative = (await start_task(client, "count", n=100, delay=1.0))["taskId"]

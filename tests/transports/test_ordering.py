@@ -28,10 +28,17 @@ import trio.testing
 from trio.testing import MockClock
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import REQUEST_CANCELLED, Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import (
+    Registry,
+    RegistryConfig,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+    open_registry,
+)
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, McpError, assert_no_leaks, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection
@@ -46,6 +53,7 @@ ENVELOPE = {
 #: No hard cancel and no early-cancel rows: only a cancel that finds its
 #: call in flight can stop it.
 STRICT = {"grace_period": None, "early_cancel_ttl": None}
+STRICT_CONFIG = RegistryConfig(**STRICT)
 
 
 async def _slow_method(h: HandlerInput) -> dict[str, Any]:
@@ -60,7 +68,7 @@ def make_server() -> McpServer:
     async def wait(ctx: ToolContext, delay: float = 1.0) -> str:
         """Runs until its flag is set, and only then."""
         while True:
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(delay)
 
     @server.tool()
@@ -115,7 +123,11 @@ def assert_every_call_cancelled_by_its_own_cancel(
 
 async def test_memory_back_to_back_pairs_lose_no_cancel(autojump_clock: MockClock) -> None:
     with trio.fail_after(1000):
-        async with open_test_client(SERVER, max_concurrent_requests=PAIRS + 1, **STRICT) as client:
+        async with open_test_client(
+            SERVER,
+            registry_config=STRICT_CONFIG,
+            limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+        ) as client:
             events = EventRecorder.attach(client.registry)
             calls = []
             for _ in range(PAIRS):
@@ -146,7 +158,11 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
             nursery.start_soon(self._run, call)
 
     monkeypatch.setattr(MessageConnection, "dispatch", racy_dispatch)
-    async with open_test_client(SERVER, max_concurrent_requests=PAIRS + 1, **STRICT) as client:
+    async with open_test_client(
+        SERVER,
+        registry_config=STRICT_CONFIG,
+        limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+    ) as client:
         for _ in range(PAIRS):
             client.start_call("wait").cancel_nowait("stop")
         await client.settle()
@@ -187,7 +203,7 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
                     registry,
                     stdin=server_stream,
                     stdout=server_stream,
-                    max_concurrent_requests=PAIRS + 1,
+                    limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
                 )
             )
 
@@ -226,7 +242,7 @@ async def test_websocket_back_to_back_pairs_lose_no_cancel() -> None:
                     registry,
                     "127.0.0.1",
                     0,
-                    max_concurrent_requests=PAIRS + 1,
+                    limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
                 )
             )
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"

@@ -39,10 +39,11 @@ from trio_mcp_cancel import (
     Registry,
     RequestCancelled,
     RequestCancelledEvent,
+    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel._protocol import jsonrpc
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
@@ -119,7 +120,7 @@ def make_server(probe: Probe) -> McpServer:
                 before = trio.current_time()
                 await ctx.report_progress(i, message="x" * size)
                 probe.reports.append((before, trio.current_time()))
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await trio.sleep(delay)
         except RequestCancelled as exc:
             probe.ended.append(("flag", exc.kind, exc.reason, trio.current_time()))
@@ -181,7 +182,7 @@ async def test_a_peer_that_never_drains_does_not_block_the_tool_and_is_disconnec
             make_server(probe),
             connection_caller("test", registry),
             never_drains,
-            write_timeout=write_timeout,
+            limits=ConnectionLimits(write_timeout=write_timeout),
         )
         to_server, incoming = trio.open_memory_channel[str](math.inf)
         start = trio.current_time()
@@ -273,8 +274,7 @@ async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
                 make_server(probe),
                 server_end,
                 mcp_registry,
-                write_timeout=None,
-                max_buffered_bytes=limit,
+                limits=ConnectionLimits(write_timeout=None, max_buffered_bytes=limit),
             )
         )
         await client_end.send.send(
@@ -318,8 +318,7 @@ async def test_replies_are_never_refused_but_a_backlog_stops_reading(
                 make_server(probe),
                 server_end,
                 mcp_registry,
-                write_timeout=50.0,
-                max_buffered_bytes=limit,
+                limits=ConnectionLimits(write_timeout=50.0, max_buffered_bytes=limit),
             )
         )
         with trio.move_on_after(10):
@@ -346,9 +345,11 @@ def test_the_bounds_are_validated() -> None:
         pass
 
     with pytest.raises(ValueError, match="write_timeout"):
-        MessageConnection(McpServer(), caller, write, write_timeout=0)
+        MessageConnection(McpServer(), caller, write, limits=ConnectionLimits(write_timeout=0))
     with pytest.raises(ValueError, match="max_buffered_bytes"):
-        MessageConnection(McpServer(), caller, write, max_buffered_bytes=-1)
+        MessageConnection(
+            McpServer(), caller, write, limits=ConnectionLimits(max_buffered_bytes=-1)
+        )
 
 
 # -- a peer that reads: order kept, a large result delivered ----------------------
@@ -372,8 +373,7 @@ async def test_a_reading_peer_gets_everything_in_order_and_a_result_larger_than_
                     make_server(probe),
                     server_end,
                     registry,
-                    write_timeout=1.0,
-                    max_buffered_bytes=limit,
+                    limits=ConnectionLimits(write_timeout=1.0, max_buffered_bytes=limit),
                 )
             )
 
@@ -428,7 +428,7 @@ async def test_stdio_host_that_stops_reading_stdout_ends_the_session(
                     registry,
                     stdin=server_stream,
                     stdout=server_stream,
-                    write_timeout=write_timeout,
+                    limits=ConnectionLimits(write_timeout=write_timeout),
                 )
             )
             line = json.dumps(call(1, "stubborn_spam", progressToken="p")).encode() + b"\n"
@@ -513,10 +513,9 @@ async def test_websocket_client_that_stops_reading_is_disconnected_and_others_ar
                     mcp_registry,
                     "127.0.0.1",
                     0,
-                    stream_cancel_timeout=0.3,
-                    write_timeout=0.5,
-                    # Large enough that the write deadline, not the bound, catches it.
-                    max_buffered_bytes=256 << 20,
+                    limits=ConnectionLimits(
+                        disconnect_grace=0.3, write_timeout=0.5, max_buffered_bytes=256 << 20
+                    ),
                 )
             )
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"

@@ -264,9 +264,7 @@ class Registry:
             if late_by < margin:
                 continue  # re-armed later by a second cancellation
             request.overran = True
-            kind: CancelKind = (
-                "server" if request.cancellation is None else request.cancellation.kind
-            )
+            kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
@@ -276,26 +274,21 @@ class Registry:
     # -- tracking ----------------------------------------------------------
 
     def tracked(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> Tracking:
-        """Track ``(namespace, request_id)`` for an ``async with`` block.
+        """Track ``(namespace, request_id)`` for an ``async with`` block (it is current inside).
 
-        Inside the block the request is current (see :func:`cancelled`).
-        On exit it is untracked, in a ``finally``, however the block ends.
-        When the grace period ran out and the request's cancel scope was
-        cancelled, the ``trio.Cancelled`` it caught is turned into
-        :class:`RequestCancelled`, so the caller cannot mistake an aborted
-        request for a finished one.  Cancellation from an enclosing scope
-        propagates untouched.
+        Untracked on exit however the block ends.  A hard cancel's
+        ``trio.Cancelled`` becomes :class:`RequestCancelled`, so an aborted
+        request is never mistaken for a finished one; an enclosing scope's
+        cancellation propagates untouched.
         """
         return Tracking(self, request_id, namespace)
 
     def track(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> TrackedRequest:
         """Low-level: file a request for the calling task; pair with :meth:`untrack`.
 
-        The caller must enter ``request.cancel_scope`` itself.  A request
-        whose key already holds a cancellation row (recorded by a direct
-        :meth:`cancel`) starts out cancelled, with the grace period counted
-        from that row's time.  A task that dies without untracking is found
-        by :meth:`cleanup`.
+        The caller enters ``request.cancel_scope`` itself.  A key that already
+        has a cancellation row starts out cancelled (grace counted from the
+        row's time).  A task that dies without untracking is found by :meth:`cleanup`.
         """
         if not self._running:
             raise RegistryClosed("the registry is not running")
@@ -382,9 +375,6 @@ class Registry:
         """A snapshot of every in-flight request."""
         return list(self._by_token.values())
 
-    def request_for_token(self, token: int) -> TrackedRequest | None:
-        return self._by_token.get(token)
-
     # -- cancelling --------------------------------------------------------
 
     def notify_cancelled(
@@ -392,13 +382,12 @@ class Registry:
     ) -> CancelOutcome:
         """Handle a client's ``notifications/cancelled`` for *request_id* in *namespace*.
 
-        Recorded when that request is in flight in that namespace.  When it
-        is not, and *keep_early* is true (messages may arrive out of order, as
-        separate HTTP POSTs do), a session or principal namespace keeps the
-        cancel for ``early_cancel_ttl`` and applies it if the request starts
-        in time (``PENDING``); otherwise it is ignored, as MCP permits (the
-        request finished already, or is somebody else's).  Never raises for
-        bad input: the transport has nobody to report an error to.
+        The way to cancel a request from outside (a transport, an admin
+        endpoint).  Recorded when the request is in flight in *namespace*.
+        When not, and *keep_early* (separate HTTP POSTs can overtake each
+        other), a session or principal namespace keeps it ``early_cancel_ttl``
+        and applies it if the request starts in time (``PENDING``); otherwise
+        it is ignored, as MCP permits.  Never raises: bad input is an outcome.
         """
         if not is_valid_request_id(request_id):
             return CancelOutcome.INVALID_REQUEST_ID
@@ -422,11 +411,8 @@ class Registry:
         return CancelOutcome.PENDING
 
     def _expire_early(self, now: float) -> None:
-        """Drop kept early cancels whose request never started in time.
-
-        Kept in expiry order (one TTL for all), so this costs one comparison
-        when nothing is due.
-        """
+        """Drop kept early cancels whose request never started in time (kept in
+        expiry order, one TTL for all: one comparison when nothing is due)."""
         early = self._early
         while early:
             key, (expires_at, seq) = next(iter(early.items()))
@@ -440,14 +426,10 @@ class Registry:
     def cancel(
         self, request_id: RequestId, reason: object = None, namespace: str = GLOBAL_NAMESPACE
     ) -> None:
-        """Record a client cancellation of ``(namespace, request_id)``, in flight or not.
-
-        In-flight requests with that key are flagged at once and
-        hard-cancelled after the grace period; a request tracked later with
-        the key starts out cancelled.  Idempotent: the first reason wins.
-
-        Raises :class:`InvalidRequestId` and, when *namespace* is at its quota,
-        :class:`CancellationLimitReached`.  The global cap never raises.
+        """:meth:`notify_cancelled`, strict: records the row even when the request
+        is not in flight (one tracked later starts out cancelled), and raises
+        :class:`InvalidRequestId` or, at the namespace's quota,
+        :class:`CancellationLimitReached`.  Idempotent: the first reason wins.
         """
         row = self._record(request_id, reason, namespace)
         if row is not None:
@@ -489,7 +471,7 @@ class Registry:
         its ``token``), never to ``(namespace, id)``, so it touches exactly this
         request.  Returns ``False``, doing nothing, when it is not in flight.
         *grace* overrides the configured grace period (a transport passes its
-        ``stream_cancel_timeout`` for disconnects).
+        ``disconnect_grace`` for disconnects).
         """
         if isinstance(request, TrackedRequest):
             token = request.token
@@ -536,17 +518,17 @@ class Registry:
 
     # -- queries -----------------------------------------------------------
 
-    def cancelled(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> bool:
-        """Whether ``(namespace, request_id)`` has a client cancellation.
+    def client_cancelled(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> bool:
+        """Whether ``(namespace, request_id)`` has a *client* cancellation (not a
+        server or disconnect one: ``cancelled()`` in the request sees any kind).
 
-        True while a row exists, and also while a flagged request with that
-        key is still running after its row was evicted or expired: a flag,
-        once set, is never taken back.
+        True while its row exists, and while a request flagged by it runs on
+        after the row was evicted or expired: a flag is never taken back.
         """
         return self._lookup(request_id, namespace) is not None
 
-    def reason(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> str | None:
-        """The recorded reason for ``(namespace, request_id)``, or ``None``."""
+    def client_reason(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> str | None:
+        """The reason of the client cancellation of ``(namespace, request_id)``, or ``None``."""
         found = self._lookup(request_id, namespace)
         return None if found is None else found.reason
 
@@ -592,11 +574,8 @@ class Registry:
 
     def cleanup(self, ttl: float | None = None) -> int:
         """Remove rows older than *ttl* (default: the configured TTL) and the
-        in-flight entries of tasks that died without untracking.
-
-        Returns the number of rows removed and emits ``cancellation.cleanup``
-        with both counts.
-        """
+        in-flight entries of tasks that died without untracking; returns the
+        rows removed and emits ``cancellation.cleanup`` with both counts."""
         if ttl is None:
             ttl = self.config.ttl
         now = trio.current_time()

@@ -29,7 +29,7 @@ from .._core.ratelog import RateLimitedLog
 from . import jsonrpc
 from .exchange import Caller, Exchange
 from .jsonrpc import JsonRpcError
-from .mcp_server import McpServer
+from .mcp_server import McpServerBase
 from .tools import Tool
 from .versions import Envelope, Era
 
@@ -128,7 +128,7 @@ class HandlerInput:
 
     def __init__(
         self,
-        server: McpServer,
+        server: McpServerBase,
         call: RequestCall,
         caller: Caller,
         exchange: Exchange,
@@ -168,7 +168,7 @@ class HandlerInput:
 Handler = Callable[[HandlerInput], Awaitable[Any]]
 """A method handler: its result (a JSON object) or a raised :class:`JsonRpcError`."""
 
-Target = Callable[[McpServer, Mapping[str, Any]], Tool]
+Target = Callable[[McpServerBase, Mapping[str, Any]], Tool]
 """Finds the work of a tracked non-tool method while classifying (``-32602`` at once)."""
 
 

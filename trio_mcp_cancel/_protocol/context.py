@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 import trio
 
-from .._core.context import checkpoint_cancelled
 from .._core.errors import RequestCancelled
 from .._core.ratelog import failure_key
 from .._core.registry import Registry
@@ -86,22 +85,6 @@ class ToolContext(ContextParameter):
     def last_progress(self) -> float | None:
         """The last progress value reported (``None`` before the first): the next must exceed it."""
         return None if self._last_progress == -math.inf else self._last_progress
-
-    @property
-    def cancelled(self) -> bool:
-        """The polled flag of this request (always false for a non-cancellable tool)."""
-        request = self._exchange.request
-        return request is not None and request.cancelled
-
-    async def checkpoint(self) -> None:
-        """``await checkpoint_cancelled()``: a checkpoint that raises once cancelled.
-
-        For a tool registered with ``cancellable=False`` it is a plain checkpoint.
-        """
-        if self._exchange.request is None:
-            await trio.lowlevel.checkpoint()
-        else:
-            await checkpoint_cancelled()
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

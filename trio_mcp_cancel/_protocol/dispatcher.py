@@ -54,7 +54,7 @@ from .calls import (
 )
 from .exchange import Caller, Exchange
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
-from .mcp_server import McpServer
+from .mcp_server import McpServerBase
 from .methods import METHODS, TARGETS
 from .tools import Tool
 from .versions import (
@@ -71,7 +71,9 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
-_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServer, Dispatcher]] = weakref.WeakKeyDictionary()
+_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServerBase, Dispatcher]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Dispatcher:
@@ -83,7 +85,7 @@ class Dispatcher:
     stays configuration: it never imports this module.
     """
 
-    def __init__(self, server: McpServer) -> None:
+    def __init__(self, server: McpServerBase) -> None:
         self.server = server
         self.methods: dict[str, Method] = dict(METHODS)
         """The method table (a copy of :data:`.methods.METHODS`, so a test may extend one)."""
@@ -96,7 +98,7 @@ class Dispatcher:
         """Unexpected failures, logged with their traceback once per kind and interval."""
 
     @classmethod
-    def of(cls, server: McpServer) -> Dispatcher:
+    def of(cls, server: McpServerBase) -> Dispatcher:
         """The dispatcher of *server*, made on first use and kept while the server lives."""
         dispatcher = _DISPATCHERS.get(server)
         if dispatcher is None:

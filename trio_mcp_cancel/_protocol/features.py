@@ -146,7 +146,7 @@ class ServerFeatures:
         default; ``Annotated[str, "..."]`` describes one); a parameter
         annotated ``ToolContext`` receives the context.  It returns a
         ``str``, a content object, or a list of those and
-        :class:`~trio_mcp_cancel.server.Message`.
+        :class:`~trio_mcp_cancel.server.PromptMessage`.
         """
         if callable(name):
             return self.prompt()(name)  # bare @server.prompt

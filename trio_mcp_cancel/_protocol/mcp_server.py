@@ -26,7 +26,7 @@ from .tasks import TaskManager
 from .tools import TaskSupport, Tool, make_tool
 from .versions import Era
 
-__all__ = ["McpServer", "OnCancel"]
+__all__ = ["McpServerBase", "OnCancel"]
 
 #: What a request the *client* cancelled is answered with: ``"silent"`` (the
 #: default) sends nothing, as MCP requires; ``"error"`` sends ``-32800``
@@ -37,8 +37,12 @@ OnCancel = Literal["silent", "error"]
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 
 
-class McpServer(ServerFeatures):
+class McpServerBase(ServerFeatures):
     """What a server offers and how it is configured, independent of the transport.
+
+    Users build the public :class:`trio_mcp_cancel.server.McpServer`, this
+    class plus ``run()`` (which sits above the transports, so it cannot live
+    down here without an import cycle); transports accept this base.
 
     Registration (``tool``, ``resource``, ``prompt``, ...) and configuration
     only: transports are served by the :class:`~.dispatcher.Dispatcher` of

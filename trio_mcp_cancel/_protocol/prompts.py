@@ -7,7 +7,7 @@ sends arguments as strings: a parameter annotated with another type gets the
 string converted by pydantic (``"3"`` for an ``int``, an enum's value, an ISO
 date), and a string that fails is ``-32602`` naming the argument.  It
 returns a ``str`` (one user text message), a content object (one user
-message), or a list of those and :class:`Message`.  A completer is
+message), or a list of those and :class:`PromptMessage`.  A completer is
 ``async def fn(ctx, value, context) -> list[str]`` for one argument of a
 prompt or a resource template.
 """
@@ -28,7 +28,7 @@ from .signature import ArgumentsInvalid, Signature, check_callable, read_signatu
 __all__ = [
     "MAX_COMPLETIONS",
     "Completer",
-    "Message",
+    "PromptMessage",
     "Prompt",
     "PromptSet",
     "completion_result",
@@ -43,7 +43,7 @@ Completer = Callable[..., Awaitable[Sequence[str]]]
 
 
 @attrs.frozen
-class Message:
+class PromptMessage:
     """One prompt message: a role and one content block (or a ``str``: text)."""
 
     role: Literal["user", "assistant"]
@@ -138,7 +138,7 @@ def prompt_result(value: object, description: str | None = None) -> dict[str, An
     items = value if isinstance(value, list) else [value]
     messages = [
         item.to_wire()
-        if isinstance(item, Message)
+        if isinstance(item, PromptMessage)
         else {"role": "user", "content": to_content(item)}
         for item in items
     ]

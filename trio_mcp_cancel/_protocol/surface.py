@@ -24,7 +24,7 @@ from .._core.request import TrackedRequest
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
 from .context import client_capabilities, input_required, make_context, run_target
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
-from .mcp_server import McpServer
+from .mcp_server import McpServerBase
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
@@ -88,7 +88,7 @@ async def _list_templates(h: HandlerInput) -> dict[str, Any]:
     return _listing(h, "resourceTemplates", list(h.server.resources.templates.values()))
 
 
-def _resource_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+def _resource_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
     server.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
     return _target("resources/read")
 
@@ -120,7 +120,7 @@ async def _list_prompts(h: HandlerInput) -> dict[str, Any]:
     return _listing(h, "prompts", list(h.server.prompts.prompts.values()))
 
 
-def _prompt_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+def _prompt_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
     server.prompts.find(params.get("name"))
     return _target("prompts/get")
 
@@ -147,7 +147,7 @@ async def _complete(h: HandlerInput) -> dict[str, Any]:
 # -- subscriptions/listen -------------------------------------------------------------
 
 
-def _listen_target(server: McpServer, params: Mapping[str, Any]) -> Tool:
+def _listen_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
     read_filter(params, _LISTEN_FILTERS)  # malformed: -32602 at once
     return _target("subscriptions/listen")
 

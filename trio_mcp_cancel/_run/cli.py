@@ -23,14 +23,13 @@ import logging
 import os
 import secrets
 import sys
-from functools import partial
 
 import trio
 
-from .._protocol.mcp_server import McpServer
 from ..transports.http.deploy import backend_from_env, seconds_setting
-from ..transports.http.serving import serve, server_config
+from ..transports.http.serving import server_config
 from . import target
+from .runner import configure_logging, serve_found
 
 __all__ = ["main"]
 
@@ -91,15 +90,6 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
 
 
-def configure_logging(level: str) -> None:
-    """Log lines to stderr, each with its process id (workers share the supervisor's stderr)."""
-    logging.basicConfig(
-        level=level.upper(), format="[%(process)d] %(levelname)s %(name)s: %(message)s"
-    )
-    if level == "info":  # coredis logs each script-cache miss at INFO
-        logging.getLogger("coredis").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -110,28 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers > 1:
             return _supervise(args.target, args.workers, host, port, args.log_level)
-        found = target.load(args.target)
-        if args.transport == "stdio":
-            return _stdio(target.stdio_server(found))
-        app = target.http_app(found)
+        serving = serve_found(target.load(args.target), args.transport, host=host, port=port)
     except (target.TargetError, ValueError, ImportError) as exc:
         parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
-    config = server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
-    try:
-        trio.run(partial(serve, app, config, handle_signals=True))
-    except KeyboardInterrupt:
-        pass  # Ctrl-C before or after serving: still a clean stop
-    except OSError as exc:
-        print(f"trio-mcp-cancel: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _stdio(server: McpServer) -> int:
-    from ..stdio import run_stdio
-
-    run_stdio(server, grace_period=seconds_setting(os.environ, "MCP_GRACE_PERIOD", 5.0))
-    return 0
+    return serving()
 
 
 def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) -> int:

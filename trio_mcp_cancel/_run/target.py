@@ -15,7 +15,8 @@ import os
 import sys
 from typing import cast
 
-from .._protocol.mcp_server import McpServer
+from .._core.registry import RegistryConfig
+from .._protocol.mcp_server import McpServerBase
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import app_from_env
 from ..transports.http.serving import AsgiApp
@@ -52,18 +53,24 @@ def load(spec: str) -> object:
     return found
 
 
-def http_app(found: object) -> AsgiApp:
-    """An ASGI app: *found* itself, or ``app_from_env`` of an ``McpServer``."""
-    if isinstance(found, McpServer):
-        return app_from_env(found)
+def http_app(found: object, registry_config: RegistryConfig | None = None) -> AsgiApp:
+    """An ASGI app: *found* itself, or ``app_from_env`` of an ``McpServer``.
+
+    *registry_config* (the runner's grace period) applies to an
+    ``McpServer`` only: an app built already has its registry settings.
+    """
+    if isinstance(found, McpServerBase):
+        if registry_config is None:
+            return app_from_env(found)
+        return app_from_env(found, registry_config=registry_config)
     if callable(found):
         return cast(AsgiApp, found)
     raise TargetError(f"expected an McpServer or an ASGI app, not {type(found).__name__}")
 
 
-def stdio_server(found: object) -> McpServer:
+def stdio_server(found: object) -> McpServerBase:
     """The ``McpServer`` to serve on stdio: *found*, or the server of an ``McpHttpApp``."""
-    if isinstance(found, McpServer):
+    if isinstance(found, McpServerBase):
         return found
     if isinstance(found, McpHttpApp):
         return found.server

@@ -25,7 +25,7 @@ import trio
 
 from ..transports.http.serving import AsgiApp, serve, server_config
 from . import target
-from .cli import configure_logging
+from .runner import configure_logging
 
 
 async def _serve_worker(app: AsgiApp, fd: int, ready_fd: int, lifeline_fd: int) -> None:

@@ -9,6 +9,7 @@ through Redis, for several workers and nodes; see
 from __future__ import annotations
 
 from .._core.events import BackendEvent
+from .._public import fixup_module_metadata
 from .base import (
     Backend,
     BackendUnavailable,
@@ -33,3 +34,6 @@ __all__ = [
     "TaskStoreFull",
     "TaskStoreUnavailable",
 ]
+
+
+fixup_module_metadata(__name__, __all__, globals())

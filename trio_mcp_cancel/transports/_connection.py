@@ -70,25 +70,23 @@ import logging
 import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Final
 
 import attrs
 import trio
 
 from .._core.events import CancelKind
 from .._core.namespace import namespace_for, tenant_for
-from .._core.registry import USE_CONFIG, Registry, UseConfig
+from .._core.registry import Registry
 from .._protocol import jsonrpc
 from .._protocol.calls import NotificationCall, Rejected, RequestCall
 from .._protocol.dispatcher import Dispatcher
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 from ._outbox import Outbox
+from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = [
-    "DEFAULT_MAX_BUFFERED_BYTES",
-    "DEFAULT_WRITE_TIMEOUT",
     "PEER_GONE",
     "MessageConnection",
     "WriteText",
@@ -98,12 +96,6 @@ __all__ = [
 logger = logging.getLogger("trio_mcp_cancel.connection")
 
 WriteText = Callable[[str], Awaitable[None]]
-
-#: Seconds one write to the peer may take before the peer counts as stalled.
-DEFAULT_WRITE_TIMEOUT: Final = 30.0
-
-#: Bytes that may wait for the peer behind the message being written.
-DEFAULT_MAX_BUFFERED_BYTES: Final = 1 << 20
 
 #: What writing to a peer that went away raises (a framing adds its own, as
 #: WebSocket does with ``ConnectionClosed``).
@@ -153,34 +145,28 @@ class MessageConnection:
         write: writes one encoded message (a line, a WebSocket frame).  It
             must be cancellable: a write that outlives ``write_timeout`` is
             cancelled, and the stream is not written to again.
-        grace: seconds from the stream closing (or the peer stalling) to the
-            hard cancel of what still runs (``USE_CONFIG``: the registry's
-            grace period).
-        max_request_time: seconds after which the server cancels a call
-            itself (kind ``"server"``: the flag, then the grace period);
-            ``subscriptions/listen`` streams are exempt (meant to stay open).
-        gone: exception types that mean "the peer is gone" when writing.
-        write_timeout: seconds one ``write`` may take before the peer
-            counts as stalled (``None``: no deadline; then only
-            *max_buffered_bytes* detects a client that stopped reading).
-        max_buffered_bytes: bytes of notifications that may wait behind the
-            message being written (one more stalls the peer); also the
+        limits: the connection's :class:`~.limits.ConnectionLimits`; used
+            here: ``disconnect_grace`` (from the stream closing, or the peer
+            stalling, to the hard cancel of what still runs),
+            ``max_request_time`` (``subscriptions/listen`` streams are
+            exempt), ``write_timeout`` (``None``: then only
+            ``max_buffered_bytes`` detects a client that stopped reading)
+            and ``max_buffered_bytes`` (notifications that may wait behind
+            the message being written, one more stalls the peer; also the
             backlog of everything waiting beyond which no new message is
-            read.
+            read).
+        gone: exception types that mean "the peer is gone" when writing.
         ends_tasks: when the connection has ended, stop the tasks (Tasks
             extension) its namespace owns, with the two phases: nobody can
             reach them any more.  ``False`` when the namespace is shared
             with other connections (the in-memory transport can do that).
     """
 
-    server: McpServer
+    server: McpServerBase
     caller: Caller
     write: WriteText
-    grace: float | UseConfig | None = USE_CONFIG
-    max_request_time: float | None = None
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS
     gone: tuple[type[BaseException], ...] = PEER_GONE
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     ends_tasks: bool = True
     tasks_end_as: tuple[str, CancelKind] = ("connection closed", "disconnect")
     """Reason and kind of that stop (a transport shutting down says so)."""
@@ -202,11 +188,7 @@ class MessageConnection:
         return Dispatcher.of(self.server)
 
     def __attrs_post_init__(self) -> None:
-        if self.write_timeout is not None and not self.write_timeout > 0:
-            raise ValueError("write_timeout must be positive (or None)")
-        if self.max_buffered_bytes < 0:
-            raise ValueError("max_buffered_bytes must not be negative")
-        self._outbox = Outbox(self.max_buffered_bytes, self.write_timeout)
+        self._outbox = Outbox(self.limits.max_buffered_bytes, self.limits.write_timeout)
         if self.caller.channel is None:
             self.caller.channel = Channel()
         self.caller.channel.ordered = True
@@ -248,7 +230,9 @@ class MessageConnection:
         text = jsonrpc.encode(message).decode("ascii")
         notification = "id" not in message
         if not self._outbox.put(text, len(text), bounded=notification, on_lost=on_lost):
-            self._stall(f"more than {self.max_buffered_bytes} bytes of notifications waiting")
+            self._stall(
+                f"more than {self.limits.max_buffered_bytes} bytes of notifications waiting"
+            )
 
     def _backlogged(self) -> bool:
         """More than ``max_buffered_bytes`` wait behind the message being written."""
@@ -286,7 +270,7 @@ class MessageConnection:
                 if self.stalled:
                     return  # the write was cut short: the stream is not written again
                 if scope.cancelled_caught:
-                    self._stall(f"no write completed within {self.write_timeout}s")
+                    self._stall(f"no write completed within {self.limits.write_timeout}s")
                     return
                 outbox.written()
                 self._room.unpark_all()
@@ -315,14 +299,16 @@ class MessageConnection:
             self.caller.namespace,
             why,
         )
-        self.channel.cancel_all("client stopped reading", kind="disconnect", grace=self.grace)
+        self.channel.cancel_all(
+            "client stopped reading", kind="disconnect", grace=self.limits.disconnect_grace
+        )
 
     def _finish_writing(self) -> None:
         """Every request has finished: write what is left, within ``write_timeout``."""
         self._outbox.end()
-        if self.write_timeout is not None:
+        if self.limits.write_timeout is not None:
             self._writer.deadline = min(
-                self._writer.deadline, trio.current_time() + self.write_timeout
+                self._writer.deadline, trio.current_time() + self.limits.write_timeout
             )
 
     # -- reading -----------------------------------------------------------
@@ -345,12 +331,14 @@ class MessageConnection:
                         self._outbox.close()
                         if not self.stalled:
                             self.channel.cancel_all(
-                                "connection closed", kind="disconnect", grace=self.grace
+                                "connection closed",
+                                kind="disconnect",
+                                grace=self.limits.disconnect_grace,
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
                     await self.server.tasks.end_owner(
-                        self.caller.namespace, reason, kind=kind, grace=self.grace
+                        self.caller.namespace, reason, kind=kind, grace=self.limits.disconnect_grace
                     )
             finally:
                 self._finish_writing()
@@ -400,7 +388,7 @@ class MessageConnection:
     ) -> None:
         exchange = Exchange(send=self.send)
         run = partial(self.dispatcher.answer, call, self.caller, exchange, task_status=task_status)
-        if self.max_request_time is None or not call.tracked or call.long_lived:
+        if self.limits.max_request_time is None or not call.tracked or call.long_lived:
             reply = await run()
         else:
             async with trio.open_nursery() as nursery:
@@ -413,6 +401,6 @@ class MessageConnection:
             await trio.lowlevel.checkpoint()
 
     async def _time_limit(self, exchange: Exchange) -> None:
-        assert self.max_request_time is not None
-        await trio.sleep(self.max_request_time)
+        assert self.limits.max_request_time is not None
+        await trio.sleep(self.limits.max_request_time)
         exchange.cancel("request time limit reached", kind="server")

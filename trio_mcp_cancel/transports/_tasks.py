@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
-from .._protocol.mcp_server import McpServer
+from .._protocol.mcp_server import McpServerBase
 from .._protocol.tasks import TaskManager
 
 __all__ = ["tasks_served"]
@@ -52,7 +52,7 @@ _leases: weakref.WeakKeyDictionary[TaskManager, _Lease] = weakref.WeakKeyDiction
 
 
 @contextlib.asynccontextmanager
-async def tasks_served(server: McpServer) -> AsyncIterator[None]:
+async def tasks_served(server: McpServerBase) -> AsyncIterator[None]:
     """Make sure ``server.tasks`` runs for the block; see the module docstring."""
     manager = server.tasks
     lease = _leases.get(manager)

@@ -24,17 +24,13 @@ import logging
 import attrs
 import trio
 
-from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
+from .._core.registry import Registry, current_registry
 from .._protocol.exchange import Caller
-from .._protocol.mcp_server import McpServer
-from ._connection import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_WRITE_TIMEOUT,
-    MessageConnection,
-    connection_caller,
-)
+from .._protocol.mcp_server import McpServerBase
+from ._connection import MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
+from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
 
@@ -68,17 +64,13 @@ def memory_transport_pair(max_buffer_size: int | float = 256) -> tuple[MemoryEnd
 
 
 async def serve_mcp_memory(
-    server: McpServer,
+    server: McpServerBase,
     end: MemoryEnd,
     registry: Registry | None = None,
     *,
     namespace: str | None = None,
     principal: str | None = None,
-    grace: float | UseConfig | None = USE_CONFIG,
-    max_concurrent_requests: int = 64,
-    max_request_time: float | None = None,
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     task_status: trio.TaskStatus[Caller] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve one client on *end* (the server's side) until the client closes its side.
@@ -89,11 +81,12 @@ async def serve_mcp_memory(
     *principal* stands for an authenticated peer: the connection's tenant
     (per-tenant caps) is ``principal:<it>``, else ``global``.  When
     the client closes its send channel every request still running is
-    cancelled (the flag at once, the hard cancel *grace* later); this returns
+    cancelled (the flag at once, the hard cancel ``limits.disconnect_grace``
+    later); this returns
     once they have all finished, and then closes *end*, so the client's
     receive loop ends too.
 
-    *write_timeout* and *max_buffered_bytes* bound how long, and how much,
+    ``limits.write_timeout`` and ``limits.max_buffered_bytes`` bound how long, and how much,
     the server waits for a client that does not receive (see
     :class:`~trio_mcp_cancel.transports._connection.MessageConnection`): a
     tool never blocks on a slow client; past either bound the client counts
@@ -104,7 +97,10 @@ async def serve_mcp_memory(
         registry = current_registry()
     require_running(registry, "serve_mcp_memory")
     caller = connection_caller(
-        "memory", registry, max_concurrent_requests=max_concurrent_requests, principal=principal
+        "memory",
+        registry,
+        max_concurrent_requests=limits.max_concurrent_requests,
+        principal=principal,
     )
     if namespace is not None:
         caller.namespace = namespace
@@ -112,10 +108,7 @@ async def serve_mcp_memory(
         server,
         caller,
         end.send.send,
-        grace=grace,
-        max_request_time=max_request_time,
-        write_timeout=write_timeout,
-        max_buffered_bytes=max_buffered_bytes,
+        limits=limits,
         ends_tasks=namespace is None,
     )
     async with tasks_served(server), end.send, end.receive:

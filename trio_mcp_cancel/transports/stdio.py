@@ -54,31 +54,19 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 import attrs
 import trio
 
-from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
+from .._core.registry import Registry, current_registry
 from .._protocol import jsonrpc
 from .._protocol.exchange import Caller
 from .._protocol.jsonrpc import INVALID_REQUEST
-from .._protocol.mcp_server import McpServer
-from ._connection import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_WRITE_TIMEOUT,
-    MessageConnection,
-    connection_caller,
-)
+from .._protocol.mcp_server import McpServerBase
+from ._connection import MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
+from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
-__all__ = [
-    "DEFAULT_MAX_BUFFERED_BYTES",
-    "DEFAULT_MAX_MESSAGE_SIZE",
-    "DEFAULT_WRITE_TIMEOUT",
-    "serve_mcp_stdio",
-]
+__all__ = ["serve_mcp_stdio"]
 
 logger = logging.getLogger("trio_mcp_cancel.stdio")
-
-#: Longest line (one JSON-RPC message, without its newline) that is read.
-DEFAULT_MAX_MESSAGE_SIZE = 1 << 20
 
 _CHUNK = 64 * 1024
 
@@ -198,24 +186,19 @@ async def _watch_signals(
                 return
             logger.info("%s: shutting down", name)
             connection.channel.cancel_all(
-                "server shutting down", kind="server", grace=connection.grace
+                "server shutting down", kind="server", grace=connection.limits.disconnect_grace
             )
             connection.tasks_end_as = ("server shutting down", "server")
             reader.stop()
 
 
 async def serve_mcp_stdio(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry | None = None,
     *,
     stdin: trio.abc.ReceiveStream | None = None,
     stdout: trio.abc.SendStream | None = None,
-    grace: float | UseConfig | None = USE_CONFIG,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-    max_concurrent_requests: int = 64,
-    max_request_time: float | None = None,
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     handle_signals: bool = False,
     task_status: trio.TaskStatus[Caller] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -227,22 +210,17 @@ async def serve_mcp_stdio(
         stdin, stdout: Trio streams to use instead of the process's own
             (tests pass a ``trio.testing.memory_stream_pair()`` end).  Streams
             passed in are not closed: the caller owns them.
-        grace: seconds from end of file to the hard cancel of what still
-            runs (``USE_CONFIG``: the registry's grace period).
-        max_message_size: longest line read, in bytes.
-        max_concurrent_requests: calls run at once; more are refused.
-        max_request_time: seconds after which the server cancels a call.
-        write_timeout: seconds one write to stdout may wait for the host to
-            read (``None``: no deadline).  Tools never wait on stdout
+        limits: the :class:`~trio_mcp_cancel.server.ConnectionLimits` of the
+            session.  ``disconnect_grace`` runs from end of file to the hard
+            cancel of what still runs; ``max_message_size`` is the longest
+            line read.  ``write_timeout``: tools never wait on stdout
             themselves; a host that stops reading for this long is treated
             as gone: every call is cancelled (kind ``"disconnect"``) and
             serving returns, instead of tools piling up behind a full pipe.
-        max_buffered_bytes: progress and log notifications that may wait
-            for a slow host behind the message being written; more ends the
-            session the same way, so a host that reads too slowly cannot make
-            the server buffer without bound.  Replies (a large result too)
-            are always accepted; while more than this waits in all, no new
-            line is read.
+            ``max_buffered_bytes`` of progress and log notifications may
+            wait for a slow host; more ends the session the same way.
+            Replies (a large result too) are always accepted; while more
+            than this waits in all, no new line is read.
         handle_signals: SIGTERM/SIGINT shut down cleanly (see
             ``_watch_signals``) instead of raising ``KeyboardInterrupt`` or
             killing the process.  Only from the main thread.
@@ -254,8 +232,6 @@ async def serve_mcp_stdio(
     if registry is None:
         registry = current_registry()
     require_running(registry, "serve_mcp_stdio")
-    if max_message_size < 1:
-        raise ValueError("max_message_size must be at least 1")
     async with contextlib.AsyncExitStack() as stack:
         # Opened in this order and closed in reverse, so when fds 0 and 1
         # share one file description (a terminal) its blocking mode is
@@ -271,48 +247,33 @@ async def serve_mcp_stdio(
             registry,
             stdin,
             stdout,
-            grace=grace,
-            max_message_size=max_message_size,
-            max_concurrent_requests=max_concurrent_requests,
-            max_request_time=max_request_time,
-            write_timeout=write_timeout,
-            max_buffered_bytes=max_buffered_bytes,
+            limits=limits,
             handle_signals=handle_signals,
             task_status=task_status,
         )
 
 
 async def _serve(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry,
     stdin: trio.abc.ReceiveStream,
     stdout: trio.abc.SendStream,
     *,
-    grace: float | UseConfig | None,
-    max_message_size: int,
-    max_concurrent_requests: int,
-    max_request_time: float | None,
-    write_timeout: float | None,
-    max_buffered_bytes: int,
+    limits: ConnectionLimits,
     handle_signals: bool,
     task_status: trio.TaskStatus[Caller],
 ) -> None:
-    caller = connection_caller("stdio", registry, max_concurrent_requests=max_concurrent_requests)
+    caller = connection_caller(
+        "stdio", registry, max_concurrent_requests=limits.max_concurrent_requests
+    )
+    max_message_size = limits.max_message_size
 
     async def write_line(text: str) -> None:
         # The encoder escapes every control character, so the text holds no
         # newline of its own: one message is exactly one line.
         await stdout.send_all(text.encode("ascii") + b"\n")
 
-    connection = MessageConnection(
-        server,
-        caller,
-        write_line,
-        grace=grace,
-        max_request_time=max_request_time,
-        write_timeout=write_timeout,
-        max_buffered_bytes=max_buffered_bytes,
-    )
+    connection = MessageConnection(server, caller, write_line, limits=limits)
 
     async def too_large() -> None:
         logger.warning("skipped a message longer than %d bytes", max_message_size)

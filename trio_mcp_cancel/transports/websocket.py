@@ -10,7 +10,7 @@ stream (one JSON-RPC message per text frame; cancellation is
 :class:`~trio_mcp_cancel.transports._connection.MessageConnection`.
 When the peer closes the socket, or it breaks, every
 request still running is cancelled by its private token (kind
-``"disconnect"``): the flag at once, the hard cancel ``stream_cancel_timeout``
+``"disconnect"``): the flag at once, the hard cancel ``limits.disconnect_grace``
 later.  The handler returns only when all of them have finished, so a
 closed connection leaves no task and no row behind.
 
@@ -42,19 +42,14 @@ from trio_websocket import (
     serve_websocket,
 )
 
-from .._core.registry import USE_CONFIG, Registry, UseConfig, current_registry
-from .._protocol.mcp_server import McpServer
-from ._connection import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_WRITE_TIMEOUT,
-    PEER_GONE,
-    MessageConnection,
-    connection_caller,
-)
+from .._core.registry import Registry, current_registry
+from .._protocol.mcp_server import McpServerBase
+from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
 from .auth import Authenticator, authenticate
 from .http.rules import HttpError, request_headers
+from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = ["serve_mcp_websocket"]
 
@@ -66,20 +61,14 @@ _STALLED_CLOSE_TIMEOUT: Final = 0.25
 
 
 async def serve_mcp_websocket(
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
     path: str = "/mcp",
     auth: Authenticator | None = None,
-    stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
-    max_message_size: int = 1 << 20,
-    max_concurrent_requests: int = 64,
-    max_request_time: float | None = None,
-    keepalive_interval: float | None = 15.0,
-    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT,
-    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve *server* over WebSocket until cancelled; for ``nursery.start``.
@@ -88,16 +77,16 @@ async def serve_mcp_websocket(
     (its ``port`` is the bound port when *port* is 0).  Oversized messages
     close the connection (code 1009), as trio-websocket does.
 
-    *write_timeout* (seconds one frame may wait to be sent; ``None``: no
-    deadline) and *max_buffered_bytes* (bytes of progress and log
-    notifications that may wait behind the frame being sent) bound what a
-    client that stops reading costs: tools never block on its socket, and
-    past either bound it is disconnected (its calls cancelled, kind
-    ``"disconnect"``) rather than pinning them forever.  Replies, large
-    results included, are always accepted; while more than
-    *max_buffered_bytes* wait in all, no new message is read.  The ping
-    keep-alive catches a peer that vanished; these catch one that is there
-    but does not read.
+    *limits* (:class:`~trio_mcp_cancel.server.ConnectionLimits`) apply to
+    each connection.  ``write_timeout`` (seconds one frame may wait to be
+    sent) and ``max_buffered_bytes`` (progress and log notifications that
+    may wait behind the frame being sent) bound what a client that stops
+    reading costs: tools never block on its socket, and past either bound it
+    is disconnected (its calls cancelled, kind ``"disconnect"``) rather than
+    pinning them forever.  Replies, large results included, are always
+    accepted; while more than ``max_buffered_bytes`` wait in all, no new
+    message is read.  The ping keep-alive (``keepalive_interval``) catches a
+    peer that vanished; these catch one that is there but does not read.
     """
     if registry is None:
         registry = current_registry()
@@ -108,12 +97,7 @@ async def serve_mcp_websocket(
         registry=registry,
         path=path,
         auth=auth,
-        grace=stream_cancel_timeout,
-        limit=max_concurrent_requests,
-        max_request_time=max_request_time,
-        keepalive=keepalive_interval,
-        write_timeout=write_timeout,
-        max_buffered_bytes=max_buffered_bytes,
+        limits=limits,
     )
     async with tasks_served(server):
         await serve_websocket(
@@ -121,7 +105,7 @@ async def serve_mcp_websocket(
             host,
             port,
             None,
-            max_message_size=max_message_size,
+            max_message_size=limits.max_message_size,
             task_status=task_status,
         )
 
@@ -129,16 +113,11 @@ async def serve_mcp_websocket(
 async def _handle(
     request: WebSocketRequest,
     *,
-    server: McpServer,
+    server: McpServerBase,
     registry: Registry,
     path: str,
     auth: Authenticator | None,
-    grace: float | UseConfig | None,
-    limit: int,
-    max_request_time: float | None,
-    keepalive: float | None,
-    write_timeout: float | None,
-    max_buffered_bytes: int,
+    limits: ConnectionLimits,
 ) -> None:
     # An exception escaping a handler would tear down the whole server, so
     # everything but cancellation stops here.
@@ -169,7 +148,7 @@ async def _handle(
         caller = connection_caller(
             "ws",
             registry,
-            max_concurrent_requests=limit,
+            max_concurrent_requests=limits.max_concurrent_requests,
             principal=principal,
             client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
         )
@@ -177,15 +156,12 @@ async def _handle(
             server,
             caller,
             ws.send_message,
-            grace=grace,
-            max_request_time=max_request_time,
+            limits=limits,
             gone=(ConnectionClosed, *PEER_GONE),
-            write_timeout=write_timeout,
-            max_buffered_bytes=max_buffered_bytes,
         )
         async with trio.open_nursery() as nursery:
-            if keepalive is not None:
-                nursery.start_soon(_keepalive, ws, keepalive)
+            if limits.keepalive_interval is not None:
+                nursery.start_soon(_keepalive, ws, limits.keepalive_interval)
             nursery.start_soon(_close_when_stalled, ws, connection)
             async with contextlib.aclosing(_messages(ws)) as messages:
                 await connection.serve(messages)

@@ -23,6 +23,7 @@ from test_http import call, server
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
 from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 TIMEOUT = 10
@@ -99,7 +100,7 @@ async def h2_server(nursery: trio.Nursery) -> AsyncIterator[tuple[int, Registry]
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None
-        app = McpHttpApp(server, registry, stream_cancel_timeout=0.2)
+        app = McpHttpApp(server, registry, limits=ConnectionLimits(disconnect_grace=0.2))
         binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
         yield int(binds[0].rsplit(":", 1)[1]), registry
         assert_no_leaks(registry)

@@ -40,16 +40,17 @@ from asgi_harness import (
 from mcp_types._v2026_07_28 import CallToolResult, DiscoverResult, ListToolsResult
 
 from trio_mcp_cancel import (
-    REQUEST_CANCELLED,
     HardCancelEvent,
     Registry,
     RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
+    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 HEADER_MISMATCH = -32020
@@ -101,10 +102,10 @@ def build_server(probe: Probe, **options: Any) -> McpServer:
     @server.tool()
     async def polite(ctx: ToolContext, steps: int = 100, delay: float = 1.0) -> str:
         """Polls the flag and reports progress every step."""
-        probe.started_cancelled[ctx.request_id] = ctx.cancelled
+        probe.started_cancelled[ctx.request_id] = current_request().cancelled
         try:
             for i in range(1, steps + 1):
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await ctx.report_progress(i, total=steps)
                 await trio.sleep(delay)
         except RequestCancelled as exc:
@@ -119,7 +120,7 @@ def build_server(probe: Probe, **options: Any) -> McpServer:
         seen = False
         try:
             for i in range(1, seconds + 1):
-                if ctx.cancelled and not seen:
+                if current_request().cancelled and not seen:
                     seen = True
                     probe.note(f"stubborn {ctx.request_id} saw the flag")
                 await ctx.report_progress(i)
@@ -556,7 +557,7 @@ async def test_unknown_tool_is_invalid_params(
 async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(stream_cancel_timeout=2.0) as s:
+    async with serving(limits=ConnectionLimits(disconnect_grace=2.0)) as s:
         exchange = start_modern(s.client, modern_call(5, "stubborn", progress_token="p"))
         first = await exchange.next_message()
         assert first["method"] == "notifications/progress"
@@ -572,7 +573,7 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
         (event,) = s.cancels()
         assert (event.request_id, event.kind) == (5, "disconnect")
         await exchange.done.wait()
-        # The hard cancel comes stream_cancel_timeout later, not the registry's 5 s.
+        # The hard cancel comes disconnect_grace later, not the registry's 5 s.
         assert s.probe.at("stubborn 5 saw the flag") == gone_at + 0.5
         assert s.probe.at("stubborn 5 hard-cancelled") == gone_at + 2.0
         (hard,) = s.hard_cancels()
@@ -645,7 +646,7 @@ async def test_modern_cancelled_notification_is_202_and_ignored(
 async def test_modern_json_response_disconnect_writes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(json_response=True, stream_cancel_timeout=1.0) as s:
+    async with serving(json_response=True, limits=ConnectionLimits(disconnect_grace=1.0)) as s:
         exchange = start_modern(s.client, modern_call(1, "stubborn"))
         await trio.sleep(2.5)
         assert exchange.status is None  # a JSON answer has no early head
@@ -779,7 +780,7 @@ async def test_legacy_json_response_cancel_answers_32800(
 async def test_max_request_time_answers_32800_with_reason(
     era: str, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with serving(max_request_time=10.0) as s:
+    async with serving(limits=ConnectionLimits(max_request_time=10.0)) as s:
         if era == "legacy":
             session = await initialize(s.client)
             exchange = s.client.start("POST", legacy_headers(session), legacy_call(6, "polite"))
@@ -798,7 +799,7 @@ async def test_max_request_time_answers_32800_with_reason(
 async def test_max_request_time_hard_cancel_still_answers(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(max_request_time=10.0) as s:
+    async with serving(limits=ConnectionLimits(max_request_time=10.0)) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(7, "stubborn"))
         started_at = trio.current_time()
@@ -976,12 +977,12 @@ async def test_keepalive_comments_for_a_silent_tool_then_none_after_the_response
 async def test_keepalive_interval_is_configurable_and_can_be_off(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(keepalive_interval=4.0) as s:
+    async with serving(limits=ConnectionLimits(keepalive_interval=4.0)) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 10}))
         t0 = trio.current_time()
         await final_of(exchange)
         assert [c.at - t0 for c in exchange.comments()] == [4.0, 8.0]
-    async with serving(keepalive_interval=None) as s:
+    async with serving(limits=ConnectionLimits(keepalive_interval=None)) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 40}))
         await final_of(exchange)
         assert exchange.comments() == []
@@ -990,7 +991,7 @@ async def test_keepalive_interval_is_configurable_and_can_be_off(
 async def test_keepalive_stops_when_the_stream_closes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(keepalive_interval=1.0, stream_cancel_timeout=30.0) as s:
+    async with serving(limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace=30.0)) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 20}))
         await trio.sleep(2.5)
         assert len(exchange.comments()) == 2
@@ -1126,7 +1127,9 @@ async def test_max_request_time_holds_after_a_legacy_disconnect_that_does_not_ca
 ) -> None:
     # The client went away without cancelling: the call goes on, but no
     # longer than the server's time limit allows.
-    async with serving(legacy_disconnect_cancels=False, max_request_time=10.0) as s:
+    async with serving(
+        legacy_disconnect_cancels=False, limits=ConnectionLimits(max_request_time=10.0)
+    ) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(1, "polite"))
         started_at = trio.current_time()

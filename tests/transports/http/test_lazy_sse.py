@@ -30,7 +30,7 @@ from asgi_harness import (
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 
 def build() -> McpServer:
@@ -107,7 +107,7 @@ async def test_progress_before_the_first_suspension_commits_to_sse(
 async def test_a_call_that_suspends_gets_its_sse_head_at_once_and_keepalives(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(keepalive_interval=5) as client:
+    async with serving(limits=ConnectionLimits(keepalive_interval=5)) as client:
         message = modern_call(1, "waits", {"seconds": 12})
         exchange = client.start("POST", headers_of(message), message)
         t0 = trio.current_time()
@@ -155,13 +155,13 @@ async def test_json_response_mode_and_time_limits_still_answer_json(
 ) -> None:
     # json_response=True never streams; a call the time limit cancels gets
     # -32800 in its JSON body (an HTTP response must carry something).
-    async with serving(json_response=True, max_request_time=2) as client:
+    async with serving(json_response=True, limits=ConnectionLimits(max_request_time=2)) as client:
         message = modern_call(1, "waits", {"seconds": 100})
         exchange = await client.post(headers_of(message), message)
         assert not exchange.is_sse
         assert exchange.json()["error"]["code"] == -32800
     # With SSE allowed, the same time limit ends the committed stream with -32800.
-    async with serving(max_request_time=2) as client:
+    async with serving(limits=ConnectionLimits(max_request_time=2)) as client:
         message = modern_call(2, "waits", {"seconds": 100})
         exchange = await client.post(headers_of(message), message)
         assert exchange.is_sse

@@ -17,10 +17,10 @@ import trio
 import trio.testing
 from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, modern_request
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import RegistryConfig, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, assert_no_leaks, open_test_client
 
 LISTEN = {"notifications": {"toolsListChanged": True}}
@@ -36,7 +36,7 @@ def build(**limits: Any) -> McpServer:
     @server.tool()
     async def forever(ctx: ToolContext) -> str:
         while True:
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(1)
 
     return server
@@ -120,7 +120,7 @@ async def test_max_request_time_ends_calls_but_not_listen_streams_over_http(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = build()
-    async with serving(server, max_request_time=10) as client:
+    async with serving(server, limits=ConnectionLimits(max_request_time=10)) as client:
         stream = listen(client, 1)
         await stream.next_message()
         call = client.start(
@@ -138,7 +138,11 @@ async def test_max_request_time_spares_listen_streams_on_a_connection(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = build()
-    async with open_test_client(server, max_request_time=10, grace_period=1) as client:
+    async with open_test_client(
+        server,
+        limits=ConnectionLimits(max_request_time=10),
+        registry_config=RegistryConfig(grace_period=1),
+    ) as client:
         stream = client.start_request("subscriptions/listen", LISTEN)
         call = client.start_request("tools/call", {"name": "forever", "arguments": {}})
         await trio.sleep(3600)

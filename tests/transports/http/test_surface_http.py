@@ -15,7 +15,7 @@ import trio
 import trio.testing
 from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, modern_request
 
-from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
@@ -44,7 +44,7 @@ def build() -> McpServer:
     @server.resource("test://slow", name="slow")
     async def slow(ctx: ToolContext) -> str:
         while True:
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await ctx.report_progress(trio.current_time())
             await trio.sleep(1)
 

@@ -18,20 +18,21 @@ from cancellation_tools import probe_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
-    REQUEST_CANCELLED,
     HardCancelEvent,
+    RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
+    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
-from trio_mcp_cancel.server import (
+from trio_mcp_cancel.lowlevel import (
     LATEST_LEGACY_VERSION,
+    REQUEST_CANCELLED,
     TOO_MANY_REQUESTS,
-    McpServer,
     OnCancel,
-    ToolContext,
 )
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -165,7 +166,7 @@ async def test_log_level_is_honoured_in_both_eras(autojump_clock: MockClock, era
 async def test_cancel_stops_a_polling_tool_at_its_next_checkpoint_and_nothing_is_sent(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(SERVER, grace_period=5) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=5)) as client:
         events = EventRecorder.attach(client.registry)
         call = client.start_call("count", {"delay": 1.0})
         await trio.sleep(2.5)
@@ -192,7 +193,7 @@ async def test_cancel_stops_a_polling_tool_at_its_next_checkpoint_and_nothing_is
 async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(SERVER, grace_period=5) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=5)) as client:
         events = EventRecorder.attach(client.registry)
         call = client.start_call("stubborn")
         await client.wait_in_flight(call)
@@ -209,7 +210,7 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period
 async def test_with_on_cancel_error_the_cancelled_call_is_answered_32800(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(LOUD, grace_period=5) as client:
+    async with open_test_client(LOUD, registry_config=RegistryConfig(grace_period=5)) as client:
         polite = client.start_call("count")
         stubborn = client.start_call("stubborn")
         await polite.cancel("stop one")
@@ -228,7 +229,7 @@ async def test_a_helper_task_stopping_at_the_flag_ends_the_call(
 ) -> None:
     # grace_period=None: no hard cancel, so only the helper's RequestCancelled
     # (inside the tool's nursery's exception group) can end the tool.
-    async with open_test_client(LOUD, grace_period=None) as client:
+    async with open_test_client(LOUD, registry_config=RegistryConfig(grace_period=None)) as client:
         call = client.start_call("helpers")
         await client.wait_in_flight(call)
         await call.cancel("stop the helpers")
@@ -261,7 +262,7 @@ async def test_a_cancel_from_another_connection_does_not_cancel(
 async def test_cancelling_the_caller_sends_notifications_cancelled(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(SERVER, grace_period=5) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=5)) as client:
         events = EventRecorder.attach(client.registry)
         with trio.move_on_after(2.5) as scope:
             await client.call_tool("count")
@@ -298,7 +299,9 @@ async def test_connection_grace_overrides_the_registry_for_disconnects(
     autojump_clock: MockClock,
 ) -> None:
     async with open_registry(grace_period=100) as registry:
-        async with open_test_client(SERVER, registry=registry, grace=0.5) as client:
+        async with open_test_client(
+            SERVER, registry=registry, limits=ConnectionLimits(disconnect_grace=0.5)
+        ) as client:
             client.start_call("stubborn")
             await client.settle()
             start = trio.current_time()
@@ -309,7 +312,11 @@ async def test_connection_grace_overrides_the_registry_for_disconnects(
 async def test_max_request_time_cancels_server_side_with_an_answer(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(SERVER, grace_period=5, max_request_time=2.5) as client:
+    async with open_test_client(
+        SERVER,
+        limits=ConnectionLimits(max_request_time=2.5),
+        registry_config=RegistryConfig(grace_period=5),
+    ) as client:
         with pytest.raises(McpError) as info:
             await client.call_tool("count")
         assert info.value.code == REQUEST_CANCELLED
@@ -320,7 +327,9 @@ async def test_max_request_time_cancels_server_side_with_an_answer(
 async def test_the_concurrency_limit_refuses_the_call_over_it(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(SERVER, max_concurrent_requests=2) as client:
+    async with open_test_client(
+        SERVER, limits=ConnectionLimits(max_concurrent_requests=2)
+    ) as client:
         calls = [client.start_call("count") for _ in range(3)]
         with pytest.raises(McpError) as info:
             await calls[2].result()
@@ -332,7 +341,7 @@ async def test_the_concurrency_limit_refuses_the_call_over_it(
 
 
 async def test_helpers_work_with_the_client(autojump_clock: MockClock) -> None:
-    async with open_test_client(SERVER, grace_period=2) as client:
+    async with open_test_client(SERVER, registry_config=RegistryConfig(grace_period=2)) as client:
         call = client.start_call("stubborn")
         await client.wait_in_flight(call)
         await call.cancel()
@@ -365,7 +374,9 @@ def test_registry_and_registry_settings_are_exclusive() -> None:
     async def main() -> None:
         async with open_registry() as registry:
             with pytest.raises(TypeError):
-                async with open_test_client(SERVER, registry=registry, grace_period=1):
+                async with open_test_client(
+                    SERVER, registry=registry, registry_config=RegistryConfig(grace_period=1)
+                ):
                     pass
 
     trio.run(main)
@@ -379,7 +390,7 @@ async def test_a_tool_sees_request_cancelled_with_the_reason(autojump_clock: Moc
     async def probe(ctx: ToolContext) -> str:
         try:
             while True:
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await trio.sleep(1)
         except RequestCancelled as exc:
             seen.append((exc.reason, exc.kind))

@@ -44,7 +44,8 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
-from trio_mcp_cancel.server import Caller, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import Caller
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
@@ -241,7 +242,9 @@ async def test_end_of_file_cancels_everything_and_returns_within_the_grace_perio
 async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
     autojump_clock: MockClock,
 ) -> None:
-    async with stdio_session(grace_period=100, grace=0.25) as peer:
+    async with stdio_session(
+        grace_period=100, limits=ConnectionLimits(disconnect_grace=0.25)
+    ) as peer:
         await peer.send(call(1, "stubborn"))
         await trio.testing.wait_all_tasks_blocked()
         start = trio.current_time()
@@ -270,7 +273,7 @@ async def test_an_over_long_line_is_refused_once_and_skipped(
     autojump_clock: MockClock, pair: Callable[[], tuple[Any, Any]]
 ) -> None:
     limit = 1000
-    async with stdio_session(pair=pair, max_message_size=limit) as peer:
+    async with stdio_session(pair=pair, limits=ConnectionLimits(max_message_size=limit)) as peer:
         exact = json.dumps(call(1, "echo", {"text": ""})).encode()
         exact = json.dumps(call(1, "echo", {"text": "x" * (limit - len(exact))})).encode()
         assert len(exact) == limit
@@ -302,7 +305,7 @@ async def test_a_huge_line_is_never_held_in_memory() -> None:
     chunk = b"z" * (64 * 1024)
     with trio.fail_after(TIMEOUT):
         async with stdio_session(
-            pair=trio.testing.lockstep_stream_pair, max_message_size=limit
+            pair=trio.testing.lockstep_stream_pair, limits=ConnectionLimits(max_message_size=limit)
         ) as peer:
             tracemalloc.start()
             try:
@@ -350,7 +353,13 @@ async def test_max_message_size_must_be_positive(
 ) -> None:
     _, server = trio.testing.memory_stream_pair()
     with pytest.raises(ValueError, match="max_message_size"):
-        await serve_mcp_stdio(SERVER, mcp_registry, stdin=server, stdout=server, max_message_size=0)
+        await serve_mcp_stdio(
+            SERVER,
+            mcp_registry,
+            stdin=server,
+            stdout=server,
+            limits=ConnectionLimits(max_message_size=0),
+        )
 
 
 # -- a real server process -------------------------------------------------------
@@ -486,6 +495,7 @@ RUN_STDIO_SCRIPT = """
 import sys
 import trio
 from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.stdio import run_stdio
 
 server = McpServer("printer")
@@ -502,7 +512,7 @@ async def wait(ctx: ToolContext) -> str:
     return "never"
 
 if __name__ == "__main__":
-    run_stdio(server, grace_period=0.2)
+    run_stdio(server, registry_config=RegistryConfig(grace_period=0.2))
 """
 
 

@@ -20,11 +20,12 @@ import trio
 from trio_websocket import ConnectionRejected, WebSocketConnection, open_websocket_url
 
 from trio_mcp_cancel import (
-    REQUEST_CANCELLED,
     HardCancelEvent,
     Registry,
     RequestCancelled,
     RequestCancelledEvent,
+    cancelled,
+    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import (
@@ -35,13 +36,13 @@ from trio_mcp_cancel._protocol.jsonrpc import (
     PARSE_ERROR,
 )
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.server import (
+from trio_mcp_cancel.lowlevel import (
     LATEST_LEGACY_VERSION,
+    REQUEST_CANCELLED,
     TOO_MANY_REQUESTS,
-    McpServer,
     OnCancel,
-    ToolContext,
 )
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -78,7 +79,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
     @server.tool()
     async def count(ctx: ToolContext, n: int = 3, delay: float = 0.01) -> str:
         for i in range(1, n + 1):
-            await ctx.checkpoint()
+            await checkpoint_cancelled()
             await trio.sleep(delay)
             await ctx.report_progress(i, total=n)
         return f"counted {n}"
@@ -88,7 +89,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
         """Polls the flag: stops by itself."""
         try:
             while True:
-                await ctx.checkpoint()
+                await checkpoint_cancelled()
                 await trio.sleep(0.005)
         except RequestCancelled as exc:
             probe.record("polite", ctx, exc.kind, exc.reason)
@@ -101,7 +102,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
             await trio.sleep_forever()
         except trio.Cancelled:
             cancellation = ctx.request.cancellation
-            assert cancellation is not None and ctx.cancelled
+            assert cancellation is not None and cancelled()
             probe.record("stubborn", ctx, cancellation.kind, cancellation.reason)
             raise
         return "unreachable"
@@ -289,10 +290,12 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection(
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         # A long registry grace period: the hard cancel must come from the
-        # transport's own stream_cancel_timeout.
+        # transport's own disconnect_grace.
         async with (
             serving(
-                make_server(probe), mcp_registry, stream_cancel_timeout=STREAM_CANCEL_TIMEOUT
+                make_server(probe),
+                mcp_registry,
+                limits=ConnectionLimits(disconnect_grace=STREAM_CANCEL_TIMEOUT),
             ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)
@@ -444,7 +447,11 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
 async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            serving(make_server(Probe()), mcp_registry, max_concurrent_requests=2) as url,
+            serving(
+                make_server(Probe()),
+                mcp_registry,
+                limits=ConnectionLimits(max_concurrent_requests=2),
+            ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)
             async with open_websocket_url(url + "/mcp") as ws:
@@ -565,7 +572,9 @@ async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancell
     with trio.fail_after(TIMEOUT):
         probe = Probe()
         async with (
-            serving(make_server(probe), mcp_registry, keepalive_interval=0.2) as url,
+            serving(
+                make_server(probe), mcp_registry, limits=ConnectionLimits(keepalive_interval=0.2)
+            ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)
             port = int(url.rsplit(":", 1)[1])

@@ -42,7 +42,7 @@ from ..._protocol.calls import Call, RequestCall
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.exchange import Caller, Exchange
 from ..._protocol.jsonrpc import Message
-from ..._protocol.mcp_server import McpServer
+from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.versions import Era
 from ...backends.base import Backend
 from . import rules
@@ -106,10 +106,10 @@ class Routed:
 class Responder:
     """Runs routed calls and writes every response of one app (see the module)."""
 
-    server: McpServer
+    server: McpServerBase
     backend: Backend | None
     json_response: bool
-    stream_cancel_timeout: float | UseConfig | None
+    disconnect_grace: float | UseConfig | None
     max_request_time: float | None
     keepalive_interval: float | None
     legacy_disconnect_cancels: bool
@@ -193,9 +193,7 @@ class Responder:
         """
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         exchange = Exchange()
-        on_stall = partial(
-            exchange.cancel, "client stopped reading", grace=self.stream_cancel_timeout
-        )
+        on_stall = partial(exchange.cancel, "client stopped reading", grace=self.disconnect_grace)
         response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
         if response.sse:
             exchange.send = response.send_message
@@ -286,7 +284,7 @@ class Responder:
         writer.wakes = None
         response.disconnected()
         if era == "modern" or self.legacy_disconnect_cancels:
-            exchange.cancel("client disconnected", grace=self.stream_cancel_timeout)
+            exchange.cancel("client disconnected", grace=self.disconnect_grace)
         elif limit_at < math.inf and response.state is State.ABANDONED:
             # The call goes on without its client, but within the time limit.
             await trio.sleep_until(limit_at)

@@ -34,21 +34,20 @@ import trio
 
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
-from ..._core.registry import (
-    USE_CONFIG,
-    Registry,
-    RegistryConfig,
-    UseConfig,
-    current_registry,
-    open_registry,
-)
+from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
 from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.jsonrpc import JsonRpcError
-from ..._protocol.mcp_server import McpServer
+from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
 from ...backends.base import Backend
 from ..auth import Authenticator, authenticate
+from ..limits import (
+    DEFAULT_CONNECTION_LIMITS,
+    DEFAULT_HTTP_LIMITS,
+    ConnectionLimits,
+    HttpLimits,
+)
 from . import hypercorn_compat, rules
 from .answer import Post, Responder
 from .hypercorn_compat import receive_now
@@ -93,50 +92,31 @@ class McpHttpApp:
         json_response: answer ``tools/call`` with one JSON body instead of
             an SSE stream (no progress, no keep-alive; a cancelled call is
             answered ``-32800``, because an HTTP response must carry something).
-        stream_cancel_timeout: seconds from a disconnect to the hard
-            cancel; default: the registry's grace period.
-        max_body_size: larger bodies get ``413`` before they are read.
-        max_head_size: bytes of a request's target and headers (as written
-            on an HTTP/1.1 wire); larger heads get ``431``, however their
-            bytes arrived.  The default is ``server_config()``'s
-            ``h11_max_incomplete_size`` and ``h2_max_header_list_size``
-            (16 KiB); raise them together.  A header that must appear once
-            (``Mcp-Method``, ``Mcp-Name``, ``MCP-Protocol-Version``,
-            ``Mcp-Param-*``, ``Mcp-Session-Id``, ``Authorization``,
-            ``Content-Type``, ``Content-Length``, ``Origin``) sent twice is a
-            ``400``.
-        body_timeout: seconds to receive a request body once its head
-            arrived; a client that trickles or stalls it gets ``408`` and
-            its connection closed.  (Slow heads are bounded by the server's
-            keep-alive timeout; see :func:`~trio_mcp_cancel.http.server_config`.)
+        limits: the :class:`~trio_mcp_cancel.server.ConnectionLimits` of
+            every legacy session and modern call, as on the other
+            transports: ``max_message_size`` is the largest request body
+            (``413`` before it is read), ``max_concurrent_requests`` the
+            calls one legacy session runs at once (more: ``429``, error
+            ``-32001``), ``max_request_time`` (the client gets ``-32800``),
+            ``keepalive_interval`` (SSE comments on a silent call's stream),
+            ``write_timeout`` and ``max_buffered_bytes`` (a client that does
+            not read its response counts as gone: its call is cancelled,
+            kind ``"disconnect"``; the final response is always accepted),
+            ``disconnect_grace`` (from a disconnect to the hard cancel).
+        http_limits: :class:`~trio_mcp_cancel.http.HttpLimits`: request
+            heads (``431``; a header that must appear once, such as
+            ``Mcp-Session-Id`` or ``Authorization``, sent twice is ``400``),
+            the body deadline (``408``; slow heads are bounded by the
+            server's keep-alive timeout, see
+            :func:`~trio_mcp_cancel.http.server_config`) and the legacy
+            session store (see
+            :mod:`~trio_mcp_cancel.transports.http.sessions` for who makes
+            room: ``429`` for a tenant's bound, ``503`` for the store's).
         allowed_origins: ``Origin`` values accepted (``403`` otherwise, the
             DNS-rebinding guard MCP asks for).  ``None``: no ``Origin``
             header, or a localhost one.
-        max_sessions: legacy sessions in total; see
-            :mod:`~trio_mcp_cancel.transports.http.sessions` for who makes room.
-        max_sessions_per_tenant: legacy sessions of one principal (or one
-            client address bucket when unauthenticated).  An ``initialize``
-            that cannot be served without ending a busy session is refused:
-            ``429`` (the tenant's bound) or ``503`` (the store's).
-        session_idle_timeout: seconds after which an idle session expires.
-        max_concurrent_requests: cancellable tool calls one legacy session
-            may run at once; more are answered ``429`` with error ``-32001``
-            (so are calls over the server's own caps, see
-            :class:`~trio_mcp_cancel.server.McpServer`).
-        max_request_time: seconds after which a tool call is cancelled by
-            the server (kind ``"server"``: the flag, then the grace period,
-            and the client gets ``-32800``); ``None``: no limit.
-            ``subscriptions/listen`` streams are exempt (meant to stay open).
-        keepalive_interval: seconds between SSE comment keep-alives on a
-            silent tool call's stream; ``None``: none.
         legacy_disconnect_cancels: whether a legacy client closing its
             stream cancels the call (the modern era always does).
-        write_timeout: seconds a write to the client may stay pending
-            before the client counts as gone (its call is cancelled, kind
-            ``"disconnect"``, and the connection closed); ``None``: no limit.
-        max_buffered_bytes: response bytes (progress, logs, keep-alives)
-            one request may have queued behind a slow client before it
-            counts as gone; the final response is always accepted.
         backend: what server processes share (task records, cancellation
             requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
             process only, in memory.  The lifespan runs it.
@@ -152,7 +132,7 @@ class McpHttpApp:
 
     def __init__(
         self,
-        server: McpServer,
+        server: McpServerBase,
         registry: Registry | None = None,
         *,
         registry_config: RegistryConfig | None = None,
@@ -160,20 +140,10 @@ class McpHttpApp:
         sessions: bool = True,
         auth: Authenticator | None = None,
         json_response: bool = False,
-        stream_cancel_timeout: float | UseConfig | None = USE_CONFIG,
-        max_body_size: int = 1 << 20,
-        max_head_size: int = rules.MAX_HEAD_BYTES,
-        body_timeout: float | None = 10.0,
         allowed_origins: Collection[str] | None = None,
-        max_sessions: int = 10_000,
-        max_sessions_per_tenant: int = 100,
-        session_idle_timeout: float | None = 3600.0,
-        max_concurrent_requests: int = 64,
-        max_request_time: float | None = None,
-        keepalive_interval: float | None = 15.0,
+        limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+        http_limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         legacy_disconnect_cancels: bool = True,
-        write_timeout: float | None = 30.0,
-        max_buffered_bytes: int = 1 << 20,
         backend: Backend | None = None,
         hypercorn_fast_paths: bool | None = None,
     ) -> None:
@@ -185,29 +155,32 @@ class McpHttpApp:
         self.registry_config = registry_config
         self.path = path
         self.sessions = (
-            SessionStore(max_sessions, session_idle_timeout, max_sessions_per_tenant)
+            SessionStore(
+                http_limits.max_sessions,
+                http_limits.session_idle_timeout,
+                http_limits.max_sessions_per_tenant,
+            )
             if sessions
             else None
         )
         self.auth = auth
         self.json_response = json_response
-        self.stream_cancel_timeout = stream_cancel_timeout
-        self.max_concurrent_requests = max_concurrent_requests
-        self.max_request_time = max_request_time
-        self.max_body_size = max_body_size
-        self.max_head_size = max_head_size
-        self.body_timeout = body_timeout
+        self.limits = limits
+        self.http_limits = http_limits
+        # Read on every request: kept as plain attributes (one lookup each).
+        self.max_message_size = limits.max_message_size
+        self.max_head_size = http_limits.max_head_size
+        self.body_timeout = http_limits.body_timeout
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
-        self.keepalive_interval = keepalive_interval
         self.legacy_disconnect_cancels = legacy_disconnect_cancels
-        self.write_timeout = write_timeout
-        self.max_buffered_bytes = max_buffered_bytes
         if hypercorn_fast_paths is None:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
         self._sharing = (
-            SessionSharing(backend, session_idle_timeout, max_concurrent_requests)
+            SessionSharing(
+                backend, http_limits.session_idle_timeout, limits.max_concurrent_requests
+            )
             if backend is not None
             else None
         )
@@ -215,12 +188,12 @@ class McpHttpApp:
             server,
             backend,
             json_response,
-            stream_cancel_timeout,
-            max_request_time,
-            keepalive_interval,
+            limits.disconnect_grace,
+            limits.max_request_time,
+            limits.keepalive_interval,
             legacy_disconnect_cancels,
-            write_timeout,
-            max_buffered_bytes,
+            limits.write_timeout,
+            limits.max_buffered_bytes,
             hypercorn_fast_paths,
         )
         self._modern = ModernEra(self._responder)
@@ -229,7 +202,7 @@ class McpHttpApp:
             lambda: self.registry,
             self.sessions,
             self._sharing,
-            max_concurrent_requests,
+            limits.max_concurrent_requests,
         )
 
     @property
@@ -349,7 +322,7 @@ class McpHttpApp:
                 if method == "POST":
                     rules.check_accept(headers)
                     rules.check_content_type(headers)
-                    rules.check_content_length(headers, self.max_body_size)
+                    rules.check_content_length(headers, self.max_message_size)
                 elif method != "DELETE" or not self._legacy_headers(headers):
                     allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
                     raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
@@ -386,11 +359,11 @@ class McpHttpApp:
         connection, and hypercorn's HTTP/2 forgets the stream while its
         ``DATA`` frames are still on the way (see :mod:`.hypercorn_compat`).
         So the body is read first, within the bounds a body always has:
-        ``max_body_size`` bytes and ``body_timeout`` seconds.  A larger or
+        ``max_message_size`` bytes and ``body_timeout`` seconds.  A larger or
         slower one is left to the server (its connection is closed, or its
         stream reset).  A request without a body costs one queued message.
         """
-        left = self.max_body_size
+        left = self.max_message_size
         with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
             while True:
                 message = (self.hypercorn_fast_paths and receive_now(receive)) or await receive()
@@ -435,7 +408,7 @@ class McpHttpApp:
             await self._responder.answer(routed, receive, send)
 
     async def _read_body(self, receive: Receive) -> bytes:
-        body = _Body(self.max_body_size)
+        body = _Body(self.max_message_size)
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
         while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:

@@ -57,9 +57,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
-from ..._protocol.mcp_server import McpServer
+from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
 from ...backends.base import Backend
+from ..limits import ConnectionLimits
 from .app import McpHttpApp
 
 __all__ = ["app_from_env", "backend_from_env"]
@@ -118,7 +119,7 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     return RedisBackend(url, prefix=prefix, instance_id=instance, hot_timeout=hot)
 
 
-def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> None:
+def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) -> None:
     """Seal ``requestState`` with ``MCP_STATE_SECRET`` (and open with the previous one)."""
     secret = environ.get("MCP_STATE_SECRET", "").strip()
     previous = environ.get("MCP_STATE_SECRET_PREVIOUS", "").strip()
@@ -132,7 +133,7 @@ def _state_secret_from_env(server: McpServer, environ: Mapping[str, str]) -> Non
 
 
 def app_from_env(
-    server: McpServer, environ: Mapping[str, str] | None = None, **overrides: Any
+    server: McpServerBase, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
     """An :class:`McpHttpApp` for *server* configured from the environment (see above).
 
@@ -144,7 +145,9 @@ def app_from_env(
     options: dict[str, Any] = {
         "registry_config": RegistryConfig(grace_period=grace),
         "path": environ.get("MCP_PATH", "/mcp") or "/mcp",
-        "max_request_time": seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None),
+        "limits": ConnectionLimits(
+            max_request_time=seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
+        ),
         "backend": backend_from_env(environ),
     }
     origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()

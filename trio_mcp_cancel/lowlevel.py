@@ -1,0 +1,106 @@
+"""What transport authors, and code that needs the machinery, use (like ``trio.lowlevel``).
+
+A tool author needs none of this: the root package and
+:mod:`trio_mcp_cancel.server` cover writing and serving tools.  Here are the
+pieces a transport is built from (the :class:`Dispatcher` of a server, the
+typed call states it classifies messages into, a :class:`Caller` and an
+:class:`Exchange`), the registry's lower-level types and helpers (request ids,
+namespaces, the thread token), the task manager and the protocol constants.
+Stable, but expect to read the source next to them.
+"""
+
+from __future__ import annotations
+
+from ._core.context import RequestLike, current_request, reason
+from ._core.errors import REQUEST_CANCELLED, CancellationError, InvalidRequestId
+from ._core.namespace import GLOBAL_NAMESPACE, client_bucket, namespace_for, namespace_from_asgi
+from ._core.registry import USE_CONFIG, CancelOutcome, Tracking, UseConfig, current_registry
+from ._core.request import Cancellation, TrackedRequest
+from ._core.validation import (
+    MAX_ID_BYTES,
+    is_valid_request_id,
+    sanitize_reason,
+    validate_request_id,
+)
+from ._protocol.calls import (
+    Call,
+    ClientResponseCall,
+    HandlerInput,
+    NotificationCall,
+    Rejected,
+    RequestCall,
+)
+from ._protocol.content import Content
+from ._protocol.dispatcher import Dispatcher
+from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
+from ._protocol.jsonrpc import JsonRpcError
+from ._protocol.mcp_server import McpServerBase, OnCancel
+from ._protocol.mrtr import StateSigner
+from ._protocol.tasks import TaskManager
+from ._protocol.tools import TaskSupport, Tool
+from ._protocol.versions import (
+    LATEST_LEGACY_VERSION,
+    LATEST_VERSION,
+    LEGACY_VERSIONS,
+    MODERN_VERSIONS,
+    Envelope,
+    Era,
+)
+from ._protocol.wire import TASKS_EXTENSION, TOO_MANY_REQUESTS
+from ._public import fixup_module_metadata
+from ._work.threads import CancelToken, ThreadLimit
+
+__all__ = [
+    "GLOBAL_NAMESPACE",
+    "LATEST_LEGACY_VERSION",
+    "LATEST_VERSION",
+    "LEGACY_VERSIONS",
+    "MAX_ID_BYTES",
+    "MODERN_VERSIONS",
+    "REQUEST_CANCELLED",
+    "TASKS_EXTENSION",
+    "TOO_MANY_REQUESTS",
+    "USE_CONFIG",
+    "Call",
+    "CancelOutcome",
+    "CancelToken",
+    "Cancellation",
+    "CancellationError",
+    "Caller",
+    "Channel",
+    "ClientResponseCall",
+    "Content",
+    "Dispatcher",
+    "Envelope",
+    "Era",
+    "Exchange",
+    "HandlerInput",
+    "InvalidRequestId",
+    "JsonRpcError",
+    "LegacyState",
+    "McpServerBase",
+    "NotificationCall",
+    "OnCancel",
+    "Rejected",
+    "RequestCall",
+    "RequestLike",
+    "StateSigner",
+    "TaskManager",
+    "TaskSupport",
+    "ThreadLimit",
+    "Tool",
+    "TrackedRequest",
+    "Tracking",
+    "UseConfig",
+    "client_bucket",
+    "current_registry",
+    "current_request",
+    "is_valid_request_id",
+    "namespace_for",
+    "namespace_from_asgi",
+    "reason",
+    "sanitize_reason",
+    "validate_request_id",
+]
+
+fixup_module_metadata(__name__, __all__, globals())
