@@ -43,17 +43,13 @@ import struct
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from functools import partial
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 import h11
 import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from trio_mcp_cancel import RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
@@ -63,6 +59,7 @@ from trio_mcp_cancel.testing import EventRecorder
 
 from . import hostile_redis, hostile_tasks, hostile_workers
 from ._common import Row
+from ._hostile_serve import serving, until
 
 NAME = "hostile"
 BENCH = "9 hostile"
@@ -108,20 +105,8 @@ def _server(release: trio.Event, **caps: Any) -> McpServer:
     return server
 
 
-@asynccontextmanager
-async def _serving(app: McpHttpApp) -> AsyncIterator[int]:
-    """Serve *app* on a random port of 127.0.0.1; yield the port."""
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.errorlog = None
-    config.accesslog = None
-    config.graceful_timeout = 1.0
-    config.backlog = 1024  # a burst of connects must not wait for SYN retries
-    config.keep_alive_timeout = KEEP_ALIVE
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
-        yield int(binds[0].rsplit(":", 1)[1])
-        nursery.cancel_scope.cancel()
+def _serving(app: McpHttpApp) -> AbstractAsyncContextManager[int]:
+    return serving(app, KEEP_ALIVE)
 
 
 def _modern_call(request_id: object, name: str, arguments: dict[str, Any], token: object) -> bytes:
@@ -186,14 +171,6 @@ def _answer_text(content_type: str, body: bytes) -> str | None:
             text = message["result"]["content"][0]["text"]
             return text if isinstance(text, str) else None
     return None
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Poll *condition* (state of the server under test, which has no event for it)."""
-    while True:
-        if condition():
-            return
-        await trio.sleep(0.01)
 
 
 def _fd_limit() -> int:
@@ -343,7 +320,7 @@ async def _session_flood(attempts: int, principals: int, max_sessions: int) -> d
             started = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(victim_call)
-                await _until(lambda: registry.in_flight_count >= 1)
+                await until(lambda: registry.in_flight_count >= 1)
                 async with trio.open_nursery() as flood:
                     workers = 8
                     for worker in range(workers):
@@ -545,7 +522,7 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
             clients_seconds = time.perf_counter() - started
             drain_started = time.perf_counter()
             with trio.move_on_after(HANG_LIMIT):
-                await _until(
+                await until(
                     lambda: not (registry.in_flight_count or Dispatcher.of(server).calls_in_flight)
                 )
             drained = time.perf_counter() - drain_started

@@ -37,6 +37,7 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._common import Row
+from ._hostile_serve import serving, until
 
 BENCH = "9 hostile"
 MODERN = "2026-07-28"
@@ -116,7 +117,6 @@ def _ms(samples: list[float]) -> str:
 
 async def _measure(calls: int) -> dict[str, Any]:
     # Imported here: bench_hostile imports this module.
-    from .bench_hostile import _serving, _until
 
     binary = shutil.which("redis-server")
     assert binary is not None
@@ -124,7 +124,7 @@ async def _measure(calls: int) -> dict[str, Any]:
         url = f"redis://127.0.0.1:{redis.args[2]}/0"  # type: ignore[index]
         backend = RedisBackend(url, prefix="bench" + secrets.token_hex(4))
         app = McpHttpApp(_server(), backend=backend)
-        async with _serving(app) as port, httpx.AsyncClient(timeout=30) as client:
+        async with serving(app, keep_alive=2.0) as port, httpx.AsyncClient(timeout=30) as client:
             base = f"http://127.0.0.1:{port}/mcp"
             wrong = 0
             n = 0
@@ -155,7 +155,7 @@ async def _measure(calls: int) -> dict[str, Any]:
                 os.kill(redis.pid, signal.SIGCONT)
             thawed = time.perf_counter()
             with trio.move_on_after(30):
-                await _until(lambda: not backend.health_down)
+                await until(lambda: not backend.health_down)
             back = time.perf_counter() - thawed if not backend.health_down else None
     return {"healthy": healthy, "hung": hung, "first": first, "back": back, "wrong": wrong}
 

@@ -29,15 +29,10 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
@@ -47,6 +42,7 @@ from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._common import Row
+from ._hostile_serve import serving
 
 BENCH = "9 hostile"
 MODERN = "2026-07-28"
@@ -111,20 +107,6 @@ async def _fill(store: MemoryTaskStore, records: int, now: float) -> None:
         await store.create(record)
 
 
-@asynccontextmanager
-async def _serving(app: McpHttpApp) -> AsyncIterator[int]:
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.errorlog = None
-    config.accesslog = None
-    config.graceful_timeout = 1.0
-    config.backlog = 1024
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
-        yield int(binds[0].rsplit(":", 1)[1])
-        nursery.cancel_scope.cancel()
-
-
 async def task_store_flood(
     max_tasks: int, headroom: int, samples: int, flood: int, workers: int
 ) -> dict[str, Any]:
@@ -137,7 +119,7 @@ async def task_store_flood(
     async with open_registry(grace_period=1.0) as registry:
         app = McpHttpApp(server, registry, auth=auth)
         limits = httpx.Limits(max_connections=workers + 2, max_keepalive_connections=workers + 2)
-        async with _serving(app) as port, httpx.AsyncClient(limits=limits, timeout=30) as client:
+        async with serving(app) as port, httpx.AsyncClient(limits=limits, timeout=30) as client:
             url = f"http://127.0.0.1:{port}/mcp"
 
             async def call(
