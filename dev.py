@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """One entry point for newcomers and CI: ``python3 dev.py demo|test|bench|conformance|floors``.
 
+``test --fast`` runs only the in-memory tests (see ``FAST``), everything else the whole suite.
+
 Every command first makes sure ``.venv`` exists and holds this project
 installed (``pip install -e .[EXTRAS]``) with the extras that command needs,
 and says what it installs: ``demo`` only the library and the demo client's
@@ -46,18 +48,18 @@ FLOORS_TOOLS = (
 #: threads and processes, the startup checks, the packaging checks.  Needs no
 #: optional dependency beyond ``FLOORS_TOOLS``.
 FLOORS_TESTS = (
-    "tests/test_registry.py",
-    "tests/test_context_and_events.py",
-    "tests/test_server.py",
-    "tests/test_memory_client.py",
-    "tests/test_websocket.py",
-    "tests/test_client.py",
-    "tests/test_hypercorn_toml.py",
-    "tests/test_threads.py",
-    "tests/test_process.py",
-    "tests/test_slow_readers_streams.py",
-    "tests/test_startup_checks.py",
-    "tests/test_packaging.py",
+    "tests/core/test_registry.py",
+    "tests/core/test_context_and_events.py",
+    "tests/protocol/test_server.py",
+    "tests/transports/memory/test_memory_client.py",
+    "tests/transports/websocket/test_websocket.py",
+    "tests/client/test_client.py",
+    "tests/project/test_hypercorn_toml.py",
+    "tests/core/test_threads.py",
+    "tests/core/test_process.py",
+    "tests/transports/test_slow_readers_streams.py",
+    "tests/transports/test_startup_checks.py",
+    "tests/project/test_packaging.py",
 )
 
 
@@ -109,15 +111,26 @@ def ensure_venv(extras: tuple[str, ...]) -> None:
     MARKER.write_text(json.dumps({"pyproject": digest, "extras": sorted(installed | set(extras))}))
 
 
+#: What ``test --fast`` leaves out (markers registered in pyproject): the in-memory
+#: suite that is left runs in well under a minute.
+FAST = "not slow and not redis and not subprocess and not node"
+
+
 def test(extra: list[str]) -> int:
-    """Lint, type-check, then run the whole test suite."""
+    """Lint, type-check, then run the whole test suite.
+
+    ``--fast``: only the in-memory tests (no ``slow``, ``redis``, ``subprocess``
+    or ``node`` marker), for the edit-run loop; CI runs everything.
+    """
+    fast = "--fast" in extra
+    extra = [a for a in extra if a != "--fast"]
     for check in (
         (BIN / "ruff", "check", "."),
         (BIN / "mypy", "--strict", "trio_mcp_cancel"),
     ):
         if run(*check) != 0:
             return 1
-    code = run(PYTHON, "-m", "pytest", *extra)
+    code = run(PYTHON, "-m", "pytest", *(["-m", FAST] if fast else []), *extra)
     if code == 5:  # pytest found no tests: that is a broken suite, not a pass
         print("pytest collected no tests", file=sys.stderr)
         return 1
@@ -158,6 +171,11 @@ def floor_constraints() -> list[str]:
             sys.exit(f"dev.py floors: {requirement!r} has no '>=' lower bound to test")
         pins.append(f"{match[1]}=={match[2]}")
     return pins
+
+
+def _name(project: str) -> str:
+    """A project name as PEP 503 compares it: ``typing_extensions`` is ``typing-extensions``."""
+    return re.sub(r"[-_.]+", "-", project).lower()
 
 
 def _release(version: str) -> tuple[int, ...] | str:
@@ -201,11 +219,12 @@ def floors(extra: list[str]) -> int:
         [str(python), "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    # Names compared normalised (PEP 503): pip lists typing_extensions for typing-extensions.
+    installed = {_name(p["name"]): p["version"] for p in json.loads(listed.stdout)}
     wrong = [
-        f"{pin} (installed: {installed.get(pin.split('==')[0].lower())})"
+        f"{pin} (installed: {installed.get(_name(pin.split('==')[0]))})"
         for pin in pins
-        if _release(installed.get(pin.split("==")[0].lower(), "")) != _release(pin.split("==")[1])
+        if _release(installed.get(_name(pin.split("==")[0]), "")) != _release(pin.split("==")[1])
     ]
     if wrong:
         print("dev.py floors: not at their floors: " + ", ".join(wrong), file=sys.stderr)

@@ -192,12 +192,13 @@ def cli(argv: list[str]) -> int:
     if full:
         _wrk.ensure_installed()
     _client.pin_self()
-    before = snapshot()
+    # What else loaded the machine, for RESULTS.md only: `top` takes a second per frame.
+    before = snapshot() if full else ""
     start = time.perf_counter()
     rows = trio.run(main, names, args.quick)
     profile = trio.run(profile_hotpath.report, args.quick) if full or args.quick else ""
     elapsed = time.perf_counter() - start
-    after = snapshot()
+    after = snapshot() if full else ""
     print(table(rows))
     if args.quick:
         print(f"\n{profile}")

@@ -1,7 +1,7 @@
 // The official TypeScript SDK client against our server: connect, call with progress,
 // abort with an AbortController, and check that nothing reaches the client afterwards.
 //
-// Usage: node ts_client_abort.mjs <url>   (run by tests/test_ts_sdk_client.py)
+// Usage: node ts_client_abort.mjs <url>   (run by tests/interop/test_ts_sdk_client.py)
 // Prints one JSON object: what happened, for the test to assert on.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";

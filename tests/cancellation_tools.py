@@ -3,7 +3,9 @@
 ``count`` polls the flag (stops by itself), ``stubborn`` ignores it (only
 the hard cancel stops it), ``helpers`` polls it in a helper task (the
 cancellation comes back out of an exception group), ``whoami`` reports
-the caller's namespace and era.
+the caller's namespace and era.  :func:`probe_server` is the one server
+factory most tests start from: ``echo`` plus these, on a server named as the
+test likes (the ``mcp_server`` fixture of ``tests/conftest.py`` is one).
 """
 
 from __future__ import annotations
@@ -14,6 +16,19 @@ import trio
 
 from trio_mcp_cancel import checkpoint_cancelled
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+
+def probe_server(name: str = "probe", version: str = "1.0", **options: Any) -> McpServer:
+    """A fresh :class:`McpServer` (*options* as its constructor takes them) with ``echo``
+    and the cancellation tools; a test adds the tools only it needs."""
+    server = McpServer(name, version, **options)
+
+    @server.tool()
+    async def echo(ctx: ToolContext, text: str, times: int = 1) -> str:
+        """Repeat text."""
+        return text * times
+
+    return add_cancellation_tools(server)
 
 
 def add_cancellation_tools(server: McpServer) -> McpServer:

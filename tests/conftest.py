@@ -1,10 +1,21 @@
-"""Settings every test shares.
+"""What every test shares: settings, the markers by fixture, one server factory.
 
-The Redis backend's request-path timeout (``RedisBackend.HOT_TIMEOUT``,
-0.1 s) is meant for a server whose event loop is not starved; a test suite
-on a loaded two-core machine can miss it with Redis healthy, open the
-circuit breaker and skip the writes a test then looks for.  Tests of the
-breaker itself pass ``hot_timeout=`` (or freeze Redis) explicitly.
+* The Redis backend's request-path timeout (``RedisBackend.HOT_TIMEOUT``,
+  0.1 s) is meant for a server whose event loop is not starved; a test suite
+  on a loaded two-core machine can miss it with Redis healthy, open the
+  circuit breaker and skip the writes a test then looks for.  Tests of the
+  breaker itself pass ``hot_timeout=`` (or freeze Redis) explicitly.
+* A test that takes the ``redis`` fixture (``redis_harness``: a real
+  redis-server) is marked ``redis`` here, so ``dev.py test --fast`` leaves it
+  out without every such test saying so.  The other markers (``slow``,
+  ``subprocess``, ``node``; see pyproject) are set in the test modules.
+* ``mcp_server``: a fresh :func:`cancellation_tools.probe_server` (``echo``
+  plus the cancellation tools) for a test that needs no tools of its own.
+  The library's own fixtures (``mcp_registry``, ``mcp_registry_config``,
+  ``mcp_events``) come from its pytest plugin, loaded through its entry point;
+  ``mcp_registry_config`` is overridden here to read a test's
+  ``@pytest.mark.registry(grace_period=5, ...)``, so a test that needs other
+  settings still takes the plain fixture instead of opening its own registry.
 """
 
 from __future__ import annotations
@@ -12,6 +23,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from cancellation_tools import probe_server
+
+from trio_mcp_cancel import RegistryConfig
+from trio_mcp_cancel.server import McpServer
+
+#: Fixtures that start a real redis-server: a test using one needs it.
+REDIS_FIXTURES = frozenset({"redis", "cluster", "sentinel", "standalone"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +48,16 @@ def _patient_redis_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(RedisBackend, "HOT_TIMEOUT", 1.0)
     monkeypatch.setenv("MCP_REDIS_HOT_TIMEOUT", "1.0")  # workers started by the tests
     yield
+
+
+@pytest.fixture
+def mcp_server() -> McpServer:
+    """A server with the probe tools: ``echo``, ``count``, ``stubborn``, ``helpers``, ``whoami``."""
+    return probe_server()
+
+
+@pytest.fixture
+def mcp_registry_config(request: pytest.FixtureRequest) -> RegistryConfig:
+    """The plugin's default, or the settings of the test's ``registry`` marker."""
+    marker = request.node.get_closest_marker("registry")
+    return RegistryConfig(**marker.kwargs) if marker else RegistryConfig()

@@ -22,7 +22,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -30,8 +29,8 @@ import httpx
 import pytest
 import trio
 from asgi_harness import headers_of, modern_request
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TASKS = "io.modelcontextprotocol/tasks"
 WITH_TASKS = {"extensions": {TASKS: {}}}
 _RUNNING_ON = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")

@@ -4,20 +4,25 @@ The ``redis`` and ``prefix`` fixtures (import them into a test module, as
 ``__all__`` there says for pytest), a backend running for one ``async
 with``, a stored task record, one "server process" (a backend of its own
 and the server's task manager on it, sharing one Redis), a client of a
-server and polling a task until it reaches a status.
+server and polling a task until it reaches a status; a one-node Redis Cluster
+on a free port pair (the Cluster tests and the hostile ones share it).
 """
 
 from __future__ import annotations
 
+import random
 import secrets
+import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from deploy_harness import WITH_TASKS, RedisServer, redis_server
+from deploy_harness import WITH_TASKS, RedisServer, _ping, redis_server, require_redis_server
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.backends import TaskRecord
@@ -26,11 +31,14 @@ from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.testing import McpTestClient, PendingCall, open_test_client
 
 __all__ = [
+    "CLUSTER_BUS_OFFSET",
     "client_of",
+    "free_cluster_port",
     "prefix",
     "record",
     "redis",
     "running",
+    "start_cluster_node",
     "task_process",
     "wait_status",
 ]
@@ -141,3 +149,82 @@ async def wait_tracked(client: McpTestClient, call: PendingCall) -> None:
             if call.answered:
                 raise AssertionError(f"request {call.id} was answered: {call.response!r}")
             await trio.sleep(0.01)
+
+
+# -- a one-node Redis Cluster (tests/scale/test_redis_topologies.py, tests/hostile/) ----
+
+
+def _command(port: int, *words: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+        conn.sendall(" ".join(words).encode() + b"\r\n")
+        return conn.recv(65536)
+
+
+#: Redis Cluster binds its bus on the client port plus this.
+CLUSTER_BUS_OFFSET = 10_000
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too, both below the ephemeral range.
+
+    A node needs both.  A kernel-picked port's bus port can be taken or past
+    65535, and anything in the ephemeral range can be grabbed by some
+    client's outgoing connection meanwhile, or, while a backend keeps
+    connecting to a port where nothing listens yet, by that very connection
+    (TCP simultaneous open connects the socket to itself).  Below the range
+    no outgoing connection ever gets a port, so a probed pair stays free.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    top = low - CLUSTER_BUS_OFFSET
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(1025, top) if top > 1025 else 0
+        if port and _bindable(port) and _bindable(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise RuntimeError("no free port pair below the ephemeral range")
+
+
+def start_cluster_node(
+    folder: Path, port: int | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A one-node Redis Cluster owning every slot, on *port* or a free pair picked here."""
+    binary = require_redis_server()
+    for _ in range(5):
+        chosen = port or free_cluster_port()
+        process = subprocess.Popen(
+            [binary, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--cluster-enabled", "yes",
+             "--cluster-config-file", str(folder / f"nodes-{chosen}.conf")],
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 5
+        while not _ping(chosen) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _ping(chosen):
+            break
+        process.kill()
+        process.wait()
+    else:
+        raise RuntimeError("the cluster node did not start")
+    try:
+        assert _command(chosen, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").startswith(b"+OK")
+        deadline = time.monotonic() + 10
+        while b"cluster_state:ok" not in _command(chosen, "CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the one-node cluster never became ok"
+            time.sleep(0.05)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process, chosen

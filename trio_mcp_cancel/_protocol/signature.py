@@ -78,6 +78,14 @@ class _NoTitles(GenerateJsonSchema):
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
 
+    def dict_schema(self, schema: Any) -> Any:
+        # A bare ``dict`` means any values: some pydantic releases (2.8, the
+        # floor) leave that implicit, later ones write it; one schema for all.
+        result = super().dict_schema(schema)
+        if "additionalProperties" not in result and "patternProperties" not in result:
+            result["additionalProperties"] = True
+        return result
+
 
 class ContextParameter:
     """What a parameter's annotation subclasses to receive the context, not an argument.

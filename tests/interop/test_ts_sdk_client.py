@@ -1,0 +1,127 @@
+"""A second real client: the official TypeScript SDK (``@modelcontextprotocol/sdk``) over HTTP.
+
+``conformance/ts_client_abort.mjs`` connects, calls a tool with progress,
+aborts a long call with an ``AbortController``, waits, and calls again; it
+reports every error the SDK raised (a late response or a late progress
+notification is one: "unknown message ID" / "unknown token").  The server
+runs here, on 127.0.0.1 with a random port, so the test also sees the
+cancellation arrive and the tool stop.
+
+The Node tooling comes from ``python3 dev.py conformance`` (into ``.tools/``).
+Locally the test is skipped, saying so, when it is not installed; under
+``CI=true`` it installs it, and fails if it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from repo_paths import ROOT
+
+from trio_mcp_cancel import (
+    Event,
+    RequestCancelled,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+    open_registry,
+)
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.testing import assert_no_leaks
+
+sys.path.insert(0, str(ROOT / "conformance"))
+import node_tools
+
+pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+
+SCRIPT = ROOT / "conformance" / "ts_client_abort.mjs"
+
+
+@pytest.fixture(scope="module")
+def node() -> Path:
+    if not node_tools.installed():
+        if os.environ.get("CI") != "true":
+            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
+        node_tools.ensure()  # CI: install it, or fail loudly
+    return node_tools.node()
+
+
+@asynccontextmanager
+async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
+    server = McpServer("ts-sdk-test")
+
+    @server.tool()
+    async def count(ctx: ToolContext, n: int = 10, delay: float = 0.02) -> str:
+        """Counts, reporting progress every step."""
+        try:
+            for i in range(1, n + 1):
+                await checkpoint_cancelled()
+                await trio.sleep(delay)
+                await ctx.report_progress(i, total=n)
+        except RequestCancelled as exc:
+            seen.append(f"count stopped: {exc.kind}")
+            raise
+        return f"counted to {n}"
+
+    @server.tool()
+    async def echo(ctx: ToolContext, text: str) -> str:
+        return text
+
+    # A grace longer than a step, so the tool stops at its own next checkpoint.
+    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+        registry.subscribe(events.append)
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.errorlog = None
+        config.accesslog = None
+        config.graceful_timeout = 0.5
+        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
+        try:
+            yield f"{binds[0]}/mcp"
+            await registry.wait_idle()
+            assert_no_leaks(registry)
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def test_typescript_sdk_connects_calls_and_aborts_cleanly(node: Path) -> None:
+    seen: list[str] = []
+    events: list[Event] = []
+    with trio.fail_after(90):
+        async with running(seen, events) as url:
+            # ES modules resolve packages next to the script: run it from .tools/.
+            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
+            done = await trio.run_process(
+                [str(node), str(script), url],
+                cwd=node_tools.TOOLS,
+                env=node_tools.env(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    # Connected (the SDK's legacy handshake: initialize, then a session), called with progress.
+    assert report["sessionId"]
+    assert report["completed"] == {"text": "counted to 3", "progress": [1, 2, 3]}
+    # The abort rejected the call; the server saw the cancel and the tool stopped.
+    assert report["abortOutcome"] == "aborted"
+    assert report["progressBeforeAbort"] == 1
+    assert seen == ["count stopped: client"]
+    assert [e.kind for e in events if isinstance(e, RequestCancelledEvent)] == ["client"]
+    # After the abort: no late response, no late progress, no error of any kind.
+    assert report["progressAfterAbort"] == 0
+    assert report["errors"] == []
+    assert report["afterAbort"] == "still here"

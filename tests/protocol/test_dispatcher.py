@@ -1,0 +1,169 @@
+"""The dispatcher serves transports; the server stays configuration.
+
+Typed call states from ``prepare``, one dispatcher per server (admission is
+server-wide), admission taken once when the transport admits first, and
+handlers that take one argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, modern_meta
+from trio.testing import MockClock
+
+from trio_mcp_cancel import Registry, open_registry
+from trio_mcp_cancel._protocol import jsonrpc
+from trio_mcp_cancel._protocol.calls import (
+    CLIENT_RESPONSE,
+    HandlerInput,
+    Method,
+    NotificationCall,
+    Rejected,
+    RequestCall,
+)
+from trio_mcp_cancel._protocol.dispatcher import Dispatcher
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Caller, Exchange
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+Message = dict[str, Any]
+
+
+def make_server(**options: Any) -> McpServer:
+    server = McpServer("dispatcher-test", **options)
+
+    @server.tool()
+    async def echo(ctx: ToolContext, text: str = "hi") -> str:
+        return text
+
+    @server.tool()
+    async def wait(ctx: ToolContext) -> str:
+        await trio.sleep(100)
+        return "done"
+
+    return server
+
+
+def tool_call(request_id: int, name: str, **arguments: Any) -> Message:
+    params = {"name": name, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
+    mcp_registry: Registry,
+) -> None:
+    server = make_server()
+    dispatcher = Dispatcher.of(server)
+    caller = Caller("ns", mcp_registry)
+    request = dispatcher.prepare(tool_call(1, "echo"), caller)
+    assert isinstance(request, RequestCall)
+    assert request.tool is server.tools["echo"] and request.tracked and request.era == "legacy"
+    unknown = dispatcher.prepare(tool_call(2, "nope"), caller)
+    assert isinstance(unknown, Rejected)
+    assert unknown.request is not None and unknown.error.request_id == 2
+    malformed = dispatcher.prepare({"jsonrpc": "2.0", "id": 3}, caller)
+    assert isinstance(malformed, Rejected) and malformed.request is None
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert isinstance(dispatcher.prepare(note, caller), NotificationCall)
+    answer = {"jsonrpc": "2.0", "id": 9, "result": {}}
+    assert dispatcher.prepare(answer, caller) is CLIENT_RESPONSE
+
+
+def test_every_transport_of_a_server_gets_the_same_dispatcher() -> None:
+    server, other = make_server(), make_server()
+    assert Dispatcher.of(server) is Dispatcher.of(server)
+    assert Dispatcher.of(server) is not Dispatcher.of(other)
+
+
+async def test_a_call_the_transport_admitted_is_counted_once_and_released_once(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    server = make_server(max_concurrent_calls=1)
+    dispatcher = Dispatcher.of(server)
+    caller = Caller("ns", mcp_registry)
+    call = dispatcher.prepare(tool_call(1, "echo", text="once"), caller)
+    assert isinstance(call, RequestCall)
+    exchange = Exchange()
+    assert dispatcher.admit(call, caller, exchange) is None
+    assert dispatcher.calls_in_flight == 1
+    # Counted once: with a cap of one, a second admission would refuse it.
+    reply = await dispatcher.answer(call, caller, exchange, admitted=True)
+    assert reply is not None and reply["result"]["content"][0]["text"] == "once"
+    assert dispatcher.calls_in_flight == 0
+
+
+async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    server = make_server(max_concurrent_calls=1)
+    dispatcher = Dispatcher.of(server)
+    caller = Caller("ns", mcp_registry)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dispatcher.handle, tool_call(1, "wait"), caller)
+        await trio.sleep(1)
+        assert dispatcher.calls_in_flight == 1
+        second = dispatcher.prepare(tool_call(2, "echo"), caller)
+        assert isinstance(second, RequestCall)
+        refused = dispatcher.admit(second, caller, Exchange())
+        assert refused is not None and refused["error"]["code"] == TOO_MANY_REQUESTS
+        assert refused["error"]["data"] == {"limit": "server", "max": 1}
+        assert dispatcher.calls_in_flight == 1
+        nursery.cancel_scope.cancel()
+    assert dispatcher.calls_in_flight == 0
+
+
+async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry: Registry) -> None:
+    server = make_server(max_concurrent_calls=None)
+    dispatcher = Dispatcher.of(server)
+    caller = Caller("ns", mcp_registry)
+    call = dispatcher.prepare(tool_call(1, "echo"), caller)
+    assert isinstance(call, RequestCall)
+    assert dispatcher.refusal(call, caller) is None
+    server.max_concurrent_calls = 1
+    assert dispatcher.admit(call, caller, Exchange()) is None
+    refused = dispatcher.refusal(call, caller)
+    assert refused is not None and refused["error"]["data"]["limit"] == "server"
+    dispatcher.release(call, caller, Exchange())
+
+
+async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange() -> None:
+    server = make_server()
+    dispatcher = Dispatcher.of(server)
+    seen: list[HandlerInput] = []
+
+    async def probe(h: HandlerInput) -> dict[str, Any]:
+        seen.append(h)
+        return {"method": h.request.method, "echo": h.params.get("x")}
+
+    dispatcher.methods["test/probe"] = Method(probe)
+    async with open_registry() as registry:
+        caller = Caller("ns", registry)
+        exchange = Exchange()
+        message = {"jsonrpc": "2.0", "id": 5, "method": "test/probe", "params": {"x": 1}}
+        reply = await dispatcher.handle(message, caller, exchange)
+    assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"method": "test/probe", "echo": 1}}
+    [h] = seen
+    assert (h.server, h.caller, h.exchange, h.era) == (server, caller, exchange, "legacy")
+    # Another server's table is untouched.
+    assert "test/probe" not in Dispatcher.of(make_server()).methods
+
+
+async def test_a_modern_post_of_a_response_is_an_invalid_request_not_a_crash(
+    mcp_registry: Registry,
+) -> None:
+    server = make_server()
+    app = McpHttpApp(server, mcp_registry)
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            body = {"jsonrpc": "2.0", "id": 1, "result": {}, "params": {"_meta": modern_meta()}}
+            exchange = await client.request("POST", modern_headers(None), body)
+            assert exchange.status == 400
+            assert exchange.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+            # The server keeps serving.
+            reply = await client.request("POST", headers_of(ok := modern_call(2, "echo")), ok)
+            assert reply.json()["result"]["content"][0]["text"] == "hi"

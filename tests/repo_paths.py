@@ -1,0 +1,19 @@
+"""Where the repository's files are, for tests in any folder under ``tests/``.
+
+Test modules live in folders by behaviour (``tests/core/``, ``tests/transports/http/``,
+...), so ``Path(__file__).parent`` means something different in each; they import these
+instead.  ``TESTS`` is also what subprocess tests put on ``PYTHONPATH`` so a child process
+finds the shared harness modules (``runner_app``, ``cancellation_tools``) as pytest does
+(``pythonpath = ["tests"]`` in pyproject).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ROOT", "TESTS"]
+
+#: The ``tests/`` folder: the shared harness modules and the root ``conftest.py``.
+TESTS = Path(__file__).resolve().parent
+#: The repository (``pyproject.toml``, ``examples/``, ``conformance/``, ``README.md``).
+ROOT = TESTS.parent
