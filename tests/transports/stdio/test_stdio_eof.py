@@ -15,15 +15,8 @@ from typing import Any
 
 import trio
 import trio.testing
-from test_stdio import (
-    SERVER,
-    TIMEOUT,
-    assert_json_lines,
-    call,
-    encode,
-    launched,
-    request,
-)
+from stdio_harness import TIMEOUT, call, encode, launched, request
+from test_stdio import SERVER, assert_json_lines
 from trio.testing import MockClock
 
 from trio_mcp_cancel import RequestCancelledEvent, open_registry
