@@ -57,11 +57,23 @@ have all finished.  The transport sees :attr:`~MessageConnection.stalled`
 connection without waiting on the peer.  A peer that went away (a write
 raises one of ``gone``) makes writes no-ops rather than errors in a tool.
 
-When the incoming stream ends (end of file, a closed socket) nothing new is
-queued; what was queued before is still written while the requests wind
-down, and once they have all finished the rest gets at most
-``write_timeout`` seconds in total.  Cancelling ``serve`` (server shutdown)
-stops the writer at once.
+When the incoming stream ends (end of file, a closed socket) every call
+still running is cancelled (kind ``"disconnect"``); what was queued before
+is still written while the requests wind down, and once they have all
+finished the rest gets at most ``write_timeout`` seconds in total.  What is
+queued *after* the end depends on what the end means:
+
+* a closed connection (a WebSocket close, the in-memory client closing its
+  side) is a peer that reads no more: nothing new is queued;
+* a **half-closed** input (``half_closed_input``: stdio's end of file on
+  stdin) is the end of the peer's *requests*, not of its reading: MCP's
+  stdio shutdown is "close the server's stdin, then wait for it to exit",
+  and the host may read stdout until then.  So every request already read
+  is still answered (a ``tools/list`` read just before the end of file,
+  whose handler had not run yet, answers normally); the calls the end
+  cancelled stay silent as the client-side kind ``"disconnect"`` requires.
+
+Cancelling ``serve`` (server shutdown) stops the writer at once.
 """
 
 from __future__ import annotations
@@ -156,6 +168,9 @@ class MessageConnection:
             backlog of everything waiting beyond which no new message is
             read).
         gone: exception types that mean "the peer is gone" when writing.
+        half_closed_input: the end of *incoming* is the end of the peer's
+            requests only, not of its reading (stdio): replies to requests
+            already read are still queued until they have all finished.
         ends_tasks: when the connection has ended, stop the tasks (Tasks
             extension) its namespace owns, with the two phases: nobody can
             reach them any more.  ``False`` when the namespace is shared
@@ -167,6 +182,7 @@ class MessageConnection:
     write: WriteText
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS
     gone: tuple[type[BaseException], ...] = PEER_GONE
+    half_closed_input: bool = False
     ends_tasks: bool = True
     tasks_end_as: tuple[str, CancelKind] = ("connection closed", "disconnect")
     """Reason and kind of that stop (a transport shutting down says so)."""
@@ -200,7 +216,8 @@ class MessageConnection:
 
     @property
     def closed(self) -> bool:
-        """Nothing more is queued: the stream ended, the peer is gone or stalled."""
+        """Nothing more is queued: the stream ended (and every request, after a
+        half-closed input), the peer is gone or stalled."""
         return self._outbox.closed
 
     @property
@@ -325,10 +342,13 @@ class MessageConnection:
             nursery.start_soon(self._write_outbox)
             try:
                 async with trio.open_nursery() as requests:
+                    ended = False
                     try:
                         await self._read(aiter(incoming), requests)
+                        ended = True
                     finally:
-                        self._outbox.close()
+                        if not (ended and self.half_closed_input):
+                            self._outbox.close()
                         if not self.stalled:
                             self.channel.cancel_all(
                                 "connection closed",

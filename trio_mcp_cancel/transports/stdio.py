@@ -17,9 +17,13 @@ Everything beyond the framing is the shared
   server's task manager runs while the process serves (unless the
   application runs it), so a task-capable tool becomes a task when the
   client declares the extension;
-* end of file on stdin is the client going away: every request still
-  running is cancelled (kind ``"disconnect"``), its tasks too, and serving
-  returns once they have finished, at most the grace period later;
+* end of file on stdin is the end of the client's requests, not of its
+  reading (MCP's stdio shutdown: the host closes stdin, then waits for the
+  process to exit, reading stdout until then): every request already read
+  is still answered (a ``tools/list`` sent just before the end of file
+  too), every tool call still running is cancelled (kind
+  ``"disconnect"``: no answer), its tasks too, and serving returns once
+  they have finished, at most the grace period later;
 * so is a host that keeps the pipes open but stops reading stdout (a
   paused or wedged process): no tool ever blocks writing to it, and once a
   write has waited ``write_timeout`` seconds, or ``max_buffered_bytes`` of
@@ -273,7 +277,10 @@ async def _serve(
         # newline of its own: one message is exactly one line.
         await stdout.send_all(text.encode("ascii") + b"\n")
 
-    connection = MessageConnection(server, caller, write_line, limits=limits)
+    # A closed stdin is a half-close: the host may still read stdout.
+    connection = MessageConnection(
+        server, caller, write_line, limits=limits, half_closed_input=True
+    )
 
     async def too_large() -> None:
         logger.warning("skipped a message longer than %d bytes", max_message_size)
