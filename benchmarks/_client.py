@@ -274,13 +274,21 @@ async def call(
 
 
 async def stats(server: Server, action: str = "", path: str = "") -> dict[str, Any]:
-    """The server's ``stats`` tool (counters, profile switch)."""
-    reply = await call(server, "stats", {"action": action, "path": path})
-    try:
-        result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        raise RuntimeError(f"{server.kind}: stats answered {reply!r}") from None
-    return result
+    """The server's ``stats`` tool (counters, profile switch).
+
+    Asked up to three times: right after a wrk run the MCP SDK's servers
+    (one legacy session, every wrk request with the same id) can answer a
+    new stream with a wrk call's ``"ok"`` that was still in flight.
+    """
+    for _ in range(3):
+        reply = await call(server, "stats", {"action": action, "path": path})
+        try:
+            result: dict[str, Any] = json.loads(reply["result"]["content"][0]["text"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            await trio.sleep(0.2)
+            continue
+        return result
+    raise RuntimeError(f"{server.kind}: stats answered {reply!r}")
 
 
 async def cancel(conn: Connection, server: Server, request_id: object) -> None:
