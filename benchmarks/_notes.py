@@ -156,7 +156,7 @@ def analysis(rows: list[Row]) -> str:
             " server at 1,000 slow calls (the servers' `stats` tool, actions `tm-start` and"
             " `tm-top`) put the Python heap growth at about 37 KB per call for ours and 21 KB"
             " for the floor, the difference being: the coroutine frames of the request path"
-            " and the response writer's queue (`transports/http/app.py`, about 5 KB); two more"
+            " and the response writer's queue (`transports/http/answer.py` and `writer.py`, about 5 KB); two more"
             " Trio tasks, the disconnect watcher (which a suspended call needs; it runs in the"
             " app's service nursery) and the response writer (a streamed response's writes may"
             " block, so they are kept off the request, see above), with their cancel statuses"
