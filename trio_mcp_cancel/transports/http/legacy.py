@@ -39,7 +39,7 @@ __all__ = ["LegacyEra"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
-_SESSION_HEADER = b"mcp-session-id"
+_SESSION_HEADER = rules.SESSION_ID.encode()
 _SHARED_METHODS = frozenset({"initialize", "logging/setLevel"})
 
 
@@ -128,7 +128,7 @@ class LegacyEra:
         """The session a request names (``None``: sessions are off); ``400``/``404`` else."""
         if self.sessions is None:
             return None
-        session_id = headers.get("mcp-session-id")
+        session_id = headers.get(rules.SESSION_ID)
         if session_id is None:
             raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
         session = self.sessions.get(session_id, principal, trio.current_time())

@@ -30,7 +30,16 @@ from ..._protocol.versions import (
     has_modern_meta,
     read_envelope,
 )
-from ..._protocol.wire import NAME_BEARING, decode_header_value
+from ..._protocol.wire import (
+    HEADER_METHOD,
+    HEADER_NAME,
+    HEADER_PARAM_PREFIX,
+    HEADER_PROTOCOL_VERSION,
+    HEADER_SESSION_ID,
+    META_PROTOCOL_VERSION,
+    NAME_BEARING,
+    decode_header_value,
+)
 
 __all__ = [
     "HttpError",
@@ -61,23 +70,27 @@ _MODERN_STATUS: Final = {
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
 }
+# The wire's header names as the server reads them: ASGI gives names lower-cased.
+SESSION_ID: Final = HEADER_SESSION_ID.lower()
+PROTOCOL_VERSION: Final = HEADER_PROTOCOL_VERSION.lower()
+METHOD: Final = HEADER_METHOD.lower()
+NAME: Final = HEADER_NAME.lower()
+PARAM_PREFIX: Final = HEADER_PARAM_PREFIX.lower()
 #: Headers a request may carry once: each decides routing, authentication or
 #: how the body is read, and two copies let a gateway that reads the first
 #: and a server that reads the last see two different requests.
 SINGLETON_HEADERS: Final = frozenset(
     {
-        "mcp-method",
-        "mcp-name",
-        "mcp-protocol-version",
-        "mcp-session-id",
+        METHOD,
+        NAME,
+        PROTOCOL_VERSION,
+        SESSION_ID,
         "authorization",
         "content-type",
         "content-length",
         "origin",
     }
 )
-#: The ``Mcp-Param-*`` headers mirror tool arguments: singletons too.
-_PARAM_PREFIX: Final = "mcp-param-"
 #: Default bound of a request's head (:func:`request_headers`), as ``server_config()``'s.
 MAX_HEAD_BYTES: Final = 16 * 1024
 
@@ -136,7 +149,7 @@ def _combined(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
         first = headers.get(key)
         if first is None:
             headers[key] = text
-        elif key in SINGLETON_HEADERS or key.startswith(_PARAM_PREFIX):
+        elif key in SINGLETON_HEADERS or key.startswith(PARAM_PREFIX):  # Mcp-Param-*: arguments
             raise HttpError(400, f"Bad Request: the {key} header is repeated")
         else:
             headers[key] = f"{first}{'; ' if key == 'cookie' else ', '}{text}"
@@ -206,7 +219,7 @@ def select_era(headers: Mapping[str, str], message: object) -> Era:
     ``_meta`` envelope.  Everything else is legacy: ``initialize``, and
     requests of a legacy session.
     """
-    version = headers.get("mcp-protocol-version")
+    version = headers.get(PROTOCOL_VERSION)
     if version is not None and version not in LEGACY_VERSIONS:
         return "modern"
     params = _params(message)
@@ -241,14 +254,14 @@ def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> E
         envelope, unsupported = None, exc
     meta = params["_meta"]
     method = message.get("method")
-    if headers.get("mcp-protocol-version") != meta.get("io.modelcontextprotocol/protocolVersion"):
+    if headers.get(PROTOCOL_VERSION) != meta.get(META_PROTOCOL_VERSION):
         raise JsonRpcError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta")
-    if headers.get("mcp-method") != method:
+    if headers.get(METHOD) != method:
         raise JsonRpcError(HEADER_MISMATCH, "Mcp-Method header does not match the method")
     name_key = NAME_BEARING.get(method) if isinstance(method, str) else None
     if name_key is not None:
         expected = params.get(name_key)
-        if decode_header_value(headers.get("mcp-name")) != expected:
+        if decode_header_value(headers.get(NAME)) != expected:
             raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Name header does not match {name_key!r}")
     if unsupported is not None:
         raise unsupported
@@ -290,7 +303,7 @@ def check_param_headers(
         header = spec.get("x-mcp-header") if isinstance(spec, Mapping) else None
         if not isinstance(header, str):
             continue
-        sent = headers.get(f"mcp-param-{header.lower()}")
+        sent = headers.get(PARAM_PREFIX + header.lower())
         if name not in given:
             if sent is not None:
                 raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Param-{header} sent without {name!r}")
