@@ -97,18 +97,14 @@ class ContextParameter:
     __slots__ = ()
 
 
-def _context_type() -> type:
-    return ContextParameter
-
-
-def _is_context(parameter: inspect.Parameter, context: type) -> bool:
+def _is_context(parameter: inspect.Parameter) -> bool:
     hint = parameter.annotation
     if hint is parameter.empty or hint is Any:
         # The convention before annotations were read: ``ctx`` (unannotated, or ``Any``).
         return parameter.name == "ctx"
     if get_origin(hint) is Annotated:
         hint = get_args(hint)[0]
-    return isinstance(hint, type) and issubclass(hint, context)
+    return isinstance(hint, type) and issubclass(hint, ContextParameter)
 
 
 def _signature(fn: Callable[..., Any], what: str) -> inspect.Signature:
@@ -120,8 +116,7 @@ def _signature(fn: Callable[..., Any], what: str) -> inspect.Signature:
 
 def context_parameter(fn: Callable[..., Any], what: str) -> str | None:
     """The name of *fn*'s context parameter (annotated ``ToolContext``), or ``None``."""
-    context = _context_type()
-    found = [p for p in _signature(fn, what).parameters.values() if _is_context(p, context)]
+    found = [p for p in _signature(fn, what).parameters.values() if _is_context(p)]
     if len(found) > 1:
         raise TypeError(f"{what}: more than one parameter takes the context")
     return found[0].name if found else None
@@ -216,7 +211,6 @@ def read_signature(
     Descriptions come from ``Annotated[T, "text"]``, ``Field(description=...)``
     or *descriptions* (a docstring's ``Args:``), in that order of precedence.
     """
-    context = _context_type()
     parameters = list(_signature(fn, what).parameters.values())
     context_name: str | None = None
     first = False
@@ -226,7 +220,7 @@ def read_signature(
     fill: dict[str, Any] = {}
     described: dict[str, str] = {}
     for index, parameter in enumerate(parameters):
-        if _is_context(parameter, context):
+        if _is_context(parameter):
             if context_name is not None:
                 raise TypeError(f"{what}: more than one parameter takes the context")
             # Passed positionally only when it comes first and may be (not after ``*``).
