@@ -72,7 +72,8 @@ class SseDecoder:
             if not line:
                 if self._data:
                     data, self._data, self._size = b"\n".join(self._data), [], 0
-                    yield data.decode("utf-8", "replace")
+                    if data:  # empty data (a priming event) is no message
+                        yield data.decode("utf-8", "replace")
                 continue
             if line.startswith(b":"):
                 continue

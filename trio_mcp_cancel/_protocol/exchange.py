@@ -67,6 +67,12 @@ class Channel:
     """The latest ``tools/call`` ids answered with a task, and the task ids:
     a client that cancels the call (racing the ``CreateTaskResult``) ignores
     the answer, so the task it never saw is cancelled too."""
+    notifications: bool = False
+    """The transport delivers server notifications to this client outside any request
+    (the legacy HTTP GET stream), so ``initialize`` promises ``listChanged``/``subscribe``."""
+    resource_subscriptions: set[str] = attrs.field(factory=set)
+    """Legacy ``resources/subscribe``: the URIs whose ``notifications/resources/updated``
+    the client's GET stream carries (at most ``MAX_SUBSCRIPTIONS``)."""
 
     def remember_task(self, request_id: RequestId, task_id: str) -> None:
         self.created_tasks.pop(request_id, None)

@@ -29,8 +29,10 @@ from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .wire import META_SUBSCRIPTION_ID
 
 __all__ = [
+    "MAX_SUBSCRIPTIONS",
     "META_SUBSCRIPTION_ID",
     "Filter",
+    "LegacyFilter",
     "Listener",
     "SubscriptionHub",
     "read_filter",
@@ -41,7 +43,9 @@ _LIST_CHANGED: Final = {
     "promptsListChanged": "notifications/prompts/list_changed",
     "resourcesListChanged": "notifications/resources/list_changed",
 }
-_MAX_URIS: Final = 1000
+#: Resource URIs one listen request, or one legacy session, may subscribe to.
+MAX_SUBSCRIPTIONS: Final = 1000
+_MAX_URIS: Final = MAX_SUBSCRIPTIONS
 
 
 @attrs.frozen
@@ -69,6 +73,22 @@ class Filter:
         if self.task_ids:
             wire["taskIds"] = sorted(self.task_ids)
         return wire
+
+
+@attrs.frozen
+class LegacyFilter:
+    """A legacy session's GET stream: every list change, and the URIs it subscribed to.
+
+    *uris* is the session's own set (``resources/subscribe`` changes it), read
+    at each publish, so a subscription applies to the open stream at once.
+    """
+
+    uris: set[str]
+
+    def wants(self, method: str, key: str | None) -> bool:
+        if method == "notifications/resources/updated":
+            return key is not None and key in self.uris
+        return method in _LIST_CHANGED.values()
 
 
 def read_filter(params: Mapping[str, Any], supported: frozenset[str]) -> Filter:
@@ -104,9 +124,9 @@ def _granted_strings(
 
 @attrs.define(eq=False)
 class Listener:
-    """One open listen stream's queue."""
+    """One open listen stream's queue (or a legacy session's GET stream's)."""
 
-    filter: Filter
+    filter: Filter | LegacyFilter
     send: trio.MemorySendChannel[dict[str, Any]]
     receive: trio.MemoryReceiveChannel[dict[str, Any]]
     overflowed: bool = False
@@ -119,7 +139,7 @@ class SubscriptionHub:
     queue_size: int = 64
     listeners: set[Listener] = attrs.field(factory=set)
 
-    def open(self, filter: Filter) -> Listener:
+    def open(self, filter: Filter | LegacyFilter) -> Listener:
         send, receive = trio.open_memory_channel[dict[str, Any]](self.queue_size)
         listener = Listener(filter, send, receive)
         self.listeners.add(listener)
