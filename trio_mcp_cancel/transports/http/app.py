@@ -54,6 +54,8 @@ from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
+from .relay import Relays
+from .resume import ResumableStream
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -219,7 +221,23 @@ class McpHttpApp:
             self._sharing,
             limits.max_concurrent_requests,
         )
-        self._get = GetStreams(self._responder, self._legacy)
+        self._relays = (
+            Relays(
+                backend.bus,
+                self._owned_stream,
+                lambda: self._responder.service,
+                limits.max_buffered_bytes,
+                limits.write_timeout,
+            )
+            if backend is not None
+            else None
+        )
+        self._get = GetStreams(self._responder, self._legacy, self._relays)
+
+    def _owned_stream(self, session_key: str, stream_key: str) -> ResumableStream | None:
+        """A stream of a session shared under *session_key* that this worker runs, if any."""
+        session = self._sharing.local(session_key) if self._sharing is not None else None
+        return None if session is None else session.streams.streams.get(stream_key)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -282,6 +300,9 @@ class McpHttpApp:
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
+                    if self._relays is not None and self._responder.resume_window is not None:
+                        relays = self._relays.on_bus
+                        outer.start_soon(_unsubscribe_on_exit, self.backend.bus.subscribe(relays))
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     self._responder.service = service

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any
 
 import attrs
@@ -35,9 +36,11 @@ from ..._protocol.subscriptions import LegacyFilter, Listener
 from . import rules, sse
 from .answer import RETRY_AFTER, Responder
 from .legacy import LegacyEra
-from .resume import ResumableStream
+from .relay import Relays
+from .resume import ResumableStream, parse_event_id
 from .rules import HttpError
 from .sessions import Session
+from .shared import session_key
 from .writer import ResponseWriter
 
 __all__ = ["GetStreams"]
@@ -56,6 +59,8 @@ class GetStreams:
 
     responder: Responder
     legacy: LegacyEra
+    relays: Relays | None = None
+    """With a shared backend: resuming streams that other workers run (:mod:`.relay`)."""
 
     async def get(
         self,
@@ -73,6 +78,17 @@ class GetStreams:
         last = headers.get(LAST_EVENT_ID)
         if last is not None and responder.resume_window is not None:
             found = session.streams.find(last)
+            parsed = parse_event_id(last)
+            if found is None and parsed is not None and self.relays is not None:
+                if await self.relays.carry(
+                    session_key(session.id),
+                    parsed[0],
+                    parsed[1],
+                    partial(self._open, send, start=True),
+                    receive,
+                    responder.keepalive_interval,
+                ):
+                    return
             if found is None or (found[0].standalone and found[0].ended):
                 raise HttpError(409, "Conflict: Last-Event-ID names no stream this session holds")
             stream, after = found
@@ -127,11 +143,15 @@ class GetStreams:
             hub.close(listener)
             responder.dispatcher.listens.give(tenant)
 
-    def _open(self, send: Send) -> ResponseWriter:
-        """A running writer with the SSE head queued (the body follows as it comes)."""
+    def _open(self, send: Send, *, start: bool = False) -> ResponseWriter:
+        """A writer with the SSE head queued (the body follows as it comes); *start*:
+        running already, in the service nursery."""
         responder = self.responder
         writer = ResponseWriter(send, responder.max_buffered_bytes, responder.fast_paths)
         writer.put({"type": "http.response.start", "status": 200, "headers": list(sse.SSE_HEADERS)})
+        if start and responder.service is not None:
+            writer.outbox.timeout = responder.write_timeout
+            responder.service.start_soon(writer.run)
         return writer
 
     async def _carry(
