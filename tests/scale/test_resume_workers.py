@@ -142,3 +142,48 @@ async def test_a_cut_stream_resumed_nowhere_is_a_disconnect_and_a_late_resume_is
             headers = {**legacy_headers(session), "last-event-id": call.last_event_id}
             late = await two.request("GET", headers)
             assert late.status == 409
+
+
+async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_other(
+    redis: RedisServer, prefix: str
+) -> None:
+    servers = [make_server(), make_server()]
+    for server in servers:
+
+        @server.resource("test://doc", name="doc")
+        async def doc(ctx: ToolContext) -> str:
+            return "doc"
+
+    with trio.fail_after(TIMEOUT):
+        async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
+            apps = [
+                McpHttpApp(server, registry, backend=RedisBackend(redis.url, prefix=prefix))
+                for server in servers
+            ]
+            one, two = (AsgiClient(app, nursery) for app in apps)
+            async with one.lifespan(), two.lifespan():
+                session = await initialize(one)
+                subscribe = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "resources/subscribe",
+                    "params": {"uri": "test://doc"},
+                }
+                assert (await one.post(legacy_headers(session), subscribe)).status == 200
+                get = one.start("GET", legacy_headers(session))
+                await get.wait_started()
+                servers[1].resource_updated("test://doc")  # a change made on the other worker
+                servers[1].tools_changed()
+                with trio.fail_after(5):
+                    first, second = await get.next_message(), await get.next_message()
+                assert first["method"] == "notifications/resources/updated"
+                assert first["params"] == {"uri": "test://doc"}
+                assert second["method"] == "notifications/tools/list_changed"
+                servers[0].prompts_changed()  # a local one arrives once
+                third = await get.next_message()
+                assert third["method"] == "notifications/prompts/list_changed"
+                await trio.sleep(0.3)
+                assert len(get.messages()) == 3
+                get.disconnect()
+                await one.wait_all_done()
+            assert_no_leaks(registry)

@@ -19,7 +19,7 @@ result, so the client knows to re-list) instead of buffering without bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -29,6 +29,7 @@ from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .wire import META_SUBSCRIPTION_ID
 
 __all__ = [
+    "FORWARDED",
     "MAX_SUBSCRIPTIONS",
     "META_SUBSCRIPTION_ID",
     "Filter",
@@ -46,6 +47,8 @@ _LIST_CHANGED: Final = {
 #: Resource URIs one listen request, or one legacy session, may subscribe to.
 MAX_SUBSCRIPTIONS: Final = 1000
 _MAX_URIS: Final = MAX_SUBSCRIPTIONS
+#: What other server processes are told about (task changes travel with the tasks).
+FORWARDED: Final = frozenset({*_LIST_CHANGED.values(), "notifications/resources/updated"})
 
 
 @attrs.frozen
@@ -138,6 +141,9 @@ class SubscriptionHub:
 
     queue_size: int = 64
     listeners: set[Listener] = attrs.field(factory=set)
+    forward: Callable[[str, Mapping[str, Any] | None], object] | None = None
+    """Also hands every list change and resource update to other server processes
+    (set by an HTTP app with a shared backend; must not block)."""
 
     def open(self, filter: Filter | LegacyFilter) -> Listener:
         send, receive = trio.open_memory_channel[dict[str, Any]](self.queue_size)
@@ -150,12 +156,17 @@ class SubscriptionHub:
         listener.send.close()
         listener.receive.close()
 
-    def publish(self, method: str, params: Mapping[str, Any] | None = None) -> int:
+    def publish(
+        self, method: str, params: Mapping[str, Any] | None = None, *, forwarded: bool = False
+    ) -> int:
         """Queue a notification for every listener that wants it; never blocks.
 
         Returns how many listeners got it.  A listener whose queue is full is
-        marked overflowed (its stream then ends).
+        marked overflowed (its stream then ends).  *forwarded*: it came from
+        another process (so it is not handed on again).
         """
+        if self.forward is not None and not forwarded and method in FORWARDED:
+            self.forward(method, params)
         key = None
         if params is not None:
             key = params.get("taskId" if method == "notifications/tasks" else "uri")

@@ -50,6 +50,7 @@ from ..limits import (
 )
 from . import hypercorn_compat, rules
 from .answer import Post, Responder
+from .fanout import HubFanout
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
@@ -300,6 +301,10 @@ class McpHttpApp:
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
+                    fanout = HubFanout(self.server.subscriptions, self.backend.bus)
+                    heard = self.backend.bus.subscribe(fanout.on_bus)
+                    outer.start_soon(_unsubscribe_on_exit, heard)
+                    await outer.start(fanout.run)
                     if self._relays is not None and self._responder.resume_window is not None:
                         relays = self._relays.on_bus
                         outer.start_soon(_unsubscribe_on_exit, self.backend.bus.subscribe(relays))
