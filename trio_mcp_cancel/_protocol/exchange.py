@@ -125,6 +125,9 @@ class Exchange:
 
     send: SendMessage | None = None
     request: TrackedRequest | None = None
+    close_stream: Callable[[], bool] | None = None
+    """Ends the connection carrying the request's stream without ending the stream
+    (a resumable legacy HTTP stream: the client resumes it); ``None``: not possible."""
     _registry: Registry | None = None
     _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
     _on_lost: list[Callable[[], object]] = attrs.field(factory=list)

@@ -341,3 +341,37 @@ def test_resume_window_comes_from_mcp_resume_window() -> None:
         app_from_env(server, {"MCP_RESUME_WINDOW": "soon"})
     with pytest.raises(ValueError, match="resume_window"):
         McpHttpApp(server, resume_window=-1)
+
+
+async def test_a_tool_may_close_its_stream_and_the_client_polls_for_the_rest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with serving() as s:
+        closed: list[bool] = []
+
+        @s.app.server.tool()
+        async def polling(ctx: ToolContext) -> str:
+            await ctx.report_progress(1)
+            closed.append(ctx.close_stream())
+            await trio.sleep(2)
+            await ctx.report_progress(2)
+            return "polled"
+
+        session = await initialize(s.client)
+        call = s.client.start("POST", legacy_headers(session), legacy_call(1, "polling", {}, "t"))
+        await call.wait_complete()
+        # The response ended cleanly after the priming event and progress 1, without an answer.
+        assert call.complete and call.primed and call.retry == 1000
+        assert progress_of(call.messages()) == [1] and results_of(call.messages()) == []
+        assert closed == [True]
+        assert call.last_event_id is not None
+        resumed = resume(s, session, call.last_event_id)
+        await resumed.wait_complete()
+        assert progress_of(resumed.messages()) == [2]
+        assert results_of(resumed.messages())[0]["result"]["content"][0]["text"] == "polled"
+        assert s.cancels() == []
+        # The modern era cannot: a closed stream is its cancel.
+        message = modern_call(2, "polling", {}, progress_token="m")
+        modern = await s.client.post(headers_of(message), message)
+        assert closed == [True, False]
+        assert modern.answer()["result"]["content"][0]["text"] == "polled"

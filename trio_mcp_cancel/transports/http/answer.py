@@ -225,6 +225,7 @@ class Responder:
             session = routed.session
             if self.resume_window is not None and session is not None and routed.era == "legacy":
                 response.open_stream = partial(session.streams.open, self.replay_limit)
+                exchange.close_stream = response.close_stream
         # The writer task starts when the response commits to SSE, or
         # not at all when the whole answer can be written inline.
         response.start_writer = partial(self._start_writer, writer, nursery)

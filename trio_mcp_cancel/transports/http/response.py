@@ -218,6 +218,11 @@ class CallResponse(ResponseMachine):
         self.commit()
         self._event(sse.event(message))
 
+    def close_stream(self) -> bool:
+        """``Exchange.close_stream``: end this connection, keep the resumable stream."""
+        self.commit()
+        return self.stream is not None and self.stream.release()
+
     def keepalive(self) -> None:
         self.commit()
         stream = self.stream

@@ -179,6 +179,19 @@ class ResumableStream:
             self.final_writer = writer
         return True
 
+    def release(self) -> bool:
+        """End the attached connection's response cleanly, keeping the stream (SEP-1699
+        polling: its client reconnects with ``Last-Event-ID``); ``False``: none attached."""
+        writer = self.writer
+        if writer is None or self.final is not None:
+            return False
+        self.writer = None
+        writer.put(_body(b"", True), final=True)
+        self._touch()
+        if writer.wakes is not None:
+            writer.wakes.cancel()
+        return True
+
     def detach(self, writer: ResponseWriter | None = None) -> None:
         """The attached connection is gone (or *writer*, when it is still the one)."""
         if self.writer is None or (writer is not None and self.writer is not writer):
