@@ -255,3 +255,23 @@ async def test_get_needs_a_known_session_and_the_legacy_era(
         message = modern_request(1, "tools/list")
         modern = await s.client.request("GET", headers_of(message))
         assert modern.status == 405
+
+
+async def test_a_dropped_get_stream_is_forgotten_after_the_resume_window(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with serving(resume_window=5.0) as s:
+        session = await initialize(s.client)
+        get = await open_get(s, session)
+        s.server.tools_changed()
+        await trio.testing.wait_all_tasks_blocked()
+        last = get.last_event_id
+        assert last is not None
+        get.disconnect()
+        await get.done.wait()
+        await trio.sleep(6)
+        late = await s.client.request("GET", {**legacy_headers(session), "last-event-id": last})
+        assert late.status == 409
+        assert not s.app.sessions or all(
+            not session_.streams.streams for session_ in s.app.sessions._sessions.values()
+        )

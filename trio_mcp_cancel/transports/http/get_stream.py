@@ -139,9 +139,19 @@ class GetStreams:
             await self._carry(stream, writer, receive, listener)
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
+            elif stream.writer is None and responder.service is not None:
+                # Kept for a resume of what was in flight, for resume_window only.
+                responder.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
             responder.dispatcher.listens.give(tenant)
+
+    async def _forget_later(self, session: Session, stream: ResumableStream) -> None:
+        """Drop a detached GET stream (and its buffer) nobody resumed within the window."""
+        window = self.responder.resume_window
+        if window is not None and await stream.wait_attached(window):
+            return  # resumed: that GET forgets it in its turn
+        session.streams.close(stream)
 
     def _open(self, send: Send, *, start: bool = False) -> ResponseWriter:
         """A writer with the SSE head queued (the body follows as it comes); *start*:
