@@ -55,7 +55,6 @@ async def test_tasks_cancel_links_to_the_tasks_span_which_links_to_the_creating_
         open_test_client(server, tasks=True, registry_config=config) as client,
     ):
         async with trio.open_nursery() as nursery:
-
             known = trio.Event()
 
             def seen(task: dict[str, Any]) -> None:
