@@ -68,6 +68,9 @@ class ServerTelemetry:
         self._span_kind = api.trace.SpanKind
         self._status_error = api.trace.StatusCode.ERROR
         self._link = api.trace.Link
+        self._set_span_in_context = api.trace.set_span_in_context
+        self._attach = api.context.attach
+        self._detach = api.context.detach
         self.tracer = api.trace.get_tracer(
             n.INSTRUMENTATION_NAME, tracer_provider=config.tracer_provider
         )
@@ -169,30 +172,32 @@ class ServerTelemetry:
         counted = {"mcp.method.name": method}
         self.in_flight.add(1, counted)
         started = trio.current_time()
+        span = self.tracer.start_span(
+            name, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
+        )
+        # Made current by hand (no context manager: this is every request's
+        # path); a no-op tracer's invalid span, with no caller context to
+        # carry on, need not be current at all.
+        attached = None
+        if span.is_recording() or span.get_span_context().is_valid:
+            attached = self._attach(self._set_span_in_context(span, parent))
+        token = current_active.set(Active(self, span))
         try:
-            with self.tracer.start_as_current_span(
-                name,
-                context=parent,
-                kind=self._span_kind.SERVER,
-                attributes=attributes,
-                links=links,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
-                token = current_active.set(Active(self, span))
-                try:
-                    reply = await answer()
-                except BaseException as exc:  # trio.Cancelled: the transport stopping
-                    metric["error.type"] = type(exc).__qualname__
-                    span.set_attribute("error.type", metric["error.type"])
-                    span.set_status(self._status_error)
-                    raise
-                finally:
-                    current_active.reset(token)
-                    self._record_cancellation(span, tracked())
-                self._record_reply(span, method, reply, metric)
-                return reply
+            reply = await answer()
+        except BaseException as exc:  # trio.Cancelled: the transport stopping
+            metric["error.type"] = type(exc).__qualname__
+            span.set_attribute("error.type", metric["error.type"])
+            span.set_status(self._status_error)
+            raise
+        else:
+            self._record_reply(span, method, reply, metric)
+            return reply
         finally:
+            current_active.reset(token)
+            self._record_cancellation(span, tracked())
+            if attached is not None:
+                self._detach(attached)
+            span.end()
             self.in_flight.add(-1, counted)
             self.duration.record(trio.current_time() - started, metric)
 
