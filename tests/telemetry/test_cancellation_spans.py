@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, headers_of, modern_call
+from asgi_harness import (
+    AsgiClient,
+    cancelled,
+    headers_of,
+    initialize,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+)
 from cancellation_tools import probe_server
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
@@ -228,3 +236,54 @@ async def test_a_meta_traceparent_wins_over_the_http_header_which_becomes_a_link
     assert [link.context.trace_id for link in span.links] == [int("1" * 32, 16)]
     assert "error.type" not in attrs_of(span)
     assert not event_names(span)
+
+
+async def test_a_legacy_http_notification_cancel_is_parented_on_meta_and_names_the_session(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+    async with open_registry(RegistryConfig(grace_period=5)) as registry:
+        app = McpHttpApp(server, registry)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(app, nursery)
+            async with client.lifespan():
+                session = await initialize(client)
+                message = legacy_call(3, "count", {"n": 100})
+                message["params"]["_meta"] = {"traceparent": TRACEPARENT}
+                client.start("POST", legacy_headers(session), message)
+                await trio.sleep(1.5)
+                note = await client.post(legacy_headers(session), cancelled(3, "enough"))
+                assert note.status == 202
+                await registry.wait_idle()
+                await client.request("DELETE", legacy_headers(session))
+                await client.wait_all_done()
+    span = otel.span("tools/call count")
+    assert_remote_parent(span)
+    attributes = assert_cancelled_span(span, "client", "client", "flag")
+    assert attributes["mcp.protocol.version"] == "2025-11-25"
+    assert attributes["mcp.session.id"]  # a name for the session that is safe to show
+    assert attributes["mcp.session.id"] != session  # never the Mcp-Session-Id secret itself
+    assert_cancel_metrics(otel, "client", "client", "flag", "count")
+
+
+async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+    async with open_registry(RegistryConfig(grace_period=5)) as registry:
+        app = McpHttpApp(server, registry)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(app, nursery)
+            async with client.lifespan():
+                session = await initialize(client)
+                client.start("POST", legacy_headers(session), legacy_call(4, "stubborn"))
+                await trio.sleep(1)
+                ended = await client.request("DELETE", legacy_headers(session))
+                assert ended.status in (200, 204)
+                await registry.wait_idle()
+                await client.wait_all_done()
+    attributes = assert_cancelled_span(
+        otel.span("tools/call stubborn"), "server", "session_end", "hard_cancel"
+    )
+    assert attributes["mcp_cancel.cancel.reason"] == "session terminated"
+    assert_cancel_metrics(otel, "server", "session_end", "hard_cancel", "stubborn")

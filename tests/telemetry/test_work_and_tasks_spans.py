@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind
 from otel_harness import Otel, attrs_of, event_names
 
 from trio_mcp_cancel import RegistryConfig, run_process
+from trio_mcp_cancel._core.events import BackendEvent
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
@@ -188,3 +189,44 @@ async def test_admission_refusals_are_counted_by_limit_and_the_span_has_the_erro
     assert [a for a, _ in otel.points("mcp_cancel.limit.refusals")] == [
         {"mcp_cancel.limit": "server"}
     ]
+
+
+async def test_a_shielded_tool_that_overruns_its_hard_cancel_is_phase_overrun_and_counted_live(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = McpServer("shielded", telemetry=otel.telemetry)
+
+    @server.tool()
+    async def shielded(ctx: ToolContext) -> str:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(10)  # defeats the hard cancel, as Trio allows
+        return "late"
+
+    config = RegistryConfig(grace_period=1, overrun_margin=1)
+    async with open_test_client(server, registry_config=config) as client:
+        call = client.start_call("shielded")
+        await client.wait_in_flight(call)
+        await call.cancel()
+        await trio.sleep(3)  # past the hard cancel and the margin, still running
+        assert otel.value("mcp_cancel.overruns", mcp_cancel__cancel__kind="client") == 1
+        await client.registry.wait_idle()
+    attributes = attrs_of(otel.span("tools/call shielded"))
+    assert attributes["mcp_cancel.cancel.phase"] == "overrun"
+    assert attributes["mcp_cancel.cancel.overrun"] == pytest.approx(9.0)
+    assert "mcp_cancel.overrun" in event_names(otel.span("tools/call shielded"))
+    assert otel.value("mcp_cancel.cancellations", mcp_cancel__cancel__phase="overrun") == 1
+
+
+async def test_the_backend_going_away_is_counted_by_operation(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+    async with open_test_client(server) as client:
+        await client.call_tool("echo", {"text": "hi"})  # the server now watches this registry
+        # What a backend's breaker reports through the registry it is attached to.
+        client.registry.events.emit(BackendEvent("backend.unavailable", "publish", "refused"))
+        client.registry.events.emit(BackendEvent("backend.recovered", "publish", ""))
+    assert otel.points("mcp_cancel.backend.unavailable")[0][0] == {
+        "mcp_cancel.backend.operation": "publish"
+    }
+    assert otel.value("mcp_cancel.backend.unavailable") == 1
