@@ -10,6 +10,8 @@ the ``mcp_cancel.*`` attributes and events, and the metric points.
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -30,12 +32,14 @@ from opentelemetry.trace import SpanKind, StatusCode
 from otel_harness import Otel, attrs_of, event_names
 from stdio_harness import call as stdio_call
 from stdio_harness import cancel_note, encode
+from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel import RegistryConfig, open_registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, open_test_client
+from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -287,3 +291,29 @@ async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
     )
     assert attributes["mcp_cancel.cancel.reason"] == "session terminated"
     assert_cancel_metrics(otel, "server", "session_end", "hard_cancel", "stubborn")
+
+
+async def test_a_websocket_notification_cancel_is_parented_on_the_meta_traceparent(
+    otel: Otel,
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+    with trio.fail_after(20):
+        async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+            listener = await nursery.start(
+                partial(serve_mcp_websocket, server, registry, "127.0.0.1", 0)
+            )
+            url = f"ws://127.0.0.1:{listener.port}/mcp"
+            async with open_websocket_url(url) as ws:
+                arguments = {"n": 1000, "delay": 0.05}
+                message = stdio_call(9, "count", arguments, traceparent=TRACEPARENT)
+                await ws.send_message(json.dumps(message))
+                while not registry.in_flight_count:
+                    await trio.sleep(0.01)
+                await ws.send_message(json.dumps(cancel_note(9, "closing the tab")))
+                await registry.wait_idle()
+            nursery.cancel_scope.cancel()
+    span = otel.span("tools/call count")
+    assert_remote_parent(span)
+    attributes = assert_cancelled_span(span, "client", "client", "flag")
+    assert attributes["mcp_cancel.cancel.reason"] == "closing the tab"
+    assert_cancel_metrics(otel, "client", "client", "flag", "count")
