@@ -346,18 +346,20 @@ class Responder:
         """A resumable stream lost its connection: give its client ``resume_window`` to
         come back (each time), then cancel the call as a disconnect.
 
-        With ``legacy_disconnect_cancels`` off the call is never cancelled for
-        it (only by the time limit), as without resumption.  A stream whose
-        replay buffer dropped an undelivered event cannot be resumed whole:
-        that counts as the window passing.
+        With ``legacy_disconnect_cancels`` off a client that closed its stream
+        is spared (the call runs on, within the time limit), as without
+        resumption; one that stopped reading is not (it holds the server's
+        memory and connection).  A stream whose replay buffer dropped an
+        undelivered event cannot be resumed whole: that counts as the window
+        passing.
         """
         window = self.resume_window
         assert window is not None
         with trio.move_on_at(limit_at):
             while True:
                 if stream.writer is None and not await stream.wait_attached(window):
-                    if self.legacy_disconnect_cancels:
-                        why = "client disconnected"
+                    if self.legacy_disconnect_cancels or stream.stalled:
+                        why = "client stopped reading" if stream.stalled else "client disconnected"
                         if stream.overflowed:
                             why += " (its stream's replay buffer overflowed)"
                         exchange.cancel(why, grace=self.disconnect_grace)

@@ -260,6 +260,7 @@ class CallResponse(ResponseMachine):
             if stream.writer is not None:
                 logger.info("client stopped reading its stream (%s); detaching it", why)
                 stream.detach()
+                stream.stalled = True
             return
         if self.writer.stalled or self.state is State.ABANDONED:
             return

@@ -80,6 +80,8 @@ class ResumableStream:
     """The last sequence number handed to a connection."""
     overflowed: bool = False
     """An event was dropped before any connection took it: no resume can be complete."""
+    stalled: bool = False
+    """Its last connection was dropped for not reading (not closed by its client)."""
     final: tuple[int, bytes] | None = None
     """The last event (the answer, or ``b""``: end without one), once emitted."""
     writer: ResponseWriter | None = None
@@ -164,6 +166,7 @@ class ResumableStream:
         if old is not None and old is not writer:
             _drop(old)
         self.writer = writer
+        self.stalled = False
         self._touch()
         if after is None:
             return True
