@@ -39,6 +39,7 @@ from trio_mcp_cancel import (
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, app_from_env
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.transports.http.resume import parse_event_id
 
 WINDOW = 5.0
 
@@ -375,3 +376,11 @@ async def test_a_tool_may_close_its_stream_and_the_client_polls_for_the_rest(
         modern = await s.client.post(headers_of(message), message)
         assert closed == [True, False]
         assert modern.answer()["result"]["content"][0]["text"] == "polled"
+
+
+def test_only_event_ids_of_the_servers_own_form_are_read() -> None:
+    assert parse_event_id("0123456789ab.7") == ("0123456789ab", 7)
+    for bad in ["", ".", "7", "0123456789ab", "0123456789ab.", "0123456789AB.1", "x" * 12 + ".1"]:
+        assert parse_event_id(bad) is None, bad
+    assert parse_event_id("0123456789ab." + "9" * 19) is None
+    assert parse_event_id("0123456789ab.\u0661") is None  # a non-ASCII digit

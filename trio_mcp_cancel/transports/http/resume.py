@@ -49,10 +49,18 @@ RETRY_MS: Final = 1000
 _EVENT_OVERHEAD: Final = 64
 
 
+#: Hex digits of a stream key.
+_KEY_LENGTH: Final = 12
+_HEX: Final = frozenset("0123456789abcdef")
+
+
 def parse_event_id(value: str) -> tuple[str, int] | None:
-    """``(stream key, sequence number)`` of an event id this module issued, else ``None``."""
+    """``(stream key, sequence number)`` of an event id this module issued, else ``None``
+    (so a made-up id is refused at once, never asked about on the bus)."""
     key, dot, seq = value.strip().rpartition(".")
-    if not dot or not key or not seq.isdigit() or len(seq) > 18:
+    if len(key) != _KEY_LENGTH or not _HEX.issuperset(key):
+        return None
+    if not dot or not seq.isascii() or not seq.isdigit() or len(seq) > 18:
         return None
     return key, int(seq)
 
@@ -234,9 +242,9 @@ class StreamTable:
     def open(self, limit: int, *, standalone: bool = False) -> ResumableStream:
         """A new stream whose key is unique in the session (and unguessable: it is not
         a credential, but one client's ids should not name another's streams)."""
-        key = secrets.token_hex(6)
+        key = secrets.token_hex(_KEY_LENGTH // 2)
         while key in self.streams:
-            key = secrets.token_hex(6)
+            key = secrets.token_hex(_KEY_LENGTH // 2)
         stream = self.streams[key] = ResumableStream(key, limit, standalone)
         return stream
 
