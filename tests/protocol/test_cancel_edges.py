@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from cancellation_tools import probe_server
 
 import trio_mcp_cancel._core.registry as registry_module
 import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
@@ -26,18 +27,7 @@ from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel._protocol.jsonrpc import Notification
 from trio_mcp_cancel.lowlevel import InvalidRequestId
-from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
-
-
-def build() -> McpServer:
-    server = McpServer("cancel-edges", "1.0")
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str = "hi") -> str:
-        return text
-
-    return server
 
 
 def cancel(request_id: object) -> Notification:
@@ -48,7 +38,7 @@ def cancel(request_id: object) -> Notification:
 async def test_only_a_cancel_of_a_request_not_running_here_is_for_another_worker(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    dispatcher = Dispatcher.of(build())
+    dispatcher = Dispatcher.of(probe_server())
     caller = Caller("session:s", mcp_registry)
     async with mcp_registry.tracked(1, "session:s") as request:
         assert dispatcher.notify(cancel(1), caller) is False  # it runs here
@@ -92,7 +82,7 @@ def id_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
 async def test_a_tool_calls_id_is_validated_once(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry, id_checks: list[object]
 ) -> None:
-    dispatcher = Dispatcher.of(build())
+    dispatcher = Dispatcher.of(probe_server())
     message = {
         "jsonrpc": "2.0",
         "id": "call-7",

@@ -51,7 +51,7 @@ from .events import (
     RequestStoppedEvent,
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
-from .request import Cancellation, TrackedRequest
+from .request import Cancellation, TrackedRequest, set_flag
 from .table import CancellationTable, Key, Row
 from .validation import (
     RequestId,
@@ -503,10 +503,7 @@ class Registry:
         self, request: TrackedRequest, cancellation: Cancellation, grace: float | None
     ) -> None:
         """Set the polled flag (first cancellation wins) and arm the hard cancel."""
-        if request.cancellation is None:
-            request.cancellation = cancellation
-            if request._watchers:
-                request._fire_watchers()
+        set_flag(request, cancellation)
         if grace is None:
             return
         deadline = cancellation.at + grace

@@ -19,31 +19,16 @@ import pytest
 import trio
 import trio.testing
 from asgi_harness import AsgiClient, modern_call, modern_headers
+from cancellation_tools import probe_server
 
-from trio_mcp_cancel import checkpoint_cancelled, open_registry
+from trio_mcp_cancel import open_registry
 from trio_mcp_cancel._protocol.calls import RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.testing import assert_no_leaks, open_test_client
 from trio_mcp_cancel.transports.http.answer import Responder, Routed
-
-
-def build(**limits: Any) -> McpServer:
-    server = McpServer("admission-once", "1.0", **limits)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str = "hi") -> str:
-        return text
-
-    @server.tool()
-    async def forever(ctx: ToolContext) -> str:
-        while True:
-            await checkpoint_cancelled()
-            await trio.sleep(1)
-
-    return server
 
 
 @pytest.fixture
@@ -76,9 +61,11 @@ async def serving(server: McpServer) -> AsyncIterator[AsgiClient]:
 async def test_a_tool_call_over_http_is_admitted_once(
     autojump_clock: trio.testing.MockClock, checks: list[str]
 ) -> None:
-    server = build(max_concurrent_calls=4)
+    server = probe_server(max_concurrent_calls=4)
     async with serving(server) as client:
-        answer = await client.post(modern_headers("tools/call", "echo"), modern_call(1, "echo"))
+        answer = await client.post(
+            modern_headers("tools/call", "echo"), modern_call(1, "echo", {"text": "hi"})
+        )
         assert answer.status == 200 and answer.answer()["result"]["content"][0]["text"] == "hi"
     assert checks == ["tools/call"]
     assert Dispatcher.of(server).calls_in_flight == 0
@@ -87,9 +74,9 @@ async def test_a_tool_call_over_http_is_admitted_once(
 async def test_a_tool_call_over_a_stream_transport_is_admitted_once(
     autojump_clock: trio.testing.MockClock, checks: list[str]
 ) -> None:
-    server = build(max_concurrent_calls=4)
+    server = probe_server(max_concurrent_calls=4)
     async with open_test_client(server) as client:
-        assert (await client.call_tool("echo"))["content"][0]["text"] == "hi"
+        assert (await client.call_tool("echo", {"text": "hi"}))["content"][0]["text"] == "hi"
     assert checks == ["tools/call"]
     assert Dispatcher.of(server).calls_in_flight == 0
 
@@ -97,15 +84,17 @@ async def test_a_tool_call_over_a_stream_transport_is_admitted_once(
 async def test_a_call_over_the_server_cap_is_a_429_checked_once_and_takes_nothing(
     autojump_clock: trio.testing.MockClock, checks: list[str]
 ) -> None:
-    server = build(max_concurrent_calls=1)
+    server = probe_server(max_concurrent_calls=1)
     dispatcher = Dispatcher.of(server)
     async with serving(server) as client:
         running = client.start(
-            "POST", modern_headers("tools/call", "forever"), modern_call(1, "forever")
+            "POST", modern_headers("tools/call", "count"), modern_call(1, "count")
         )
         await trio.testing.wait_all_tasks_blocked()
         assert dispatcher.calls_in_flight == 1
-        over = await client.post(modern_headers("tools/call", "echo"), modern_call(2, "echo"))
+        over = await client.post(
+            modern_headers("tools/call", "echo"), modern_call(2, "echo", {"text": "hi"})
+        )
         assert over.status == 429
         assert over.json()["error"]["data"] == {"limit": "server", "max": 1}
         assert dispatcher.calls_in_flight == 1
@@ -160,7 +149,7 @@ async def _never_called() -> MutableMapping[str, Any]:  # pragma: no cover
 async def test_a_call_admitted_here_but_not_across_workers_gives_its_slots_back(
     autojump_clock: trio.testing.MockClock, hang: bool
 ) -> None:
-    server = build(max_calls_per_tenant=5)
+    server = probe_server(max_calls_per_tenant=5)
     dispatcher = Dispatcher.of(server)
     counters = _Counters(hang=hang)
     responder = _responder(server, counters)
@@ -171,7 +160,7 @@ async def test_a_call_admitted_here_but_not_across_workers_gives_its_slots_back(
 
     async with open_registry() as registry:
         caller = Caller("ip:192.0.2.1", registry, tenant="ip:192.0.2.1")
-        call = dispatcher.prepare(modern_call(1, "echo"), caller)
+        call = dispatcher.prepare(modern_call(1, "echo", {"text": "hi"}), caller)
         assert isinstance(call, RequestCall)
         routed = Routed(call, caller, [], "modern")
         with trio.move_on_after(1):
