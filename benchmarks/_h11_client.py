@@ -30,6 +30,9 @@ import attrs
 import h11
 import trio
 
+from trio_mcp_cancel._client.base import Receiver
+from trio_mcp_cancel._client.calls import PendingCall, cancel_notification, deliver, fail
+from trio_mcp_cancel._client.errors import McpTransportError, Message
 from trio_mcp_cancel._protocol.wire import (
     HEADER_METHOD,
     HEADER_NAME,
@@ -39,9 +42,6 @@ from trio_mcp_cancel._protocol.wire import (
     NAME_BEARING,
     encode_header_value,
 )
-from trio_mcp_cancel._client.base import Receiver
-from trio_mcp_cancel._client.calls import PendingCall, cancel_notification, deliver, fail
-from trio_mcp_cancel._client.errors import McpTransportError, Message
 
 __all__ = ["HttpTransport", "SseDecoder"]
 

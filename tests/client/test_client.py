@@ -10,7 +10,6 @@ round trip with a cancel.
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -324,14 +323,3 @@ def test_open_client_refuses_unknown_targets() -> None:
                 pass
 
     trio.run(main)
-
-
-def test_sse_decoder_handles_split_frames_comments_and_limits() -> None:
-    from trio_mcp_cancel._client.http import SseDecoder
-
-    decoder = SseDecoder(64)
-    out = list(decoder.feed(b": keep-alive\r\n\r\nid: 1\r\nda"))
-    out += list(decoder.feed(b'ta: {"a":\r\ndata: 1}\r\n\r\n'))
-    assert [json.loads(x) for x in out] == [{"a": 1}]
-    with pytest.raises(ValueError):
-        list(SseDecoder(8).feed(b"data: 0123456789\n\n"))
