@@ -225,6 +225,8 @@ async def open_http_client(
                     auth=auth,
                     verify=verify,
                     cert=cert,
+                    # Clear-text HTTP/2 is prior knowledge: no HTTP/1.1 to fall back to.
+                    http1=not (http2 and url.startswith("http://")),
                     http2=http2,
                     max_connections=max_connections,
                     connect_timeout=connect_timeout,

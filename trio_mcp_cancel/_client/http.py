@@ -48,6 +48,7 @@ from .._protocol.wire import (
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message
+from .h2_reset import reset_stream
 
 __all__ = ["HttpTransport", "Resumption", "client_for", "request_headers"]
 
@@ -241,9 +242,11 @@ class HttpTransport:
         except McpTransportError as exc:
             self._lost(call, exc)
         except httpx2.ConnectError as exc:
-            self._lost(call, McpTransportError(f"cannot connect to {self.url}: {exc!r}"))
+            why = _why(exc)
+            self._lost(call, McpTransportError(f"cannot connect to {self.url}: {why}"))
         except (httpx2.HTTPError, ValueError) as exc:
-            self._lost(call, McpTransportError(f"HTTP exchange with {self.url} failed: {exc!r}"))
+            why = _why(exc)
+            self._lost(call, McpTransportError(f"HTTP exchange with {self.url} failed: {why}"))
         finally:
             if call is not None:
                 self._streams.pop(call.id, None)
@@ -277,10 +280,14 @@ class HttpTransport:
                     {"status": 404, "session_ended": True},
                 )
             stream = _Stream() if _is_sse(response) else None
-            if stream is not None:
-                await self._read_sse(response, call, stream)
-            else:
-                data = await self._read_body(response)
+            try:
+                if stream is not None:
+                    await self._read_sse(response, call, stream)
+                else:
+                    data = await self._read_body(response)
+            except trio.Cancelled:
+                await reset_stream(response)  # HTTP/2: the stream, not the connection
+                raise
         if stream is not None:
             if call is not None and self.receiver.era == "legacy":
                 await self._resume(call, stream)
@@ -358,6 +365,12 @@ class HttpTransport:
                     attempts = 0
 
 
+def _why(exc: BaseException) -> str:
+    """What went wrong, with the cause httpx2 wraps (its own message may be empty)."""
+    cause = exc.__cause__ or exc.__context__
+    return repr(exc) if str(exc) or cause is None else f"{exc!r} from {cause!r}"
+
+
 def _is_sse(response: httpx2.Response) -> bool:
     return response.headers.get("content-type", "").startswith("text/event-stream")
 
@@ -368,6 +381,7 @@ def client_for(
     auth: httpx2.Auth | None,
     verify: Any,
     cert: Any,
+    http1: bool,
     http2: bool,
     max_connections: int,
     connect_timeout: float,
@@ -382,6 +396,7 @@ def client_for(
         auth=auth,
         verify=verify,
         cert=cert,
+        http1=http1,
         http2=http2,
         limits=httpx2.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
