@@ -45,6 +45,7 @@ import trio_websocket
 from ._client.calls import PendingCall, ProgressCallback
 from ._client.engine import ClientEngine
 from ._client.errors import McpError, McpTransportError
+from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
 from ._protocol.wire import MODERN_ERRORS
@@ -59,7 +60,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientEra",
+    "ClientHandlers",
     "ClientOptions",
+    "InputHandler",
     "McpClient",
     "McpError",
     "McpTaskError",
@@ -110,7 +113,11 @@ class ClientOptions(TypedDict, total=False):
     declares.  *log_level*: the log messages wanted.  *forward_cancel*
     (default true): cancel a call when the tracked request the caller runs
     in is flagged.  *tasks* (default false): declare the Tasks extension on
-    ``tools/call``; *task_polling*: how tasks are followed.
+    ``tools/call``; *task_polling*: how tasks are followed.  *handlers*
+    (:class:`ClientHandlers`): answers to the server's elicitation,
+    sampling and roots requests, in every form (MRTR ``input_required``,
+    a task's ``tasks/update``, a legacy server request); each handler
+    given is declared as a capability.
     """
 
     era: ClientEra
@@ -120,19 +127,25 @@ class ClientOptions(TypedDict, total=False):
     forward_cancel: bool
     tasks: bool
     task_polling: TaskPolling
+    handlers: ClientHandlers | None
 
 
 def _new_client(options: ClientOptions) -> McpClient:
     era = options.get("era", "modern")
     if era not in ("modern", "legacy", "auto"):
         raise ValueError(f"era must be 'modern', 'legacy' or 'auto', not {era!r}")
+    handlers = options.get("handlers")
+    capabilities = dict(options.get("client_capabilities") or {})
+    if handlers is not None:
+        capabilities = handlers.capabilities() | capabilities
     client = McpClient(
         "modern" if era == "auto" else era,
-        dict(options.get("client_capabilities") or {}),
+        capabilities,
         keep_history=False,
         forward_cancel=options.get("forward_cancel", True),
         tasks=options.get("tasks", False),
         task_polling=options.get("task_polling", TaskPolling()),
+        handlers=handlers,
     )
     client_info = options.get("client_info")
     if client_info is not None:
@@ -150,6 +163,13 @@ async def _connected(
 ) -> AsyncIterator[McpClient]:
     """Attach *transport* (whose tasks run in *nursery*), shake hands, and detach on exit."""
     client.transport = transport
+    if client.handlers is not None:
+
+        def reply(message: dict[str, Any]) -> None:
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                transport.transmit(message, None)
+
+        client.server_requests = ServerRequests(client.handlers, nursery, reply)
     if isinstance(transport, MessageTransport):
         nursery.start_soon(transport.write)
         nursery.start_soon(transport.read)
@@ -158,6 +178,7 @@ async def _connected(
         yield client
     finally:
         client.transport = None
+        client.server_requests = None
         nursery.cancel_scope.cancel()
 
 
