@@ -22,6 +22,7 @@ from . import (
     _client,
     _wrk,
     bench_arguments,
+    bench_client,
     bench_cross_process,
     bench_e2e,
     bench_early_cancel,
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_hostile.NAME: bench_hostile.rows,
     bench_cross_process.NAME: bench_cross_process.rows,
     bench_arguments.NAME: bench_arguments.run,
+    bench_client.NAME: bench_client.run,
 }
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +93,7 @@ def results_md(
     )
     versions = ", ".join(
         f"{name} {_version(name)}"
-        for name in ("trio", "hypercorn", "h11", "mcp", "anyio", "uvicorn", "starlette")
+        for name in ("trio", "hypercorn", "h11", "httpx2", "mcp", "anyio", "uvicorn", "starlette")
     )
     return f"""# Benchmark results
 

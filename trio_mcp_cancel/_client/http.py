@@ -12,7 +12,8 @@ the request's stream*, here by cancelling the task that reads that one
 response.  On HTTP/1.1 a response closed before its end is never put
 back in the pool (httpcore closes the connection), so the server sees the
 disconnect at once and other requests are untouched; on HTTP/2 the stream
-is reset (:mod:`._client.h2_reset`) and the connection lives on.  Legacy
+is reset (:mod:`._client.h2_reset`, for the clients this module makes) and
+the connection lives on.  Legacy
 sessions (``initialize`` + ``Mcp-Session-Id``) post
 ``notifications/cancelled`` and stop reading once it was taken.
 
@@ -48,13 +49,16 @@ from .._protocol.wire import (
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message
-from .h2_reset import reset_stream
+from .h2_reset import install
 
 __all__ = ["HttpTransport", "Resumption", "client_for", "request_headers"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
 
 _JSON_ACCEPT = "application/json, text/event-stream"
+
+WRITE_TIMEOUT = 30.0
+"""Seconds one write to the server may take (an HTTP/2 write is not cancelled halfway)."""
 
 
 @attrs.frozen
@@ -280,14 +284,10 @@ class HttpTransport:
                     {"status": 404, "session_ended": True},
                 )
             stream = _Stream() if _is_sse(response) else None
-            try:
-                if stream is not None:
-                    await self._read_sse(response, call, stream)
-                else:
-                    data = await self._read_body(response)
-            except trio.Cancelled:
-                await reset_stream(response)  # HTTP/2: the stream, not the connection
-                raise
+            if stream is not None:
+                await self._read_sse(response, call, stream)
+            else:
+                data = await self._read_body(response)
         if stream is not None:
             if call is not None and self.receiver.era == "legacy":
                 await self._resume(call, stream)
@@ -389,9 +389,9 @@ def client_for(
     """The pooled client of one MCP client (see :func:`trio_mcp_cancel.client.open_http_client`).
 
     No read timeout: a tool call or a stream may last; the caller's cancel
-    scope bounds it.  Proxies come from the environment (``trust_env``).
+    scope bounds it.  Writes are bounded by :data:`WRITE_TIMEOUT`.  Proxies come from the environment (``trust_env``).
     """
-    return httpx2.AsyncClient(
+    client = httpx2.AsyncClient(
         headers={"User-Agent": "trio-mcp-cancel", **dict(headers or {})},
         auth=auth,
         verify=verify,
@@ -401,6 +401,9 @@ def client_for(
         limits=httpx2.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        timeout=httpx2.Timeout(None, connect=connect_timeout),
+        timeout=httpx2.Timeout(None, connect=connect_timeout, write=WRITE_TIMEOUT),
         trust_env=True,
     )
+    if http2:
+        install(client)  # a modern cancel resets the stream (:mod:`._client.h2_reset`)
+    return client
