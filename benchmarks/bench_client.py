@@ -84,6 +84,10 @@ async def serving(served: Served, certfile: str | None) -> AsyncIterator[tuple[s
     config.errorlog = None
     config.accesslog = None
     config.graceful_timeout = 0.5
+    # hypercorn ends a connection after 1,000 requests by default (its GOAWAY
+    # then fails an HTTP/2 request in flight): the rows count the client's
+    # connections, not that policy.
+    config.keep_alive_max_requests = 1_000_000
     if certfile is not None:
         config.certfile = config.keyfile = certfile
     async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
