@@ -145,6 +145,8 @@ class HttpTransport:
     """The legacy session (``Mcp-Session-Id``), once ``initialize`` made one."""
     receiver: Receiver = attrs.field(kw_only=True)
     _streams: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    _session_started: trio.Event = attrs.field(factory=trio.Event)
+    """Set (and replaced) whenever ``initialize`` gives a new session."""
 
     def __attrs_post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -200,28 +202,39 @@ class HttpTransport:
                 await self.http.delete(self.url, headers=self._session_headers())
         self.session_id = None
 
-    async def listen(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def listen(self) -> None:
         """Legacy: read the session's ``GET`` stream (server requests and notifications).
 
         A server that offers none answers 405, and that is the end of it;
-        a stream that ends is resumed like a POST's.
+        a stream that ends is resumed like a POST's.  When the session is
+        renewed (after a ``404``) it listens on the new one.
         """
         state = _Stream()
-        while self.session_id is not None:
+        while True:
+            session = self.session_id
+            if session is None:
+                await self._session_started.wait()
+                state = _Stream()  # event ids belong to the old session
+                continue
             headers = self._session_headers() | {"Accept": "text/event-stream"}
             if state.last_event_id is not None:
                 headers["Last-Event-ID"] = state.last_event_id
+            before = state.events
             try:
                 async with self.http.stream("GET", self.url, headers=headers) as response:
-                    if response.status_code != 200 or not _is_sse(response):
-                        return
-                    before = state.events
-                    await self._read_sse(response, None, state)
+                    status = response.status_code
+                    if status == 200 and _is_sse(response):
+                        await self._read_sse(response, None, state)
             except (httpx2.HTTPError, ValueError) as exc:
                 logger.info("the GET stream of %s ended: %r", self.url, exc)
                 return
+            if status == 404:  # the session is gone: listen on the next one
+                await self._session_started.wait()
+                continue
+            if status != 200:
+                return  # 405: the server offers no GET stream
+            if self.session_id != session:
+                continue  # the session ended under the stream: listen on the next one
             if state.events == before and state.last_event_id is None:
                 return
             await trio.sleep(self.resumption.delay(state.retry_ms))
@@ -276,6 +289,8 @@ class HttpTransport:
             session = response.headers.get(HEADER_SESSION_ID)
             if message.get("method") == "initialize" and session is not None:
                 self.session_id = session
+                self._session_started.set()
+                self._session_started = trio.Event()
             elif response.status_code == 404 and self.session_id is not None:
                 # MCP: the server ended the session; the id is dead for good.
                 self.session_id = None
@@ -389,7 +404,8 @@ def client_for(
     """The pooled client of one MCP client (see :func:`trio_mcp_cancel.client.open_http_client`).
 
     No read timeout: a tool call or a stream may last; the caller's cancel
-    scope bounds it.  Writes are bounded by :data:`WRITE_TIMEOUT`.  Proxies come from the environment (``trust_env``).
+    scope bounds it.  Writes are bounded by :data:`WRITE_TIMEOUT`.  Proxies
+    come from the environment (``trust_env``).
     """
     client = httpx2.AsyncClient(
         headers={"User-Agent": "trio-mcp-cancel", **dict(headers or {})},
