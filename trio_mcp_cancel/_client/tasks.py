@@ -78,7 +78,8 @@ class McpTaskError(McpError):
     ``status`` is ``"failed"`` (``code``/``message``/``data`` are the task's
     JSON-RPC error), ``"cancelled"`` (code ``-32800``), or the status it
     was in when the client gave up on it (``input_required``: this client
-    cannot answer input requests; ``working`` past its TTL).  ``task`` is
+    has no handlers, or the task asked more than ``max_rounds`` times;
+    ``working`` past its TTL).  ``task`` is
     the last ``Task`` the server sent.
     """
 
