@@ -21,6 +21,7 @@ from client_harness import http_server
 from pydantic import Field
 from trio.testing import MockClock
 
+from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
 from trio_mcp_cancel.lowlevel import TaskManager
@@ -225,3 +226,29 @@ async def test_a_server_request_without_a_handler_is_refused_not_dropped() -> No
     with pytest.raises(McpError, match="no handler"):
         await handlers.answer({"method": "sampling/createMessage", "params": {}})
     assert handlers.capabilities() == {}
+
+
+async def test_a_server_request_the_server_cancels_gets_no_answer_and_the_excess_is_refused(
+    autojump_clock: MockClock,
+) -> None:
+    replies: list[dict[str, Any]] = []
+    waiting = trio.Event()
+
+    async def forever(params: dict[str, Any]) -> dict[str, Any]:
+        waiting.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    handlers = ClientHandlers(elicitation=forever, max_concurrent=1)
+    async with trio.open_nursery() as nursery:
+        serving = ServerRequests(handlers, nursery, replies.append)
+        ask = {"jsonrpc": "2.0", "method": "elicitation/create", "params": {"message": "?"}}
+        serving.start({**ask, "id": 1})
+        await waiting.wait()
+        serving.start({**ask, "id": 2})  # over max_concurrent: refused at once
+        assert [(r["id"], r["error"]["message"]) for r in replies] == [
+            (2, "too many server requests at once")
+        ]
+        serving.cancel(1)  # the server's notifications/cancelled
+        await trio.sleep(1)
+    assert len(replies) == 1  # MCP: nothing is answered after a cancel
