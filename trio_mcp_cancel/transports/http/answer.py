@@ -146,14 +146,12 @@ class Responder:
         """Handle *notification*; whether to forward it (see :meth:`Dispatcher.notify`)."""
         return self.dispatcher.notify(notification, caller)
 
-    def listen_refusal(self, tenant: str | None) -> str | None:
-        """Why one more notification stream (a legacy GET stream) is refused, if it is:
-        it counts against the listen bounds (``max_listen_streams[_per_tenant]``)."""
-        server = self.server
-        full = self.dispatcher.listens.full(
-            tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
-        )
-        return None if full is None else f"{full[0]} limit of {full[1]} notification streams"
+    def admit_notification_stream(self, tenant: str | None) -> tuple[str, int] | None:
+        """A legacy GET stream takes a listen slot (``None``), or the cap it would exceed."""
+        return self.dispatcher.admit_notification_stream(tenant)
+
+    def release_notification_stream(self, tenant: str | None) -> None:
+        self.dispatcher.release_notification_stream(tenant)
 
     # -- answering ----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._protocol import jsonrpc
 from ..._protocol.subscriptions import LegacyFilter, Listener
 from . import rules, sse
 from .answer import RETRY_AFTER, Responder
@@ -117,10 +118,10 @@ class GetStreams:
         current = session.streams.standalone()
         if current is not None and current.writer is not None:
             raise HttpError(409, "Conflict: this session's GET stream is already open")
-        refused = responder.listen_refusal(tenant)
-        if refused is not None:
-            raise HttpError(429, f"Too Many Requests: {refused}", headers=RETRY_AFTER)
-        responder.dispatcher.listens.take(tenant)
+        full = responder.admit_notification_stream(tenant)
+        if full is not None:
+            why = f"{full[0]} limit of {full[1]} notification streams"
+            raise HttpError(429, f"Too Many Requests: {why}", headers=RETRY_AFTER)
         hub = responder.server.subscriptions
         listener = hub.open(LegacyFilter(session.channel.resource_subscriptions))
         try:
@@ -144,7 +145,7 @@ class GetStreams:
                 responder.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
-            responder.dispatcher.listens.give(tenant)
+            responder.release_notification_stream(tenant)
 
     async def _forget_later(self, session: Session, stream: ResumableStream) -> None:
         """Drop a detached GET stream (and its buffer) nobody resumed within the window."""
@@ -216,7 +217,7 @@ async def _end_when_written(writer: ResponseWriter, scope: trio.CancelScope) -> 
 async def _pump(listener: Listener, stream: ResumableStream, writer: ResponseWriter) -> None:
     """The hub's notifications for this session, as events of its GET stream."""
     async for note in listener.receive:
-        message = {"jsonrpc": "2.0", "method": note["method"], "params": note["params"]}
+        message = jsonrpc.notification_message(note["method"], note["params"])
         if not stream.emit(sse.event(message)):
             stream.detach(writer)  # too far behind: dropped like a slow listen stream
             return
