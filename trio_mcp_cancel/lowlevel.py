@@ -30,6 +30,8 @@ from ._protocol.calls import (
     Rejected,
     RequestCall,
 )
+from ._protocol.client_requests import ElicitResult
+from ._protocol.client_table import ClientRequestTimeout
 from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
@@ -68,9 +70,11 @@ __all__ = [
     "CancellationError",
     "Caller",
     "Channel",
+    "ClientRequestTimeout",
     "ClientResponseCall",
     "Content",
     "Dispatcher",
+    "ElicitResult",
     "Envelope",
     "Era",
     "Exchange",

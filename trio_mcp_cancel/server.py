@@ -12,6 +12,7 @@ is in :mod:`trio_mcp_cancel.lowlevel`.
 
 from __future__ import annotations
 
+from ._protocol.client_table import ClientRequestError
 from ._protocol.content import (
     Audio,
     EmbeddedResource,
@@ -31,6 +32,7 @@ from .transports.limits import ConnectionLimits
 
 __all__ = [
     "Audio",
+    "ClientRequestError",
     "ConnectionLimits",
     "EmbeddedResource",
     "Image",

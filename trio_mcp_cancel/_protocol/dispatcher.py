@@ -43,8 +43,8 @@ from .._core.validation import is_valid_request_id
 from . import jsonrpc
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
-    CLIENT_RESPONSE,
     Call,
+    ClientResponseCall,
     HandlerInput,
     Method,
     NotificationCall,
@@ -130,7 +130,7 @@ class Dispatcher:
         if isinstance(parsed, jsonrpc.Notification):
             return NotificationCall(parsed)
         if isinstance(parsed, jsonrpc.ClientResponse):
-            return CLIENT_RESPONSE  # we send no requests, so there is nothing to match
+            return ClientResponseCall(parsed)  # an answer to a ctx.elicit (legacy)
         try:
             if envelope is None and has_modern_meta(parsed.params):
                 envelope = read_envelope(parsed.params)
@@ -186,6 +186,17 @@ class Dispatcher:
             caller.namespace,
             outcome.value,
         )
+
+    def respond(self, call: ClientResponseCall, caller: Caller) -> bool:
+        """Hand a client's response to the tool waiting for it; ``False``: none here waits.
+
+        Matched within the caller's channel only (its session or connection),
+        so an answer sent on another session matches nothing and is dropped.
+        """
+        channel = caller.channel
+        if call.response is None or channel is None:
+            return False
+        return channel.client_requests.resolve(call.response)
 
     # -- answer -----------------------------------------------------------------
 

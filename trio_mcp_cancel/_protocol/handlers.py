@@ -162,6 +162,7 @@ async def _start_task(
             input_responses=first.input_responses,
             request_state=first.request_state,
             task_progress=partial(server.tasks.progress, task_id),
+            ask_task=partial(server.tasks.ask, task_id),
         )
         key = (task_id, "task:" + caller.namespace)
 
