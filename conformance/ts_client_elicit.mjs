@@ -65,6 +65,7 @@ try {
   report.abortOutcome = controller.signal.aborted ? "aborted" : `error: ${error}`;
 }
 await Promise.race([abortedNow, sleep(5000)]);
+report.abortedBeforeClose = report.handlerAborted; // closing the client aborts handlers too
 
 // 3. The connection still works.
 const after = await client.callTool({ name: "greet", arguments: {} });

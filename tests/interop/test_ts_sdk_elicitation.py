@@ -106,6 +106,7 @@ async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(node
     assert report["abortOutcome"] == "aborted"
     assert seen == ["waits cancelled: client"]
     # The server's notifications/cancelled reached the SDK: the pending handler's signal fired.
-    assert report["handlerAborted"] is not None
+    # (with the client's own reason, which the server's cancel carries), before the client closed.
+    assert report["abortedBeforeClose"] == "user pressed stop", report
     assert report["afterAbort"] == "Hello Ada (1 roots)"
     assert report["errors"] == []
