@@ -387,3 +387,28 @@ async def test_a_full_table_refuses_one_more_question(mcp_registry: Registry) ->
             )
         replies = [await peer.receive() for _ in range(32)]
     assert {reply["result"]["content"][0]["text"] for reply in replies} == {"no name (cancel)"}
+
+
+async def test_a_prompt_asks_through_mrtr_too(mcp_registry: Registry) -> None:
+    server = McpServer("prompter")
+
+    @server.prompt()
+    async def topic(ctx: ToolContext) -> str:
+        answer = await ctx.elicit("Topic?", SCHEMA)
+        assert answer.content is not None
+        return f"Write about {answer.content['name']}"
+
+    client_end, server_end = memory_transport_pair()
+    peer = Peer(client_end)
+    params: Message = {"name": "topic", "arguments": {}, "_meta": MODERN}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_mcp_memory, server, server_end, mcp_registry)
+        await peer.send({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": params})
+        first = (await peer.receive())["result"]
+        answers = {"ctx-0": {"action": "accept", "content": {"name": "trio"}}}
+        retry = {**params, "requestState": first["requestState"], "inputResponses": answers}
+        await peer.send({"jsonrpc": "2.0", "id": 2, "method": "prompts/get", "params": retry})
+        done = (await peer.receive())["result"]
+        await client_end.send.aclose()
+    assert first["resultType"] == "input_required"
+    assert done["messages"][0]["content"]["text"] == "Write about trio"

@@ -352,7 +352,9 @@ async def run_target(
     *key* (``(id, namespace)``: a task is tracked by its task id).
 
     A :class:`RequestCancelled` raised by a helper task (inside an exception
-    group) is the request's cancellation; other exceptions propagate.
+    group) is the request's cancellation; a modern ``ctx.elicit``'s
+    :class:`~.client_requests.InputRound` is returned as the
+    :class:`InputRequired` it stands for; other exceptions propagate.
     """
     tool = h.call.tool
     assert tool is not None
@@ -369,6 +371,9 @@ async def run_target(
         return await body()
     except (RequestCancelled, trio.Cancelled):
         raise
+    except InputRound as round_:
+        # A modern ctx.elicit: this run ends asking (see .client_requests).
+        return round_.as_input_required()
     except Exception as exc:
         cancelled = _find_cancellation(exc)
         if cancelled is not None:
@@ -400,11 +405,7 @@ async def invoke(
         return value
 
     try:
-        try:
-            value = await run_target(h, body, key)
-        except InputRound as round_:
-            # A modern ctx.elicit: this run ends asking (see .client_requests).
-            value = round_.as_input_required()
+        value = await run_target(h, body, key)
         if isinstance(value, InputRequired):
             return input_required(h, value, tool.name)
         return tool.result(value)
