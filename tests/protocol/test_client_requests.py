@@ -88,14 +88,16 @@ class Peer:
         message: Message = json.loads(await self.end.receive.receive())
         return message
 
-    async def initialize(self, capabilities: Message = ALL_CAPABILITIES) -> None:
+    async def initialize(
+        self, capabilities: Message = ALL_CAPABILITIES, version: str = "2025-11-25"
+    ) -> None:
         await self.send(
             {
                 "jsonrpc": "2.0",
                 "id": 0,
                 "method": "initialize",
                 "params": {
-                    "protocolVersion": "2025-11-25",
+                    "protocolVersion": version,
                     "capabilities": capabilities,
                     "clientInfo": {"name": "t", "version": "1"},
                 },
@@ -412,3 +414,16 @@ async def test_a_prompt_asks_through_mrtr_too(mcp_registry: Registry) -> None:
         await client_end.send.aclose()
     assert first["resultType"] == "input_required"
     assert done["messages"][0]["content"]["text"] == "Write about trio"
+
+
+async def test_a_2025_06_18_client_is_asked_without_the_newer_mode_field(
+    mcp_registry: Registry,
+) -> None:
+    seen: list[str] = []
+    async with connected(mcp_registry, seen) as peer:
+        await peer.initialize(version="2025-06-18")
+        await peer.call(1, "greet")
+        asked = await peer.receive()
+        await peer.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "cancel"}})
+        await peer.receive()
+    assert asked["params"] == {"message": "Your name?", "requestedSchema": SCHEMA}

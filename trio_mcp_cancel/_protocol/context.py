@@ -223,11 +223,16 @@ class ToolContext(ContextParameter):
                 f"{request['method']}: this request has no stream and session to ask the client on"
                 " (legacy HTTP needs sessions and SSE responses, and a cancellable tool)"
             )
+        params = request["params"]
+        legacy = channel.legacy
+        if legacy is not None and legacy.protocol_version < "2025-11-25":
+            # Elicitation modes are 2025-11-25's: older clients get the form alone.
+            params = {k: v for k, v in params.items() if k != "mode"}
         return await ask_client(
             channel.client_requests,
             send,
             request["method"],
-            request["params"],
+            params,
             answer_within=answer_within,
             request=self._exchange.request,
         )
