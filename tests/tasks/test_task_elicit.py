@@ -50,3 +50,33 @@ async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
     assert done["status"] == "completed"
     assert done["result"]["content"][0]["text"] == "welcome Dee"
     assert runs == ["started"]  # parked and resumed, never run again
+
+
+async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = McpServer("before-elicit", tasks=TaskManager(store=MemoryTaskStore()))
+
+    async def ask_first(ctx: ToolContext) -> None:
+        await ctx.elicit("Your name?", NAME)
+
+    @server.tool(task="required", before_task=ask_first)
+    async def later(ctx: ToolContext) -> str:
+        return "ran"
+
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        first = await client.request("tools/call", {"name": "later", "arguments": {}})
+        assert first["resultType"] == "input_required" and "taskId" not in first
+        assert list(first["inputRequests"]) == ["ctx-0"]
+        answers = {"ctx-0": {"action": "accept", "content": {"name": "Eve"}}}
+        retry = {
+            "name": "later",
+            "arguments": {},
+            "inputResponses": answers,
+            "requestState": first["requestState"],
+        }
+        created = await client.request("tools/call", retry)
+        assert created["resultType"] == "task"
+        await trio.sleep(1.0)
+        done = await get(client, created["taskId"])
+    assert done["status"] == "completed"

@@ -218,10 +218,11 @@ class ToolContext(ContextParameter):
             )
         channel = self.caller.channel
         send = self._exchange.send
-        if channel is None or send is None:
+        if channel is None or send is None or self._exchange.request is None:
+            # Without a tracked request nothing could cancel the wait.
             raise ClientRequestError(
                 f"{request['method']}: this request has no stream and session to ask the client on"
-                " (legacy HTTP needs sessions and SSE responses, and a cancellable tool)"
+                " (legacy HTTP needs sessions and SSE responses, and the tool must be cancellable)"
             )
         params = request["params"]
         legacy = channel.legacy
