@@ -31,7 +31,7 @@ from ._protocol.calls import (
     RequestCall,
 )
 from ._protocol.client_requests import ElicitResult
-from ._protocol.client_table import ClientRequestTimeout
+from ._protocol.client_table import ClientRequestError, ClientRequestTimeout
 from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
@@ -70,6 +70,7 @@ __all__ = [
     "CancellationError",
     "Caller",
     "Channel",
+    "ClientRequestError",
     "ClientRequestTimeout",
     "ClientResponseCall",
     "Content",

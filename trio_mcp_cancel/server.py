@@ -12,7 +12,6 @@ is in :mod:`trio_mcp_cancel.lowlevel`.
 
 from __future__ import annotations
 
-from ._protocol.client_table import ClientRequestError
 from ._protocol.content import (
     Audio,
     EmbeddedResource,
@@ -28,11 +27,11 @@ from ._protocol.prompts import PromptMessage
 from ._protocol.resources import ResourceData
 from ._public import fixup_module_metadata
 from ._run.runner import McpServer
+from ._telemetry.config import Telemetry
 from .transports.limits import ConnectionLimits
 
 __all__ = [
     "Audio",
-    "ClientRequestError",
     "ConnectionLimits",
     "EmbeddedResource",
     "Image",
@@ -41,6 +40,7 @@ __all__ = [
     "PromptMessage",
     "ResourceData",
     "ResourceLink",
+    "Telemetry",
     "Text",
     "ToolContext",
     "ToolError",
