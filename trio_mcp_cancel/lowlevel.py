@@ -31,6 +31,8 @@ from ._protocol.calls import (
     Rejected,
     RequestCall,
 )
+from ._protocol.client_requests import ElicitResult
+from ._protocol.client_table import ClientRequestError, ClientRequestTimeout
 from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
@@ -69,9 +71,12 @@ __all__ = [
     "CancellationError",
     "Caller",
     "Channel",
+    "ClientRequestError",
+    "ClientRequestTimeout",
     "ClientResponseCall",
     "Content",
     "Dispatcher",
+    "ElicitResult",
     "Envelope",
     "Era",
     "Exchange",

@@ -20,6 +20,7 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId
+from .client_table import ClientRequests
 from .jsonrpc import Message
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
@@ -67,6 +68,8 @@ class Channel:
     """The latest ``tools/call`` ids answered with a task, and the task ids:
     a client that cancels the call (racing the ``CreateTaskResult``) ignores
     the answer, so the task it never saw is cancelled too."""
+    client_requests: ClientRequests = attrs.field(factory=ClientRequests)
+    """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""
 
     def remember_task(self, request_id: RequestId, task_id: str) -> None:
         self.created_tasks.pop(request_id, None)
