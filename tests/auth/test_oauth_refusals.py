@@ -229,9 +229,6 @@ async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_50
             message = refused.json()["error"]["message"]
             assert "cannot validate the token" in message and "HTTP 503" in message
             assert ran == []
-            issuer.down = False  # back: the discovery is retried after its interval
-            await trio.sleep(0)
-            assert ran == []
 
 
 async def test_an_unreachable_authorization_server_answers_503_within_the_timeout() -> None:
@@ -286,6 +283,7 @@ async def test_a_broader_scope_implies_the_narrower_ones_it_includes() -> None:
         async with protected(implied_scopes=implied) as (client, issuer, ran, _):
             token = issuer.mint(aud=RESOURCE, scope="files")
             assert result_text(await call(client, token, name="write")) == "written"
+            assert ran == ["write hi"]
 
 
 async def test_a_non_bearer_scheme_or_a_malformed_header_gets_401() -> None:
