@@ -30,6 +30,7 @@ from oauth_harness import running_auth_server
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
 
@@ -176,3 +177,9 @@ async def test_principal_b_cannot_replay_principal_as_mrtr_request_state() -> No
 def test_the_principal_is_the_issuer_and_the_subject() -> None:
     access = AccessToken("client-a", "https://as.test", frozenset({"mcp"}))
     assert access.principal == "https://as.test#client-a"
+    # Too long to be a namespace component: a digest, never the shared address bucket.
+    long = AccessToken("x" * 300, "https://as.test")
+    assert long.principal.startswith("sha256:") and len(long.principal) == 71
+    assert namespace_for(principal=long.principal, client=("192.0.2.1", 1)).startswith(
+        "principal:sha256:"
+    )

@@ -11,12 +11,16 @@ fine).  The library ships :class:`~.jwt.JwtVerifier` and
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
 __all__ = ["AccessToken", "AuthServerUnavailable", "InvalidToken", "TokenVerifier"]
+
+#: The longest principal used as is (the namespace module's component bound).
+_MAX_PRINCIPAL: Final = 256
 
 
 @attrs.frozen
@@ -44,8 +48,17 @@ class AccessToken:
 
     @property
     def principal(self) -> str:
-        """``<issuer>#<subject>``: an issuer has no fragment (RFC 8414), so ``#`` is unambiguous."""
-        return f"{self.issuer}#{self.subject}"
+        """``<issuer>#<subject>``: an issuer has no fragment (RFC 8414), so ``#`` is unambiguous.
+
+        One longer than a namespace component may be (256 characters) is
+        replaced by ``sha256:<hex digest>`` of it: a principal too long to
+        be a namespace would otherwise fall back to the client's address
+        bucket, shared with strangers.
+        """
+        principal = f"{self.issuer}#{self.subject}"
+        if len(principal) <= _MAX_PRINCIPAL:
+            return principal
+        return "sha256:" + hashlib.sha256(principal.encode()).hexdigest()
 
 
 class InvalidToken(Exception):
