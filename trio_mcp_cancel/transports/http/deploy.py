@@ -147,6 +147,18 @@ def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) ->
     signer.previous = secret_from_text(previous, "MCP_STATE_SECRET_PREVIOUS") if previous else None
 
 
+#: Any of these set turns authorization on (see :mod:`..._auth.env`).
+_AUTH_VARIABLES = (
+    "MCP_AUTH_ISSUER",
+    "MCP_AUTH_AUDIENCE",
+    "MCP_AUTH_SCOPES",
+    "MCP_AUTH_JWKS_URI",
+    "MCP_AUTH_CLIENT_ID",
+    "MCP_AUTH_CLIENT_SECRET",
+    "MCP_AUTH_INTROSPECTION_URL",
+)
+
+
 def app_from_env(
     server: McpServerBase, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
@@ -173,7 +185,7 @@ def app_from_env(
     ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
     server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
-    if any(name.startswith("MCP_AUTH_") and value.strip() for name, value in environ.items()):
+    if any(environ.get(name, "").strip() for name in _AUTH_VARIABLES):
         from ..._auth.env import oauth_from_env  # the optional `auth` extra, only when asked for
 
         options["auth"] = oauth_from_env(environ)
