@@ -228,7 +228,27 @@ async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_50
             assert refused.headers["retry-after"] == "5"
             message = refused.json()["error"]["message"]
             assert "cannot validate the token" in message and "HTTP 503" in message
+            # Within the retry interval the next token is answered at once, without a call.
+            asked = sum(issuer.calls.values())
+            again = await call(client, issuer.mint_opaque("client-b", RESOURCE))
+            assert again.status == 503
+            assert sum(issuer.calls.values()) == asked
             assert ran == []
+
+
+async def test_a_jwks_that_cannot_be_fetched_is_asked_once_per_interval_and_answers_503() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with protected() as (client, issuer, ran, _):
+            assert result_text(await call(client, issuer.mint(aud=RESOURCE))) == "hi"
+            await trio.sleep(0.25)  # past the refresh interval
+            issuer.rotate()
+            issuer.down = True
+            for _ in range(3):
+                refused = await call(client, issuer.mint(aud=RESOURCE))
+                assert refused.status == 503
+                assert "HTTP 503" in refused.json()["error"]["message"]
+            assert issuer.calls["/jwks"] == 2  # the first fetch, and one failed refetch
+            assert ran == ["echo hi"]
 
 
 async def test_an_unreachable_authorization_server_answers_503_within_the_timeout() -> None:

@@ -86,6 +86,14 @@ class IssuerMetadata:
         return value
 
     async def _discover(self) -> dict[str, Any]:
+        """Try the candidate URLs, all within one *timeout*."""
+        with trio.move_on_after(self.timeout):
+            return await self._try_each()
+        raise AuthServerUnavailable(
+            f"no authorization server metadata for {self.issuer} within {self.timeout}s"
+        )
+
+    async def _try_each(self) -> dict[str, Any]:
         reasons = []
         for url in metadata_urls(self.issuer):
             try:

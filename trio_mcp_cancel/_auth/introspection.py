@@ -14,7 +14,9 @@ in an LRU table of *cache_size* entries: a valid token costs one
 introspection call per lifetime, and its later requests never wait on the
 network.  Refused tokens are not cached (a token may become active); the
 calls in flight at once are bounded by *concurrency*, so a flood of
-made-up tokens queues here instead of multiplying connections.
+made-up tokens queues here instead of multiplying connections; after a
+failed call, uncached tokens get ``503`` at once for *retry_interval*
+seconds rather than each waiting out the timeout on a server that is down.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import trio
 
 from .discovery import IssuerMetadata
 from .fetch import post_form
-from .tokens import AccessToken, InvalidToken, scopes_of
+from .tokens import AccessToken, AuthServerUnavailable, InvalidToken, scopes_of
 
 __all__ = ["IntrospectionVerifier"]
 
@@ -50,6 +52,8 @@ class IntrospectionVerifier:
         ttl_without_exp: how long a token without ``exp`` is kept.
         concurrency: the most introspection calls in flight at once.
         require_audience: refuse an active token whose answer has no ``aud``.
+        retry_interval: after a failed call, seconds during which uncached
+            tokens are answered ``503`` at once instead of each waiting.
     """
 
     issuer: str
@@ -63,6 +67,8 @@ class IntrospectionVerifier:
     ttl_without_exp: float = 60.0
     concurrency: int = 16
     require_audience: bool = True
+    retry_interval: float = 5.0
+    _down: tuple[float, str] | None = attrs.field(default=None, init=False)
     _metadata: IssuerMetadata = attrs.field(init=False)
     _cache: OrderedDict[bytes, tuple[float, AccessToken]] = attrs.field(
         factory=OrderedDict, init=False
@@ -85,14 +91,20 @@ class IntrospectionVerifier:
                 self._cache.move_to_end(digest)
                 return cached[1]
             del self._cache[digest]
+        if self._down is not None and trio.current_time() < self._down[0]:
+            raise AuthServerUnavailable(self._down[1])
         async with self._limiter:
-            endpoint = self.endpoint or await self._metadata.endpoint("introspection_endpoint")
-            answer = await post_form(
-                endpoint,
-                {"token": token, "token_type_hint": "access_token"},
-                self.timeout,
-                auth=(self.client_id, self.client_secret),
-            )
+            try:
+                endpoint = self.endpoint or await self._metadata.endpoint("introspection_endpoint")
+                answer = await post_form(
+                    endpoint,
+                    {"token": token, "token_type_hint": "access_token"},
+                    self.timeout,
+                    auth=(self.client_id, self.client_secret),
+                )
+            except AuthServerUnavailable as exc:
+                self._down = (trio.current_time() + self.retry_interval, str(exc))
+                raise
         access = self._judge(answer)
         until = min(
             now + self.max_ttl,

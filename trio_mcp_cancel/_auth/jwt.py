@@ -13,7 +13,9 @@ is fetched at the first token and kept.  A token naming a ``kid`` the
 cached set lacks (the issuer rotated its keys) refetches it, at most once
 every *refresh_interval* seconds whatever the tokens say, so forged
 ``kid`` values cannot turn requests into a flood of JWKS fetches; a
-refetch that does not produce the key refuses the token.  A valid token
+refetch that does not produce the key refuses the token.  A failed fetch
+is rate-limited the same way: until the interval has passed, tokens that
+need a new key are answered ``503`` at once with the failure's reason.  A valid token
 with a known key never waits on the network.  At most *max_keys* keys are
 kept (the first ones of the set).
 
@@ -84,6 +86,7 @@ class JwtVerifier:
     _metadata: IssuerMetadata = attrs.field(init=False)
     _keys: dict[str | None, _Key] = attrs.field(factory=dict, init=False)
     _fetched_at: float = attrs.field(default=-math.inf, init=False)
+    _failure: str | None = attrs.field(default=None, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -157,8 +160,17 @@ class JwtVerifier:
             if key is not None:
                 return key
             if trio.current_time() - self._fetched_at < self.refresh_interval:
+                if self._failure is not None:  # the last fetch failed: say so, at once
+                    raise AuthServerUnavailable(self._failure)
                 raise InvalidToken(f"unknown signing key {kid!r}")
-            await self._refresh()
+            try:
+                await self._refresh()
+            except AuthServerUnavailable as exc:
+                # Rate-limited like a success: a down server is asked once per interval,
+                # not once per waiting request.
+                self._fetched_at, self._failure = trio.current_time(), str(exc)
+                raise
+            self._failure = None
         key = self._find(kid)
         if key is None:
             raise InvalidToken(f"unknown signing key {kid!r}")
