@@ -373,3 +373,16 @@ def test_app_from_env_reads_the_issuer_audience_scopes_and_introspection_setting
         app_from_env(server, {"MCP_AUTH_ISSUER": "https://as.test"})
     with pytest.raises(ValueError, match="go together"):
         app_from_env(server, {**env, "MCP_AUTH_CLIENT_SECRET": ""})
+
+
+async def test_a_remembered_token_is_refused_once_it_expires() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with running_auth_server() as issuer:
+            verifier = JwtVerifier(issuer.issuer, RESOURCE, leeway=0)
+            token = issuer.mint(aud=RESOURCE, expires_in=2)
+            assert (await verifier.verify(token)).subject == "client-a"
+            assert (await verifier.verify(token)).subject == "client-a"  # remembered
+            exp = jwt.decode(token, options={"verify_signature": False})["exp"]
+            await trio.sleep(max(0.0, exp - time.time()) + 0.05)
+            with pytest.raises(InvalidToken, match="expired"):
+                await verifier.verify(token)

@@ -23,11 +23,17 @@ kept (the first ones of the set).
 resource's URL (RFC 8707: a token minted for another resource is refused,
 so it is never passed through), ``exp`` must be present and not past,
 ``nbf`` not in the future (both with *leeway* seconds), ``sub`` present.
+A validated token is remembered (by its SHA-256 digest, in an LRU table of
+*cache_size*) until its ``exp``: a client's later requests cost a hash,
+not a signature check.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -73,6 +79,8 @@ class JwtVerifier:
         timeout: the bound of each call to the authorization server.
         refresh_interval: the least time between two JWKS fetches.
         max_keys: the most keys kept from the JWKS.
+        cache_size: validated tokens remembered (until their ``exp``), so a
+            client's next requests skip the signature check.
     """
 
     issuer: str
@@ -83,10 +91,12 @@ class JwtVerifier:
     timeout: float = 5.0
     refresh_interval: float = 30.0
     max_keys: int = 32
+    cache_size: int = 1024
     _metadata: IssuerMetadata = attrs.field(init=False)
     _keys: dict[str | None, _Key] = attrs.field(factory=dict, init=False)
     _fetched_at: float = attrs.field(default=-math.inf, init=False)
     _failure: str | None = attrs.field(default=None, init=False)
+    _verified: OrderedDict[bytes, AccessToken] = attrs.field(factory=OrderedDict, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -99,6 +109,21 @@ class JwtVerifier:
 
     async def verify(self, token: str) -> AccessToken:
         """The :class:`AccessToken` *token* carries, or :class:`InvalidToken` saying why not."""
+        digest = hashlib.sha256(token.encode()).digest()
+        known = self._verified.get(digest)
+        if known is not None:
+            if known.expires_at is not None and time.time() <= known.expires_at + self.leeway:
+                self._verified.move_to_end(digest)
+                return known
+            del self._verified[digest]
+        access = await self._verify(token)
+        if self.cache_size > 0:
+            self._verified[digest] = access
+            while len(self._verified) > self.cache_size:
+                self._verified.popitem(last=False)
+        return access
+
+    async def _verify(self, token: str) -> AccessToken:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
