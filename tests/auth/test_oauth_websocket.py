@@ -108,6 +108,11 @@ async def test_an_authorized_connection_is_closed_on_a_tool_it_lacks_the_scope_f
                 await handshake(ws)
                 answer = await tool_call(ws, 1, "echo", {"text": "hello"})
                 assert answer["result"]["content"][0]["text"] == "hello"
+                # Junk and over-deep messages are answered, not a reason to drop the connection.
+                for junk in ("{not json", "[" * 200 + "]" * 200):
+                    await ws.send_message(junk)
+                    assert "error" in json.loads(await ws.get_message())
+                assert (await tool_call(ws, 3, "echo", {"text": "still"}))["result"]
                 with pytest.raises(ConnectionClosed) as closed:
                     await tool_call(ws, 2, "admin", {})
                 assert closed.value.reason.code == 1008

@@ -27,7 +27,6 @@ waiting for the peer to take a close frame.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -47,6 +46,8 @@ from trio_websocket import (
 from .._auth.resource import OAuthResource, Refusal
 from .._auth.tokens import AccessToken
 from .._core.registry import Registry, current_registry
+from .._protocol import jsonrpc
+from .._protocol.jsonrpc import JsonRpcError
 from .._protocol.mcp_server import McpServerBase
 from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._startup import require_running
@@ -218,9 +219,9 @@ async def _scoped(
         async for raw in messages:
             if server.tool_scopes or resource.method_scopes:
                 try:
-                    check_scopes(resource, server, json.loads(raw), access)
-                except ValueError:
-                    pass  # not JSON: the connection answers the parse error
+                    check_scopes(resource, server, jsonrpc.decode(raw), access)
+                except JsonRpcError:
+                    pass  # not JSON, or too deep: the connection answers the error
                 except Refusal as refused:
                     logger.info("WebSocket message refused: %s", refused)
                     reason = "insufficient_scope: " + " ".join(refused.missing)
