@@ -4,7 +4,8 @@
 // the client_credentials grant (ClientCredentialsProvider), calls a tool, then cancels a long
 // call with an AbortController.
 //
-// Usage: node ts_client_oauth.mjs <mcp url> <issuer>   (run by tests/auth/test_oauth_ts_client.py)
+// Usage: node ts_client_oauth.mjs <mcp url> <issuer> [legacy|2026-07-28]
+// (run by tests/auth/test_oauth_ts_client.py)
 // Prints one JSON object: what happened, for the test to assert on.
 import {
   Client,
@@ -12,7 +13,7 @@ import {
   StreamableHTTPClientTransport,
 } from "@modelcontextprotocol/client";
 
-const [url, issuer] = process.argv.slice(2);
+const [url, issuer, era = "legacy"] = process.argv.slice(2);
 const report = { errors: [], statuses: [] };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -33,7 +34,9 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
   authProvider: provider,
   fetch: recordingFetch,
 });
-const client = new Client({ name: "ts-sdk-oauth-test", version: "1.0.0" });
+// "legacy": initialize and a session (the SDK's default); a version: pinned (2026-07-28: stateless).
+const versionNegotiation = era === "legacy" ? undefined : { mode: { pin: era } };
+const client = new Client({ name: "ts-sdk-oauth-test", version: "1.0.0" }, { versionNegotiation });
 client.onerror = (error) => report.errors.push(`client: ${error?.message ?? error}`);
 
 try {

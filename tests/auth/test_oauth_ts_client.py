@@ -9,6 +9,8 @@ loopback token endpoint without TLS), gets a ``client_credentials`` token
 for our resource (RFC 8707 ``resource``) with the scope the challenge
 named, calls a tool, steps up on the ``403 insufficient_scope`` of a tool
 that needs more, and aborts that long call: the tool sees the cancellation.
+Both eras: the SDK's default legacy handshake (a session, bound to the
+principal) and 2026-07-28 pinned (stateless).
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ def node() -> Path:
     return node_tools.node()
 
 
-async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(node: Path) -> None:
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(
+    node: Path, era: str
+) -> None:
     server = McpServer("ts-oauth-test")
     seen: list[str] = []
     principals: list[str] = []
@@ -83,7 +88,7 @@ async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(node: 
             async with serving_asgi(McpHttpApp(server, registry, auth=resource), sock):
                 script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
                 done = await trio.run_process(
-                    [str(node), str(script), url, issuer.issuer],
+                    [str(node), str(script), url, issuer.issuer, era],
                     cwd=node_tools.TOOLS,
                     env=node_tools.env(),
                     capture_stdout=True,
@@ -96,6 +101,7 @@ async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(node: 
                 await registry.wait_idle()
                 assert_no_leaks(registry)
     assert report["errors"] == [], report
+    assert report["protocolVersion"] == ("2025-11-25" if era == "legacy" else era), report
     # The first answer was the challenge; the client found everything from it.
     assert report["statuses"][0] == 401
     assert issuer.calls["/.well-known/oauth-authorization-server"] >= 1
@@ -108,5 +114,8 @@ async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(node: 
     assert 403 in report["statuses"]
     assert issuer.calls["/token"] == 2
     assert report["abortOutcome"] == "aborted"
-    assert seen == ["slow started", "slow stopped: client"]
+    # Legacy: notifications/cancelled (kind "client"); modern: the client closes the call's
+    # stream, which is how that era cancels (kind "disconnect").
+    kind = "client" if era == "legacy" else "disconnect"
+    assert seen == ["slow started", f"slow stopped: {kind}"]
     assert report["afterAbort"] == "still here"
