@@ -30,6 +30,7 @@ from . import (
     bench_latency,
     bench_memory,
     bench_poll,
+    bench_telemetry,
     bench_tracked,
     profile_hotpath,
 )
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_hostile.NAME: bench_hostile.rows,
     bench_cross_process.NAME: bench_cross_process.rows,
     bench_arguments.NAME: bench_arguments.run,
+    bench_telemetry.NAME: bench_telemetry.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -20,12 +20,22 @@ Or deploy it like any ASGI app, with as many worker processes as you like::
 :func:`trio_mcp_cancel.http.app_from_env`; ``MCP_REDIS_URL=redis://host:port/0``
 shares tasks and cancellations between workers and nodes).  ``count`` runs
 as a task (Tasks extension) when the client declares the extension.
+
+``--trace`` (or ``SLOW_SERVER_TRACE=1``) prints every request's span, and
+the metrics every 10 s, to stderr with the OpenTelemetry SDK's console
+exporters (``pip install opentelemetry-sdk``); with
+``OTEL_EXPORTER_OTLP_ENDPOINT`` set and ``opentelemetry-exporter-otlp``
+installed it sends them there instead (the standard ``OTEL_*`` variables
+apply).  Cancel a ``count`` and its span shows who cancelled, when the flag
+was set and when the tool stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
 import sys
 from functools import partial
 
@@ -80,6 +90,57 @@ async def child(ctx: ToolContext, seconds: float = 30.0) -> str:
 app = app_from_env(server)
 
 
+def setup_telemetry() -> None:
+    """Install the OpenTelemetry SDK globally: console exporters, or OTLP when configured.
+
+    The library only uses the OpenTelemetry API; which SDK and exporter run
+    is the application's choice, made here.  stdout stays the protocol's
+    (``--stdio``): the console exporters write to stderr.
+    """
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        MetricExporter,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+        SpanExporter,
+    )
+
+    span_exporter: SpanExporter = ConsoleSpanExporter(out=sys.stderr)
+    metric_exporter: MetricExporter = ConsoleMetricExporter(out=sys.stderr)
+    otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if otlp:
+        # Optional, never a dependency: used when the application installed it.
+        try:
+            traces = importlib.import_module(
+                "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+            )
+            meters = importlib.import_module(
+                "opentelemetry.exporter.otlp.proto.http.metric_exporter"
+            )
+        except ImportError:
+            missing = "OTLP needs opentelemetry-exporter-otlp; printing to the console instead"
+            print(missing, file=sys.stderr)
+            otlp = False
+        else:
+            span_exporter = traces.OTLPSpanExporter()
+            metric_exporter = meters.OTLPMetricExporter()
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "slow-demo")})
+    tracer_provider = TracerProvider(resource=resource)
+    processor = BatchSpanProcessor if otlp else SimpleSpanProcessor
+    tracer_provider.add_span_processor(processor(span_exporter))
+    trace.set_tracer_provider(tracer_provider)
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=10_000)
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+
+
 def describe(event: Event) -> str:
     fields = ", ".join(f"{k}={v!r}" for k, v in attrs.asdict(event).items())
     return f"[server] {event.name}: {fields}"
@@ -131,8 +192,16 @@ async def main() -> None:
     parser.add_argument("--ws-port", type=int, default=8001)
     parser.add_argument("--grace", type=float, default=2.0, help="grace period in seconds")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        default=os.environ.get("SLOW_SERVER_TRACE", "") not in ("", "0"),
+        help="print spans and metrics to stderr (OTLP with OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
+    if args.trace:
+        setup_telemetry()
     if args.stdio:
         # stdout carries only protocol messages; registry events are logged to stderr.
         async with open_registry(grace_period=args.grace) as registry:

@@ -27,6 +27,7 @@ from ._protocol.prompts import PromptMessage
 from ._protocol.resources import ResourceData
 from ._public import fixup_module_metadata
 from ._run.runner import McpServer
+from ._telemetry.config import Telemetry
 from .transports.limits import ConnectionLimits
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "PromptMessage",
     "ResourceData",
     "ResourceLink",
+    "Telemetry",
     "Text",
     "ToolContext",
     "ToolError",

@@ -35,6 +35,7 @@ def test_quick_benchmarks_run_and_leave_results_alone() -> None:
         "4 e2e",
         "5 cancel latency",
         "6 memory",
+        "8 telemetry",
     ):
         assert f"| {bench} |" in done.stdout
     assert "skipped" not in done.stdout

@@ -65,6 +65,9 @@ def test_the_extras_split_what_users_need_from_what_contributors_need() -> None:
     assert names(extras["redis"]) == {"coredis"}
     assert names(extras["testing"]) == {"pytest", "pytest-trio"}
     assert names(extras["demo"]) == {"httpx"}
+    # Telemetry: the OpenTelemetry API only; the SDK is the application's choice (and the tests').
+    assert names(extras["otel"]) == {"opentelemetry-api"}
+    assert "opentelemetry-sdk" in names(extras["dev"])
     assert {"ruff", "mypy", "pytest", "pytest-trio", "hypothesis", "httpx", "mcp", "coredis"} <= (
         names(extras["dev"])
     )

@@ -49,6 +49,7 @@ from .._protocol.wire import (
     Era,
     client_declares_tasks,
 )
+from .._telemetry.propagation import inject_meta
 from .base import ClientTransport
 from .calls import PendingCall, ProgressCallback
 from .errors import McpError, Message
@@ -192,6 +193,7 @@ class ClientEngine:
             meta.update(self.envelope(capabilities))
         if progress or on_progress is not None:
             meta["progressToken"] = request_id
+        inject_meta(meta)  # the caller's trace context, for the server's span (SEP-414)
         if meta:
             body["_meta"] = meta
         call = PendingCall(request_id, method, self._cancel_call, on_progress)

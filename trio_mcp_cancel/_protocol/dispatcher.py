@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -180,6 +181,9 @@ class Dispatcher:
             task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
             if task_id is not None:
                 self.server.tasks.creation_cancelled(task_id)
+        telemetry = self.server.telemetry
+        if telemetry is not None:
+            telemetry.notification(notification.method, params, caller.session_id, outcome.value)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
             shown,
@@ -217,6 +221,36 @@ class Dispatcher:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> Message | None:
         """Answer one prepared request: the one place errors become JSON-RPC errors.
+
+        With telemetry on (``server.telemetry``, checked once) it runs inside
+        the request's span; see :meth:`_answer`.
+        """
+        telemetry = self.server.telemetry
+        if telemetry is None:
+            return await self._answer(call, caller, exchange, allow_silence, admitted, task_status)
+        request = call.request
+        return await telemetry.serve(
+            partial(self._answer, call, caller, exchange, allow_silence, admitted, task_status),
+            method=request.method,
+            target=_target(call),
+            request_id=request.id,
+            params=request.params,
+            protocol_version=_protocol_version(call, caller),
+            session_id=caller.session_id,
+            registry=caller.registry,
+            tracked=lambda: exchange.request,
+        )
+
+    async def _answer(
+        self,
+        call: RequestCall,
+        caller: Caller,
+        exchange: Exchange,
+        allow_silence: bool,
+        admitted: bool,
+        task_status: trio.TaskStatus[None],
+    ) -> Message | None:
+        """:meth:`answer`'s work.
 
         ``None`` only when the client cancelled the request (see
         :data:`~.mcp_server.OnCancel`) and *allow_silence* (a plain JSON HTTP
@@ -283,10 +317,18 @@ class Dispatcher:
         """The error :meth:`admit` would answer *call* with now, without admitting it.
 
         Lets a transport refuse before it commits to a response (an HTTP
-        ``429`` rather than an SSE stream carrying the error).
+        ``429`` rather than an SSE stream carrying the error).  A refusal is
+        counted (telemetry) here, once: a refused call is never asked again.
         """
         if not isinstance(call, RequestCall) or call.tool is None:
             return None
+        refused = self._refusal(call, caller)
+        telemetry = self.server.telemetry
+        if refused is not None and telemetry is not None:
+            telemetry.refused(refused["error"]["data"]["limit"])
+        return refused
+
+    def _refusal(self, call: RequestCall, caller: Caller) -> Message | None:
         request, server = call.request, self.server
         if call.long_lived:
             full = self.listens.full(
@@ -328,6 +370,25 @@ class Dispatcher:
         (self.listens if call.long_lived else self.calls).give(caller.tenant)
         if caller.channel is not None:
             caller.channel.exchanges.discard(exchange)
+
+
+def _target(call: RequestCall) -> str | None:
+    """The span name's target: the tool of ``tools/call``, the prompt of ``prompts/get``."""
+    method = call.request.method
+    if method == "tools/call" and call.tool is not None:
+        return call.tool.name
+    if method == "prompts/get" and call.tool is not None:
+        name = call.request.params.get("name")
+        return name[:100] if isinstance(name, str) else None
+    return None
+
+
+def _protocol_version(call: RequestCall, caller: Caller) -> str | None:
+    if call.envelope is not None:
+        return call.envelope.protocol_version
+    channel = caller.channel
+    legacy = None if channel is None else channel.legacy
+    return None if legacy is None else legacy.protocol_version
 
 
 def _check_capabilities(tool: Tool, envelope: Envelope | None, caller: Caller) -> None:

@@ -27,7 +27,13 @@ from .exchange import Exchange, LegacyState
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .mrtr import InputRequired, input_required_result
 from .pagination import page
-from .tasks import TASKS_EXTENSION, TasksUnavailable, client_declares_tasks, require_tasks_extension
+from .tasks import (
+    TASKS_EXTENSION,
+    Runner,
+    TasksUnavailable,
+    client_declares_tasks,
+    require_tasks_extension,
+)
 from .tools import Tool, ToolArgumentError, error_result
 from .versions import LEGACY_VERSIONS, LOG_LEVELS, MODERN_VERSIONS, negotiate_legacy_version
 
@@ -182,8 +188,11 @@ async def _start_task(
 
     # Quotas are the tenant's (every connection of it), visibility the caller's own.
     tenant = caller.tenant or GLOBAL_NAMESPACE
+    work: Runner = runner
+    if server.telemetry is not None:  # its execution's span, linked to this call's
+        work = server.telemetry.wrap_task(runner, tool.name)
     created = await server.tasks.start(
-        caller.namespace, runner, Exchange(), creator=h.exchange, tenant=tenant
+        caller.namespace, work, Exchange(), creator=h.exchange, tenant=tenant
     )
     if caller.channel is not None:
         caller.channel.remember_task(request.id, created["taskId"])

@@ -17,6 +17,8 @@ from typing import Any, Literal, TypeVar, overload
 
 import trio
 
+from .._telemetry.config import Telemetry
+from .._telemetry.server import ServerTelemetry, for_server
 from .._work.threads import ThreadLimit
 from .admission import check_cap
 from .features import CacheScope, ServerFeatures
@@ -79,6 +81,9 @@ class McpServerBase(ServerFeatures):
     *page_size* is how many items one page of ``tools/list``,
     ``resources/list``, ``resources/templates/list`` or ``prompts/list``
     holds; longer lists continue with ``nextCursor`` (:mod:`.pagination`).
+    *telemetry*: OpenTelemetry spans and metrics when ``opentelemetry-api``
+    is installed (the global providers, or a :class:`Telemetry`'s);
+    ``False`` turns them off.
     """
 
     def __init__(
@@ -101,12 +106,15 @@ class McpServerBase(ServerFeatures):
         resource_cache_scope: CacheScope = "private",
         sync_tool_threads: int | trio.CapacityLimiter = 40,
         page_size: int = DEFAULT_PAGE_SIZE,
+        telemetry: bool | Telemetry = True,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.page_size = page_size
+        self.telemetry: ServerTelemetry | None = for_server(telemetry)
+        """Spans and metrics (``None``: off, or ``opentelemetry-api`` is not installed)."""
         """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self.max_concurrent_calls = check_cap(max_concurrent_calls)
         """Tool calls in flight, server-wide (``None``: no cap); read at each admission."""

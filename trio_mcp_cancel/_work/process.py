@@ -39,6 +39,7 @@ import trio
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
 from .._core.request import TrackedRequest
+from .._telemetry.work import process_note
 
 __all__ = ["CLOSE_STDIN", "ProcessResult", "ProgressReporter", "run_process"]
 
@@ -224,6 +225,7 @@ async def run_process(
     stopped = False
     process: trio.Process | None = None
     stdin_scope = trio.CancelScope()
+    note = process_note()  # the request's span (telemetry), captured in its own task
 
     def polite_stop() -> None:
         nonlocal stopped
@@ -231,6 +233,8 @@ async def run_process(
         if stop == CLOSE_STDIN:
             stdin_scope.cancel()
         elif stop is not None and process is not None and process.returncode is None:
+            if note is not None:
+                note(False, stop)
             if stop_group:
                 _kill_group(process.pid, stop)
                 return
@@ -240,6 +244,8 @@ async def run_process(
                 pass
 
     async def deliver_cancel(proc: trio.Process) -> None:
+        if note is not None:
+            note(True, signal.SIGKILL)
         _kill_group(proc.pid)
 
     async def feed(stream: trio.abc.SendStream) -> None:

@@ -150,6 +150,8 @@ class Responder:
         cap = self.server.max_calls_per_tenant
         async with tenant_call_slot(backend.counters, routed.call, routed.caller, cap) as refused:
             if refused is not None:
+                if self.server.telemetry is not None:
+                    self.server.telemetry.refused("tenant")
                 await self.refuse(send, refused, routed.extra)
                 return
             await self._run(routed, receive, send)

@@ -430,7 +430,13 @@ class McpHttpApp:
             routed = await self._modern.route(post)
         else:
             routed = await self._legacy.route(post)
-        if routed is not None:
+        if routed is None:
+            return
+        telemetry = self.server.telemetry
+        if telemetry is None or "traceparent" not in headers:
+            await self._responder.answer(routed, receive, send)
+            return
+        with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
             await self._responder.answer(routed, receive, send)
 
     async def _read_body(self, receive: Receive) -> bytes:

@@ -1,0 +1,85 @@
+"""The OpenTelemetry SDK of one telemetry test: in-memory span exporter and metric reader.
+
+The providers are handed to the server (``McpServer(telemetry=Telemetry(...))``),
+never installed globally, so nothing leaks from one test to the next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+
+from trio_mcp_cancel.server import Telemetry
+
+
+@attrs.define(eq=False)
+class Otel:
+    """The SDK of one test, and what it recorded."""
+
+    exporter: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+    @property
+    def telemetry(self) -> Telemetry:
+        return Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider)
+
+    @property
+    def tracer(self) -> Tracer:
+        """A tracer for the test's own spans (the client side of a trace)."""
+        return self.tracer_provider.get_tracer("tests")
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        finished = list(self.exporter.get_finished_spans())
+        return [s for s in finished if name is None or s.name == name]
+
+    def span(self, name: str) -> ReadableSpan:
+        (found,) = self.spans(name)
+        return found
+
+    def points(self, metric: str) -> list[tuple[dict[str, Any], Any]]:
+        """``(attributes, point)`` of every point of *metric*."""
+        data = self.reader.get_metrics_data()
+        found: list[tuple[dict[str, Any], Any]] = []
+        for resource in data.resource_metrics if data is not None else ():
+            for scope in resource.scope_metrics:
+                for m in scope.metrics:
+                    if m.name == metric:
+                        found += [(dict(p.attributes or {}), p) for p in m.data.data_points]
+        return found
+
+    def value(self, metric: str, **attributes: Any) -> Any:
+        """The one point of *metric* whose attributes include *attributes*: its value or count."""
+        matching = [
+            p
+            for a, p in self.points(metric)
+            if all(a.get(k.replace("__", ".")) == v for k, v in attributes.items())
+        ]
+        assert len(matching) == 1, (metric, attributes, self.points(metric))
+        point = matching[0]
+        return getattr(point, "value", None) if hasattr(point, "value") else point.count
+
+
+def make_otel() -> Otel:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    return Otel(exporter, reader, tracer_provider, meter_provider)
+
+
+def event_names(span: ReadableSpan) -> list[str]:
+    return [e.name for e in span.events]
+
+
+def attrs_of(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})

@@ -1,0 +1,418 @@
+"""A server's spans and metrics: the MCP conventions, plus how each cancellation went.
+
+One :class:`ServerTelemetry` per server (``McpServer(telemetry=...)``),
+made only when ``opentelemetry-api`` is installed and telemetry is on; the
+dispatcher checks ``server.telemetry is None`` once per request and
+otherwise never comes here.
+
+* :meth:`ServerTelemetry.serve` wraps one request in a ``SERVER`` span named
+  ``{mcp.method.name} {target}``, parented on the ``traceparent`` /
+  ``tracestate`` in the request's ``_meta`` (any era, any transport) or
+  else on the ambient context (an HTTP ``traceparent`` header, attached by
+  the HTTP app), and records ``mcp.server.operation.duration``.  When the
+  request was cancelled it reads the tracked request's record (who, why,
+  when the flag was set, whether the hard cancel came, whether it overran)
+  and writes it as ``mcp_cancel.*`` attributes and span events, timed
+  where the registry recorded them.
+* :meth:`ServerTelemetry.wrap_task` gives a task's execution its own span,
+  linked to the ``tools/call`` that created it; ``tasks/cancel`` links it too.
+* Registry events (:meth:`~.._core.registry.Registry.subscribe`) count what
+  happens outside a request's own task: overruns, abandoned threads, the
+  backend going away.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from .._core.errors import RequestCancelled
+from .._core.events import BackendEvent, Event, OverrunEvent, ThreadAbandonedEvent
+from .._core.registry import Registry
+from .._core.request import TrackedRequest
+from . import names as n
+from .active import Active, current_active
+from .config import Telemetry
+from .otel import Api, load, wall_ns
+
+__all__ = ["ServerTelemetry", "for_server"]
+
+Message = dict[str, Any]
+
+#: The ``_meta`` keys SEP-414 reserves for trace context, read as the carrier.
+_CARRIER_KEYS: Final = ("traceparent", "tracestate", "baggage")
+_MAX_CARRIER_VALUE: Final = 1024
+#: Task execution spans kept for ``tasks/cancel`` to link to (tasks are capped anyway).
+_MAX_TASK_SPANS: Final = 10_000
+_CANCELLED_CODE: Final = "-32800"
+
+
+def for_server(setting: bool | Telemetry) -> ServerTelemetry | None:
+    """The telemetry *setting* asks for, or ``None`` (off, or no ``opentelemetry-api``)."""
+    if setting is False:
+        return None
+    api = load()
+    if api is None:
+        return None
+    return ServerTelemetry(api, Telemetry() if setting is True else setting)
+
+
+class ServerTelemetry:
+    """A server's tracer and instruments; see the module docstring."""
+
+    def __init__(self, api: Api, config: Telemetry) -> None:
+        self.api = api
+        self._span_kind = api.trace.SpanKind
+        self._status_error = api.trace.StatusCode.ERROR
+        self._link = api.trace.Link
+        self._set_span_in_context = api.trace.set_span_in_context
+        self._attach = api.context.attach
+        self._detach = api.context.detach
+        self.tracer = api.trace.get_tracer(
+            n.INSTRUMENTATION_NAME, tracer_provider=config.tracer_provider
+        )
+        meter = api.metrics.get_meter(n.INSTRUMENTATION_NAME, meter_provider=config.meter_provider)
+        self.duration = meter.create_histogram(
+            "mcp.server.operation.duration",
+            unit="s",
+            description="MCP request or notification duration as observed on the receiver.",
+            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
+        )
+        self.in_flight = meter.create_up_down_counter(
+            "mcp_cancel.requests.in_flight",
+            unit="{request}",
+            description="Requests being answered, by method.",
+        )
+        self.cancellations = meter.create_counter(
+            "mcp_cancel.cancellations",
+            unit="{request}",
+            description="Cancelled requests, by who cancelled and how far it had to go.",
+        )
+        self.flag_to_stop = meter.create_histogram(
+            "mcp_cancel.cancel.flag_to_stop",
+            unit="s",
+            description="Seconds from the cancellation flag to the request's end.",
+            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
+        )
+        self.overruns = meter.create_counter(
+            "mcp_cancel.overruns",
+            unit="{request}",
+            description="Requests still running past their hard cancel (reported live).",
+        )
+        self.refusals = meter.create_counter(
+            "mcp_cancel.limit.refusals",
+            unit="{request}",
+            description="Calls refused by an admission limit, by limit.",
+        )
+        self.tasks = meter.create_counter(
+            "mcp_cancel.tasks",
+            unit="{task}",
+            description="Tasks started (working) and ended, by status.",
+        )
+        self.backend_unavailable = meter.create_counter(
+            "mcp_cancel.backend.unavailable",
+            unit="{event}",
+            description="Times the shared backend went away, by operation.",
+        )
+        self.threads_abandoned = meter.create_counter(
+            "mcp_cancel.threads.abandoned",
+            unit="{thread}",
+            description="Worker threads left running by a hard-cancelled request.",
+        )
+        self.process_groups_killed = meter.create_counter(
+            "mcp_cancel.process_groups.killed",
+            unit="{process_group}",
+            description="Child process groups killed by a cancelled request.",
+        )
+        self._watched: weakref.WeakSet[Registry] = weakref.WeakSet()
+        self._task_spans: dict[str, Any] = {}
+
+    # -- one request ------------------------------------------------------------
+
+    async def serve(
+        self,
+        answer: Callable[[], Awaitable[Message | None]],
+        *,
+        method: str,
+        target: str | None,
+        request_id: object,
+        params: Mapping[str, Any],
+        protocol_version: str | None,
+        session_id: str | None,
+        registry: Registry,
+        tracked: Callable[[], TrackedRequest | None],
+    ) -> Message | None:
+        """Run *answer* (the dispatcher's) inside the request's ``SERVER`` span."""
+        if registry not in self._watched:
+            self._watched.add(registry)
+            registry.subscribe(self._on_event)
+        attributes: dict[str, Any] = {"mcp.method.name": method}
+        metric: dict[str, Any] = {"mcp.method.name": method}
+        if protocol_version is not None:
+            attributes["mcp.protocol.version"] = metric["mcp.protocol.version"] = protocol_version
+        attributes["jsonrpc.request.id"] = str(request_id)
+        if session_id is not None:
+            attributes["mcp.session.id"] = session_id
+        name = method
+        if target is not None:
+            name = f"{method} {target}"
+            if method == "tools/call":
+                attributes["gen_ai.operation.name"] = metric["gen_ai.operation.name"] = (
+                    "execute_tool"
+                )
+                attributes["gen_ai.tool.name"] = metric["gen_ai.tool.name"] = target
+            else:
+                attributes["gen_ai.prompt.name"] = target
+        parent, links = self._parent(params)
+        if method == "tasks/cancel":
+            links = self._task_link(params, links)
+        counted = {"mcp.method.name": method}
+        self.in_flight.add(1, counted)
+        started = trio.current_time()
+        span = self.tracer.start_span(
+            name, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
+        )
+        # Made current by hand (no context manager: this is every request's
+        # path); a no-op tracer's invalid span, with no caller context to
+        # carry on, need not be current at all.
+        attached = None
+        if span.is_recording() or span.get_span_context().is_valid:
+            attached = self._attach(self._set_span_in_context(span, parent))
+        token = current_active.set(Active(self, span))
+        try:
+            reply = await answer()
+        except BaseException as exc:  # trio.Cancelled: the transport stopping
+            metric["error.type"] = type(exc).__qualname__
+            span.set_attribute("error.type", metric["error.type"])
+            span.set_status(self._status_error)
+            raise
+        else:
+            self._record_reply(span, method, reply, metric)
+            return reply
+        finally:
+            current_active.reset(token)
+            self._record_cancellation(span, tracked())
+            if attached is not None:
+                self._detach(attached)
+            span.end()
+            self.in_flight.add(-1, counted)
+            self.duration.record(trio.current_time() - started, metric)
+
+    def notification(
+        self, method: str, params: Mapping[str, Any], session_id: str | None, outcome: str
+    ) -> None:
+        """A ``notifications/cancelled`` received: a short span, its outcome, its duration."""
+        parent, links = self._parent(params)
+        attributes: dict[str, Any] = {"mcp.method.name": method, "mcp_cancel.outcome": outcome}
+        if session_id is not None:
+            attributes["mcp.session.id"] = session_id
+        span = self.tracer.start_span(
+            method, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
+        )
+        span.end()
+        self.duration.record(0.0, {"mcp.method.name": method})
+
+    def _parent(self, params: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+        """The span's parent from ``_meta`` (and a link to the ambient context), if any.
+
+        Only string values of the reserved keys are read, each bounded, so a
+        hostile ``_meta`` costs nothing and breaks nothing.
+        """
+        meta = params.get("_meta")
+        if not isinstance(meta, dict):
+            return None, ()
+        carrier: dict[str, str] = {}
+        for key in _CARRIER_KEYS:
+            value = meta.get(key)
+            if isinstance(value, str) and len(value) <= _MAX_CARRIER_VALUE:
+                carrier[key] = value
+        if "traceparent" not in carrier:
+            return None, ()
+        trace = self.api.trace
+        try:
+            context = self.api.propagate.extract(carrier)
+        except (ValueError, TypeError):
+            return None, ()
+        if not trace.get_current_span(context).get_span_context().is_valid:
+            return None, ()
+        ambient = trace.get_current_span().get_span_context()
+        return context, ((self._link(ambient),) if ambient.is_valid else ())
+
+    def _record_reply(
+        self, span: Any, method: str, reply: Message | None, metric: dict[str, Any]
+    ) -> None:
+        """``error.type``: the JSON-RPC code, ``tool_error``, ``-32800`` for a silenced cancel."""
+        message = "Request cancelled"
+        code: str | None = None
+        if reply is None:
+            error_type: str | None = _CANCELLED_CODE
+        else:
+            error = reply.get("error")
+            if isinstance(error, dict):
+                error_type = code = str(error.get("code"))
+                message = str(error.get("message", ""))[:200]
+            else:
+                result = reply.get("result")
+                error_type = None
+                if method == "tools/call" and isinstance(result, dict):
+                    if result.get("isError") is True:
+                        error_type, message = "tool_error", ""
+        if error_type is None:
+            return
+        metric["error.type"] = error_type
+        span.set_attribute("error.type", error_type)
+        if code is not None:
+            span.set_attribute("rpc.response.status_code", code)
+        span.set_status(self._status_error, message or None)
+
+    def _record_cancellation(self, span: Any, request: TrackedRequest | None) -> None:
+        """How the request's cancellation went, as attributes, events and metric points."""
+        if request is None or request.cancellation is None:
+            return
+        cancellation = request.cancellation
+        now = trio.current_time()
+        hard = now >= request.hard_deadline
+        phase = "overrun" if request.overran else "hard_cancel" if hard else "flag"
+        kind = cancellation.kind
+        cause = kind if kind != "server" else n.server_cause(cancellation.reason)
+        after = max(0.0, now - cancellation.at)
+        attributes: dict[str, Any] = {
+            n.ATTR_CANCEL_KIND: kind,
+            n.ATTR_CANCEL_CAUSE: cause,
+            n.ATTR_CANCEL_PHASE: phase,
+            n.ATTR_CANCEL_HARD: hard,
+            n.ATTR_CANCEL_FLAG_TO_STOP: after,
+        }
+        if cancellation.reason is not None:
+            attributes[n.ATTR_CANCEL_REASON] = cancellation.reason
+        if request.overran:
+            attributes[n.ATTR_CANCEL_OVERRUN] = now - request.hard_deadline
+        span.set_attributes(attributes)
+        flag: dict[str, Any] = {n.ATTR_CANCEL_KIND: kind, n.ATTR_CANCEL_CAUSE: cause}
+        if cancellation.reason is not None:
+            flag[n.ATTR_CANCEL_REASON] = cancellation.reason
+        span.add_event(n.EVENT_FLAG, flag, timestamp=wall_ns(cancellation.at))
+        if hard:
+            grace = {"mcp_cancel.cancel.grace": request.hard_deadline - cancellation.at}
+            span.add_event(n.EVENT_HARD_CANCEL, grace, timestamp=wall_ns(request.hard_deadline))
+        if request.overran:
+            span.add_event(n.EVENT_OVERRUN, {n.ATTR_CANCEL_OVERRUN: now - request.hard_deadline})
+        span.add_event(
+            n.EVENT_STOP, {n.ATTR_CANCEL_PHASE: phase, n.ATTR_CANCEL_FLAG_TO_STOP: after}
+        )
+        metric = {n.ATTR_CANCEL_KIND: kind, n.ATTR_CANCEL_CAUSE: cause, n.ATTR_CANCEL_PHASE: phase}
+        self.cancellations.add(1, metric)
+        self.flag_to_stop.record(after, metric)
+
+    def http_parent(self, headers: Mapping[str, str]) -> Any:
+        """A context manager making an HTTP request's ``traceparent`` header the ambient context.
+
+        The request's span is parented on it unless its ``_meta`` carries a
+        trace context of its own (which wins, with this one as a link).
+        """
+        carrier = {k: headers[k] for k in _CARRIER_KEYS if k in headers}
+        return _Attached(self.api, self.api.propagate.extract(carrier))
+
+    # -- limits, helpers, events --------------------------------------------------
+
+    def refused(self, limit: str) -> None:
+        """An admission limit refused a call."""
+        self.refusals.add(1, {n.ATTR_LIMIT: limit})
+
+    def process_event(self, span: Any, killed: bool, signal_name: str) -> None:
+        """``run_process``: the child's group was killed, or sent its stop signal."""
+        event = n.EVENT_PROCESS_KILLED if killed else n.EVENT_PROCESS_SIGNALLED
+        span.add_event(event, {"mcp_cancel.signal": signal_name})
+        if killed:
+            self.process_groups_killed.add(1)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, ThreadAbandonedEvent):
+            self.threads_abandoned.add(1, {n.ATTR_CANCEL_KIND: event.kind})
+            active = current_active.get()  # delivered in the request's own task
+            if active is not None and active.telemetry is self:
+                active.span.add_event(n.EVENT_THREAD_ABANDONED, {"thread.name": event.thread})
+        elif isinstance(event, OverrunEvent):
+            self.overruns.add(1, {n.ATTR_CANCEL_KIND: event.kind})
+        elif isinstance(event, BackendEvent) and event.name == "backend.unavailable":
+            self.backend_unavailable.add(1, {"mcp_cancel.backend.operation": event.operation})
+
+    # -- tasks ----------------------------------------------------------------------
+
+    def wrap_task(
+        self, runner: Callable[[Any, str], Awaitable[Message]], tool_name: str
+    ) -> Callable[[Any, str], Awaitable[Message]]:
+        """*runner* (a task's execution) in a span of its own, linked to the creating call.
+
+        Called inside the ``tools/call`` span, whose context becomes the link.
+        """
+        trace = self.api.trace
+        creator = trace.get_current_span().get_span_context()
+        links = (self._link(creator),) if creator.is_valid else ()
+        root = self.api.context.Context()
+
+        async def run(exchange: Any, task_id: str) -> Message:
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool_name,
+                "mcp_cancel.task.id": task_id,
+            }
+            self.tasks.add(1, {"mcp_cancel.task.status": "working"})
+            status = "failed"
+            with self.tracer.start_as_current_span(
+                f"mcp_cancel.task {tool_name}",
+                context=root,
+                kind=self._span_kind.INTERNAL,
+                attributes=attributes,
+                links=links,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                if len(self._task_spans) < _MAX_TASK_SPANS:
+                    self._task_spans[task_id] = span
+                token = current_active.set(Active(self, span))
+                try:
+                    result = await runner(exchange, task_id)
+                    status = "completed" if exchange.cancel_kind is None else "cancelled"
+                    return result
+                except RequestCancelled as exc:
+                    status = "cancelled" if exc.kind == "client" else "failed"
+                    raise
+                finally:
+                    current_active.reset(token)
+                    self._task_spans.pop(task_id, None)
+                    self._record_cancellation(span, exchange.request)
+                    span.set_attribute("mcp_cancel.task.status", status)
+                    if status == "failed":
+                        span.set_status(self._status_error)
+                    self.tasks.add(1, {"mcp_cancel.task.status": status})
+
+        return run
+
+    def _task_link(self, params: Mapping[str, Any], links: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``tasks/cancel``: link the task's execution span, and mark it there."""
+        task_id = params.get("taskId")
+        span = self._task_spans.get(task_id) if isinstance(task_id, str) else None
+        if span is None:
+            return links
+        span.add_event(n.EVENT_TASK_CANCEL)
+        return (*links, self._link(span.get_span_context()))
+
+
+class _Attached:
+    """``with``: *context* is the current OpenTelemetry context inside the block."""
+
+    __slots__ = ("_api", "_context", "_token")
+
+    def __init__(self, api: Api, context: Any) -> None:
+        self._api = api
+        self._context = context
+
+    def __enter__(self) -> None:
+        self._token = self._api.context.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        self._api.context.detach(self._token)
