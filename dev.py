@@ -42,6 +42,7 @@ FLOORS_BIN = FLOORS_VENV / ("Scripts" if os.name == "nt" else "bin")
 #: What ``floors`` adds to the floors to run tests (any recent release).
 FLOORS_TOOLS = (
     "pytest>=8", "pytest-trio>=0.8", "pytest-timeout>=2.2", "hypothesis>=6.100", "httpx>=0.27",
+    "httpx2>=2.16.2",  # the client's HTTP (the `client` extra), for tests/client
 )  # fmt: skip
 #: The fast subset ``floors`` runs (about 10 s): the registry, the server, the
 #: in-memory client, WebSocket, HTTP through hypercorn (the client's tests),

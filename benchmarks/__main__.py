@@ -22,6 +22,7 @@ from . import (
     _client,
     _wrk,
     bench_arguments,
+    bench_client,
     bench_cross_process,
     bench_e2e,
     bench_early_cancel,
@@ -49,6 +50,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_cross_process.NAME: bench_cross_process.rows,
     bench_arguments.NAME: bench_arguments.run,
     bench_telemetry.NAME: bench_telemetry.run,
+    bench_client.NAME: bench_client.run,
 }
 
 HERE = Path(__file__).resolve().parent
@@ -93,7 +95,7 @@ def results_md(
     )
     versions = ", ".join(
         f"{name} {_version(name)}"
-        for name in ("trio", "hypercorn", "h11", "mcp", "anyio", "uvicorn", "starlette")
+        for name in ("trio", "hypercorn", "h11", "httpx2", "mcp", "anyio", "uvicorn", "starlette")
     )
     return f"""# Benchmark results
 

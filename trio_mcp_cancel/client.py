@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 import attrs
 import trio
@@ -45,15 +45,24 @@ import trio_websocket
 from ._client.calls import PendingCall, ProgressCallback
 from ._client.engine import ClientEngine
 from ._client.errors import McpError, McpTransportError
-from ._client.http import HttpTransport
+from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
 from ._protocol.wire import MODERN_ERRORS
 from ._public import fixup_module_metadata
 
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx2
+
+    from ._client.http import HttpTransport
+
 __all__ = [
     "ClientEra",
+    "ClientHandlers",
     "ClientOptions",
+    "InputHandler",
     "McpClient",
     "McpError",
     "McpTaskError",
@@ -104,7 +113,11 @@ class ClientOptions(TypedDict, total=False):
     declares.  *log_level*: the log messages wanted.  *forward_cancel*
     (default true): cancel a call when the tracked request the caller runs
     in is flagged.  *tasks* (default false): declare the Tasks extension on
-    ``tools/call``; *task_polling*: how tasks are followed.
+    ``tools/call``; *task_polling*: how tasks are followed.  *handlers*
+    (:class:`ClientHandlers`): answers to the server's elicitation,
+    sampling and roots requests, in every form (MRTR ``input_required``,
+    a task's ``tasks/update``, a legacy server request); each handler
+    given is declared as a capability.
     """
 
     era: ClientEra
@@ -114,19 +127,25 @@ class ClientOptions(TypedDict, total=False):
     forward_cancel: bool
     tasks: bool
     task_polling: TaskPolling
+    handlers: ClientHandlers | None
 
 
 def _new_client(options: ClientOptions) -> McpClient:
     era = options.get("era", "modern")
     if era not in ("modern", "legacy", "auto"):
         raise ValueError(f"era must be 'modern', 'legacy' or 'auto', not {era!r}")
+    handlers = options.get("handlers")
+    capabilities = dict(options.get("client_capabilities") or {})
+    if handlers is not None:
+        capabilities = handlers.capabilities() | capabilities
     client = McpClient(
         "modern" if era == "auto" else era,
-        dict(options.get("client_capabilities") or {}),
+        capabilities,
         keep_history=False,
         forward_cancel=options.get("forward_cancel", True),
         tasks=options.get("tasks", False),
         task_polling=options.get("task_polling", TaskPolling()),
+        handlers=handlers,
     )
     client_info = options.get("client_info")
     if client_info is not None:
@@ -144,6 +163,13 @@ async def _connected(
 ) -> AsyncIterator[McpClient]:
     """Attach *transport* (whose tasks run in *nursery*), shake hands, and detach on exit."""
     client.transport = transport
+    if client.handlers is not None:
+
+        def reply(message: dict[str, Any]) -> None:
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                transport.transmit(message, None)
+
+        client.server_requests = ServerRequests(client.handlers, nursery, reply)
     if isinstance(transport, MessageTransport):
         nursery.start_soon(transport.write)
         nursery.start_soon(transport.read)
@@ -152,6 +178,7 @@ async def _connected(
         yield client
     finally:
         client.transport = None
+        client.server_requests = None
         nursery.cancel_scope.cancel()
 
 
@@ -166,38 +193,77 @@ async def _one_error() -> AsyncIterator[None]:
         raise group.exceptions[0] from None
 
 
+def _httpx2() -> Any:
+    """The ``client`` extra's module: the client's HTTP runs on httpx2."""
+    try:
+        from ._client import http
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "the HTTP client needs httpx2: pip install 'trio-mcp-cancel[client]'"
+        ) from exc
+    return http
+
+
 @contextlib.asynccontextmanager
 async def open_http_client(
     url: str,
     *,
     headers: Mapping[str, str] | None = None,
+    auth: httpx2.Auth | None = None,
+    verify: ssl.SSLContext | str | bool = True,
+    cert: Any = None,
+    http2: bool = False,
+    max_connections: int = 16,
     connect_timeout: float = 10.0,
     max_response: int = 16 * 1024 * 1024,
+    http_client: httpx2.AsyncClient | None = None,
     **options: Unpack[ClientOptions],
 ) -> AsyncIterator[McpClient]:
     """An MCP client of the Streamable HTTP endpoint *url*, for one ``async with``.
 
-    *headers* go on every request (``Authorization``, say).  Modern
-    cancellation closes the request's connection; legacy posts
-    ``notifications/cancelled`` and ends the session (``DELETE``) on exit.
+    Requests go through one pooled ``httpx2.AsyncClient`` (at most
+    *max_connections* connections, kept alive between calls; proxies from
+    the environment).  *headers* go on every request; *auth* is an
+    ``httpx2.Auth`` (a bearer token, OAuth); *verify* and *cert* are the TLS
+    settings (a CA bundle or ``ssl.SSLContext``, a client certificate);
+    *http2* speaks HTTP/2 (ALPN over TLS, prior knowledge in clear text).
+    *http_client*: your own ``httpx2.AsyncClient`` instead (then those
+    settings are its own; it is not closed here).
+
+    Modern cancellation closes the request's stream (only that one);
+    legacy posts ``notifications/cancelled``, re-initializes once when the
+    server forgot the session, and ends the session (``DELETE``) on exit.
     Leaving the block closes every stream still open, which cancels those
     calls on a modern server.  *options*: :class:`ClientOptions`.
     """
+    http = _httpx2()
     client = _new_client(options)
-    async with _one_error(), trio.open_nursery() as nursery:
-        transport = HttpTransport(
-            url,
-            nursery,
-            dict(headers or {}),
-            connect_timeout,
-            max_response,
-            receiver=client.inbound,
-        )
-        try:
-            async with _connected(client, transport, options.get("era", "modern"), nursery):
-                yield client
-        finally:
-            await transport.end_session()
+    async with contextlib.AsyncExitStack() as stack:
+        if http_client is None:
+            http_client = await stack.enter_async_context(
+                http.client_for(
+                    headers=headers,
+                    auth=auth,
+                    verify=verify,
+                    cert=cert,
+                    # Clear-text HTTP/2 is prior knowledge: no HTTP/1.1 to fall back to.
+                    http1=not (http2 and url.startswith("http://")),
+                    http2=http2,
+                    max_connections=max_connections,
+                    connect_timeout=connect_timeout,
+                )
+            )
+        async with _one_error(), trio.open_nursery() as nursery:
+            transport: HttpTransport = http.HttpTransport(
+                url, nursery, http_client, max_response, receiver=client.inbound
+            )
+            try:
+                async with _connected(client, transport, options.get("era", "modern"), nursery):
+                    if client.era == "legacy":
+                        nursery.start_soon(transport.listen)
+                    yield client
+            finally:
+                await transport.end_session()
 
 
 @contextlib.asynccontextmanager

@@ -18,6 +18,7 @@ from ._core.registry import USE_CONFIG, CancelOutcome, Tracking, UseConfig, curr
 from ._core.request import Cancellation, TrackedRequest
 from ._core.validation import (
     MAX_ID_BYTES,
+    ValidRequestId,
     is_valid_request_id,
     sanitize_reason,
     validate_request_id,
@@ -92,6 +93,7 @@ __all__ = [
     "TrackedRequest",
     "Tracking",
     "UseConfig",
+    "ValidRequestId",
     "client_bucket",
     "current_registry",
     "current_request",

@@ -10,7 +10,6 @@ round trip with a cancel.
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -209,7 +208,7 @@ async def test_http_client_progress_errors_and_tool_list() -> None:
             assert client.calls == {}  # answered calls are forgotten
 
 
-async def test_legacy_http_client_reports_an_ended_session() -> None:
+async def test_legacy_http_client_renews_an_ended_session_and_retries_only_what_is_safe() -> None:
     import httpx
 
     b = Downstream()
@@ -220,11 +219,24 @@ async def test_legacy_http_client_reports_an_ended_session() -> None:
             assert session
             async with httpx.AsyncClient() as raw:
                 ended = await raw.delete(url, headers={"mcp-session-id": session})
-            assert ended.status_code in (200, 204)
-            with pytest.raises(McpTransportError, match="ended the session") as info:
-                await client.call_tool("echo", {"text": "x"})
-            assert info.value.data == {"status": 404, "session_ended": True}
-            assert client.transport.session_id is None
+                assert ended.status_code in (200, 204)
+                # A tools/call is not sent again (it might have run): the error says
+                # so, and the session is already renewed for the next call.
+                with pytest.raises(McpTransportError, match="not sent again") as info:
+                    await client.call_tool("echo", {"text": "x"})
+                assert info.value.data == {
+                    "status": 404,
+                    "session_ended": True,
+                    "reinitialized": True,
+                }
+                renewed = client.transport.session_id
+                assert renewed not in (None, session)
+                assert (await client.call_tool("echo", {"text": "y"}))["content"][0]["text"] == "y"
+                # Anything else is retried in the new session, once.
+                ended = await raw.delete(url, headers={"mcp-session-id": renewed})
+                assert ended.status_code in (200, 204)
+            assert sorted(t["name"] for t in await client.list_tools()) == ["echo", "watched"]
+            assert client.transport.session_id not in (None, session, renewed)
 
 
 async def test_http_client_reports_a_dead_endpoint() -> None:
@@ -324,14 +336,3 @@ def test_open_client_refuses_unknown_targets() -> None:
                 pass
 
     trio.run(main)
-
-
-def test_sse_decoder_handles_split_frames_comments_and_limits() -> None:
-    from trio_mcp_cancel._client.http import SseDecoder
-
-    decoder = SseDecoder(64)
-    out = list(decoder.feed(b": keep-alive\r\n\r\nid: 1\r\nda"))
-    out += list(decoder.feed(b'ta: {"a":\r\ndata: 1}\r\n\r\n'))
-    assert [json.loads(x) for x in out] == [{"a": 1}]
-    with pytest.raises(ValueError):
-        list(SseDecoder(8).feed(b"data: 0123456789\n\n"))

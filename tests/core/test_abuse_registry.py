@@ -30,7 +30,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, rule
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
-    CancellationLimitReached,
     EvictionEvent,
     LimitReachedEvent,
     Registry,
@@ -77,8 +76,19 @@ async def park(
     outcome.append("finished")  # pragma: no cover - sleep_forever never returns
 
 
+def cancel_early(reg: Registry, request_id: RequestId, reason: str, namespace: str) -> bool:
+    """A client's cancel of a request not started (yet): kept, unless its quota refuses it.
+
+    The rows an attacker can make: cancels of requests that do not run are
+    kept only in a session (or principal) namespace, for ``early_cancel_ttl``.
+    """
+    outcome = reg.notify_cancelled(namespace, request_id, reason)
+    assert outcome in (CancelOutcome.PENDING, CancelOutcome.LIMIT_REACHED)
+    return outcome is CancelOutcome.PENDING
+
+
 def flood(reg: Registry, shape: str, round_: int, rng: random.Random) -> int:
-    """Fill the table from attacker namespaces; return how many inserts were refused.
+    """Fill the table from attacker sessions; return how many inserts were refused.
 
     ``deep``: 50 namespaces each pushed past its quota (800 rows asked, cap 400).
     ``wide``: 600 namespaces of one row each, so every row is the same size and
@@ -87,15 +97,13 @@ def flood(reg: Registry, shape: str, round_: int, rng: random.Random) -> int:
     refused = 0
     if shape == "deep":
         for s in range(50):
-            namespace = f"flood:{round_}:{s}"
+            namespace = f"session:flood:{round_}:{s}"
             for _ in range(QUOTA + 4):
-                try:
-                    reg.cancel(rng.randrange(2**31), "flood", namespace)
-                except CancellationLimitReached:
+                if not cancel_early(reg, rng.randrange(2**31), "flood", namespace):
                     refused += 1
     else:
         for s in range(600):
-            reg.cancel(rng.randrange(2**31), "flood", f"flood:{round_}:{s}")
+            cancel_early(reg, rng.randrange(2**31), "flood", f"session:flood:{round_}:{s}")
     assert reg.row_count <= CAP
     return refused
 
@@ -107,15 +115,15 @@ def refill(reg: Registry, namespace: str, round_: int) -> bool:
     inserts, so it may never get there: a flooder mostly churns itself.
     """
     for i in range(4 * QUOTA):
-        try:
-            reg.cancel(f"a-{round_}-{i}", "a", namespace)
-        except CancellationLimitReached:
+        if not cancel_early(reg, f"a-{round_}-{i}", "a", namespace):
             return True
         assert reg.namespace_row_count(namespace) <= QUOTA
     return False
 
 
-@pytest.mark.registry(max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE)
+@pytest.mark.registry(
+    max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE, early_cancel_ttl=3600
+)
 @pytest.mark.parametrize("shape", ["deep", "wide"])
 async def test_cancel_floods_deny_no_other_tenant(
     autojump_clock: MockClock, shape: str, mcp_registry: Registry
@@ -127,36 +135,35 @@ async def test_cancel_floods_deny_no_other_tenant(
         events = EventRecorder.attach(mcp_registry)
         # Tenant A fills its quota and is refused from then on.
         for i in range(QUOTA):
-            mcp_registry.cancel(f"a-{i}", "a", "tenant:a")
-        with pytest.raises(CancellationLimitReached):
-            mcp_registry.cancel("a-extra", "a", "tenant:a")
+            assert cancel_early(mcp_registry, f"a-{i}", "a", "session:a")
+        assert not cancel_early(mcp_registry, "a-extra", "a", "session:a")
         a_outcome: list[object] = []
-        a_request = await nursery.start(park, mcp_registry, "a-live", "tenant:a", a_outcome)
+        a_request = await nursery.start(park, mcp_registry, "a-live", "session:a", a_outcome)
         # A at its quota cannot even cancel its own request: the quota binds
         # the namespace that owns it.
         assert (
-            mcp_registry.notify_cancelled("tenant:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
+            mcp_registry.notify_cancelled("session:a", "a-live", "x") is CancelOutcome.LIMIT_REACHED
         )
 
         refused = 0
         for round_ in range(12):
             refused += flood(mcp_registry, shape, round_, rng)
             # B cancels ahead of time (no request in flight yet) ...
-            mcp_registry.cancel(f"b-pre-{round_}", "early", "tenant:b")
+            assert cancel_early(mcp_registry, f"b-pre-{round_}", "early", "session:b")
             # ... and has a request in flight that it cancels mid-flood.
             outcome: list[object] = []
-            request = await nursery.start(park, mcp_registry, f"b-{round_}", "tenant:b", outcome)
+            request = await nursery.start(park, mcp_registry, f"b-{round_}", "session:b", outcome)
             refused += flood(mcp_registry, shape, round_ + 100, rng)
             # The cap evicts the largest namespaces first, A's among them: A
             # floods again, up to its quota if it can get there.
-            if refill(mcp_registry, "tenant:a", round_):
-                assert mcp_registry.namespace_row_count("tenant:a") == QUOTA
+            if refill(mcp_registry, "session:a", round_):
+                assert mcp_registry.namespace_row_count("session:a") == QUOTA
                 assert (
-                    mcp_registry.notify_cancelled("tenant:a", "a-live", "x")
+                    mcp_registry.notify_cancelled("session:a", "a-live", "x")
                     is CancelOutcome.LIMIT_REACHED
                 )
             assert (
-                mcp_registry.notify_cancelled("tenant:b", f"b-{round_}", f"stop {round_}")
+                mcp_registry.notify_cancelled("session:b", f"b-{round_}", f"stop {round_}")
                 is CancelOutcome.CANCELLED
             )
             assert request.cancelled and request.cancellation is not None
@@ -164,22 +171,22 @@ async def test_cancel_floods_deny_no_other_tenant(
             assert not a_request.cancelled
             # More flood: B's row may be evicted, its request's flag may not.
             refused += flood(mcp_registry, shape, round_ + 200, rng)
-            assert mcp_registry.client_cancelled(f"b-{round_}", "tenant:b")
-            assert mcp_registry.client_reason(f"b-{round_}", "tenant:b") == f"stop {round_}"
-            assert mcp_registry.in_flight(f"b-{round_}", "tenant:b") and outcome == []
+            assert mcp_registry.client_cancelled(f"b-{round_}", "session:b")
+            assert mcp_registry.client_reason(f"b-{round_}", "session:b") == f"stop {round_}"
+            assert mcp_registry.in_flight(f"b-{round_}", "session:b") and outcome == []
             # The grace period runs out: B's request is hard-cancelled.
             await trio.sleep(GRACE + 0.01)
             assert len(outcome) == 1
             exc = outcome[0]
             assert isinstance(exc, RequestCancelled)
             assert exc.kind == "client" and exc.reason == f"stop {round_}"
-            assert not mcp_registry.in_flight(f"b-{round_}", "tenant:b")
+            assert not mcp_registry.in_flight(f"b-{round_}", "session:b")
             # B's early cancel was never refused; the largest namespaces pay for
             # the cap first, so in the deep flood it is even still there.
             if shape == "deep":
-                assert mcp_registry.client_cancelled(f"b-pre-{round_}", "tenant:b")
-            mcp_registry.clear(f"b-pre-{round_}", "tenant:b")
-            assert mcp_registry.namespace_row_count("tenant:b") == 0
+                assert mcp_registry.client_cancelled(f"b-pre-{round_}", "session:b")
+            mcp_registry.clear(f"b-pre-{round_}", "session:b")
+            assert mcp_registry.namespace_row_count("session:b") == 0
             assert mcp_registry.row_count <= CAP
 
         # The cap was hit, attackers were refused at their own quotas, and
@@ -187,7 +194,7 @@ async def test_cancel_floods_deny_no_other_tenant(
         assert events.of_type(EvictionEvent)
         assert shape == "wide" or refused > 0
         limited = {limit.namespace for limit in events.of_type(LimitReachedEvent)}
-        assert "tenant:b" not in limited and "tenant:a" in limited
+        assert "session:b" not in limited and "session:a" in limited
         assert not a_request.cancelled and a_outcome == []
         nursery.cancel_scope.cancel()
 
@@ -415,7 +422,8 @@ async def test_a_thousand_concurrent_requests_end_consistently_and_leave_nothing
 # Random operation sequences (hypothesis)
 # ---------------------------------------------------------------------------
 
-SCOPES = ["a", "b", "c"]
+# Private namespaces: cancels of requests that do not run are kept there (early).
+SCOPES = ["session:a", "session:b", "principal:c"]
 
 # Most ids come from a small pool, so that operations meet each other.
 COMMON_IDS: list[RequestId] = [0, 1, 2, "a"]
@@ -515,28 +523,29 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                 elif outcome is CancelOutcome.CANCELLED:
                     assert reg.in_flight(request_id, namespace)
                     assert reg.client_cancelled(request_id, namespace)
-            elif name == "cancel":
+            elif name == "cancel":  # as an ordered transport cancels: nothing kept early
                 _, namespace, request_id, reason = op
-                try:
-                    reg.cancel(request_id, reason, namespace)
-                except InvalidRequestId:
-                    assert not is_valid_request_id(request_id)
-                except CancellationLimitReached as exc:
-                    event("cancel refused by the quota")
-                    assert exc.namespace == namespace
+                outcome = reg.notify_cancelled(namespace, request_id, reason, keep_early=False)
+                event(f"cancel: {outcome.value}")
+                if not is_valid_request_id(request_id):
+                    assert outcome is CancelOutcome.INVALID_REQUEST_ID
+                elif outcome is CancelOutcome.LIMIT_REACHED:
                     assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
-                else:
+                elif outcome is CancelOutcome.CANCELLED:
                     assert reg.client_cancelled(request_id, namespace)
+                else:
+                    assert outcome is CancelOutcome.NOT_IN_FLIGHT
+                    assert not reg.in_flight(request_id, namespace)
             elif name == "flood":
                 _, namespace, count = op
                 for _ in range(count):
                     flood_id = f"flood-{next(fresh)}"
-                    try:
-                        reg.cancel(flood_id, "flood", namespace)
-                    except CancellationLimitReached:
+                    outcome = reg.notify_cancelled(namespace, flood_id, "flood")
+                    if outcome is CancelOutcome.LIMIT_REACHED:
                         event("flood refused by the quota")
                         assert reg.namespace_row_count(namespace) == config.max_rows_per_namespace
                     else:
+                        assert outcome is CancelOutcome.PENDING
                         assert reg.client_cancelled(flood_id, namespace)
                     if config.max_rows is not None:
                         assert reg.row_count <= config.max_rows

@@ -12,7 +12,6 @@ import trio.testing
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
-    CancellationLimitReached,
     CleanupEvent,
     Registry,
     RegistryConfig,
@@ -23,7 +22,13 @@ from trio_mcp_cancel import (
     open_registry,
     tracked,
 )
-from trio_mcp_cancel.lowlevel import current_registry, current_request, reason
+from trio_mcp_cancel.lowlevel import (
+    CancelOutcome,
+    TrackedRequest,
+    current_registry,
+    current_request,
+    reason,
+)
 from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
 
 
@@ -105,15 +110,24 @@ async def test_hard_cancel_emits_an_event_and_raises_request_cancelled(
     )
 
 
+def cancel_running(
+    registry: Registry, request_id: int, reason: str | None, namespace: str = "s"
+) -> TrackedRequest:
+    """A request in flight (low-level ``track``, no block), cancelled the public way."""
+    request = registry.track(request_id, namespace)
+    assert registry.notify_cancelled(namespace, request_id, reason) is CancelOutcome.CANCELLED
+    return request
+
+
 async def test_events_reach_a_memory_channel_and_full_channels_drop(mcp_registry: Registry) -> None:
     receive = mcp_registry.events.open_channel(max_buffer_size=2)
     for i in range(4):
-        mcp_registry.cancel(i, f"r{i}", "s")
+        cancel_running(mcp_registry, i, f"r{i}")
     got = [receive.receive_nowait(), receive.receive_nowait()]
     assert [e.request_id for e in got] == [0, 1]  # type: ignore[union-attr]
     assert mcp_registry.events.dropped == 2
     await receive.aclose()
-    mcp_registry.cancel(9, None, "s")  # the hub forgets the closed channel
+    cancel_running(mcp_registry, 9, None)  # the hub forgets the closed channel
     assert mcp_registry.events._channels == []
 
 
@@ -130,8 +144,8 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
     good = EventRecorder.attach(mcp_registry)
     mcp_registry.subscribe(broken)
     with caplog.at_level(logging.ERROR, logger="trio_mcp_cancel"):
-        mcp_registry.cancel(1, None, "s")
-        mcp_registry.cancel(2, None, "s")
+        cancel_running(mcp_registry, 1, None)
+        cancel_running(mcp_registry, 2, None)
     assert calls == ["broken"]
     assert len(good.events) == 2
     assert "detaching it" in caplog.text
@@ -140,10 +154,10 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
 async def test_unsubscribe(mcp_registry: Registry) -> None:
     recorder = EventRecorder()
     unsubscribe = mcp_registry.subscribe(recorder)
-    mcp_registry.cancel(1, None, "s")
+    cancel_running(mcp_registry, 1, None)
     unsubscribe()
     unsubscribe()
-    mcp_registry.cancel(2, None, "s")
+    cancel_running(mcp_registry, 2, None)
     assert len(recorder.events) == 1
 
 
@@ -197,14 +211,15 @@ async def test_advance_past_grace_refuses_a_registry_that_never_hard_cancels(
 
 
 async def test_assert_no_leaks_reports_what_leaked(mcp_registry: Registry) -> None:
-    mcp_registry.cancel(1, None, "s")
+    # An early cancel kept for a session's request that never started.
+    assert mcp_registry.notify_cancelled("session:s", 1, None) is CancelOutcome.PENDING
     with pytest.raises(AssertionError, match="1 cancellation rows"):
         assert_no_leaks(mcp_registry)
     request = mcp_registry.track(2, "s")
     with pytest.raises(AssertionError, match="1 in-flight"):
         assert_no_leaks(mcp_registry)
     mcp_registry.untrack(request)
-    mcp_registry.clear(1, "s")
+    mcp_registry.clear(1, "session:s")
     assert_no_leaks(mcp_registry)
 
 
@@ -230,11 +245,12 @@ async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
     mcp_registry: Registry,
 ) -> None:
     recorder = EventRecorder.attach(mcp_registry)
-    mcp_registry.cancel(0, None, "flood")
+    flood = "session:flood"  # where a client's cancels of unknown ids are kept (early)
+    cancel_running(mcp_registry, 0, None, flood)
     with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
         for i in range(1, 1001):
-            with pytest.raises(CancellationLimitReached):
-                mcp_registry.cancel(i, None, "flood")
+            outcome = mcp_registry.notify_cancelled(flood, i, None)
+            assert outcome is CancelOutcome.LIMIT_REACHED
     # Every refusal reaches subscribers; the log gets a burst, not a thousand lines.
     assert len(recorder.names()) == 1 + 1000
     lines = [r for r in caplog.records if "limit_reached" in r.getMessage()]
@@ -247,6 +263,6 @@ async def test_eviction_log_line_is_bounded(
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
         for i in range(401):
-            mcp_registry.cancel(1, None, f"namespace-{i:04d}-" + "x" * 50)
+            mcp_registry.notify_cancelled(f"session:{i:04d}-" + "x" * 50, 1, None)
     (line,) = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
     assert "20 rows from 20 namespaces" in line and len(line) < 600

@@ -11,7 +11,6 @@ import trio.testing
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
-    CancellationLimitReached,
     Registry,
     RegistryClosed,
     RegistryConfig,
@@ -411,15 +410,16 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
 
 
 @pytest.mark.registry(grace_period=3)
-async def test_direct_cancel_records_even_when_not_in_flight(
+async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_time(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        mcp_registry.cancel(5, "pre-emptive", "s")
-        assert mcp_registry.client_cancelled(5, "s") and mcp_registry.row_count == 1
+        outcome_of = mcp_registry.notify_cancelled("session:s", 5, "pre-emptive")
+        assert outcome_of is CancelOutcome.PENDING
+        assert mcp_registry.client_cancelled(5, "session:s") and mcp_registry.row_count == 1
         await trio.sleep(1)
         outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 5, "s", outcome=outcome))
+        request = await nursery.start(partial(park, mcp_registry, 5, "session:s", outcome=outcome))
         assert request.cancelled and request.reason == "pre-emptive"
         # The grace period counts from the cancellation, not from the start.
         await trio.sleep(2.1)
@@ -427,18 +427,35 @@ async def test_direct_cancel_records_even_when_not_in_flight(
         assert_no_leaks(mcp_registry)  # the row went with the request
 
 
-async def test_direct_cancel_is_idempotent_and_validates(
+async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outcome(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
-    mcp_registry.cancel(1, "first", "s")
-    mcp_registry.cancel(1, "second", "s")
-    assert mcp_registry.client_reason(1, "s") == "first"
-    assert events.names() == ["request.cancelled"]
-    with pytest.raises(InvalidRequestId):
-        mcp_registry.cancel(1.5, "x", "s")  # type: ignore[arg-type]
-    mcp_registry.clear(1, "s")
-    mcp_registry.clear(1, "s")
+    async with mcp_registry.tracked(1, "s"):
+        assert mcp_registry.notify_cancelled("s", 1, "first") is CancelOutcome.CANCELLED
+        assert mcp_registry.notify_cancelled("s", 1, "second") is CancelOutcome.CANCELLED
+        assert mcp_registry.client_reason(1, "s") == "first" and reason() == "first"
+        assert events.names() == ["request.cancelled"]
+        outcome = mcp_registry.notify_cancelled("s", 1.5, "x")
+        assert outcome is CancelOutcome.INVALID_REQUEST_ID
+        mcp_registry.clear(1, "s")
+        mcp_registry.clear(1, "s")
+        assert mcp_registry.row_count == 0 and cancelled()  # a flag is never taken back
+    assert_no_leaks(mcp_registry)
+
+
+async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    events = EventRecorder.attach(mcp_registry)
+    async with mcp_registry.tracked(1, "ip:192.0.2.1"):
+        pass
+    for namespace in ("ip:192.0.2.1", "global", "session:s"):
+        outcome = mcp_registry.notify_cancelled(namespace, 1, "late", keep_early=False)
+        assert outcome is CancelOutcome.NOT_IN_FLIGHT
+    # A shared namespace keeps nothing on a client's word, even when asked to.
+    assert mcp_registry.notify_cancelled("ip:192.0.2.1", 2, "early") is CancelOutcome.NOT_IN_FLIGHT
+    assert events.names() == [] and mcp_registry.row_count == 0
     assert_no_leaks(mcp_registry)
 
 
@@ -454,17 +471,17 @@ async def test_quota_is_the_only_rejection(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
+    greedy, polite = "session:greedy", "session:polite"
     for i in range(3):
-        mcp_registry.cancel(i, None, "greedy")
-    with pytest.raises(CancellationLimitReached):
-        mcp_registry.cancel(99, None, "greedy")
+        assert mcp_registry.notify_cancelled(greedy, i, None) is CancelOutcome.PENDING
+    assert mcp_registry.notify_cancelled(greedy, 99, None) is CancelOutcome.LIMIT_REACHED
     assert events.names()[-1] == "cancellation.limit_reached"
-    mcp_registry.cancel(99, None, "polite")
-    async with mcp_registry.tracked(100, "greedy") as request:
-        assert mcp_registry.notify_cancelled("greedy", 100, None) is CancelOutcome.LIMIT_REACHED
+    assert mcp_registry.notify_cancelled(polite, 99, None) is CancelOutcome.PENDING
+    async with mcp_registry.tracked(100, greedy) as request:
+        assert mcp_registry.notify_cancelled(greedy, 100, None) is CancelOutcome.LIMIT_REACHED
         assert not request.cancelled
-    async with mcp_registry.tracked(100, "polite") as request:
-        assert mcp_registry.notify_cancelled("polite", 100, None) is CancelOutcome.CANCELLED
+    async with mcp_registry.tracked(100, polite) as request:
+        assert mcp_registry.notify_cancelled(polite, 100, None) is CancelOutcome.CANCELLED
 
 
 @pytest.mark.registry(max_rows_per_namespace=256, max_rows=1000)
@@ -474,12 +491,13 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
     events = EventRecorder.attach(mcp_registry)
     for namespace in range(4):
         for i in range(256):
-            mcp_registry.cancel(i, None, f"flood{namespace}")
+            mcp_registry.notify_cancelled(f"session:flood{namespace}", i, None)
     assert mcp_registry.row_count == 1000 - 50 + 24  # one eviction happened
-    mcp_registry.cancel(1, "mine", "victim")  # under its own quota: always served
-    assert mcp_registry.client_cancelled(1, "victim")
+    # Under its own quota: always served.
+    assert mcp_registry.notify_cancelled("session:victim", 1, "mine") is CancelOutcome.PENDING
+    assert mcp_registry.client_cancelled(1, "session:victim")
     evictions = [e for e in events.events if e.name == "cancellation.evicted"]
-    assert evictions and all("victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
+    assert evictions and all("session:victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
     assert mcp_registry.row_count <= 1000
 
 
@@ -490,26 +508,31 @@ async def test_eviction_never_unflags_a_running_request(
     async with mcp_registry.tracked(1, "me") as request:
         mcp_registry.notify_cancelled("me", 1, "stop")
         for i in range(100):
-            mcp_registry.cancel(i, None, "flooder")
+            mcp_registry.notify_cancelled("session:flooder", i, None)
         assert request.cancelled
         assert (
             mcp_registry.client_cancelled(1, "me") and mcp_registry.client_reason(1, "me") == "stop"
         )
 
 
-@pytest.mark.registry(ttl=10, cleanup_interval=None)
+@pytest.mark.registry(ttl=10, cleanup_interval=None, grace_period=None)
 async def test_cleanup_expires_rows_by_ttl(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
-    mcp_registry.cancel(1, None, "s")
+    # Two long requests (low-level track: no block), cancelled 6s apart.
+    first, second = mcp_registry.track(1, "s"), mcp_registry.track(2, "s")
+    mcp_registry.notify_cancelled("s", 1, None)
     await trio.sleep(6)
-    mcp_registry.cancel(2, None, "s")
+    mcp_registry.notify_cancelled("s", 2, None)
     await trio.sleep(5)
     assert mcp_registry.cleanup() == 1
     assert [r.request_id for r in mcp_registry.rows()] == [2]
     assert mcp_registry.cleanup(ttl=0) == 1
     assert [(e.removed, e.in_flight_removed) for e in events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
+    assert first.cancelled and second.cancelled  # the flags stay
+    mcp_registry.untrack(first)
+    mcp_registry.untrack(second)
 
 
 @pytest.mark.registry(cleanup_interval=None)
@@ -533,11 +556,12 @@ async def test_cleanup_removes_requests_of_dead_tasks(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(ttl=5, cleanup_interval=30)
+@pytest.mark.registry(ttl=5, cleanup_interval=30, grace_period=None)
 async def test_janitor_runs_every_cleanup_interval(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    mcp_registry.cancel(1, None, "s")
+    request = mcp_registry.track(1, "s")
+    mcp_registry.notify_cancelled("s", 1, None)
     events = EventRecorder.attach(mcp_registry)
     await trio.sleep(29)
     assert events.names() == [] and mcp_registry.row_count == 1
@@ -545,6 +569,7 @@ async def test_janitor_runs_every_cleanup_interval(
     assert events.names() == ["cancellation.cleanup"] and mcp_registry.row_count == 0
     await trio.sleep(30)
     assert events.names() == ["cancellation.cleanup"] * 2
+    mcp_registry.untrack(request)
 
 
 async def test_janitor_stops_with_the_registry(autojump_clock: MockClock) -> None:
@@ -630,8 +655,8 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
 async def test_lookups_with_invalid_ids_match_nothing(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    mcp_registry.cancel(1, "one", "s")
     async with mcp_registry.tracked(1, "s") as request:
+        mcp_registry.notify_cancelled("s", 1, "one")
         for bad in (True, 1.0, None, [1], {"a": 1}):
             assert not mcp_registry.in_flight(bad, "s")  # type: ignore[arg-type]
             assert not mcp_registry.client_cancelled(bad, "s")  # type: ignore[arg-type]
@@ -652,11 +677,13 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(
         def __repr__(self) -> str:
             raise AssertionError("the reason was rendered")
 
-    mcp_registry.cancel(1, "first", "s")
-    mcp_registry.cancel(1, Expensive(), "s")  # a repeat: first reason wins, nothing rendered
-    with pytest.raises(CancellationLimitReached):
-        mcp_registry.cancel(2, Expensive(), "s")
-    assert mcp_registry.client_reason(1, "s") == "first"
+    session = "session:s"
+    assert mcp_registry.notify_cancelled(session, 1, "first") is CancelOutcome.PENDING
+    # A repeat: the first reason wins, nothing rendered.
+    assert mcp_registry.notify_cancelled(session, 1, Expensive()) is CancelOutcome.PENDING
+    outcome = mcp_registry.notify_cancelled(session, 2, Expensive())
+    assert outcome is CancelOutcome.LIMIT_REACHED
+    assert mcp_registry.client_reason(1, session) == "first"
 
 
 @pytest.mark.registry(grace_period=None)

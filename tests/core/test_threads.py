@@ -66,7 +66,7 @@ async def test_wait_cancelled_blocks_until_the_flag(
         await nursery.start(waiter)
         await trio.sleep(7)
         assert woke_at == []
-        mcp_registry.cancel(1, "now")
+        mcp_registry.notify_cancelled("global", 1, "now")
     assert woke_at == [7]
 
 
@@ -101,7 +101,7 @@ async def test_a_thread_waiting_on_its_token_stops_cooperatively(mcp_registry: R
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tool)
             await trio.to_thread.run_sync(started.wait)
-            mcp_registry.cancel(1, "enough", "ns")
+            mcp_registry.notify_cancelled("ns", 1, "enough")
     assert recorder.of_type(ThreadAbandonedEvent) == []
     assert_no_leaks(mcp_registry)
 
@@ -127,7 +127,7 @@ async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(tool)
                 await trio.sleep(1)
-                mcp_registry.cancel(1, "stop", "ns")
+                mcp_registry.notify_cancelled("ns", 1, "stop")
         # The request ended at the hard cancel, with the thread still running.
         assert ended == [pytest.approx(6, abs=0.01)]
         assert not release.is_set()

@@ -36,6 +36,7 @@ def test_quick_benchmarks_run_and_leave_results_alone() -> None:
         "5 cancel latency",
         "6 memory",
         "8 telemetry",
+        "10 client",
     ):
         assert f"| {bench} |" in done.stdout
     assert "skipped" not in done.stdout

@@ -24,6 +24,7 @@ from repo_paths import ROOT
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel._run import cli
+from trio_mcp_cancel.client import ClientHandlers, ClientOptions, open_http_client
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import ConnectionLimits, McpServer
@@ -105,6 +106,11 @@ _CHECKS: dict[str, Callable[[], set[str]]] = {
     ),
     "WebSocket: serve_mcp_websocket": lambda: _parameters(serve_mcp_websocket) - {"server"},
     "open_test_client": lambda: _parameters(open_test_client) - {"server"},
+    "The MCP client: open_http_client": lambda: (
+        (_parameters(open_http_client) - {"options"})
+        | set(ClientOptions.__annotations__)
+        | {f.name for f in attrs.fields(ClientHandlers)}
+    ),
     "The command line: trio-mcp-cancel run": _cli_flags,
     "OAuthResource and token verifiers": lambda: {
         f.name

@@ -64,13 +64,13 @@ def test_the_extras_split_what_users_need_from_what_contributors_need() -> None:
     extras: dict[str, list[str]] = PROJECT["optional-dependencies"]
     assert names(extras["redis"]) == {"coredis"}
     assert names(extras["testing"]) == {"pytest", "pytest-trio"}
-    assert names(extras["demo"]) == {"httpx"}
+    assert names(extras["demo"]) == {"httpx", "httpx2"}
+    assert names(extras["client"]) == {"httpx2"}  # the client's HTTP; a server needs none
     # Telemetry: the OpenTelemetry API only; the SDK is the application's choice (and the tests').
     assert names(extras["otel"]) == {"opentelemetry-api"}
     assert "opentelemetry-sdk" in names(extras["dev"])
-    assert {"ruff", "mypy", "pytest", "pytest-trio", "hypothesis", "httpx", "mcp", "coredis"} <= (
-        names(extras["dev"])
-    )
+    tools = {"ruff", "mypy", "pytest", "pytest-trio", "hypothesis", "httpx", "httpx2", "mcp"}
+    assert tools | {"coredis"} <= names(extras["dev"])
     assert extras["test"] == ["trio-mcp-cancel[dev]"]  # the old name still installs it all
     # No tool of the project's own is a dependency of every user.
     assert not names(PROJECT["dependencies"]) & names(extras["dev"])

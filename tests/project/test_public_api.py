@@ -209,7 +209,7 @@ async def add(a: int, b: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["http"]:
-        server.run("http", port=0, grace=1)
+        server.run("http", port=0, grace_period=1)
     else:
         server.run()
 """

@@ -122,12 +122,13 @@ async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry
     caller = Caller("ns", mcp_registry)
     call = dispatcher.prepare(tool_call(1, "echo"), caller)
     assert isinstance(call, RequestCall)
-    assert dispatcher.refusal(call, caller) is None
+    first, second = Exchange(), Exchange()
+    assert dispatcher.admit(call, caller, first) is None
     server.max_concurrent_calls = 1
-    assert dispatcher.admit(call, caller, Exchange()) is None
-    refused = dispatcher.refusal(call, caller)
+    refused = dispatcher.admit(call, caller, second)
     assert refused is not None and refused["error"]["data"]["limit"] == "server"
-    dispatcher.release(call, caller, Exchange())
+    dispatcher.release(call, caller, first)
+    assert dispatcher.calls_in_flight == 0
 
 
 async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange() -> None:

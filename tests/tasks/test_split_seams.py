@@ -112,6 +112,7 @@ class _Engine:
     log_messages: list[dict[str, Any]] = attrs.field(factory=list)
     keep_history: bool = False
     answer_server_requests: bool = True
+    server_requests: Any = None  # no ClientHandlers: the server's requests are refused
     started: list[tuple[str, Any]] = attrs.field(factory=list)
 
     def start_request(

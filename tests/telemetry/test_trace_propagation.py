@@ -124,7 +124,7 @@ NO_OTEL = textwrap.dedent(
     import trio
     from trio_mcp_cancel.server import McpServer, ToolContext
     from trio_mcp_cancel.testing import open_test_client
-    from trio_mcp_cancel._telemetry.propagation import inject_meta, outgoing_headers
+    from trio_mcp_cancel._telemetry.propagation import inject_meta, trace_headers
 
     server = McpServer("plain")
     assert server.telemetry is None
@@ -141,7 +141,7 @@ NO_OTEL = textwrap.dedent(
             await call.result()
         meta = {}
         inject_meta(meta)
-        assert meta == {} and outgoing_headers() == {}
+        assert meta == {} and trace_headers({"params": {"_meta": meta}}) == {}
 
     trio.run(main)
     assert sys.modules["opentelemetry"] is None
@@ -158,3 +158,25 @@ def test_without_opentelemetry_the_server_and_client_run_unchanged() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_the_http_client_sends_the_requests_meta_trace_context_as_headers_too() -> None:
+    from trio_mcp_cancel._client.http import request_headers
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "x", "_meta": {"traceparent": parent, "tracestate": 7}},
+    }
+    for modern in (True, False):
+        headers = request_headers(
+            message, None, modern=modern, session_id=None, session_version=None
+        )
+        assert headers["traceparent"] == parent
+        assert "tracestate" not in headers  # not a string: never copied
+    del message["params"]["_meta"]
+    assert "traceparent" not in request_headers(
+        message, None, modern=True, session_id=None, session_version=None
+    )

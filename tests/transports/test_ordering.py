@@ -37,6 +37,7 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
+from trio_mcp_cancel._protocol.exchange import Exchange
 from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
@@ -155,7 +156,9 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
         if isinstance(call, NotificationCall):
             self.dispatcher.notify(call.notification, self.caller)
         elif isinstance(call, RequestCall):
-            nursery.start_soon(self._run, call)
+            exchange = Exchange(send=self.send)
+            assert self.dispatcher.admit(call, self.caller, exchange) is None
+            nursery.start_soon(self._run, call, exchange)
 
     monkeypatch.setattr(MessageConnection, "dispatch", racy_dispatch)
     async with open_test_client(

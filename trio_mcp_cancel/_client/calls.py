@@ -59,6 +59,8 @@ class PendingCall:
     """Why no answer can come, when the transport gave up."""
     task_capabilities: Mapping[str, Any] | None = None
     """A ``tools/call`` that declared the Tasks extension: the capabilities it sent."""
+    headers: dict[str, str] = attrs.field(factory=dict)
+    """HTTP headers of this request only (a modern ``tools/call``'s ``Mcp-Param-*``)."""
     detached: bool = False
     """Nobody waits for the answer (forgotten once it came)."""
     _done: trio.Event = attrs.field(factory=trio.Event)

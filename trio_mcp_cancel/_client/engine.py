@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -40,6 +40,7 @@ from .. import __version__
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
 from .._protocol.wire import (
+    HEADER_MISMATCH,
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
     META_CLIENT_CAPABILITIES,
@@ -52,8 +53,10 @@ from .._protocol.wire import (
 from .._telemetry.propagation import inject_meta
 from .base import ClientTransport
 from .calls import PendingCall, ProgressCallback
-from .errors import McpError, Message
+from .errors import McpError, McpTransportError, Message
+from .handlers import ClientHandlers, ServerRequests, complete_rounds
 from .inbound import MAX_KEPT, Inbound
+from .params import ToolSchemas
 from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
 __all__ = ["ClientEngine"]
@@ -112,9 +115,18 @@ class ClientEngine:
     task_polling: TaskPolling = attrs.field(factory=TaskPolling, kw_only=True)
     transport: ClientTransport | None = attrs.field(default=None, kw_only=True)
     answer_server_requests: bool = attrs.field(default=True, kw_only=True)
+    handlers: ClientHandlers | None = attrs.field(default=None, kw_only=True)
+    """Answers to the server's input requests (MRTR, tasks, legacy server requests)."""
+    server_requests: ServerRequests | None = attrs.field(default=None, kw_only=True)
+    """Where legacy server requests are answered, once a transport is attached with a nursery."""
+    tool_schemas: ToolSchemas = attrs.field(factory=ToolSchemas, kw_only=True)
+    """What ``tools/list`` said about ``x-mcp-header`` arguments (``Mcp-Param-*``)."""
     inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))
     """What the transport feeds (a :class:`~._client.base.Receiver`): :mod:`._client.inbound`."""
     _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+    _session_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _sessions: int = 0
+    """How many times ``initialize`` succeeded (a re-initialization bumps it)."""
 
     # -- the wire ------------------------------------------------------------------
 
@@ -201,6 +213,10 @@ class ClientEngine:
             sent = self.client_capabilities if capabilities is None else capabilities
             if client_declares_tasks(sent):
                 call.task_capabilities = sent
+        if method == "tools/call" and self.era == "modern" and isinstance(body.get("name"), str):
+            arguments = body.get("arguments")
+            if isinstance(arguments, Mapping):
+                call.headers = self.tool_schemas.headers(body["name"], arguments)
         self.calls[request_id] = call
         self._transmit({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}, call)
         return call
@@ -208,9 +224,47 @@ class ClientEngine:
     async def request(
         self, method: str, params: Mapping[str, Any] | None = None, *, envelope: bool = True
     ) -> Message:
-        """Send a request and return its ``result`` (:class:`McpError` for an error)."""
+        """Send a request and return its ``result`` (:class:`McpError` for an error).
+
+        An ``input_required`` result is answered through the client's
+        handlers and the request retried (MRTR), when it has handlers.
+        """
         self._refuse_if_flagged()
-        return await self._wait(self.start_request(method, params, envelope=envelope))
+        base = dict(params or {})
+
+        async def send(extra: Message) -> Message:
+            def start() -> PendingCall:
+                return self.start_request(method, base | extra, envelope=envelope)
+
+            return await self._in_session(start, retry=True)
+
+        return await complete_rounds(self.handlers, await send({}), send)
+
+    async def _in_session(self, start: Callable[[], PendingCall], *, retry: bool) -> Message:
+        """Wait for the call *start* sends; a legacy session the server forgot is renewed once.
+
+        MCP: a ``404`` for a session id means the session is gone; the
+        client starts a new one with ``initialize``.  The request is sent
+        again only when *retry* (not for a ``tools/call``: it may have been
+        the one that ran); otherwise the error says it was not retried.
+        """
+        sessions = self._sessions
+        try:
+            return await self._wait(start())
+        except McpTransportError as exc:
+            ended = isinstance(exc.data, dict) and exc.data.get("session_ended")
+            if not ended or self.era != "legacy" or self.initialize_result is None:
+                raise
+            async with self._session_lock:
+                if self._sessions == sessions:  # nobody renewed it meanwhile
+                    await self.initialize()
+            if not retry:
+                raise McpTransportError(
+                    "the server ended the session (HTTP 404); a new session was started,"
+                    " and the call was not sent again",
+                    {"status": 404, "session_ended": True, "reinitialized": True},
+                ) from exc
+            return await self._wait(start())
 
     def start_call(
         self,
@@ -277,14 +331,25 @@ class ClientEngine:
         """
         self._refuse_if_flagged()
         capabilities = self._call_capabilities(task)
-        result = await self._wait(
-            self.start_request(
-                "tools/call",
-                {"name": name, "arguments": dict(arguments or {})},
-                on_progress=progress,
-                capabilities=capabilities,
-            )
-        )
+        base: Message = {"name": name, "arguments": dict(arguments or {})}
+
+        async def send(extra: Message) -> Message:
+            def start() -> PendingCall:
+                return self.start_request(
+                    "tools/call", base | extra, on_progress=progress, capabilities=capabilities
+                )
+
+            try:
+                return await self._in_session(start, retry=False)
+            except McpError as exc:
+                # SEP-2243: the server refused the call before running it for an
+                # Mcp-Param-* header it wants; learn the schemas and send it again.
+                if exc.code != HEADER_MISMATCH or self.tool_schemas.knows(name):
+                    raise
+                await self.list_tools()
+                return await self._in_session(start, retry=False)
+
+        result = await complete_rounds(self.handlers, await send({}), send)
         if result.get("resultType") != "task":
             return result
         if not client_declares_tasks(capabilities):
@@ -296,6 +361,8 @@ class ClientEngine:
             polling=self.task_polling,
             forward_cancel=self.forward_cancel,
             on_task=on_task,
+            on_progress=progress,
+            handlers=self.handlers,
         )
 
     async def list_tools(self) -> list[Message]:
@@ -304,7 +371,9 @@ class ClientEngine:
         cursor: object = None
         while True:
             result = await self.request("tools/list", {} if cursor is None else {"cursor": cursor})
-            tools.extend(result.get("tools") or [])
+            page = [tool for tool in result.get("tools") or [] if isinstance(tool, dict)]
+            self.tool_schemas.remember(page)
+            tools.extend(page)
             cursor = result.get("nextCursor")
             if not cursor:
                 return tools
@@ -321,6 +390,15 @@ class ClientEngine:
         is for a task id kept from elsewhere (``on_task``).
         """
         return await self._task_request("tasks/cancel", task_id, self._call_capabilities(True))
+
+    async def update_task(self, task_id: str, input_responses: Mapping[str, Any]) -> Message:
+        """``tasks/update`` (Tasks extension): answers to a task's ``inputRequests``."""
+        call = self.start_request(
+            "tasks/update",
+            {"taskId": task_id, "inputResponses": dict(input_responses)},
+            capabilities=self._call_capabilities(True),
+        )
+        return await self._wait(call, forward=False)
 
     async def _task_request(
         self, method: str, task_id: str, capabilities: Mapping[str, Any]
@@ -375,7 +453,8 @@ class ClientEngine:
         The ``open_*`` functions do it for ``era="legacy"`` (and ``"auto"``
         against a legacy server); the answer is kept in ``initialize_result``.
         """
-        self.initialize_result = await self.request(
+        self.initialize_result = None  # the new session's headers, not the old one's
+        call = self.start_request(
             "initialize",
             {
                 "protocolVersion": LATEST_LEGACY_VERSION,
@@ -383,6 +462,8 @@ class ClientEngine:
                 "clientInfo": dict(self.client_info),
             },
         )
+        self.initialize_result = await self._wait(call)
+        self._sessions += 1
         await self.notify("notifications/initialized")
         if self.log_level is not None:
             await self.request("logging/setLevel", {"level": self.log_level})

@@ -1,30 +1,40 @@
-"""The client's Streamable HTTP transport: one POST per message, over h11.
+"""The client's Streamable HTTP transport: one POST per message, over a pooled httpx2 client.
 
-Each request is its own POST on its own connection, and the answer comes
-back on that POST's response, as one JSON body or as an SSE stream
-(progress and log notifications, then the answer).  That makes the modern
-era's cancellation exactly what MCP says it is: the client *closes the
-request's stream*; here the connection, by cancelling the task that reads
-it.  Legacy sessions (``initialize`` + ``Mcp-Session-Id``) send
-``notifications/cancelled`` as a POST of its own, and stop reading.
+Each message is its own POST, and the answer comes back on that POST's
+response, as one JSON body or as an SSE stream (progress, log messages,
+server requests, then the answer).  Connections come from one
+``httpx2.AsyncClient`` per MCP client (bounded pool, keep-alive, TLS,
+proxies from the environment, an ``httpx2.Auth`` hook, HTTP/2 if asked),
+so 1,000 calls open a handful of connections, not 1,000.
 
-One connection per request costs a TCP handshake per call, which is small
-next to a tool call, and keeps every request independently cancellable
-with no connection pool to get wrong.  h11 (hypercorn's own HTTP/1.1
-engine, so no new dependency) frames it; ``https`` URLs use Trio's TLS.
+Cancellation stays what MCP says it is.  Modern era: the client *closes
+the request's stream*, here by cancelling the task that reads that one
+response.  On HTTP/1.1 a response closed before its end is never put
+back in the pool (httpcore closes the connection), so the server sees the
+disconnect at once and other requests are untouched; on HTTP/2 the stream
+is reset (:mod:`._client.h2_reset`, for the clients this module makes) and
+the connection lives on.  Legacy
+sessions (``initialize`` + ``Mcp-Session-Id``) post
+``notifications/cancelled`` and stop reading once it was taken.
+
+SSE is decoded by httpx2's own ``EventSource`` (derived from httpx-sse),
+so comments (keep-alives), ``id`` and ``retry`` are understood.  On a
+legacy session a POST's stream that ends before its answer is resumed
+with ``GET`` + ``Last-Event-ID`` after the server's ``retry`` delay
+(MCP 2025-11-25, "Resumability and Redelivery"), a bounded number of
+times; a modern stream is never resumed (its close *is* the cancel).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
-import h11
+import httpx2
 import trio
 
 from .._protocol.wire import (
@@ -36,85 +46,113 @@ from .._protocol.wire import (
     NAME_BEARING,
     encode_header_value,
 )
+from .._telemetry.propagation import trace_headers
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message
+from .h2_reset import install
 
-__all__ = ["HttpTransport", "SseDecoder"]
+__all__ = ["HttpTransport", "Resumption", "client_for", "request_headers"]
 
 logger = logging.getLogger("trio_mcp_cancel.client")
 
+_JSON_ACCEPT = "application/json, text/event-stream"
 
-@attrs.define(eq=False)
-class SseDecoder:
-    """Incremental ``text/event-stream`` parsing: bytes in, event data out.
+WRITE_TIMEOUT = 30.0
+"""Seconds one write to the server may take (an HTTP/2 write is not cancelled halfway)."""
 
-    Only ``data`` matters to MCP (each event is one JSON-RPC message);
-    comments (keep-alives), ``id``, ``event`` and ``retry`` are skipped.
-    *max_event* bounds one event's size.
+
+@attrs.frozen
+class Resumption:
+    """How a legacy SSE stream that ended early is resumed (``GET`` + ``Last-Event-ID``).
+
+    *default_retry*: seconds to wait when the server sent no ``retry``;
+    the server's ``retry`` is honoured within [0, *max_retry*];
+    *max_attempts*: resumptions in a row that bring no event before the
+    call fails.
     """
 
-    max_event: int
-    _buffer: bytearray = attrs.field(factory=bytearray)
-    _data: list[bytes] = attrs.field(factory=list)
-    _size: int = 0
+    default_retry: float = 1.0
+    max_retry: float = 30.0
+    max_attempts: int = 5
 
-    def feed(self, chunk: bytes) -> Iterator[str]:
-        self._buffer += chunk
-        while True:
-            end = self._buffer.find(b"\n")
-            if end < 0:
-                if len(self._buffer) > self.max_event:
-                    raise ValueError("SSE line too long")
-                return
-            line = bytes(self._buffer[:end]).rstrip(b"\r")
-            del self._buffer[: end + 1]
-            if not line:
-                if self._data:
-                    data, self._data, self._size = b"\n".join(self._data), [], 0
-                    yield data.decode("utf-8", "replace")
-                continue
-            if line.startswith(b":"):
-                continue
-            field, _, value = line.partition(b":")
-            if field == b"data":
-                value = value[1:] if value.startswith(b" ") else value
-                self._size += len(value)
-                if self._size > self.max_event:
-                    raise ValueError("SSE event too large")
-                self._data.append(value)
+    def delay(self, retry_ms: int | None) -> float:
+        if retry_ms is None:
+            return self.default_retry
+        return min(max(retry_ms / 1000, 0.0), self.max_retry)
+
+
+def request_headers(
+    message: Message,
+    call: PendingCall | None,
+    *,
+    modern: bool,
+    session_id: str | None,
+    session_version: str | None,
+) -> dict[str, str]:
+    """The MCP headers of one outgoing POST (httpx2 adds the client's own).
+
+    The one place an outgoing request's headers are made, the ``traceparent``
+    its ``_meta`` carries included.  Modern: ``MCP-Protocol-Version``, ``Mcp-Method``,
+    ``Mcp-Name`` and the call's ``Mcp-Param-*`` headers; legacy: the
+    session and its negotiated version.
+    """
+    headers = {"Content-Type": "application/json", "Accept": _JSON_ACCEPT}
+    headers.update(trace_headers(message))
+    method = message.get("method")
+    if modern:
+        if isinstance(method, str):
+            headers[HEADER_PROTOCOL_VERSION] = LATEST_VERSION
+            if "id" in message:
+                headers[HEADER_METHOD] = method
+                params = message.get("params")
+                key = NAME_BEARING.get(method)
+                if key is not None and isinstance(params, dict):
+                    value = params.get(key)
+                    if isinstance(value, str):
+                        headers[HEADER_NAME] = encode_header_value(value)
+        if call is not None:
+            headers.update(call.headers)
+    else:
+        if session_id is not None:
+            headers[HEADER_SESSION_ID] = session_id
+        if session_version is not None:
+            headers[HEADER_PROTOCOL_VERSION] = session_version
+    return headers
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """Where an SSE stream got to: the last event id and the server's ``retry``."""
+
+    last_event_id: str | None = None
+    retry_ms: int | None = None
+    events: int = 0
 
 
 @attrs.define(eq=False)
 class HttpTransport:
-    """POSTs the messages of one client engine to one MCP endpoint.
+    """POSTs the messages of one client engine to one MCP endpoint through *http*.
 
-    A :class:`~._client.base.ClientTransport`; what comes back goes to *receiver*.
+    A :class:`~._client.base.ClientTransport`; what comes back goes to
+    *receiver*.  *http* is the pooled client (owned by whoever opened it).
     """
 
     url: str
     nursery: trio.Nursery
-    headers: Mapping[str, str] = attrs.field(factory=dict)
-    connect_timeout: float = 10.0
+    http: httpx2.AsyncClient
     max_response: int = 16 * 1024 * 1024
-    ssl_context: ssl.SSLContext | None = None
+    resumption: Resumption = attrs.field(factory=Resumption)
     session_id: str | None = None
     """The legacy session (``Mcp-Session-Id``), once ``initialize`` made one."""
     receiver: Receiver = attrs.field(kw_only=True)
     _streams: dict[int, trio.CancelScope] = attrs.field(factory=dict)
-    _host: str = attrs.field(init=False)
-    _port: int = attrs.field(init=False)
-    _target: str = attrs.field(init=False)
-    _tls: bool = attrs.field(init=False)
+    _session_started: trio.Event = attrs.field(factory=trio.Event)
+    """Set (and replaced) whenever ``initialize`` gives a new session."""
 
     def __attrs_post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"not an http(s) URL: {self.url!r}")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
     # -- what the engine calls -----------------------------------------------
 
@@ -147,15 +185,11 @@ class HttpTransport:
         Every message is its own POST: waiting keeps a notification from
         being overtaken by the request that follows it.
         """
-        await self.post(message)
-
-    async def post(self, message: Message) -> None:
-        """POST a message that expects no answer, and wait until the server took it."""
         await self._post(message, None, trio.CancelScope())
 
     async def _cancel_legacy(self, notification: Message, stream: trio.CancelScope | None) -> None:
         try:
-            await self.post(notification)
+            await self.send(notification)
         finally:
             if stream is not None:
                 stream.cancel()
@@ -166,66 +200,57 @@ class HttpTransport:
             return
         with trio.move_on_after(patience) as scope:
             scope.shield = True
-            try:
-                async with await self._connect() as stream:
-                    conn = h11.Connection(h11.CLIENT)
-                    await stream.send_all(
-                        conn.send(
-                            h11.Request(
-                                method="DELETE", target=self._target, headers=self._base_headers()
-                            )
-                        )
-                        + conn.send(h11.EndOfMessage())
-                    )
-                    await self._next_event(conn, stream)
-            except (OSError, trio.BrokenResourceError, h11.ProtocolError, McpTransportError):
-                pass
+            with contextlib.suppress(httpx2.HTTPError):
+                await self.http.delete(self.url, headers=self._session_headers())
         self.session_id = None
+
+    async def listen(self) -> None:
+        """Legacy: read the session's ``GET`` stream (server requests and notifications).
+
+        A server that offers none answers 405, and that is the end of it;
+        a stream that ends is resumed like a POST's.  When the session is
+        renewed (after a ``404``) it listens on the new one.
+        """
+        state = _Stream()
+        while True:
+            session = self.session_id
+            if session is None:
+                await self._session_started.wait()
+                state = _Stream()  # event ids belong to the old session
+                continue
+            headers = self._session_headers() | {"Accept": "text/event-stream"}
+            if state.last_event_id is not None:
+                headers["Last-Event-ID"] = state.last_event_id
+            before = state.events
+            try:
+                async with self.http.stream("GET", self.url, headers=headers) as response:
+                    status = response.status_code
+                    if status == 200 and _is_sse(response):
+                        await self._read_sse(response, None, state)
+            except (httpx2.HTTPError, ValueError) as exc:
+                logger.info("the GET stream of %s ended: %r", self.url, exc)
+                return
+            if status == 404:  # the session is gone: listen on the next one
+                await self._session_started.wait()
+                continue
+            if status != 200:
+                return  # 405: the server offers no GET stream
+            if self.session_id != session:
+                continue  # the session ended under the stream: listen on the next one
+            if state.events == before and state.last_event_id is None:
+                return
+            await trio.sleep(self.resumption.delay(state.retry_ms))
 
     # -- one POST ------------------------------------------------------------
 
-    async def _connect(self) -> trio.abc.Stream:
-        try:
-            with trio.fail_after(self.connect_timeout):
-                if self._tls:
-                    return await trio.open_ssl_over_tcp_stream(
-                        self._host, self._port, ssl_context=self.ssl_context
-                    )
-                return await trio.open_tcp_stream(self._host, self._port)
-        except (OSError, trio.TooSlowError) as exc:
-            raise McpTransportError(f"cannot connect to {self.url}: {exc!r}") from exc
-
-    def _base_headers(self) -> list[tuple[str, str]]:
-        port = "" if self._port == (443 if self._tls else 80) else f":{self._port}"
-        headers = [("Host", f"{self._host}{port}"), ("User-Agent", "trio-mcp-cancel")]
-        headers += [(name, value) for name, value in self.headers.items()]
-        if self.receiver.era == "legacy":
-            if self.session_id is not None:
-                headers.append((HEADER_SESSION_ID, self.session_id))
-            version = self.receiver.session_version
-            if version is not None:
-                headers.append((HEADER_PROTOCOL_VERSION, version))
-        return headers
-
-    def _headers(self, message: Message, length: int) -> list[tuple[str, str]]:
-        headers = self._base_headers()
-        headers += [
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Content-Length", str(length)),
-        ]
-        method = message.get("method")
-        if self.receiver.era == "modern" and isinstance(method, str):
-            headers.append((HEADER_PROTOCOL_VERSION, LATEST_VERSION))
-            if "id" in message:
-                headers.append((HEADER_METHOD, method))
-                params = message.get("params")
-                key = NAME_BEARING.get(method)
-                if key is not None and isinstance(params, dict):
-                    value = params.get(key)
-                    if isinstance(value, str):
-                        headers.append((HEADER_NAME, encode_header_value(value)))
-        return headers
+    def _session_headers(self) -> dict[str, str]:
+        return request_headers(
+            {},
+            None,
+            modern=False,
+            session_id=self.session_id,
+            session_version=self.receiver.session_version,
+        )
 
     async def _post(
         self, message: Message, call: PendingCall | None, scope: trio.CancelScope
@@ -235,8 +260,12 @@ class HttpTransport:
                 await self._exchange(message, call)
         except McpTransportError as exc:
             self._lost(call, exc)
-        except (OSError, trio.BrokenResourceError, h11.ProtocolError, ValueError) as exc:
-            self._lost(call, McpTransportError(f"HTTP exchange with {self.url} failed: {exc!r}"))
+        except httpx2.ConnectError as exc:
+            why = _why(exc)
+            self._lost(call, McpTransportError(f"cannot connect to {self.url}: {why}"))
+        except (httpx2.HTTPError, ValueError) as exc:
+            why = _why(exc)
+            self._lost(call, McpTransportError(f"HTTP exchange with {self.url} failed: {why}"))
         finally:
             if call is not None:
                 self._streams.pop(call.id, None)
@@ -251,94 +280,148 @@ class HttpTransport:
 
     async def _exchange(self, message: Message, call: PendingCall | None) -> None:
         body = json.dumps(message).encode()
-        async with await self._connect() as stream:
-            conn = h11.Connection(h11.CLIENT)
-            request = h11.Request(
-                method="POST", target=self._target, headers=self._headers(message, len(body))
-            )
-            await stream.send_all(
-                conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-            )
-            response = await self._next_event(conn, stream)
-            assert isinstance(response, h11.Response)
-            headers = {
-                name.decode().lower(): value.decode("latin-1") for name, value in response.headers
-            }
-            session_header = HEADER_SESSION_ID.lower()
-            if message.get("method") == "initialize" and session_header in headers:
-                self.session_id = headers[session_header]
+        headers = request_headers(
+            message,
+            call,
+            modern=self.receiver.era == "modern",
+            session_id=self.session_id,
+            session_version=self.receiver.session_version,
+        )
+        async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+            session = response.headers.get(HEADER_SESSION_ID)
+            if message.get("method") == "initialize" and session is not None:
+                self.session_id = session
+                self._session_started.set()
+                self._session_started = trio.Event()
             elif response.status_code == 404 and self.session_id is not None:
                 # MCP: the server ended the session; the id is dead for good.
                 self.session_id = None
                 raise McpTransportError(
-                    "the server ended the session (HTTP 404): open a new client",
+                    "the server ended the session (HTTP 404)",
                     {"status": 404, "session_ended": True},
                 )
-            if headers.get("content-type", "").startswith("text/event-stream"):
-                await self._read_sse(conn, stream, call)
-                return
-            data = await self._read_body(conn, stream)
-            if call is None:
-                if response.status_code >= 400:
-                    logger.warning(
-                        "%s answered HTTP %d to a notification", self.url, response.status_code
-                    )
-                return
-            answer: Any = None
-            if data:
-                try:
-                    answer = json.loads(data)
-                except ValueError:
-                    answer = None
-            if isinstance(answer, dict) and ("result" in answer or "error" in answer):
-                if "error" in answer and answer.get("id") != call.id:
-                    deliver(call, answer)  # an error about the POST itself (id null)
-                else:
-                    self.receiver.receive(answer)
+            stream = _Stream() if _is_sse(response) else None
+            if stream is not None:
+                await self._read_sse(response, call, stream)
             else:
-                fail(
-                    call,
-                    McpTransportError(
-                        f"HTTP {response.status_code} without a JSON-RPC answer: {data[:200]!r}",
-                        {"status": response.status_code},
-                    ),
+                data = await self._read_body(response)
+        if stream is not None:
+            if call is not None and self.receiver.era == "legacy":
+                await self._resume(call, stream)
+            return
+        if call is None:
+            if response.status_code >= 400:
+                logger.warning(
+                    "%s answered HTTP %d to a notification", self.url, response.status_code
                 )
+            return
+        answer: Any = None
+        if data:
+            with contextlib.suppress(ValueError):
+                answer = json.loads(data)
+        if isinstance(answer, dict) and ("result" in answer or "error" in answer):
+            if "error" in answer and answer.get("id") != call.id:
+                deliver(call, answer)  # an error about the POST itself (id null)
+            else:
+                self.receiver.receive(answer)
+        else:
+            fail(
+                call,
+                McpTransportError(
+                    f"HTTP {response.status_code} without a JSON-RPC answer: {data[:200]!r}",
+                    {"status": response.status_code},
+                ),
+            )
 
-    async def _next_event(self, conn: h11.Connection, stream: trio.abc.Stream) -> Any:
-        """The next h11 event that is not an informational response."""
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                chunk = await stream.receive_some(65536)
-                if not chunk and conn.their_state is h11.SEND_RESPONSE:
-                    raise McpTransportError(f"{self.url} closed the connection without answering")
-                conn.receive_data(bytes(chunk))
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            return event
-
-    async def _read_body(self, conn: h11.Connection, stream: trio.abc.Stream) -> bytes:
+    async def _read_body(self, response: httpx2.Response) -> bytes:
         body = bytearray()
-        while True:
-            event = await self._next_event(conn, stream)
-            if isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > self.max_response:
-                    raise McpTransportError(f"response larger than {self.max_response} bytes")
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                return bytes(body)
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > self.max_response:
+                raise McpTransportError(f"response larger than {self.max_response} bytes")
+        return bytes(body)
 
     async def _read_sse(
-        self, conn: h11.Connection, stream: trio.abc.Stream, call: PendingCall | None
+        self, response: httpx2.Response, call: PendingCall | None, state: _Stream
     ) -> None:
-        decoder = SseDecoder(self.max_response)
-        while True:
-            event = await self._next_event(conn, stream)
-            if isinstance(event, h11.Data):
-                for data in decoder.feed(event.data):
-                    self.receiver.receive_text(data)
+        source = httpx2.EventSource(response, max_event_size=self.max_response)
+        events: AsyncIterator[httpx2.ServerSentEvent] = source.__aiter__()
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                state.events += 1
+                if event.id:
+                    state.last_event_id = event.id
+                if event.retry is not None:
+                    state.retry_ms = event.retry
+                if event.data:  # a priming event (an id, no data) carries no message
+                    self.receiver.receive_text(event.data)
                 if call is not None and call.finished:
                     return  # the answer ends the stream; no need to wait for the close
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+
+    async def _resume(self, call: PendingCall, state: _Stream) -> None:
+        """Legacy: the POST's stream ended before the answer; resume it by its last event id."""
+        attempts = 0
+        while not call.finished and state.last_event_id is not None:
+            if attempts >= self.resumption.max_attempts:
                 return
+            attempts += 1
+            await trio.sleep(self.resumption.delay(state.retry_ms))
+            headers = self._session_headers() | {
+                "Accept": "text/event-stream",
+                "Last-Event-ID": state.last_event_id,
+            }
+            async with self.http.stream("GET", self.url, headers=headers) as response:
+                if response.status_code != 200 or not _is_sse(response):
+                    raise McpTransportError(
+                        f"resuming the stream failed: HTTP {response.status_code}",
+                        {"status": response.status_code},
+                    )
+                before = state.events
+                await self._read_sse(response, call, state)
+                if state.events > before:
+                    attempts = 0
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong, with the cause httpx2 wraps (its own message may be empty)."""
+    cause = exc.__cause__ or exc.__context__
+    return repr(exc) if str(exc) or cause is None else f"{exc!r} from {cause!r}"
+
+
+def _is_sse(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream")
+
+
+def client_for(
+    *,
+    headers: Mapping[str, str] | None,
+    auth: httpx2.Auth | None,
+    verify: Any,
+    cert: Any,
+    http1: bool,
+    http2: bool,
+    max_connections: int,
+    connect_timeout: float,
+) -> httpx2.AsyncClient:
+    """The pooled client of one MCP client (see :func:`trio_mcp_cancel.client.open_http_client`).
+
+    No read timeout: a tool call or a stream may last; the caller's cancel
+    scope bounds it.  Writes are bounded by :data:`WRITE_TIMEOUT`.  Proxies
+    come from the environment (``trust_env``).
+    """
+    client = httpx2.AsyncClient(
+        headers={"User-Agent": "trio-mcp-cancel", **dict(headers or {})},
+        auth=auth,
+        verify=verify,
+        cert=cert,
+        http1=http1,
+        http2=http2,
+        limits=httpx2.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        timeout=httpx2.Timeout(None, connect=connect_timeout, write=WRITE_TIMEOUT),
+        trust_env=True,
+    )
+    if http2:
+        install(client)  # a modern cancel resets the stream (:mod:`._client.h2_reset`)
+    return client

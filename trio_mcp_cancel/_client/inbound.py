@@ -30,6 +30,7 @@ from .._protocol.wire import META_SUBSCRIPTION_ID, METHOD_NOT_FOUND, Era
 from .base import ClientTransport
 from .calls import PendingCall, add_progress, deliver, fail
 from .errors import McpTransportError, Message
+from .handlers import ServerRequests
 
 __all__ = ["MAX_KEPT", "Inbound", "InboundEngine"]
 
@@ -59,6 +60,8 @@ class InboundEngine(Protocol):
     def answer_server_requests(self) -> bool: ...
     @property
     def transport(self) -> ClientTransport | None: ...
+    @property
+    def server_requests(self) -> ServerRequests | None: ...
 
     def start_request(
         self,
@@ -130,6 +133,11 @@ class Inbound:
                 add_progress(call, params)
         elif method == "notifications/message" and isinstance(params, dict):
             self._keep(engine.log_messages, params)
+        elif method == "notifications/cancelled" and isinstance(params, dict):
+            # The server cancels one of its requests to us (legacy): stop answering it.
+            if engine.server_requests is not None:
+                engine.server_requests.cancel(params.get("requestId"))
+            self._keep(engine.unexpected, message)
         elif (call := self._subscription(params)) is not None:
             self._keep(call.notifications, message)
         else:
@@ -182,11 +190,16 @@ class Inbound:
         return call if call is not None and not call.finished else None
 
     def _server_request(self, message: Message) -> None:
-        """A request from the server: ``ping`` is answered, anything else refused
-        (only kept in ``unexpected`` without *answer_server_requests*)."""
+        """A request from the server: ``ping`` is answered, elicitation, sampling
+        and roots by the client's handlers (:mod:`._client.handlers`), anything
+        else refused (only kept in ``unexpected`` without *answer_server_requests*)."""
         engine = self._engine
         if not engine.answer_server_requests:
             engine.unexpected.append(message)
+            return
+        serving = engine.server_requests
+        if serving is not None and serving.handlers.handler(message.get("method")) is not None:
+            serving.start(message)
             return
         if message.get("method") == "ping":
             reply: Message = {"jsonrpc": "2.0", "id": message["id"], "result": {}}

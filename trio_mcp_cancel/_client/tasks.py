@@ -26,14 +26,22 @@ client stops following a task that is not terminal, it sends
   cannot give, its TTL ran out, the connection broke): the same bounded
   ``tasks/cancel``, then the error.
 
+A task that asks for input (``input_required`` with ``inputRequests``) is
+answered through the client's handlers (:mod:`._client.handlers`) with
+``tasks/update``, then followed on; a changed ``statusMessage`` (where the
+server puts a task's progress, ``"3/10: message"``) reaches the caller's
+progress callback as progress params.
+
 The acknowledgement is eventually consistent (SEP-2663): the client does
 not wait for ``cancelled``, it has nothing left to wait for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -43,7 +51,9 @@ import trio
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
 from .._protocol.wire import REQUEST_CANCELLED, TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
+from .calls import ProgressCallback
 from .errors import McpError, Message
+from .handlers import ClientHandlers
 
 __all__ = [
     "McpTaskError",
@@ -51,6 +61,7 @@ __all__ = [
     "TaskPolling",
     "TaskServer",
     "follow_task",
+    "status_progress",
     "with_tasks",
 ]
 
@@ -67,7 +78,8 @@ class McpTaskError(McpError):
     ``status`` is ``"failed"`` (``code``/``message``/``data`` are the task's
     JSON-RPC error), ``"cancelled"`` (code ``-32800``), or the status it
     was in when the client gave up on it (``input_required``: this client
-    cannot answer input requests; ``working`` past its TTL).  ``task`` is
+    has no handlers, or the task asked more than ``max_rounds`` times;
+    ``working`` past its TTL).  ``task`` is
     the last ``Task`` the server sent.
     """
 
@@ -114,6 +126,9 @@ class TaskServer(Protocol):
 
     async def cancel_task(self, task_id: str) -> Message:
         """``tasks/cancel``: the way a task, not a request, is cancelled."""
+
+    async def update_task(self, task_id: str, input_responses: Mapping[str, Any]) -> Message:
+        """``tasks/update``: answers to the task's ``inputRequests``."""
 
 
 def with_tasks(capabilities: Mapping[str, Any], declared: bool) -> dict[str, Any]:
@@ -174,6 +189,8 @@ async def follow_task(
     polling: TaskPolling,
     forward_cancel: bool = True,
     on_task: TaskCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+    handlers: ClientHandlers | None = None,
 ) -> Message:
     """Follow the task *created* announced to its end; see the module docstring.
 
@@ -186,19 +203,38 @@ async def follow_task(
     request = current_request(None) if forward_cancel else None
     started = trio.current_time()
     cancel_acked = False
+    last_message: object = None
+    answered = 0
 
     async def poll() -> Message:
-        nonlocal task
+        nonlocal task, last_message, answered
         while True:
             if on_task is not None:
                 on_task(task)
+            message = task.get("statusMessage")
+            if on_progress is not None and isinstance(message, str) and message != last_message:
+                on_progress(status_progress(task))
+            last_message = message
             status = task["status"]
             if status in TERMINAL_STATUSES:
                 return task
-            if status == "input_required":
-                raise McpTaskError(
-                    0, "the task needs input, which this client cannot give", None, task
-                )
+            if status == "input_required" and task.get("inputRequests"):
+                if handlers is None:
+                    raise McpTaskError(
+                        0, "the task needs input, which this client cannot give", None, task
+                    )
+                answered += 1
+                if answered > handlers.max_rounds:
+                    raise McpTaskError(
+                        0,
+                        f"the task asked for input more than {handlers.max_rounds} times",
+                        None,
+                        task,
+                    )
+                responses = await handlers.answer_all(task["inputRequests"])
+                await server.update_task(task_id, responses)
+                task = _checked(await server.get_task(task_id), task_id)
+                continue
             ttl = task.get("ttlMs")  # null: unlimited
             if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and math.isfinite(ttl):
                 expires = started + ttl / 1000
@@ -232,6 +268,30 @@ async def follow_task(
             with trio.CancelScope(shield=True), trio.move_on_after(polling.cancel_timeout):
                 await _cancel_task(server, task_id, "the client stopped following")
         raise
+
+
+_PROGRESS = re.compile(
+    r"(?P<progress>-?[0-9.]+)(?:/(?P<total>-?[0-9.]+))?(?:: (?P<message>.*))?", re.S
+)
+
+
+def status_progress(task: Message) -> Message:
+    """A task's ``statusMessage`` as progress params, for the caller's progress callback.
+
+    Our server writes a task's progress as ``"3/10: message"``; that form
+    gives ``progress``, ``total`` and ``message``; any other text is the
+    ``message`` alone.  ``taskId`` and ``status`` say where it came from.
+    """
+    text = str(task.get("statusMessage", ""))
+    params: Message = {"taskId": task.get("taskId"), "status": task.get("status"), "message": text}
+    match = _PROGRESS.fullmatch(text)
+    if match is not None:
+        with contextlib.suppress(ValueError):
+            params["progress"] = float(match["progress"])
+            if match["total"] is not None:
+                params["total"] = float(match["total"])
+            params["message"] = match["message"] or ""
+    return params
 
 
 async def _cancel_task(server: TaskServer, task_id: str, reason: str | None) -> None:

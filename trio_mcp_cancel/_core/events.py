@@ -41,7 +41,7 @@ __all__ = [
 logger = logging.getLogger("trio_mcp_cancel")
 
 #: Who cancelled: the client's ``notifications/cancelled`` (or a direct
-#: :meth:`Registry.cancel`), the server itself, or a dropped stream.
+#: :meth:`Registry.notify_cancelled`), the server itself, or a dropped stream.
 CancelKind = Literal["client", "server", "disconnect"]
 
 

@@ -51,9 +51,15 @@ from .events import (
     RequestStoppedEvent,
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
-from .request import Cancellation, TrackedRequest
+from .request import Cancellation, TrackedRequest, set_flag
 from .table import CancellationTable, Key, Row
-from .validation import RequestId, is_valid_request_id, sanitize_reason, validate_request_id
+from .validation import (
+    RequestId,
+    ValidRequestId,
+    is_valid_request_id,
+    sanitize_reason,
+    validate_request_id,
+)
 
 __all__ = [
     "current_registry",
@@ -144,7 +150,7 @@ class Tracking:
 
     __slots__ = ("_namespace", "_registry", "_request", "_request_id", "_token")
 
-    def __init__(self, registry: Registry, request_id: RequestId, namespace: str) -> None:
+    def __init__(self, registry: Registry, request_id: ValidRequestId, namespace: str) -> None:
         self._registry = registry
         self._request_id = request_id
         self._namespace = namespace
@@ -153,7 +159,7 @@ class Tracking:
     async def __aenter__(self) -> TrackedRequest:
         if self._request is not None:
             raise RuntimeError("a tracked() block cannot be entered twice")
-        request = self._request = self._registry.track(self._request_id, self._namespace)
+        request = self._request = self._registry._track(self._request_id, self._namespace)
         request.cancel_scope.__enter__()
         self._token = current_request_var.set(request)
         return request
@@ -279,8 +285,13 @@ class Registry:
         Untracked on exit however the block ends.  A hard cancel's
         ``trio.Cancelled`` becomes :class:`RequestCancelled`, so an aborted
         request is never mistaken for a finished one; an enclosing scope's
-        cancellation propagates untouched.
+        cancellation propagates untouched.  A bad id raises :class:`InvalidRequestId` here.
         """
+        return Tracking(self, validate_request_id(request_id), namespace)
+
+    def tracked_valid(self, request_id: ValidRequestId, namespace: str) -> Tracking:
+        """Low-level: :meth:`tracked` for an id checked once already, at the edge
+        (the dispatcher's, by ``jsonrpc.classify``); anyone else uses :meth:`tracked`."""
         return Tracking(self, request_id, namespace)
 
     def track(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> TrackedRequest:
@@ -290,9 +301,11 @@ class Registry:
         has a cancellation row starts out cancelled (grace counted from the
         row's time).  A task that dies without untracking is found by :meth:`cleanup`.
         """
+        return self._track(validate_request_id(request_id), namespace)
+
+    def _track(self, request_id: ValidRequestId, namespace: str) -> TrackedRequest:
         if not self._running:
             raise RegistryClosed("the registry is not running")
-        validate_request_id(request_id)
         now = trio.current_time()
         request = TrackedRequest(
             request_id,
@@ -382,12 +395,12 @@ class Registry:
     ) -> CancelOutcome:
         """Handle a client's ``notifications/cancelled`` for *request_id* in *namespace*.
 
-        The way to cancel a request from outside (a transport, an admin
-        endpoint).  Recorded when the request is in flight in *namespace*.
-        When not, and *keep_early* (separate HTTP POSTs can overtake each
-        other), a session or principal namespace keeps it ``early_cancel_ttl``
-        and applies it if the request starts in time (``PENDING``); otherwise
-        it is ignored, as MCP permits.  Never raises: bad input is an outcome.
+        **The** way to cancel a request from outside (a transport, an admin endpoint,
+        a test).  Recorded when it is in flight in *namespace* (the first reason
+        wins).  When not, and *keep_early* (separate HTTP POSTs can overtake each
+        other), a session or principal namespace keeps it ``early_cancel_ttl`` and
+        applies it if the request starts in time (``PENDING``); otherwise it is
+        ignored, as MCP permits.  Never raises: bad input is an outcome.
         """
         if not is_valid_request_id(request_id):
             return CancelOutcome.INVALID_REQUEST_ID
@@ -398,7 +411,7 @@ class Registry:
             return CancelOutcome.NOT_IN_FLIGHT
         try:
             if not early:
-                self.cancel(request_id, reason, namespace)
+                self._cancel(request_id, reason, namespace)
                 return CancelOutcome.CANCELLED
             # Announced when (if) it starts and is flagged; see track().
             row = self._record(request_id, reason, namespace)
@@ -423,21 +436,14 @@ class Registry:
             if row is not None and row.seq == seq and key not in self._in_flight:
                 self._table.remove(key)
 
-    def cancel(
-        self, request_id: RequestId, reason: object = None, namespace: str = GLOBAL_NAMESPACE
-    ) -> None:
-        """:meth:`notify_cancelled`, strict: records the row even when the request
-        is not in flight (one tracked later starts out cancelled), and raises
-        :class:`InvalidRequestId` or, at the namespace's quota,
-        :class:`CancellationLimitReached`.  Idempotent: the first reason wins.
-        """
+    def _cancel(self, request_id: ValidRequestId, reason: object, namespace: str) -> None:
+        """:meth:`notify_cancelled` in flight; raises :class:`CancellationLimitReached`."""
         row = self._record(request_id, reason, namespace)
         if row is not None:
             self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
 
-    def _record(self, request_id: RequestId, reason: object, namespace: str) -> Row | None:
-        """:meth:`cancel` without its event; the new row, or ``None`` for a repeat."""
-        validate_request_id(request_id)
+    def _record(self, request_id: ValidRequestId, reason: object, namespace: str) -> Row | None:
+        """:meth:`_cancel` without its event; the new row, or ``None`` for a repeat."""
         # Refuse a repeat or an over-quota cancel before any work on the reason:
         # a flood of them must stay cheap.
         try:
@@ -449,6 +455,8 @@ class Registry:
         text = sanitize_reason(reason, self.config.max_reason_length)
         row, _, evicted = self._table.insert(namespace, request_id, text, trio.current_time())
         if evicted:
+            for old in evicted if self._early else ():  # its early entry goes with it:
+                self._early.pop((old.namespace, old.request_id), None)  # bounded by the rows
             self.events.emit(
                 EvictionEvent(len(evicted), tuple(dict.fromkeys(r.namespace for r in evicted)))
             )
@@ -495,10 +503,7 @@ class Registry:
         self, request: TrackedRequest, cancellation: Cancellation, grace: float | None
     ) -> None:
         """Set the polled flag (first cancellation wins) and arm the hard cancel."""
-        if request.cancellation is None:
-            request.cancellation = cancellation
-            if request._watchers:
-                request._fire_watchers()
+        set_flag(request, cancellation)
         if grace is None:
             return
         deadline = cancellation.at + grace

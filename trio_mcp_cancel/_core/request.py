@@ -17,7 +17,7 @@ import trio
 from .events import CancelKind, EventHub
 from .validation import RequestId
 
-__all__ = ["Cancellation", "TrackedRequest"]
+__all__ = ["Cancellation", "TrackedRequest", "set_flag"]
 
 
 @attrs.frozen
@@ -119,6 +119,18 @@ class TrackedRequest:
 
 
 _logger = logging.getLogger("trio_mcp_cancel")
+
+
+def set_flag(request: TrackedRequest, cancellation: Cancellation) -> None:
+    """Set *request*'s polled flag, unless set already (the first wins), and run its watchers.
+
+    The registry's half of :meth:`TrackedRequest.on_cancelled` (a function, not
+    a method: ``TrackedRequest`` is public, and only the registry flags).
+    """
+    if request.cancellation is None:
+        request.cancellation = cancellation
+        if request._watchers:
+            request._fire_watchers()
 
 
 def _nothing() -> None:

@@ -8,13 +8,14 @@ dict keys, log lines or event payloads.
 from __future__ import annotations
 
 import unicodedata
-from typing import Final, TypeAlias, TypeGuard
+from typing import Final, NewType, TypeAlias, TypeGuard
 
 from .errors import InvalidRequestId
 
 __all__ = [
     "MAX_ID_BYTES",
     "RequestId",
+    "ValidRequestId",
     "is_valid_request_id",
     "sanitize_reason",
     "validate_request_id",
@@ -22,6 +23,14 @@ __all__ = [
 
 #: A JSON-RPC request id as this library accepts it.
 RequestId: TypeAlias = int | str
+
+# ``NewType`` needs a class, not a union: one per kind of id.
+_ValidInt = NewType("_ValidInt", int)
+_ValidStr = NewType("_ValidStr", str)
+#: A request id already checked by :func:`is_valid_request_id` (a type, no
+#: runtime cost): the id of a classified JSON-RPC request is one, so the
+#: layers below the edge (``Registry.tracked_valid``) need not check it again.
+ValidRequestId: TypeAlias = _ValidInt | _ValidStr
 
 #: Longest string id accepted, in UTF-8 bytes.  Integer ids are held to the
 #: same size: at most this many decimal digits.
@@ -36,7 +45,7 @@ _STRIPPED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 _WHITESPACE_CONTROLS: Final = frozenset("\t\n\r\x0b\x0c")
 
 
-def is_valid_request_id(request_id: object) -> TypeGuard[RequestId]:
+def is_valid_request_id(request_id: object) -> TypeGuard[ValidRequestId]:
     """Return whether *request_id* is an ``int`` (not ``bool``) or a short ``str``."""
     if type(request_id) is int:  # bool and int subclasses are refused
         return -_INT_BOUND < request_id < _INT_BOUND
@@ -54,7 +63,7 @@ def is_valid_request_id(request_id: object) -> TypeGuard[RequestId]:
     return False
 
 
-def validate_request_id(request_id: object) -> RequestId:
+def validate_request_id(request_id: object) -> ValidRequestId:
     """Return *request_id* unchanged, or raise :class:`InvalidRequestId`."""
     if is_valid_request_id(request_id):
         return request_id

@@ -28,6 +28,7 @@ __all__ = [
     "Slots",
     "check_cap",
     "too_many_requests",
+    "too_many_sessions",
 ]
 
 #: JSON-RPC error code (implementation-defined) for a call over an admission
@@ -49,6 +50,18 @@ def too_many_requests(request_id: RequestId, limit: Limit = "channel", cap: int 
     """The answer to a call over one of the admission limits."""
     return error_message(
         request_id, TOO_MANY_REQUESTS, "Too many concurrent requests", {"limit": limit, "max": cap}
+    )
+
+
+def too_many_sessions(
+    request_id: RequestId | None, limit: Literal["tenant", "server"], cap: int
+) -> Message:
+    """The answer to an ``initialize`` refused a legacy session (*limit*: which bound).
+
+    The same code as a call over a cap: the client should retry later.
+    """
+    return error_message(
+        request_id, TOO_MANY_REQUESTS, "Too many sessions", {"limit": limit, "max": cap}
     )
 
 

@@ -255,8 +255,14 @@ async def run_target(
         if tool.cancellable:
             caller = h.caller
             registry = caller.registry
-            request_id, namespace = (h.call.request.id, caller.namespace) if key is None else key
-            async with registry.tracked(request_id, namespace) as tracked_request:
+            # The request's id was validated once, by classification; a
+            # task's key (the server's own id) goes through tracked().
+            tracking = (
+                registry.tracked_valid(h.call.request.id, caller.namespace)
+                if key is None
+                else registry.tracked(*key)
+            )
+            async with tracking as tracked_request:
                 h.exchange.attach(tracked_request, registry)
                 h.started()
                 return await body()

@@ -40,7 +40,7 @@ import trio
 
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import RateLimitedLog, failure_key
-from .._core.validation import is_valid_request_id
+from .._core.registry import CancelOutcome
 from . import jsonrpc
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
@@ -164,32 +164,40 @@ class Dispatcher:
 
     # -- notifications ----------------------------------------------------------
 
-    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> None:
-        """Handle a notification; only ``notifications/cancelled`` does anything."""
+    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> bool:
+        """Handle a notification; only ``notifications/cancelled`` does anything.
+
+        Returns whether the cancel may be meant for another process: it names
+        a (valid) request that does not run here.  A transport whose sessions
+        span processes forwards exactly those, and decides nothing itself.
+        """
         if notification.method != "notifications/cancelled":
-            return
+            return False
         params = notification.params
-        request_id = params.get("requestId")
+        request_id: Any = params.get("requestId")
         channel = caller.channel
         ordered = channel is not None and channel.ordered
-        outcome = caller.registry.notify_cancelled(
+        registry = caller.registry
+        outcome = registry.notify_cancelled(
             caller.namespace, request_id, params.get("reason"), keep_early=not ordered
         )
-        shown: object = "<invalid>"
-        if is_valid_request_id(request_id):  # checked once, here
-            shown = request_id
-            task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
-            if task_id is not None:
-                self.server.tasks.creation_cancelled(task_id)
         telemetry = self.server.telemetry
         if telemetry is not None:
             telemetry.notification(notification.method, params, caller.session_id, outcome.value)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
-            shown,
+            "<invalid>" if outcome is CancelOutcome.INVALID_REQUEST_ID else request_id,
             caller.namespace,
             outcome.value,
         )
+        if outcome is CancelOutcome.INVALID_REQUEST_ID:  # the id is checked once, by the registry
+            return False
+        task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
+        if task_id is not None:
+            self.server.tasks.creation_cancelled(task_id)
+        if outcome is CancelOutcome.LIMIT_REACHED:  # refused either way: does it run here?
+            return not registry.in_flight(request_id, caller.namespace)
+        return outcome is not CancelOutcome.CANCELLED
 
     # -- answer -----------------------------------------------------------------
 
@@ -259,9 +267,12 @@ class Dispatcher:
         request can be cancelled, at the latest when the answer is ready.
 
         *admitted*: the transport already took the call's slots with
-        :meth:`admit` (to refuse before committing to a response), so
-        admission runs once per call; the slots are released here all the
-        same.  Nothing may checkpoint between that ``admit`` and this call.
+        :meth:`admit`, as every transport does (so it can refuse before it
+        commits to a response, or to a task), and admission runs once per
+        call; the slots are released here all the same.  A transport that
+        admits and then never gets here (cancelled while it waited) gives
+        them back with :meth:`release`.  Without *admitted* (a direct
+        caller), this admits the call itself.
         """
         request = call.request
         h = HandlerInput(self.server, call, caller, exchange, self.failures, task_status)
@@ -269,7 +280,7 @@ class Dispatcher:
             caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
             if not admitted:
-                refused = self.admit(call, caller, exchange)
+                refused = self._admit(call, caller, exchange)
                 if refused is not None:
                     return refused
             try:
@@ -313,22 +324,21 @@ class Dispatcher:
 
     # -- admission ----------------------------------------------------------------
 
-    def refusal(self, call: Call, caller: Caller) -> Message | None:
-        """The error :meth:`admit` would answer *call* with now, without admitting it.
+    def _refusal(self, call: RequestCall, caller: Caller) -> Message | None:
+        """The error :meth:`admit` answers *call* with now (``None``: it fits).
 
-        Lets a transport refuse before it commits to a response (an HTTP
-        ``429`` rather than an SSE stream carrying the error).  A refusal is
-        counted (telemetry) here, once: a refused call is never asked again.
+        A refusal is counted (telemetry) here, once: a refused call is never
+        asked again.
         """
-        if not isinstance(call, RequestCall) or call.tool is None:
+        if call.tool is None:
             return None
-        refused = self._refusal(call, caller)
+        refused = self._limit_refusal(call, caller)
         telemetry = self.server.telemetry
         if refused is not None and telemetry is not None:
             telemetry.refused(refused["error"]["data"]["limit"])
         return refused
 
-    def _refusal(self, call: RequestCall, caller: Caller) -> Message | None:
+    def _limit_refusal(self, call: RequestCall, caller: Caller) -> Message | None:
         request, server = call.request, self.server
         if call.long_lived:
             full = self.listens.full(
@@ -354,8 +364,28 @@ class Dispatcher:
 
         Only calls with a tool or target count: every other method answers
         from memory at once.  An admitted call is :meth:`release`\\ d once.
+        Every transport calls it once per call, before it commits to a
+        response, then ``answer(..., admitted=True)``.
         """
-        refused = self.refusal(call, caller)
+        refused = self._admit(call, caller, exchange)
+        telemetry = self.server.telemetry
+        if refused is not None and telemetry is not None:
+            # Its span: :meth:`answer` never runs for it.
+            request = call.request
+            telemetry.refused_request(
+                refused,
+                method=request.method,
+                target=_target(call),
+                request_id=request.id,
+                params=request.params,
+                protocol_version=_protocol_version(call, caller),
+                session_id=caller.session_id,
+            )
+        return refused
+
+    def _admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
+        """:meth:`admit` inside :meth:`answer` (whose span records a refusal itself)."""
+        refused = self._refusal(call, caller)
         if refused is not None or call.tool is None:
             return refused
         (self.listens if call.long_lived else self.calls).take(caller.tenant)

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._core.validation import RequestId, is_valid_request_id
+from .._core.validation import RequestId, ValidRequestId, is_valid_request_id
 from .wire import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
@@ -38,7 +38,11 @@ __all__ = [
     "classify",
     "decode",
     "encode",
+    "error_code",
     "error_message",
+    "message_too_large",
+    "not_a_request",
+    "request_id_of",
     "result_message",
 ]
 
@@ -75,7 +79,8 @@ class JsonRpcError(Exception):
 class Request:
     """A call that expects a response."""
 
-    id: RequestId
+    id: ValidRequestId
+    """Checked once, by :func:`classify`: the layers below need not check it again."""
     method: str
     params: dict[str, Any]
 
@@ -142,9 +147,31 @@ def _nested_too_deep(message: object) -> JsonRpcError:
     why = f"nested deeper than {MAX_NESTING} levels"
     if not isinstance(message, dict):
         return JsonRpcError(INVALID_REQUEST, f"Invalid Request: {why}")
-    raw_id = message.get("id")
-    request_id = raw_id if is_valid_request_id(raw_id) else None
-    return JsonRpcError(INVALID_PARAMS, f"Invalid params: {why}", request_id=request_id)
+    return JsonRpcError(INVALID_PARAMS, f"Invalid params: {why}", request_id=request_id_of(message))
+
+
+def request_id_of(message: object) -> ValidRequestId | None:
+    """The id of *message* when it is a valid request id, else ``None``.
+
+    For a message refused before (or instead of) :func:`classify`: its error
+    still names the request when it can.
+    """
+    raw_id = message.get("id") if isinstance(message, dict) else None
+    return raw_id if is_valid_request_id(raw_id) else None
+
+
+def not_a_request(message: object) -> JsonRpcError:
+    """``-32600`` for a message that had to be a request (a modern POST) and is not."""
+    return JsonRpcError(
+        INVALID_REQUEST, "Invalid Request: expected a request", request_id=request_id_of(message)
+    )
+
+
+def message_too_large(max_size: int) -> Message:
+    """The answer to a message longer than the transport's ``max_message_size`` (never read)."""
+    return error_message(
+        None, INVALID_REQUEST, "Invalid Request: message too large", {"maxMessageSize": max_size}
+    )
 
 
 def encode(message: object) -> bytes:
@@ -166,6 +193,12 @@ def error_message(request_id: object, code: int, message: str, data: object = No
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+def error_code(message: Message) -> int | None:
+    """The code of an error response (one this library built), ``None`` for a result."""
+    error = message.get("error")
+    return None if error is None else error["code"]
+
+
 def result_message(request_id: RequestId, result: object) -> Message:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
@@ -184,7 +217,7 @@ def classify(message: object) -> Request | Notification | ClientResponse:
         raise JsonRpcError(INVALID_REQUEST, "Invalid Request: expected a JSON object")
     has_id = "id" in message
     raw_id = message.get("id")
-    valid_id: RequestId | None = raw_id if is_valid_request_id(raw_id) else None
+    valid_id: ValidRequestId | None = raw_id if is_valid_request_id(raw_id) else None
     if message.get("jsonrpc") != "2.0":
         raise JsonRpcError(
             INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', request_id=valid_id

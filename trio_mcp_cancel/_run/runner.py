@@ -45,7 +45,7 @@ class FromEnvironment(Enum):
     token = 0
 
 
-#: ``grace=`` default: ``MCP_GRACE_PERIOD`` if set, else 5 seconds (what the CLI does).
+#: ``grace_period=`` default: ``MCP_GRACE_PERIOD`` if set, else 5 seconds (what the CLI does).
 FROM_ENVIRONMENT: Final = FromEnvironment.token
 
 _LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -72,7 +72,7 @@ def serve_found(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    grace: float | FromEnvironment | None = FROM_ENVIRONMENT,
+    grace_period: float | FromEnvironment | None = FROM_ENVIRONMENT,
 ) -> Callable[[], int]:
     """What serves *found* (an ``McpServer`` or an ASGI app): call it to serve until stopped.
 
@@ -82,12 +82,12 @@ def serve_found(
     and returns the exit status.  ``stdio``: until end of input, SIGTERM or
     Ctrl-C.  ``http``: with :func:`~..transports.http.serving.serve` and
     ``server_config()``'s safe settings, stopping gracefully on
-    SIGINT/SIGTERM; 1 when the socket cannot be bound.  *grace* is the
+    SIGINT/SIGTERM; 1 when the socket cannot be bound.  *grace_period* is the
     registry's grace period (``None``: never hard-cancel).
     """
-    if grace is FROM_ENVIRONMENT:
-        grace = seconds_setting(os.environ, "MCP_GRACE_PERIOD", 5.0)
-    registry_config = RegistryConfig(grace_period=grace)
+    if grace_period is FROM_ENVIRONMENT:
+        grace_period = seconds_setting(os.environ, "MCP_GRACE_PERIOD", 5.0)
+    registry_config = RegistryConfig(grace_period=grace_period)
     if transport == "stdio":
         server = target.stdio_server(found)
 
@@ -130,7 +130,7 @@ class McpServer(McpServerBase):
         *,
         host: str = "127.0.0.1",
         port: int = 8000,
-        grace: float | FromEnvironment | None = FROM_ENVIRONMENT,
+        grace_period: float | FromEnvironment | None = FROM_ENVIRONMENT,
         log_level: str = "info",
     ) -> None:
         """Serve this server until stopped; blocks (it calls ``trio.run`` itself).
@@ -139,13 +139,13 @@ class McpServer(McpServerBase):
         ``run("http", host=..., port=...)`` serves Streamable HTTP (both eras)
         on ``127.0.0.1:8000`` by default (``port=0``: any free port, logged).
         Both stop cleanly on SIGINT/SIGTERM (and stdio on end of input).
-        *grace* is the seconds from a cancel to its hard cancel (default:
+        *grace_period* is the seconds from a cancel to its hard cancel (default:
         ``MCP_GRACE_PERIOD``, else 5; ``None``: never hard-cancel).  Logging
         goes to stderr at *log_level*, one line per cancelled request at
         ``"info"``, as ``trio-mcp-cancel run`` does.  Raises
         :class:`SystemExit` (status 1) when the HTTP socket cannot be bound.
         """
         configure_logging(log_level)
-        status = serve_found(self, transport, host=host, port=port, grace=grace)()
+        status = serve_found(self, transport, host=host, port=port, grace_period=grace_period)()
         if status:
             raise SystemExit(status)

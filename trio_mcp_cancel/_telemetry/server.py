@@ -149,26 +149,9 @@ class ServerTelemetry:
         if registry not in self._watched:
             self._watched.add(registry)
             registry.subscribe(self._on_event)
-        attributes: dict[str, Any] = {"mcp.method.name": method}
-        metric: dict[str, Any] = {"mcp.method.name": method}
-        if protocol_version is not None:
-            attributes["mcp.protocol.version"] = metric["mcp.protocol.version"] = protocol_version
-        attributes["jsonrpc.request.id"] = str(request_id)
-        if session_id is not None:
-            attributes["mcp.session.id"] = session_id
-        name = method
-        if target is not None:
-            name = f"{method} {target}"
-            if method == "tools/call":
-                attributes["gen_ai.operation.name"] = metric["gen_ai.operation.name"] = (
-                    "execute_tool"
-                )
-                attributes["gen_ai.tool.name"] = metric["gen_ai.tool.name"] = target
-            else:
-                attributes["gen_ai.prompt.name"] = target
-        parent, links = self._parent(params)
-        if method == "tasks/cancel":
-            links = self._task_link(params, links)
+        name, attributes, metric, parent, links = self._describe(
+            method, target, request_id, params, protocol_version, session_id
+        )
         counted = {"mcp.method.name": method}
         self.in_flight.add(1, counted)
         started = trio.current_time()
@@ -200,6 +183,60 @@ class ServerTelemetry:
             span.end()
             self.in_flight.add(-1, counted)
             self.duration.record(trio.current_time() - started, metric)
+
+    def _describe(
+        self,
+        method: str,
+        target: str | None,
+        request_id: object,
+        params: Mapping[str, Any],
+        protocol_version: str | None,
+        session_id: str | None,
+    ) -> tuple[str, dict[str, Any], dict[str, Any], Any, tuple[Any, ...]]:
+        """A request span's name, attributes, metric attributes, parent and links."""
+        attributes: dict[str, Any] = {"mcp.method.name": method}
+        metric: dict[str, Any] = {"mcp.method.name": method}
+        if protocol_version is not None:
+            attributes["mcp.protocol.version"] = metric["mcp.protocol.version"] = protocol_version
+        attributes["jsonrpc.request.id"] = str(request_id)
+        if session_id is not None:
+            attributes["mcp.session.id"] = session_id
+        name = method
+        if target is not None:
+            name = f"{method} {target}"
+            if method == "tools/call":
+                attributes["gen_ai.operation.name"] = metric["gen_ai.operation.name"] = (
+                    "execute_tool"
+                )
+                attributes["gen_ai.tool.name"] = metric["gen_ai.tool.name"] = target
+            else:
+                attributes["gen_ai.prompt.name"] = target
+        parent, links = self._parent(params)
+        if method == "tasks/cancel":
+            links = self._task_link(params, links)
+        return name, attributes, metric, parent, links
+
+    def refused_request(
+        self,
+        reply: Message,
+        *,
+        method: str,
+        target: str | None,
+        request_id: object,
+        params: Mapping[str, Any],
+        protocol_version: str | None,
+        session_id: str | None,
+    ) -> None:
+        """A request an admission limit refused: its span (with the error) and duration."""
+        name, attributes, metric, parent, links = self._describe(
+            method, target, request_id, params, protocol_version, session_id
+        )
+        span = self.tracer.start_span(
+            name, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
+        )
+        self._record_reply(span, method, reply, metric)
+        span.end()
+        self.duration.record(0.0, metric)
 
     def notification(
         self, method: str, params: Mapping[str, Any], session_id: str | None, outcome: str

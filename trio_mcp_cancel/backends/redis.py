@@ -95,7 +95,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .._core.events import BackendEvent, EventHub, attach_events
-from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES
+from .._protocol.wire import INTERNAL_ERROR, TASK_STATUSES, TERMINAL_STATUSES
 from ._breaker import Breaker
 from ._outbox import Outbox, PendingState
 from .base import BackendUnavailable, BusMessage, TaskStoreFull, TaskStoreUnavailable
@@ -434,7 +434,7 @@ class RedisTaskStore:
         rare event pays, not every task creation), each step bounded by
         ``op_timeout``; the first terminal state still wins.
         """
-        error = {"code": -32603, "message": "The server process running it stopped"}
+        error = {"code": INTERNAL_ERROR, "message": "The server process running it stopped"}
         _, kept, _ = settled_payload("failed", result=None, error=error, input_requests=None)
         args = [instance, repr(self.clock()), _dump(kept), message]
         glob = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.keys.base)

@@ -393,10 +393,14 @@ class MessageConnection:
             return
         call = self.dispatcher.prepare(message, self.caller)
         if isinstance(call, RequestCall):
-            if call.tracked or call.method.ordered:
-                await nursery.start(self._run, call)
+            exchange = Exchange(send=self.send)
+            refused = self.dispatcher.admit(call, self.caller, exchange)  # once, here
+            if refused is not None:
+                await self.send(refused)
+            elif call.tracked or call.method.ordered:
+                await nursery.start(self._run, call, exchange)
             else:
-                nursery.start_soon(self._run, call)
+                nursery.start_soon(self._run, call, exchange)
         elif isinstance(call, NotificationCall):
             self.dispatcher.notify(call.notification, self.caller)
         elif isinstance(call, Rejected):
@@ -404,10 +408,20 @@ class MessageConnection:
         # else a client's response: we send no requests, nothing to match
 
     async def _run(
-        self, call: RequestCall, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        call: RequestCall,
+        exchange: Exchange,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        exchange = Exchange(send=self.send)
-        run = partial(self.dispatcher.answer, call, self.caller, exchange, task_status=task_status)
+        run = partial(
+            self.dispatcher.answer,
+            call,
+            self.caller,
+            exchange,
+            admitted=True,
+            task_status=task_status,
+        )
         if self.limits.max_request_time is None or not call.tracked or call.long_lived:
             reply = await run()
         else:

@@ -61,7 +61,6 @@ import trio
 from .._core.registry import Registry, current_registry
 from .._protocol import jsonrpc
 from .._protocol.exchange import Caller
-from .._protocol.jsonrpc import INVALID_REQUEST
 from .._protocol.mcp_server import McpServerBase
 from ._connection import MessageConnection, connection_caller
 from ._startup import require_running
@@ -284,14 +283,7 @@ async def _serve(
 
     async def too_large() -> None:
         logger.warning("skipped a message longer than %d bytes", max_message_size)
-        await connection.send(
-            jsonrpc.error_message(
-                None,
-                INVALID_REQUEST,
-                "Invalid Request: message too large",
-                {"maxMessageSize": max_message_size},
-            )
-        )
+        await connection.send(jsonrpc.message_too_large(max_message_size))
 
     reader = _LineReader(stdin, max_message_size, too_large)
     logger.debug("serving MCP over stdio as %s", caller.namespace)

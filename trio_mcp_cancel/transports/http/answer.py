@@ -2,9 +2,11 @@
 
 Both eras end here once their rules accepted a request (:class:`Routed`).
 This is also the one place the HTTP transport calls into the dispatcher
-(:meth:`Responder.prepare`, :meth:`Responder.notify`, the refusal and the
-run in :meth:`Responder.answer`), so the interface between them is short
-and visible.
+(:meth:`Responder.prepare`, :meth:`Responder.notify`, and in
+:meth:`Responder.answer` the admission, ``Dispatcher.admit``, then the run,
+``Dispatcher.answer(admitted=True)``), so the interface between them is
+short and visible.  Admission comes first, like on every transport, so a
+refused call is a ``429`` before any response is committed to.
 
 **Writes never block a request.**  Every response is queued in a
 :class:`~.writer.ResponseWriter` (see there for why) and written by a task
@@ -36,7 +38,6 @@ import attrs
 import trio
 
 from ..._core.registry import Registry, UseConfig
-from ..._core.validation import is_valid_request_id
 from ..._protocol import jsonrpc
 from ..._protocol.calls import Call, RequestCall
 from ..._protocol.dispatcher import Dispatcher
@@ -53,7 +54,7 @@ from .sessions import Session
 from .shared import tenant_call_slot
 from .writer import ResponseWriter
 
-__all__ = ["Post", "Responder", "Routed", "valid_id"]
+__all__ = ["Post", "Responder", "Routed"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
@@ -65,12 +66,6 @@ Headers = list[Header]
 #: Room for a whole response's head (status line, headers) next to its body.
 _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
-
-
-def valid_id(message: object) -> Any:
-    """The id of a message refused before the dispatcher saw it, when valid (else ``None``)."""
-    value = message.get("id") if isinstance(message, dict) else None
-    return value if is_valid_request_id(value) else None
 
 
 @attrs.frozen
@@ -131,61 +126,76 @@ class Responder:
     def prepare(self, message: object, caller: Caller, envelope: Any = None) -> Call:
         return self.dispatcher.prepare(message, caller, envelope=envelope)
 
-    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> None:
-        self.dispatcher.notify(notification, caller)
+    def notify(self, notification: jsonrpc.Notification, caller: Caller) -> bool:
+        """Handle *notification*; whether to forward it (see :meth:`Dispatcher.notify`)."""
+        return self.dispatcher.notify(notification, caller)
 
     # -- answering ----------------------------------------------------------------
 
     async def answer(self, routed: Routed, receive: Receive, send: Send) -> None:
         """Admit *routed* (once), run it and write its response."""
-        refused = self.dispatcher.refusal(routed.call, routed.caller)
+        call, caller, exchange = routed.call, routed.caller, Exchange()
+        refused = self.dispatcher.admit(call, caller, exchange)
         if refused is not None:
             await self.refuse(send, refused, routed.extra)
             return
+        # From here ``Dispatcher.answer`` releases what admit took, once it
+        # runs; nothing before it checkpoints, except the shared slot below.
         backend = self.backend
         if backend is None or not backend.counters.shared:
-            await self._run(routed, receive, send)
+            await self._run(routed, exchange, receive, send)
             return
         # Scale-out: the per-tenant cap counts the calls of every process.
         cap = self.server.max_calls_per_tenant
-        async with tenant_call_slot(backend.counters, routed.call, routed.caller, cap) as refused:
-            if refused is not None:
-                if self.server.telemetry is not None:
-                    self.server.telemetry.refused("tenant")
-                await self.refuse(send, refused, routed.extra)
-                return
-            await self._run(routed, receive, send)
+        running = False
+        try:
+            async with tenant_call_slot(backend.counters, call, caller, cap) as refused:
+                if refused is None:
+                    running = True
+                    await self._run(routed, exchange, receive, send)
+                    return
+        finally:
+            if not running:  # refused, or cancelled while asking the backend
+                self.dispatcher.release(call, caller, exchange)
+        assert refused is not None
+        if self.server.telemetry is not None:
+            self.server.telemetry.refused("tenant")
+        await self.refuse(send, refused, routed.extra)
 
     async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:
         """Answer ``429`` with the admission refusal *reply*."""
         await self.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
 
     def _call(self, routed: Routed, exchange: Exchange, allow_silence: bool) -> Any:
-        """The coroutine that runs the call (the one place the dispatcher runs one)."""
+        """The coroutine that runs the admitted call (the one place the dispatcher runs one)."""
         return self.dispatcher.answer(
-            routed.call, routed.caller, exchange, allow_silence=allow_silence
+            routed.call, routed.caller, exchange, allow_silence=allow_silence, admitted=True
         )
 
-    async def _run(self, routed: Routed, receive: Receive, send: Send) -> None:
+    async def _run(self, routed: Routed, exchange: Exchange, receive: Receive, send: Send) -> None:
         if routed.call.tracked:
             if self.service is not None:
-                await self._stream(routed, receive, send, self.service)
+                await self._stream(routed, exchange, receive, send, self.service)
                 return
             # Without a lifespan the request hosts its helper tasks itself.
             async with trio.open_nursery() as nursery:
-                await self._stream(routed, receive, send, nursery)
+                await self._stream(routed, exchange, receive, send, nursery)
             return
-        reply = await self._call(routed, Exchange(), False)
+        reply = await self._call(routed, exchange, False)
         assert reply is not None
         if routed.before_reply is not None and not await routed.before_reply(routed, send):
             return
-        status = 200
-        if "error" in reply:
-            status = rules.status_for(reply["error"]["code"], routed.era)
+        code = jsonrpc.error_code(reply)
+        status = 200 if code is None else rules.status_for(code, routed.era)
         await self.respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
 
     async def _stream(
-        self, routed: Routed, receive: Receive, send: Send, nursery: trio.Nursery
+        self,
+        routed: Routed,
+        exchange: Exchange,
+        receive: Receive,
+        send: Send,
+        nursery: trio.Nursery,
     ) -> None:
         """Run a cancellable call, watching its stream; see the module docstring.
 
@@ -194,7 +204,6 @@ class Responder:
         opens no nursery of its own.
         """
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
-        exchange = Exchange()
         on_stall = partial(exchange.cancel, "client stopped reading", grace=self.disconnect_grace)
         response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
         if response.sse:

@@ -25,12 +25,12 @@ import trio
 from ..._core.namespace import namespace_for
 from ..._core.registry import Registry
 from ..._protocol import jsonrpc
-from ..._protocol.admission import TOO_MANY_REQUESTS
+from ..._protocol.admission import too_many_sessions
 from ..._protocol.calls import NotificationCall, Rejected, RequestCall
 from ..._protocol.exchange import Caller, Channel
 from ...backends.base import BusMessage
 from . import rules
-from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send, valid_id
+from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
 from .shared import SessionSharing
@@ -102,7 +102,7 @@ class LegacyEra:
                 post.principal, post.tenant, trio.current_time(), channel
             )
         except SessionLimitReached as exc:
-            await self.refuse_session(post.send, valid_id(post.message), exc)
+            await self.refuse_session(post.send, jsonrpc.request_id_of(post.message), exc)
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
@@ -112,16 +112,8 @@ class LegacyEra:
 
     async def _notify(self, call: NotificationCall, caller: Caller) -> None:
         notified = call.notification
-        target: Any = notified.params.get("requestId")
-        forward = (
-            self.sharing is not None
-            and notified.method == "notifications/cancelled"
-            # Running here, it runs nowhere else: no need to tell the others.
-            # (A registry query the dispatcher should answer: see the report.)
-            and not caller.registry.in_flight(target, caller.namespace)
-        )
-        self.responder.notify(notified, caller)
-        if forward and self.sharing is not None:
+        # The dispatcher says whether the cancel may be for another worker.
+        if self.responder.notify(notified, caller) and self.sharing is not None:
             await self.sharing.forward_cancel(caller.namespace, notified.params)
 
     async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
@@ -173,9 +165,7 @@ class LegacyEra:
     async def refuse_session(self, send: Send, request_id: Any, exc: SessionLimitReached) -> None:
         """Answer an ``initialize`` that would need a busy session's place."""
         logger.warning("initialize refused: %s", exc)
-        reply = jsonrpc.error_message(
-            request_id, TOO_MANY_REQUESTS, "Too many sessions", {"limit": exc.limit, "max": exc.cap}
-        )
+        reply = too_many_sessions(request_id, exc.limit, exc.cap)
         status = 429 if exc.limit == "tenant" else 503
         await self.responder.respond(send, status, jsonrpc.encode(reply), RETRY_AFTER, json=True)
 

@@ -18,7 +18,7 @@ from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller
 from ..._protocol.jsonrpc import JsonRpcError
 from . import rules
-from .answer import Post, Responder, Routed, valid_id
+from .answer import Post, Responder, Routed
 
 __all__ = ["ModernEra"]
 
@@ -43,11 +43,11 @@ class ModernEra:
         )
         try:
             if not isinstance(message, dict) or "id" not in message:
-                raise JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
+                raise jsonrpc.not_a_request(message)
             envelope = rules.modern_envelope(headers, message)
         except JsonRpcError as exc:
             # The dispatcher never sees this message: its id is checked here, once.
-            exc.request_id = valid_id(message)
+            exc.request_id = jsonrpc.request_id_of(message)
             await self._error(post, exc)
             return None
         call = self.responder.prepare(message, caller, envelope)
@@ -56,8 +56,7 @@ class ModernEra:
             # carrying the modern envelope: not a request.
             error = getattr(call, "error", None)
             if not isinstance(error, JsonRpcError):
-                error = JsonRpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: expected a request")
-                error.request_id = valid_id(message)
+                error = jsonrpc.not_a_request(message)
             await self._error(post, error)
             return None
         if call.tool is not None:

@@ -111,7 +111,7 @@ class HttpError(Exception):
         self.headers = list(headers)
 
     def body(self) -> bytes:
-        return jsonrpc.encode(jsonrpc.error_message(None, self.code, str(self)))
+        return jsonrpc.encode(JsonRpcError(self.code, str(self)).to_message())
 
 
 def request_headers(
