@@ -31,20 +31,16 @@ import trio
 
 from trio_mcp_cancel import checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.lowlevel import JsonRpcError
+from trio_mcp_cancel.lowlevel import InputRequired, JsonRpcError, elicit, list_roots, sample
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
-    InputRequired,
     McpServer,
     PromptMessage,
     Text,
     ToolContext,
     ToolError,
-    elicit,
-    list_roots,
-    sample,
 )
 
 #: A 1x1 red PNG and a minimal WAV file.

@@ -30,9 +30,9 @@ from oauth_harness import running_auth_server
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import namespace_for
+from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 RESOURCE = "http://mcp.test/mcp"
 TIMEOUT = 20

@@ -14,8 +14,7 @@ import pytest
 import trio
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel.lowlevel import ClientRequestError
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ClientRequestError, McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.transports.memory import memory_transport_pair, serve_mcp_memory
 

@@ -19,8 +19,9 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel.lowlevel import ClientRequestError, ClientRequestTimeout
 from trio_mcp_cancel.server import (
+    ClientRequestError,
+    ClientRequestTimeout,
     ConnectionLimits,
     McpServer,
     ToolContext,
