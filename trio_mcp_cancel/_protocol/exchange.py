@@ -20,6 +20,7 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId
+from .client_table import ClientRequests
 from .jsonrpc import Message
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
@@ -73,6 +74,8 @@ class Channel:
     resource_subscriptions: set[str] = attrs.field(factory=set)
     """Legacy ``resources/subscribe``: the URIs whose ``notifications/resources/updated``
     the client's GET stream carries (at most ``MAX_SUBSCRIPTIONS``)."""
+    client_requests: ClientRequests = attrs.field(factory=ClientRequests)
+    """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""
 
     def remember_task(self, request_id: RequestId, task_id: str) -> None:
         self.created_tasks.pop(request_id, None)

@@ -99,6 +99,8 @@ class ClientResponse:
     """A response the client sent to a server-initiated request."""
 
     id: object
+    result: object = None
+    error: object = None
 
 
 def _refuse_constant(name: str) -> object:
@@ -231,7 +233,7 @@ def classify(message: object) -> Request | Notification | ClientResponse:
     method = message.get("method")
     if method is None:
         if has_id and ("result" in message or "error" in message):
-            return ClientResponse(raw_id)
+            return ClientResponse(raw_id, message.get("result"), message.get("error"))
         raise JsonRpcError(INVALID_REQUEST, "Invalid Request: no method", request_id=valid_id)
     if not isinstance(method, str):
         raise JsonRpcError(

@@ -32,6 +32,8 @@ from typing import Any
 
 import trio
 
+from ..._auth.resource import OAuthResource, Refusal
+from ..._auth.tokens import AccessToken
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
 from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
@@ -57,6 +59,7 @@ from .legacy import LegacyEra
 from .modern import ModernEra
 from .relay import Relays
 from .resume import ResumableStream
+from .oauth import check_scopes, resource_metadata
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -92,7 +95,11 @@ class McpHttpApp:
             and require it afterwards (``400`` when missing, ``404`` when
             unknown).  The modern era never uses sessions.
         auth: an :data:`~trio_mcp_cancel.http.Authenticator`; when set,
-            unauthenticated requests get ``401``.
+            unauthenticated requests get ``401``.  Or an
+            :class:`~trio_mcp_cancel.oauth.OAuthResource`: the MCP
+            authorization specification (Protected Resource Metadata served
+            at its well-known paths, ``401`` challenges, validated tokens,
+            ``403 insufficient_scope``; see :mod:`trio_mcp_cancel.oauth`).
         json_response: answer ``tools/call`` with one JSON body instead of
             an SSE stream (no progress, no keep-alive; a cancelled call is
             answered ``-32800``, because an HTTP response must carry something).
@@ -153,7 +160,7 @@ class McpHttpApp:
         registry_config: RegistryConfig | None = None,
         path: str = "/mcp",
         sessions: bool = True,
-        auth: Authenticator | None = None,
+        auth: Authenticator | OAuthResource | None = None,
         json_response: bool = False,
         allowed_origins: Collection[str] | None = None,
         limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
@@ -180,6 +187,7 @@ class McpHttpApp:
             else None
         )
         self.auth = auth
+        self.oauth = auth if isinstance(auth, OAuthResource) else None
         self.json_response = json_response
         self.limits = limits
         self.http_limits = http_limits
@@ -357,9 +365,14 @@ class McpHttpApp:
                 target = len(scope["path"]) + len(scope.get("query_string") or b"")
                 headers = rules.request_headers(scope["headers"], self.max_head_size, target)
                 if scope["path"] != self.path:
+                    if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
+                        await self._discard_body(receive)
+                        await respond(send, *resource_metadata(self.oauth, scope["method"]))
+                        return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                principal = await self._principal(headers)
+                access = await self._principal(headers)
+                principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
                     rules.check_accept(headers)
@@ -373,7 +386,7 @@ class McpHttpApp:
                     await self._discard_body(receive)
                 raise
             if method == "POST":
-                await self._post(scope, receive, send, headers, principal)
+                await self._post(scope, receive, send, headers, principal, access)
             elif method == "GET":
                 await self._discard_body(receive)
                 tenant = tenant_for(principal, scope.get("client"))
@@ -421,10 +434,17 @@ class McpHttpApp:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
 
-    async def _principal(self, headers: dict[str, str]) -> str | None:
-        if self.auth is None:
+    async def _principal(self, headers: dict[str, str]) -> str | AccessToken | None:
+        """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
+        auth = self.auth
+        if auth is None:
             return None
-        principal = await authenticate(self.auth, headers)
+        if isinstance(auth, OAuthResource):
+            try:
+                return await auth.authenticate(headers)
+            except Refusal as refused:
+                raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
+        principal = await authenticate(auth, headers)
         if principal is None:
             raise HttpError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
         return principal
@@ -436,6 +456,7 @@ class McpHttpApp:
         send: Send,
         headers: dict[str, str],
         principal: str | None,
+        access: str | AccessToken | None = None,
     ) -> None:
         body = await self._read_body(receive)
         try:
@@ -443,6 +464,11 @@ class McpHttpApp:
         except JsonRpcError as exc:
             await self._responder.respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
+        if self.oauth is not None and isinstance(access, AccessToken):
+            try:
+                check_scopes(self.oauth, self.server, message, access)
+            except Refusal as refused:
+                raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
         client = scope.get("client")
         tenant = tenant_for(principal, client)
         post = Post(send, headers, principal, client, tenant, message, self.registry)

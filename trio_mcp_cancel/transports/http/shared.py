@@ -212,6 +212,24 @@ class SessionSharing:
         except BackendUnavailable as exc:
             logger.debug("cancel not forwarded to other workers: %s", exc)
 
+    async def forward_response(
+        self, key: str, response_id: object, result: object, error: object
+    ) -> None:
+        """Publish a client's answer to a ``ctx.elicit`` for the worker whose tool waits for it."""
+        if not self.backend.bus.shared:
+            return
+        message: BusMessage = {
+            "type": "client.response",
+            "session": key,
+            "id": response_id,
+            "result": result,
+            "error": error,
+        }
+        try:
+            await self.backend.bus.publish(message)
+        except BackendUnavailable as exc:
+            logger.debug("client answer not forwarded to other workers: %s", exc)
+
 
 @asynccontextmanager
 async def tenant_call_slot(
