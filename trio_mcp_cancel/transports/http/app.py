@@ -52,13 +52,10 @@ from ..limits import (
 )
 from . import hypercorn_compat, rules
 from .answer import Post, Responder
-from .fanout import HubFanout
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
-from .relay import Relays
-from .resume import ResumableStream
 from .oauth import check_scopes, resource_metadata
 from .rules import HttpError
 from .sessions import SessionStore
@@ -230,23 +227,7 @@ class McpHttpApp:
             self._sharing,
             limits.max_concurrent_requests,
         )
-        self._relays = (
-            Relays(
-                backend.bus,
-                self._owned_stream,
-                lambda: self._responder.service,
-                limits.max_buffered_bytes,
-                limits.write_timeout,
-            )
-            if backend is not None
-            else None
-        )
-        self._get = GetStreams(self._responder, self._legacy, self._relays)
-
-    def _owned_stream(self, session_key: str, stream_key: str) -> ResumableStream | None:
-        """A stream of a session shared under *session_key* that this worker runs, if any."""
-        session = self._sharing.local(session_key) if self._sharing is not None else None
-        return None if session is None else session.streams.streams.get(stream_key)
+        self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -309,13 +290,7 @@ class McpHttpApp:
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
-                    fanout = HubFanout(self.server.subscriptions, self.backend.bus)
-                    heard = self.backend.bus.subscribe(fanout.on_bus)
-                    outer.start_soon(_unsubscribe_on_exit, heard)
-                    await outer.start(fanout.run)
-                    if self._relays is not None and self._responder.resume_window is not None:
-                        relays = self._relays.on_bus
-                        outer.start_soon(_unsubscribe_on_exit, self.backend.bus.subscribe(relays))
+                    await outer.start(self._get.serve_backend, self.backend)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     self._responder.service = service

@@ -34,14 +34,16 @@ import trio
 
 from ..._protocol import jsonrpc
 from ..._protocol.subscriptions import LegacyFilter, Listener
+from ...backends.base import Backend
 from . import rules, sse
 from .answer import RETRY_AFTER, Responder
+from .fanout import HubFanout
 from .legacy import LegacyEra
 from .relay import Relays
 from .resume import ResumableStream, parse_event_id
 from .rules import HttpError
 from .sessions import Session
-from .shared import session_key
+from .shared import SessionSharing, session_key
 from .writer import ResponseWriter
 
 __all__ = ["GetStreams"]
@@ -62,6 +64,44 @@ class GetStreams:
     legacy: LegacyEra
     relays: Relays | None = None
     """With a shared backend: resuming streams that other workers run (:mod:`.relay`)."""
+
+    @classmethod
+    def build(
+        cls,
+        responder: Responder,
+        legacy: LegacyEra,
+        sharing: SessionSharing | None,
+        backend: Backend | None,
+    ) -> GetStreams:
+        """The GET handling of an app; with a *backend*, its relays too."""
+
+        def owned(session_key: str, stream_key: str) -> ResumableStream | None:
+            session = sharing.local(session_key) if sharing is not None else None
+            return None if session is None else session.streams.streams.get(stream_key)
+
+        relays = None
+        if backend is not None:
+            service = partial(getattr, responder, "service")
+            limit, timeout = responder.max_buffered_bytes, responder.write_timeout
+            relays = Relays(backend.bus, owned, service, limit, timeout)
+        return cls(responder, legacy, relays)
+
+    async def serve_backend(
+        self, backend: Backend, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Across workers, for as long as the app runs: the hub's notifications
+        (:mod:`.fanout`) and, with resumption on, the relays (:mod:`.relay`)."""
+        fanout = HubFanout(self.responder.server.subscriptions, backend.bus)
+        handlers = [fanout.on_bus]
+        if self.relays is not None and self.responder.resume_window is not None:
+            handlers.append(self.relays.on_bus)
+        unsubscribes = [backend.bus.subscribe(handler) for handler in handlers]
+        try:
+            await fanout.run(task_status=task_status)
+            await trio.sleep_forever()
+        finally:
+            for unsubscribe in unsubscribes:
+                unsubscribe()
 
     async def get(
         self,
