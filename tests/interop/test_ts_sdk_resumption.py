@@ -10,7 +10,6 @@ connection mid-call (SEP-1699 polling: the SDK reconnects with
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -36,15 +35,6 @@ import node_tools
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
 SCRIPT = ROOT / "conformance" / "ts_client_resume.mjs"
-
-
-@pytest.fixture(scope="module")
-def node() -> Path:
-    if not node_tools.installed():
-        if os.environ.get("CI") != "true":
-            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
-        node_tools.ensure()
-    return node_tools.node()
 
 
 @asynccontextmanager
