@@ -329,8 +329,9 @@ async def test_legacy_lists_carry_no_cache_fields(autojump_clock: trio.testing.M
         assert unknown.value.code == INVALID_PARAMS
         capabilities = client.initialize_result["capabilities"]  # type: ignore[index]
     assert "ttlMs" not in listed and "cacheScope" not in listed
-    assert capabilities["resources"] == {"listChanged": False, "subscribe": False}
-    assert capabilities["prompts"] == {"listChanged": False}
+    # The connection is a legacy client's notification stream: both are delivered.
+    assert capabilities["resources"] == {"listChanged": True, "subscribe": True}
+    assert capabilities["prompts"] == {"listChanged": True}
     assert capabilities["completions"] == {}
 
 

@@ -74,6 +74,15 @@ queued *after* the end depends on what the end means:
   cancelled stay silent as the client-side kind ``"disconnect"`` requires.
 
 Cancelling ``serve`` (server shutdown) stops the writer at once.
+
+**Notifications outside requests (legacy era).**  A client that initialized
+on the 2025 era has no ``subscriptions/listen``: the connection itself is
+its notification stream (what HTTP's GET stream is to a session), so
+``initialize`` promises ``listChanged`` and ``resources.subscribe``, and the
+server's ``notifications/*/list_changed`` and the updates of the resources
+it subscribed to are sent to it unasked, from the same hub and with the
+same bounds as a listen stream (one of the dispatcher's listen slots; a
+reader too far behind stops getting them, and the outbox bounds the rest).
 """
 
 from __future__ import annotations
@@ -95,6 +104,7 @@ from .._protocol.dispatcher import Dispatcher
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
 from .._protocol.mcp_server import McpServerBase
+from .._protocol.subscriptions import LegacyFilter
 from ._outbox import Outbox
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
@@ -196,6 +206,10 @@ class MessageConnection:
     _writer: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
     _writing: trio.CancelScope | None = attrs.field(init=False, default=None)
     _reading: trio.CancelScope | None = attrs.field(init=False, default=None)
+    _notifier: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
+    """Ends the legacy notification pump (see the module docstring) with the requests."""
+    _service: trio.Nursery | None = attrs.field(init=False, default=None)
+    _pumping: bool = attrs.field(init=False, default=False)
     dispatcher: Dispatcher = attrs.field(init=False)
     """The server's dispatcher (``Dispatcher.of(server)``), looked up once per connection."""
 
@@ -208,6 +222,7 @@ class MessageConnection:
         if self.caller.channel is None:
             self.caller.channel = Channel()
         self.caller.channel.ordered = True
+        self.caller.channel.notifications = True  # the connection is its notification stream
 
     @property
     def channel(self) -> Channel:
@@ -340,6 +355,7 @@ class MessageConnection:
         """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_outbox)
+            self._service = nursery
             try:
                 async with trio.open_nursery() as requests:
                     ended = False
@@ -361,7 +377,26 @@ class MessageConnection:
                         self.caller.namespace, reason, kind=kind, grace=self.limits.disconnect_grace
                     )
             finally:
+                self._notifier.cancel()
                 self._finish_writing()
+
+    async def _notify_legacy(self) -> None:
+        """The hub's notifications for a legacy client, unasked (module docstring)."""
+        tenant = self.caller.tenant
+        if self.dispatcher.admit_notification_stream(tenant) is not None:
+            logger.info("listen stream limit reached: no list changes for this connection")
+            return
+        hub = self.server.subscriptions
+        listener = hub.open(LegacyFilter(self.channel.resource_subscriptions))
+        try:
+            with self._notifier:
+                async for note in listener.receive:
+                    self.send_nowait(jsonrpc.notification_message(note["method"], note["params"]))
+                if listener.overflowed:
+                    logger.info("a client fell too far behind its notifications; no more sent")
+        finally:
+            hub.close(listener)
+            self.dispatcher.release_notification_stream(tenant)
 
     async def _read(self, messages: AsyncIterator[str | bytes], nursery: trio.Nursery) -> None:
         """Dispatch incoming messages until they end or the peer stalls.
@@ -386,6 +421,9 @@ class MessageConnection:
 
     async def dispatch(self, data: str | bytes, nursery: trio.Nursery) -> None:
         """Handle one incoming message; returns once a request is registered."""
+        if not self._pumping and self.channel.legacy is not None and self._service is not None:
+            self._pumping = True  # initialized as legacy: from now on it hears list changes
+            self._service.start_soon(self._notify_legacy)
         try:
             message = jsonrpc.decode(data)
         except JsonRpcError as exc:

@@ -194,7 +194,7 @@ async def test_initialize_ping_and_tools_list(mcp_registry: Registry) -> None:
                 assert reply["result"]["protocolVersion"] == "2025-03-26"
                 assert reply["result"]["serverInfo"] == {"name": "ws-test", "version": "1.2.3"}
                 assert reply["result"]["capabilities"] == {
-                    "tools": {"listChanged": False},
+                    "tools": {"listChanged": True},
                     "logging": {},
                 }
                 await send(ws, {"jsonrpc": "2.0", "method": "notifications/initialized"})
