@@ -20,10 +20,16 @@ import trio
 from client_harness import http_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import RequestCancelled
-from trio_mcp_cancel.client import ClientHandlers, open_http_client, open_stdio_client
+from trio_mcp_cancel import RequestCancelled, open_registry
+from trio_mcp_cancel.client import (
+    ClientHandlers,
+    open_http_client,
+    open_stdio_client,
+    open_websocket_client,
+)
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks, open_test_client
+from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 BOUND = 30
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -205,3 +211,35 @@ async def test_leaving_the_test_client_with_a_question_pending_stops_its_handler
         await answers.asking.wait()
     assert answers.stopped.is_set()
     assert seen == ["cancelled: disconnect"]
+
+
+async def test_over_websocket_a_legacy_question_is_answered_and_a_cancel_stops_the_handler() -> (
+    None
+):
+    seen: list[str] = []
+    answers = Answers()
+    with trio.fail_after(BOUND):
+        async with open_registry() as registry, trio.open_nursery() as nursery:
+            ws = await nursery.start(
+                serve_mcp_websocket, make_server(seen), registry, "127.0.0.1", 0
+            )
+            url = f"ws://127.0.0.1:{ws.port}/mcp"
+            async with open_websocket_client(
+                url, era="legacy", handlers=answers.handlers()
+            ) as client:
+                assert text(await client.call_tool("survey")) == EXPECTED
+                answers.stall = True
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as inner:
+                        inner.start_soon(client.call_tool, "greet")
+                        await answers.asking.wait()
+                        scope.cancel()
+                await answers.stopped.wait()
+                await registry.wait_idle()
+            nursery.cancel_scope.cancel()
+    assert seen == ["acted", "cancelled: client"]
+
+
+def text(result: dict[str, Any]) -> str:
+    value: str = result["content"][0]["text"]
+    return value
