@@ -16,7 +16,6 @@ principal) and 2026-07-28 pinned (stateless).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -39,15 +38,6 @@ import node_tools
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
 SCRIPT = ROOT / "conformance" / "ts_client_oauth.mjs"
-
-
-@pytest.fixture(scope="module")
-def node() -> Path:
-    if not node_tools.installed():
-        if os.environ.get("CI") != "true":
-            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
-        node_tools.ensure()  # CI: install it, or fail loudly
-    return node_tools.node()
 
 
 @pytest.mark.parametrize("era", ["legacy", "2026-07-28"])

@@ -11,7 +11,6 @@ the handler's abort signal fires.  Node tooling as in
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -38,15 +37,6 @@ pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
 SCRIPT = ROOT / "conformance" / "ts_client_elicit.mjs"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-
-
-@pytest.fixture(scope="module")
-def node() -> Path:
-    if not node_tools.installed():
-        if os.environ.get("CI") != "true":
-            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
-        node_tools.ensure()  # CI: install it, or fail loudly
-    return node_tools.node()
 
 
 @asynccontextmanager
