@@ -230,3 +230,15 @@ def test_the_bearer_challenge_is_parsed_among_others_with_quoted_commas() -> Non
     assert parse_challenge('Basic realm="x"') is None
     assert parse_challenge("Bearer") == {}
     assert parse_challenge(None) is None
+
+
+async def test_one_provider_never_hands_a_servers_token_to_another_server() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with protected() as first, protected() as second:
+            auth = ClientCredentialsAuth("client-a", "secret-a")
+            async with open_http_client(first.url, auth=auth) as client:
+                await client.call_tool("echo", {"text": "x"})
+            async with open_http_client(second.url, auth=auth) as client:
+                with pytest.raises(OAuthError, match="use one per server"):
+                    await client.call_tool("echo", {"text": "x"})
+            assert second.issuer.calls["/token"] == 0

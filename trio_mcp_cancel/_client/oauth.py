@@ -158,6 +158,13 @@ class ClientCredentialsAuth(httpx2.Auth):
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        grant = self._grant
+        if grant is not None and not _covers(grant.resource, _called(request.url)):
+            # A token is good for its resource only: never hand it to another server.
+            raise OAuthError(
+                f"this ClientCredentialsAuth holds tokens for {grant.resource},"
+                f" not {_called(request.url)}: use one per server"
+            )
         token = self._token
         if token is not None and trio.current_time() >= token.renew_at:
             token = await self._renew(token, token.scopes)  # about to expire: a new one first
@@ -259,7 +266,7 @@ class ClientCredentialsAuth(httpx2.Auth):
                 self._grant = await self._bounded(self._find_grant(url, challenge))
 
     async def _find_grant(self, url: httpx2.URL, challenge: Mapping[str, str]) -> _Grant:
-        called = str(url.copy_with(query=None, fragment=None))
+        called = _called(url)
         resource_doc = await self._resource_metadata(called, challenge.get("resource_metadata"))
         resource = resource_doc.get("resource")
         if not isinstance(resource, str) or not _covers(resource, called):
@@ -386,6 +393,10 @@ class ClientCredentialsAuth(httpx2.Auth):
         except ValueError:
             document = None
         return response.status_code, document if isinstance(document, dict) else None
+
+
+def _called(url: httpx2.URL) -> str:
+    return str(url.copy_with(query=None, fragment=None))
 
 
 def _covers(resource: str, called: str) -> bool:
