@@ -306,6 +306,14 @@ async def test_trigger_tool_change(ctx: ToolContext) -> str:
 
 
 @server.tool()
+async def test_reconnection(ctx: ToolContext) -> str:
+    """Closes its SSE stream mid-call (SEP-1699 polling); the client resumes with Last-Event-ID."""
+    ctx.close_stream()  # after the priming event: the client knows where to resume from
+    await trio.sleep(0.2)
+    return "Reconnection test completed successfully"
+
+
+@server.tool()
 async def test_trigger_prompt_change(ctx: ToolContext) -> str:
     """Adds or removes the prompt 'test_dynamic_prompt' (a prompts list_changed notification)."""
     if "test_dynamic_prompt" in server.prompts.prompts:

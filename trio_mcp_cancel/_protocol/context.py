@@ -132,6 +132,20 @@ class ToolContext(ContextParameter):
             {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
         )
 
+    def close_stream(self) -> bool:
+        """Close the connection that carries this request's SSE stream, keeping the stream.
+
+        SEP-1699 polling: on a resumable legacy HTTP stream the client then
+        reconnects (``GET`` with ``Last-Event-ID``, after the stream's
+        ``retry``) and gets what follows, the answer included, so a server
+        need not hold a connection open for a long call.  The call goes on;
+        the disconnect grace (``resume_window``) applies as to any drop.
+        ``False`` (nothing done) on every other stream: modern HTTP (where a
+        closed stream is a cancel), stdio, WebSocket, a JSON answer.
+        """
+        close = self._exchange.close_stream
+        return close() if close is not None else False
+
     async def log(self, level: str, data: object, logger: str | None = None) -> None:
         """Send ``notifications/message`` on this request's stream.
 

@@ -412,6 +412,21 @@ class Dispatcher:
         if caller.channel is not None:
             caller.channel.exchanges.discard(exchange)
 
+    def admit_notification_stream(self, tenant: str | None) -> tuple[str, int] | None:
+        """Count a legacy session's GET stream as a listen stream, or say which cap
+        (``"server"``/``"tenant"``, and its value) it would exceed; give it back with
+        :meth:`release_notification_stream`."""
+        server = self.server
+        full = self.listens.full(
+            tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
+        )
+        if full is None:
+            self.listens.take(tenant)
+        return full
+
+    def release_notification_stream(self, tenant: str | None) -> None:
+        self.listens.give(tenant)
+
 
 def _target(call: RequestCall) -> str | None:
     """The span name's target: the tool of ``tools/call``, the prompt of ``prompts/get``."""

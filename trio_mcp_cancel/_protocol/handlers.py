@@ -68,7 +68,9 @@ async def initialize(h: HandlerInput) -> dict[str, Any]:
     return server.describe(
         {
             "protocolVersion": version,
-            "capabilities": server.capabilities("legacy"),
+            "capabilities": server.capabilities(
+                "legacy", notifications=channel is not None and channel.notifications
+            ),
             "serverInfo": server.info,
         }
     )

@@ -43,6 +43,7 @@ __all__ = [
     "message_too_large",
     "not_a_request",
     "request_id_of",
+    "notification_message",
     "result_message",
 ]
 
@@ -199,6 +200,11 @@ def error_code(message: Message) -> int | None:
     """The code of an error response (one this library built), ``None`` for a result."""
     error = message.get("error")
     return None if error is None else error["code"]
+
+
+def notification_message(method: str, params: dict[str, Any]) -> Message:
+    """A server notification (``notifications/tools/list_changed`` for a GET stream...)."""
+    return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
 def result_message(request_id: RequestId, result: object) -> Message:

@@ -277,12 +277,14 @@ class McpServerBase(ServerFeatures):
         self.tool_scopes.pop(name, None)
         self.tools_changed()
 
-    def capabilities(self, era: Era = "legacy") -> dict[str, Any]:
-        modern = era == "modern"
+    def capabilities(self, era: Era = "legacy", *, notifications: bool = False) -> dict[str, Any]:
+        """*notifications*: a legacy client the transport can notify outside requests
+        (the HTTP GET stream); the modern era always can (``subscriptions/listen``)."""
+        listen = era == "modern" or notifications
         return {
-            "tools": {"listChanged": modern},
+            "tools": {"listChanged": listen},
             "logging": {},
-            **self.feature_capabilities(modern),
+            **self.feature_capabilities(listen),
         }
 
     def describe(self, result: dict[str, Any]) -> dict[str, Any]:

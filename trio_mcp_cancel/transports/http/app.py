@@ -52,6 +52,7 @@ from ..limits import (
 )
 from . import hypercorn_compat, rules
 from .answer import Post, Responder
+from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
@@ -123,7 +124,18 @@ class McpHttpApp:
             DNS-rebinding guard MCP asks for).  ``None``: no ``Origin``
             header, or a localhost one.
         legacy_disconnect_cancels: whether a legacy client closing its
-            stream cancels the call (the modern era always does).
+            stream cancels the call (the modern era always does, at once);
+            with resumption on, only once ``resume_window`` passed without
+            a resume.  ``False``: the call runs on (within
+            ``max_request_time``), and its stream stays resumable.
+        resume_window: legacy SSE streams are resumable (SEP-1699: event
+            ids, a priming event with ``retry``, ``GET`` with
+            ``Last-Event-ID`` replays what the client missed; see
+            :mod:`.resume`), and a dropped one is a disconnect only when
+            its client has not come back within this many seconds (default
+            5; ``MCP_RESUME_WINDOW``).  ``None``: no resumption; a dropped
+            stream is a disconnect at once.  The replay buffer of each
+            stream is ``http_limits.replay_buffer_size`` bytes.
         backend: what server processes share (task records, cancellation
             requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
             process only, in memory.  The lifespan runs it.
@@ -151,6 +163,7 @@ class McpHttpApp:
         limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
         http_limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         legacy_disconnect_cancels: bool = True,
+        resume_window: float | None = 5.0,
         backend: Backend | None = None,
         hypercorn_fast_paths: bool | None = None,
     ) -> None:
@@ -203,6 +216,8 @@ class McpHttpApp:
             limits.write_timeout,
             limits.max_buffered_bytes,
             hypercorn_fast_paths,
+            resume_window=_check_window(resume_window),
+            replay_limit=http_limits.replay_buffer_size,
         )
         self._modern = ModernEra(self._responder)
         self._legacy = LegacyEra(
@@ -212,6 +227,7 @@ class McpHttpApp:
             self._sharing,
             limits.max_concurrent_requests,
         )
+        self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -274,6 +290,7 @@ class McpHttpApp:
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
+                    await outer.start(self._get.serve_backend, self.backend)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     self._responder.service = service
@@ -336,8 +353,8 @@ class McpHttpApp:
                     rules.check_accept(headers)
                     rules.check_content_type(headers)
                     rules.check_content_length(headers, self.max_message_size)
-                elif method != "DELETE" or not self._legacy_headers(headers):
-                    allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
+                elif method not in ("DELETE", "GET") or not self._legacy_headers(headers):
+                    allow = b"GET, POST, DELETE" if self._legacy_headers(headers) else b"POST"
                     raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
             except HttpError as exc:
                 if exc.status != 413:  # a body declared too large is not waited for
@@ -345,6 +362,10 @@ class McpHttpApp:
                 raise
             if method == "POST":
                 await self._post(scope, receive, send, headers, principal, access)
+            elif method == "GET":
+                await self._discard_body(receive)
+                tenant = tenant_for(principal, scope.get("client"))
+                await self._get.get(headers, principal, tenant, receive, send)
             else:
                 await self._discard_body(receive)
                 await self._legacy.delete(headers, principal)
@@ -476,6 +497,12 @@ class _Body:
 
     def data(self) -> bytes:
         return b"".join(self._chunks)  # one chunk: CPython returns it as is
+
+
+def _check_window(window: float | None) -> float | None:
+    if window is not None and not (math.isfinite(window) and window >= 0):
+        raise ValueError(f"resume_window must be a finite number of seconds >= 0, not {window!r}")
+    return window
 
 
 async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:

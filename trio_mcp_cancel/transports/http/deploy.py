@@ -30,6 +30,10 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     comma-separated ``Origin`` values to accept (default: localhost only).
 ``MCP_MAX_REQUEST_TIME``
     seconds after which a tool call is cancelled by the server (default: none).
+``MCP_RESUME_WINDOW``
+    seconds a dropped legacy SSE stream may be resumed (``GET`` with
+    ``Last-Event-ID``) before its call is cancelled as a disconnect (default
+    ``5``; ``none``: streams are not resumable, a drop cancels at once).
 ``MCP_TASK_TTL``
     seconds a task record lives after creation (default ``3600``).
 ``MCP_STATE_SECRET``
@@ -176,6 +180,7 @@ def app_from_env(
             max_request_time=seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
         ),
         "backend": backend_from_env(environ),
+        "resume_window": seconds_setting(environ, "MCP_RESUME_WINDOW", 5.0),
     }
     origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()
     if origins:

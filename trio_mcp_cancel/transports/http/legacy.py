@@ -2,9 +2,10 @@
 
 ``initialize`` creates a session (``Mcp-Session-Id``), later POSTs carry
 it, ``notifications/cancelled`` cancels a request of the same session,
-DELETE ends the session and cancels its requests.  Closing the stream
-cancels too, by default (``legacy_disconnect_cancels``): the 2025 specs
-advise against it because their streams can be resumed, and ours cannot.
+DELETE ends the session and cancels its requests.  A dropped SSE stream
+can be resumed (``GET`` + ``Last-Event-ID``, :mod:`.resume`) for
+``resume_window`` seconds; one not resumed by then cancels the call, by
+default (``legacy_disconnect_cancels``).
 
 With a shared backend (:mod:`.shared`) a session lives on every worker: a
 POST may land on another worker than its ``initialize``, a cancel for a
@@ -98,7 +99,7 @@ class LegacyEra:
     async def _create(self, post: Post) -> Session | None:
         """A new session for ``initialize`` (whatever header it carries); ``None``: refused."""
         assert self.sessions is not None
-        channel = Channel(self.max_concurrent_requests)
+        channel = Channel(self.max_concurrent_requests, notifications=True)
         try:
             session, evicted = self.sessions.create(
                 post.principal, post.tenant, trio.current_time(), channel
@@ -108,6 +109,7 @@ class LegacyEra:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            old.streams.close_all()
             if self.sharing is not None:
                 await self.sharing.end(old)  # on every worker: it freed a shared place
         return session
@@ -159,6 +161,7 @@ class LegacyEra:
         assert session is not None and self.sessions is not None
         self.sessions.end(session.id)
         session.channel.cancel_all("session terminated")
+        session.streams.close_all()
         if self.sharing is not None:
             await self.sharing.end(session)
 
@@ -215,3 +218,4 @@ class LegacyEra:
             if session is not None:
                 self.sessions.end(session.id)
                 session.channel.cancel_all("session terminated")
+                session.streams.close_all()

@@ -167,7 +167,9 @@ class SessionSharing:
         existing = store.get(session_id, principal, trio.current_time())
         if existing is not None:
             return existing  # adopted meanwhile by a concurrent request
-        channel = Channel(self.max_concurrent_requests, legacy=_legacy(record.get("legacy")))
+        channel = Channel(
+            self.max_concurrent_requests, legacy=_legacy(record.get("legacy")), notifications=True
+        )
         session = Session(
             session_id, principal, trio.current_time(), tenant, public_id, channel=channel
         )
@@ -177,6 +179,7 @@ class SessionSharing:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            old.streams.close_all()
             await self.end(old)
         self._by_key[key] = session
         self._touched[session] = trio.current_time()
