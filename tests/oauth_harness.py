@@ -48,6 +48,8 @@ class AuthServer:
     """Clients whose tokens from /token are opaque (introspected) instead of JWTs."""
     down: bool = False
     calls: Counter[str] = attrs.field(factory=Counter)
+    token_lifetime: int = 300
+    """Seconds the tokens from /token live (their ``exp`` and ``expires_in``)."""
 
     def __attrs_post_init__(self) -> None:
         self.rotate()
@@ -186,11 +188,12 @@ class AuthServer:
             return 400, {"error": "unsupported_grant_type"}
         resource = form.get("resource", [None])[0]
         scope = form.get("scope", [""])[0]
+        lifetime = self.token_lifetime
         if client in self.opaque_clients:
-            token = self.mint_opaque(client, resource, scope)
+            token = self.mint_opaque(client, resource, scope, lifetime)
         else:
-            token = self.mint(client, resource, scope)
-        answer = {"access_token": token, "token_type": "Bearer", "expires_in": 300}
+            token = self.mint(client, resource, scope, expires_in=lifetime)
+        answer = {"access_token": token, "token_type": "Bearer", "expires_in": lifetime}
         if scope:
             answer["scope"] = scope
         return 200, answer

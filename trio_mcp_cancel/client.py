@@ -34,6 +34,7 @@ in its own process group, stopped and reaped on exit), or
 from __future__ import annotations
 
 import contextlib
+import importlib
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
@@ -44,7 +45,7 @@ import trio_websocket
 
 from ._client.calls import PendingCall, ProgressCallback
 from ._client.engine import ClientEngine
-from ._client.errors import McpError, McpTransportError
+from ._client.errors import McpError, McpTransportError, OAuthError
 from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
@@ -57,8 +58,10 @@ if TYPE_CHECKING:
     import httpx2
 
     from ._client.http import HttpTransport
+    from ._client.oauth import ClientCredentialsAuth
 
 __all__ = [
+    "ClientCredentialsAuth",
     "ClientEra",
     "ClientHandlers",
     "ClientOptions",
@@ -67,6 +70,7 @@ __all__ = [
     "McpError",
     "McpTaskError",
     "McpTransportError",
+    "OAuthError",
     "PendingCall",
     "ProgressCallback",
     "TaskCallback",
@@ -377,4 +381,22 @@ async def open_client(target: str | Sequence[str], **options: Any) -> AsyncItera
         yield client
 
 
-fixup_module_metadata(__name__, __all__, globals())
+_LAZY = {"ClientCredentialsAuth": "oauth"}
+"""Names from modules that need httpx2 (the ``client`` extra), imported when first used."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        imported = importlib.import_module(f"{__package__}._client.{module}")
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(f"{name} needs httpx2: pip install 'trio-mcp-cancel[client]'") from exc
+    value = getattr(imported, name)
+    globals()[name] = value
+    fixup_module_metadata(__name__, [name], globals())
+    return value
+
+
+fixup_module_metadata(__name__, [n for n in __all__ if n not in _LAZY], globals())

@@ -39,6 +39,7 @@ from . import __version__
 from ._client.calls import PendingCall
 from ._client.engine import ClientEngine
 from ._client.errors import McpError
+from ._client.handlers import ClientHandlers, ServerRequests
 from ._client.memory import ChannelTransport
 from ._client.tasks import McpTaskError
 from ._core.events import Event
@@ -218,6 +219,7 @@ async def open_test_client(
     tasks: bool = False,
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     registry_config: RegistryConfig | None = None,
+    handlers: ClientHandlers | None = None,
 ) -> AsyncIterator[McpTestClient]:
     """Connect an :class:`McpTestClient` to *server* in memory, for one ``async with``.
 
@@ -232,6 +234,13 @@ async def open_test_client(
     *tasks*: declare the Tasks extension on ``tools/call`` (``call_tool``
     then follows a task to its end; the server's ``TaskManager`` must be
     running for it to make one).
+    *handlers* (:class:`~trio_mcp_cancel.client.ClientHandlers`): answer the
+    server's questions (a tool's ``ctx.elicit``, ``ctx.sample``,
+    ``ctx.list_roots``) as the public client does: MRTR rounds (modern),
+    server requests on the connection (legacy; a question the server
+    cancels stops its handler), a task's ``inputRequests``; each handler
+    is declared as a capability.  Other server requests are still kept in
+    ``unexpected``.
 
     An exception from the block comes out as itself, not wrapped in an
     exception group.
@@ -265,17 +274,32 @@ async def open_test_client(
             token = current_registry_var.set(registry)
             try:
                 caller: Caller = await nursery.start(serve)
+                capabilities = dict(client_capabilities or {})
+                if handlers is not None:
+                    capabilities = handlers.capabilities() | capabilities
                 client = McpTestClient(
                     era,
-                    dict(client_capabilities or {}),
+                    capabilities,
                     dict(client_info or _TEST_CLIENT_INFO),
                     registry=registry,
                     caller=caller,
                     end=client_end,
                     tasks=tasks,
                     transport=ChannelTransport(client_end.send),
+                    handlers=handlers,
                 )
                 client.log_level = log_level
+                if handlers is not None:
+                    transport = client.transport
+                    assert transport is not None
+
+                    def reply(message: dict[str, Any]) -> None:
+                        with contextlib.suppress(
+                            trio.ClosedResourceError, trio.BrokenResourceError
+                        ):
+                            transport.transmit(message, None)
+
+                    client.server_requests = ServerRequests(handlers, nursery, reply)
                 nursery.start_soon(client._read)
                 try:
                     if era == "legacy":
@@ -286,6 +310,8 @@ async def open_test_client(
                 # The server returns once every request it ran has stopped,
                 # then closes its side, which ends the reader.
                 await server_done.wait()
+                if client.server_requests is not None:
+                    client.server_requests.cancel_all()
                 own_registry.cancel()
             finally:
                 current_registry_var.reset(token)

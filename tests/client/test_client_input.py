@@ -3,8 +3,9 @@ task progress, legacy server requests.
 
 Against our own server (in memory on MockClock where time matters, over
 hypercorn where the headers do), and a scripted legacy server on httpx2's
-``MockTransport`` for server-to-client requests (our server does not send
-them yet; the Python SDK server does: tests/interop/test_client_interop.py).
+``MockTransport`` for the wire form of server-to-client requests (our
+server's own, from ``ctx.elicit``: tests/client/test_client_answers_ctx.py;
+the Python SDK server's: tests/interop/test_client_interop.py).
 """
 
 from __future__ import annotations

@@ -24,7 +24,12 @@ from repo_paths import ROOT
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel._run import cli
-from trio_mcp_cancel.client import ClientHandlers, ClientOptions, open_http_client
+from trio_mcp_cancel.client import (
+    ClientCredentialsAuth,
+    ClientHandlers,
+    ClientOptions,
+    open_http_client,
+)
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import ConnectionLimits, McpServer
@@ -110,6 +115,7 @@ _CHECKS: dict[str, Callable[[], set[str]]] = {
         (_parameters(open_http_client) - {"options"})
         | set(ClientOptions.__annotations__)
         | {f.name for f in attrs.fields(ClientHandlers)}
+        | {f.name for f in attrs.fields(ClientCredentialsAuth) if f.init}
     ),
     "The command line: trio-mcp-cancel run": _cli_flags,
     "OAuthResource and token verifiers": lambda: {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["McpError", "McpTransportError", "Message"]
+__all__ = ["McpError", "McpTransportError", "Message", "OAuthError"]
 
 Message = dict[str, Any]
 
@@ -26,3 +26,10 @@ class McpTransportError(McpError):
 
     def __init__(self, message: str, data: object = None) -> None:
         super().__init__(0, message, data)
+
+
+class OAuthError(McpTransportError):
+    """The client could not get an access token (``ClientCredentialsAuth``): the
+    metadata or the token endpoint failed, refused, or did not answer in time.
+    The call that needed the token raises it; ``data`` holds the token
+    endpoint's HTTP status and OAuth ``error`` when it refused."""

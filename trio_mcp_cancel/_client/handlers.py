@@ -139,6 +139,11 @@ class ServerRequests:
         if scope is not None:
             scope.cancel()
 
+    def cancel_all(self) -> None:
+        """The connection is gone: no answer can reach the server, so stop answering."""
+        for request_id in list(self._running):
+            self.cancel(request_id)
+
     async def _run(self, request: Message, scope: trio.CancelScope) -> None:
         request_id = request.get("id")
         reply: Message | None = None

@@ -61,6 +61,14 @@ _JSON_ACCEPT = "application/json, text/event-stream"
 WRITE_TIMEOUT = 30.0
 """Seconds one write to the server may take (an HTTP/2 write is not cancelled halfway)."""
 
+CANCEL_DRAIN = 5.0
+"""Legacy: seconds a cancelled call's stream is still read after the cancel was taken.
+
+The server ends a cancelled call by cancelling the questions its tool had
+pending (``notifications/cancelled`` on that same stream, so the client's
+handler stops), then closes the stream; past this bound it is closed here.
+"""
+
 
 @attrs.frozen
 class Resumption:
@@ -131,6 +139,14 @@ class _Stream:
 
 
 @attrs.define(eq=False)
+class _Open:
+    """One request's POST in flight: the scope that closes it, and when it ended."""
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    ended: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.define(eq=False)
 class HttpTransport:
     """POSTs the messages of one client engine to one MCP endpoint through *http*.
 
@@ -146,7 +162,7 @@ class HttpTransport:
     session_id: str | None = None
     """The legacy session (``Mcp-Session-Id``), once ``initialize`` made one."""
     receiver: Receiver = attrs.field(kw_only=True)
-    _streams: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    _streams: dict[int, _Open] = attrs.field(factory=dict)
     _session_started: trio.Event = attrs.field(factory=trio.Event)
     """Set (and replaced) whenever ``initialize`` gives a new session."""
 
@@ -157,10 +173,10 @@ class HttpTransport:
     # -- what the engine calls -----------------------------------------------
 
     def transmit(self, message: Message, call: PendingCall | None) -> None:
-        scope = trio.CancelScope()
+        open_ = _Open()
         if call is not None:
-            self._streams[call.id] = scope
-        self.nursery.start_soon(self._post, message, call, scope)
+            self._streams[call.id] = open_
+        self.nursery.start_soon(self._post, message, call, open_)
 
     def cancel(self, call: PendingCall, reason: str | None) -> None:
         """Modern: close the request's stream.  Legacy: ``notifications/cancelled``, then close.
@@ -168,16 +184,19 @@ class HttpTransport:
         In the legacy era a closed stream is not a cancel (servers SHOULD
         NOT read it as one), so the stream stays open until the cancel's own
         POST has been answered: the notification is what the server sees.
+        It is read a little longer (at most :data:`CANCEL_DRAIN`), until the
+        server ends it: the server cancels the questions the call's tool had
+        pending on it, and the handlers answering them stop.
         """
         if call.finished:
             return  # MCP: never cancel what has finished (the id may be reused by then)
-        scope = self._streams.pop(call.id, None)
+        open_ = self._streams.pop(call.id, None)
         if self.receiver.era != "legacy":
-            if scope is not None:
-                scope.cancel()
+            if open_ is not None:
+                open_.scope.cancel()
             return
         notification = cancel_notification(call.id, reason)
-        self.nursery.start_soon(self._cancel_legacy, notification, scope)
+        self.nursery.start_soon(self._cancel_legacy, notification, open_)
 
     async def send(self, message: Message) -> None:
         """POST a message that expects no answer, and wait until the server took it.
@@ -185,14 +204,17 @@ class HttpTransport:
         Every message is its own POST: waiting keeps a notification from
         being overtaken by the request that follows it.
         """
-        await self._post(message, None, trio.CancelScope())
+        await self._post(message, None, _Open())
 
-    async def _cancel_legacy(self, notification: Message, stream: trio.CancelScope | None) -> None:
+    async def _cancel_legacy(self, notification: Message, stream: _Open | None) -> None:
         try:
             await self.send(notification)
+            if stream is not None:
+                with trio.move_on_after(CANCEL_DRAIN):
+                    await stream.ended.wait()
         finally:
             if stream is not None:
-                stream.cancel()
+                stream.scope.cancel()
 
     async def end_session(self, patience: float = 2.0) -> None:
         """Legacy: ``DELETE`` the session (best effort: a server may answer 405)."""
@@ -252,9 +274,8 @@ class HttpTransport:
             session_version=self.receiver.session_version,
         )
 
-    async def _post(
-        self, message: Message, call: PendingCall | None, scope: trio.CancelScope
-    ) -> None:
+    async def _post(self, message: Message, call: PendingCall | None, open_: _Open) -> None:
+        scope = open_.scope
         try:
             with scope:
                 await self._exchange(message, call)
@@ -267,8 +288,9 @@ class HttpTransport:
             why = _why(exc)
             self._lost(call, McpTransportError(f"HTTP exchange with {self.url} failed: {why}"))
         finally:
-            if call is not None:
-                self._streams.pop(call.id, None)
+            open_.ended.set()
+            if call is not None and self._streams.get(call.id) is open_:
+                del self._streams[call.id]
         if call is not None and not call.finished and not scope.cancelled_caught:
             fail(call, McpTransportError("the response ended without an answer"))
 
@@ -361,7 +383,7 @@ class HttpTransport:
     async def _resume(self, call: PendingCall, state: _Stream) -> None:
         """Legacy: the POST's stream ended before the answer; resume it by its last event id."""
         attempts = 0
-        while not call.finished and state.last_event_id is not None:
+        while not call.finished and not call.cancelled and state.last_event_id is not None:
             if attempts >= self.resumption.max_attempts:
                 return
             attempts += 1

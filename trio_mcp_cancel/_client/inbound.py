@@ -190,16 +190,17 @@ class Inbound:
         return call if call is not None and not call.finished else None
 
     def _server_request(self, message: Message) -> None:
-        """A request from the server: ``ping`` is answered, elicitation, sampling
-        and roots by the client's handlers (:mod:`._client.handlers`), anything
-        else refused (only kept in ``unexpected`` without *answer_server_requests*)."""
+        """A request from the server: elicitation, sampling and roots are answered
+        by the client's handlers (:mod:`._client.handlers`) when it has one for
+        it, ``ping`` is answered, anything else refused (without
+        *answer_server_requests* those two are only kept in ``unexpected``)."""
         engine = self._engine
-        if not engine.answer_server_requests:
-            engine.unexpected.append(message)
-            return
         serving = engine.server_requests
         if serving is not None and serving.handlers.handler(message.get("method")) is not None:
             serving.start(message)
+            return
+        if not engine.answer_server_requests:
+            engine.unexpected.append(message)
             return
         if message.get("method") == "ping":
             reply: Message = {"jsonrpc": "2.0", "id": message["id"], "result": {}}

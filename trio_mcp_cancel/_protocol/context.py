@@ -373,7 +373,8 @@ async def run_target(
 
     A :class:`RequestCancelled` raised by a helper task (inside an exception
     group) is the request's cancellation; a modern ``ctx.elicit``'s
-    :class:`~.client_requests.InputRound` is returned as the
+    :class:`~.client_requests.InputRound` (alone, or inside an exception
+    group of the tool's own nursery) is returned as the
     :class:`InputRequired` it stands for; other exceptions propagate.
     """
     tool = h.call.tool
@@ -405,6 +406,10 @@ async def run_target(
         if cancelled is not None:
             # A helper task of the work stopped at checkpoint_cancelled().
             raise cancelled from exc
+        grouped = _only_rounds(exc)
+        if grouped is not None:
+            # ctx.elicit in a task of the tool's own nursery: the same round.
+            return grouped.as_input_required()
         raise
 
 
@@ -444,6 +449,29 @@ async def invoke(
         # A failing tool is a tool result, not a protocol error (MCP "isError").
         h.failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
         return error_result(f"{type(exc).__name__}: {exc}")
+
+
+def _only_rounds(exc: BaseException) -> InputRound | None:
+    """The round an exception group stands for, when rounds are all it holds.
+
+    Several tasks may have asked at once: the first question in call order
+    is asked (the others are asked again on the retry).  A round beside a
+    real failure is the failure.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    rounds, rest = exc.split(InputRound)
+    if rounds is None or rest is not None:
+        return None
+    leaves: list[InputRound] = []
+    pending: list[BaseException] = [rounds]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        elif isinstance(item, InputRound):
+            leaves.append(item)
+    return min(leaves, key=lambda leaf: leaf.index, default=None)
 
 
 def _find_cancellation(exc: BaseException) -> RequestCancelled | None:
