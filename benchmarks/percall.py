@@ -16,8 +16,10 @@ from __future__ import annotations
 import cProfile
 import gc
 import json
+import math
 import pstats
 import sys
+import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,14 +67,12 @@ class _Asgi:
             "client": ("127.0.0.1", 1),
             "server": ("127.0.0.1", 2),
         }
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        # A Trio memory channel, as hypercorn's Trio worker delivers a
+        # request (so the app's hypercorn fast path for the body applies).
+        inbox, receive_channel = trio.open_memory_channel[dict[str, Any]](math.inf)
+        inbox.send_nowait({"type": "http.request", "body": body, "more_body": False})
+        receive = receive_channel.receive
         sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            if messages:
-                return messages.pop()
-            await trio.sleep_forever()
-            raise AssertionError
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
@@ -100,6 +100,12 @@ async def _measure(one: Callable[[int], Awaitable[object]]) -> dict[str, float]:
     sched = sum(
         nc for (f, _, fn), (_, nc, _, _, _) in raw.items() if fn in _SCHEDULER and "trio" in f
     )
+    batches = []
+    for _ in range(5):  # wall clock: the min of five batches (noisy on a busy machine)
+        start = time.perf_counter()
+        for i in range(N // 4):
+            await one(i)
+        batches.append((time.perf_counter() - start) / (N // 4))
     tracemalloc.start()
     peaks = []
     for i in range(200):
@@ -114,6 +120,7 @@ async def _measure(one: Callable[[int], Awaitable[object]]) -> dict[str, float]:
         "library calls": ours / N,
         "scheduler calls": sched / N,
         "peak bytes": peaks[len(peaks) // 2],
+        "µs (min of 5 batches)": min(batches) * 1e6,
     }
 
 
