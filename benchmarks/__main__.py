@@ -33,6 +33,7 @@ from . import (
     bench_poll,
     bench_telemetry,
     bench_tracked,
+    bench_workers,
     profile_hotpath,
 )
 from ._common import Row
@@ -51,6 +52,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_arguments.NAME: bench_arguments.run,
     bench_telemetry.NAME: bench_telemetry.run,
     bench_client.NAME: bench_client.run,
+    bench_workers.NAME: bench_workers.run,
 }
 
 HERE = Path(__file__).resolve().parent
