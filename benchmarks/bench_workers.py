@@ -1,4 +1,4 @@
-"""Benchmark 10: ``trio-mcp-cancel run --workers 2`` against one worker, and what Redis costs.
+"""Benchmark 11: ``trio-mcp-cancel run --workers 2`` against one worker, and what Redis costs.
 
 The runner (``trio-mcp-cancel run benchmarks._workers_app:server
 --transport http``) with one worker and with two, both on the Redis
@@ -37,7 +37,7 @@ from ._client import Server
 from ._common import Row
 
 NAME = "workers"
-BENCH = "10 workers"
+BENCH = "11 workers"
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "benchmarks._workers_app:server"
 

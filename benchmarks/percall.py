@@ -189,11 +189,17 @@ async def _stages() -> dict[str, dict[str, float]]:
     return out
 
 
-def main() -> None:
-    results = trio.run(_stages)
-    for stage, numbers in results.items():
+def report(quick: bool = False) -> str:
+    """The markdown lines for RESULTS.md: one per stage."""
+    lines = []
+    for stage, numbers in trio.run(_stages).items():
         line = ", ".join(f"{k} {v:,.1f}" for k, v in numbers.items())
-        print(f"- {stage}: {line}")
+        lines.append(f"- {stage}: {line}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(report())
     sys.stdout.flush()
 
 
