@@ -130,23 +130,18 @@ class ServerTelemetry:
         self._watched: weakref.WeakSet[Registry] = weakref.WeakSet()
         self._task_spans: dict[str, Any] = {}
         given = (config.tracer_provider, config.meter_provider)
-        self._recording: Callable[[], bool] = (
-            (lambda: True)
-            if any(p is not None and not is_quiet_provider(api, p) for p in given)
-            else global_providers_set(api)
-        )
+        real = any(p is not None and not is_quiet_provider(api, p) for p in given)
+        self._recording: Callable[[], bool] = (lambda: True) if real else global_providers_set(api)
         self._live = False
 
     def quiet(self, params: Mapping[str, Any]) -> bool:
         """Whether a request can skip :meth:`serve`: nothing would record its span or metrics.
 
-        True while this server's providers are no-ops, or the API's global
-        proxies with no provider installed yet (a library's default: the
-        ``opentelemetry-api`` is there because something pulled it in, with
-        no SDK configured), unless the request's ``_meta`` carries a
-        ``traceparent``, which a no-op span still carries on to what the
-        request calls downstream.  Re-checked per request (one attribute
-        read while quiet) until a provider appears; from then on never quiet.
+        True while the providers are no-ops or the API's global proxies with
+        no provider installed yet (the API is there, pulled in by something,
+        with no SDK), unless ``_meta`` has a ``traceparent`` (a no-op span
+        still carries it downstream).  Re-checked per request until a
+        provider appears (a global read); never quiet from then on.
         """
         if self._live:
             return False
