@@ -167,10 +167,10 @@ async def modern_by_stream_close(url: str, client: httpx.AsyncClient, registry: 
 
 
 async def http_by_disconnect(mcp: McpHttpClient, registry: Registry) -> None:
-    say("\n== 2. HTTP: cancel by dropping the SSE stream")
+    say("\n== 2. HTTP: cancel by dropping the SSE stream (not resumed within resume_window, 5 s)")
     call = mcp.request(
         "tools/call",
-        {"name": "count", "arguments": {"n": 50, "delay": 0.1}, "_meta": {"progressToken": "p2"}},
+        {"name": "count", "arguments": {"n": 200, "delay": 0.1}, "_meta": {"progressToken": "p2"}},
     )
     await close_after_progress(mcp.client, mcp.url, mcp.headers, call, registry)
 
@@ -197,11 +197,13 @@ async def close_after_progress(
                 session = response.headers.get("mcp-session-id")
                 say(f"[client] no session: mcp-session-id={session}")
             async for message in sse_messages(response):
-                say(f"[client] progress {message['params']['progress']}/50")
+                params = message["params"]
+                say(f"[client] progress {params['progress']}/{params.get('total')}")
                 if message["params"]["progress"] == 2:
                     say("[client] closing the stream")
                     break
-        with trio.fail_after(5):
+        # A legacy stream waits resume_window (5 s) for its client to resume it.
+        with trio.fail_after(15):
             await done.wait()
     say(f"[client] server recorded: kind={seen[0].kind} reason={seen[0].reason!r}")
     with trio.fail_after(5):

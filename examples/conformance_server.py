@@ -10,7 +10,8 @@ serves both MCP eras on http://127.0.0.1:3000/mcp and prints that URL.
 Every fixture is an ordinary tool, resource or prompt, so this file is also
 a tour of the server API: content of every type, structured output, a
 hand-written JSON Schema, resources and templates, prompts and completion,
-logging, progress, list-changed notifications, multi round-trip
+logging, progress, list-changed notifications, asking the client mid-call
+(``ctx.elicit``, ``ctx.sample``: both eras), multi round-trip
 requests (``InputRequired``) and the Tasks extension (tools that run as
 tasks, ask for input inside them or before them, and stop on
 ``tasks/cancel``), whose not-scored scenarios ``dev.py conformance`` also
@@ -30,20 +31,16 @@ import trio
 
 from trio_mcp_cancel import checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.lowlevel import JsonRpcError
+from trio_mcp_cancel.lowlevel import InputRequired, JsonRpcError, elicit, list_roots, sample
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
-    InputRequired,
     McpServer,
     PromptMessage,
     Text,
     ToolContext,
     ToolError,
-    elicit,
-    list_roots,
-    sample,
 )
 
 #: A 1x1 red PNG and a minimal WAV file.
@@ -192,36 +189,93 @@ async def test_region_routing(ctx: ToolContext, region: str, query: str = "") ->
     return f"{region}: {query}"
 
 
-# Legacy server-to-client requests (sampling, elicitation over the SSE back
-# channel) are out of scope: these fixtures say so as a tool error.
-_NO_BACK_CHANNEL = (
-    "server-to-client requests are not supported by this server; "
-    "use MCP 2026-07-28, where tools ask for input with InputRequired"
-)
+# Asking the client mid-call: ctx.elicit / ctx.sample send a request on the
+# call's stream in the legacy era and become an MRTR round in 2026-07-28.
+_CONTACT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "username": {"type": "string", "description": "User's response"},
+        "email": {"type": "string", "description": "User's email address"},
+    },
+    "required": ["username", "email"],
+}
+_DEFAULTS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {
+            "type": "string",
+            "enum": ["active", "inactive", "pending"],
+            "default": "active",
+        },
+        "verified": {"type": "boolean", "default": True},
+    },
+}
+_ENUMS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {
+            "type": "string",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        },
+        "titledMulti": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+}
 
 
 @server.tool()
 async def test_sampling(ctx: ToolContext, prompt: str) -> str:
-    """Tests server-initiated sampling (legacy back channel: not supported)."""
-    raise ToolError(_NO_BACK_CHANNEL)
+    """Asks the client's model (sampling/createMessage) and reports its answer."""
+    result = await ctx.sample(prompt, 100)
+    content = result.get("content")
+    text = content.get("text") if isinstance(content, dict) else None
+    return f"LLM response: {text}"
 
 
 @server.tool()
 async def test_elicitation(ctx: ToolContext, message: str) -> str:
-    """Tests server-initiated elicitation (legacy back channel: not supported)."""
-    raise ToolError(_NO_BACK_CHANNEL)
+    """Asks the user for a name and an email (elicitation/create)."""
+    answer = await ctx.elicit(message, _CONTACT_SCHEMA)
+    return f"User response: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool()
 async def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
-    """Tests elicitation with defaults (legacy back channel: not supported)."""
-    raise ToolError(_NO_BACK_CHANNEL)
+    """Elicitation whose schema has a default for every primitive type (SEP-1034)."""
+    answer = await ctx.elicit("Please review your details", _DEFAULTS_SCHEMA)
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool()
 async def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
-    """Tests elicitation with enums (legacy back channel: not supported)."""
-    raise ToolError(_NO_BACK_CHANNEL)
+    """Elicitation with the five enum forms of SEP-1330."""
+    answer = await ctx.elicit("Please choose", _ENUMS_SCHEMA)
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool(client_capabilities={"sampling": {}})
@@ -249,6 +303,14 @@ async def test_trigger_tool_change(ctx: ToolContext) -> str:
         return "removed test_dynamic_tool"
     server.tool("test_dynamic_tool", description="Appears and disappears.")(_dynamic_tool)
     return "added test_dynamic_tool"
+
+
+@server.tool()
+async def test_reconnection(ctx: ToolContext) -> str:
+    """Closes its SSE stream mid-call (SEP-1699 polling); the client resumes with Last-Event-ID."""
+    ctx.close_stream()  # after the priming event: the client knows where to resume from
+    await trio.sleep(0.2)
+    return "Reconnection test completed successfully"
 
 
 @server.tool()

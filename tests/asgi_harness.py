@@ -53,6 +53,8 @@ class SseItem:
     kind: str  # "comment" | "message"
     data: Any
     at: float
+    id: str | None = None
+    """The event's ``id`` (resumable legacy streams number their events)."""
 
 
 @attrs.define(eq=False)
@@ -88,6 +90,12 @@ class HttpExchange:
     _buffer: bytes = b""
     _items: list[SseItem] = attrs.field(factory=list)
     _read: int = 0
+    last_event_id: str | None = None
+    """The last SSE ``id`` seen (what a client resumes from)."""
+    retry: int | None = None
+    """The last SSE ``retry`` field seen, in milliseconds."""
+    primed: bool = False
+    """A priming event (an id, no data) came."""
 
     # -- the app's side ------------------------------------------------------
 
@@ -179,9 +187,19 @@ class HttpExchange:
             for line in text.split("\n"):
                 name, _, value = line.partition(":")
                 fields[name] = fields.get(name, "") + value.lstrip(" ")
+            if "id" in fields:
+                self.last_event_id = fields["id"]
+            if "retry" in fields:
+                self.retry = int(fields["retry"])
+            if not fields.get("data"):
+                # A priming event (an id, maybe a retry, no data): SSE
+                # dispatches nothing for it.
+                self.primed = self.primed or "id" in fields
+                continue
             if fields.get("event", "message") != "message":
                 self.violations.append(f"unexpected SSE event {fields.get('event')!r}")
-            self._items.append(SseItem("message", json.loads(fields["data"]), now))
+            item = SseItem("message", json.loads(fields["data"]), now, fields.get("id"))
+            self._items.append(item)
 
     # -- the test's side -----------------------------------------------------
 

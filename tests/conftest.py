@@ -20,10 +20,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from cancellation_tools import probe_server
+from repo_paths import ROOT
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.server import McpServer
@@ -61,3 +65,21 @@ def mcp_registry_config(request: pytest.FixtureRequest) -> RegistryConfig:
     """The plugin's default, or the settings of the test's ``registry`` marker."""
     marker = request.node.get_closest_marker("registry")
     return RegistryConfig(**marker.kwargs) if marker else RegistryConfig()
+
+
+@pytest.fixture(scope="session")
+def node() -> Path:
+    """The pinned Node 22 (``conformance/node_tools.py``) for the tests that run Node scripts.
+
+    Skipped where the tooling is not installed, except on CI, which installs
+    it (or fails loudly).
+    """
+    sys.path.insert(0, str(ROOT / "conformance"))
+    import node_tools
+
+    if not node_tools.installed():
+        if os.environ.get("CI") != "true":
+            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
+        node_tools.ensure()
+    path: Path = node_tools.node()
+    return path

@@ -14,7 +14,8 @@ import os
 import trio
 
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 
 if os.environ.get("RUNNER_APP_EXIT"):
     os._exit(int(os.environ["RUNNER_APP_EXIT"]))

@@ -5,7 +5,10 @@ A tool author needs none of this: the root package and
 pieces a transport is built from (the :class:`Dispatcher` of a server, the
 typed call states it classifies messages into, a :class:`Caller` and an
 :class:`Exchange`), the registry's lower-level types and helpers (request ids,
-namespaces, the thread token), the task manager and the protocol constants.
+namespaces, the thread token), the task manager, the protocol constants, and
+multi round-trip requests by hand (a tool returning :class:`InputRequired`
+built with :func:`elicit`, :func:`sample`, :func:`list_roots`, for a tool
+that keeps its own state between rounds instead of ``await ctx.elicit``).
 Stable, but expect to read the source next to them.
 """
 
@@ -36,7 +39,7 @@ from ._protocol.dispatcher import Dispatcher
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
 from ._protocol.jsonrpc import JsonRpcError
 from ._protocol.mcp_server import McpServerBase, OnCancel
-from ._protocol.mrtr import StateSigner
+from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.tasks import TaskManager
 from ._protocol.tools import TaskSupport, Tool
 from ._protocol.versions import (
@@ -76,6 +79,7 @@ __all__ = [
     "Era",
     "Exchange",
     "HandlerInput",
+    "InputRequired",
     "InvalidRequestId",
     "JsonRpcError",
     "LegacyState",
@@ -97,11 +101,14 @@ __all__ = [
     "client_bucket",
     "current_registry",
     "current_request",
+    "elicit",
     "is_valid_request_id",
+    "list_roots",
     "namespace_for",
     "namespace_from_asgi",
     "reason",
     "sanitize_reason",
+    "sample",
     "validate_request_id",
 ]
 

@@ -2,16 +2,21 @@
 
 ``McpServer`` serves both MCP eras to any transport: tools (content of
 every type, structured output), resources and templates, prompts and
-completion, logging, ``subscriptions/listen`` and multi round-trip requests
-(``InputRequired``).  ``server.run()`` serves it on stdio (what a desktop
-host launches), ``server.run("http", port=...)`` over HTTP.  Inside a tool,
-poll the cancellation flag with ``await trio_mcp_cancel.checkpoint_cancelled()``.
+completion, logging, ``subscriptions/listen`` and questions to the client
+(``await ctx.elicit(...)``, ``ctx.sample``, ``ctx.list_roots``: a request to
+the client on the 2025 era, a multi round-trip request on 2026-07-28).
+``server.run()`` serves it on stdio (what a desktop host launches),
+``server.run("http", port=...)`` over HTTP.  Inside a tool, poll the
+cancellation flag with ``await trio_mcp_cancel.checkpoint_cancelled()``.
 Transport plumbing (``Dispatcher``, ``Caller``, ``Exchange``, call states)
-is in :mod:`trio_mcp_cancel.lowlevel`.
+and MRTR by hand (``InputRequired`` and its request builders) are in
+:mod:`trio_mcp_cancel.lowlevel`.
 """
 
 from __future__ import annotations
 
+from ._protocol.client_requests import ElicitResult
+from ._protocol.client_table import ClientRequestError, ClientRequestTimeout
 from ._protocol.content import (
     Audio,
     EmbeddedResource,
@@ -22,7 +27,6 @@ from ._protocol.content import (
     ToolResult,
 )
 from ._protocol.context import ToolContext
-from ._protocol.mrtr import InputRequired, elicit, list_roots, sample
 from ._protocol.prompts import PromptMessage
 from ._protocol.resources import ResourceData
 from ._public import fixup_module_metadata
@@ -32,10 +36,12 @@ from .transports.limits import ConnectionLimits
 
 __all__ = [
     "Audio",
+    "ClientRequestError",
+    "ClientRequestTimeout",
     "ConnectionLimits",
+    "ElicitResult",
     "EmbeddedResource",
     "Image",
-    "InputRequired",
     "McpServer",
     "PromptMessage",
     "ResourceData",
@@ -45,9 +51,6 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolResult",
-    "elicit",
-    "list_roots",
-    "sample",
 ]
 
 fixup_module_metadata(__name__, __all__, globals())

@@ -24,8 +24,8 @@ from trio.testing import MockClock
 from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
 BOUND = 30

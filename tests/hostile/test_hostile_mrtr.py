@@ -34,8 +34,8 @@ from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
 from trio_mcp_cancel.backends.base import BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 

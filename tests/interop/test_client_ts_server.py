@@ -16,7 +16,6 @@ locally when missing, installed under ``CI=true``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -39,15 +38,6 @@ pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
 SCRIPT = ROOT / "conformance" / "ts_server_v2.mjs"
 BOUND = 60
-
-
-@pytest.fixture(scope="module")
-def node() -> Path:
-    if not node_tools.installed():
-        if os.environ.get("CI") != "true":
-            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
-        node_tools.ensure()
-    return node_tools.node()
 
 
 class Output:

@@ -15,7 +15,6 @@ Locally the test is skipped, saying so, when it is not installed; under
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -47,15 +46,6 @@ import node_tools
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
 SCRIPT = ROOT / "conformance" / "ts_client_abort.mjs"
-
-
-@pytest.fixture(scope="module")
-def node() -> Path:
-    if not node_tools.installed():
-        if os.environ.get("CI") != "true":
-            pytest.skip("Node tooling not installed: run `python3 dev.py conformance` once")
-        node_tools.ensure()  # CI: install it, or fail loudly
-    return node_tools.node()
 
 
 @asynccontextmanager

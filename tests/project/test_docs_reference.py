@@ -26,6 +26,7 @@ from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel._run import cli
 from trio_mcp_cancel.client import ClientHandlers, ClientOptions, open_http_client
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
+from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import ConnectionLimits, McpServer
 from trio_mcp_cancel.stdio import run_stdio, serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
@@ -111,6 +112,12 @@ _CHECKS: dict[str, Callable[[], set[str]]] = {
         | {f.name for f in attrs.fields(ClientHandlers)}
     ),
     "The command line: trio-mcp-cancel run": _cli_flags,
+    "OAuthResource and token verifiers": lambda: {
+        f.name
+        for cls in (OAuthResource, JwtVerifier, IntrospectionVerifier)
+        for f in attrs.fields(cls)
+        if f.init
+    },
 }
 
 

@@ -16,7 +16,7 @@ from trio.testing import MockClock
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
-    CLIENT_RESPONSE,
+    ClientResponseCall,
     HandlerInput,
     Method,
     NotificationCall,
@@ -68,7 +68,9 @@ async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert isinstance(dispatcher.prepare(note, caller), NotificationCall)
     answer = {"jsonrpc": "2.0", "id": 9, "result": {}}
-    assert dispatcher.prepare(answer, caller) is CLIENT_RESPONSE
+    response = dispatcher.prepare(answer, caller)
+    assert isinstance(response, ClientResponseCall) and response.response is not None
+    assert (response.response.id, response.response.result) == (9, {})
 
 
 def test_every_transport_of_a_server_gets_the_same_dispatcher() -> None:

@@ -16,11 +16,11 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import RegistryConfig, RequestCancelled, cancelled, checkpoint_cancelled
+from trio_mcp_cancel.lowlevel import InputRequired, elicit, sample
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
     Image,
-    InputRequired,
     McpServer,
     PromptMessage,
     ResourceData,
@@ -29,8 +29,6 @@ from trio_mcp_cancel.server import (
     ToolContext,
     ToolError,
     ToolResult,
-    elicit,
-    sample,
 )
 from trio_mcp_cancel.testing import McpError, assert_no_leaks, open_test_client
 

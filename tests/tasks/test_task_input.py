@@ -18,8 +18,8 @@ import trio.testing
 from test_tasks import get, serving, wall_clock
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit, sample
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit, sample
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}

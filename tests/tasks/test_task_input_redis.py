@@ -14,8 +14,8 @@ import trio
 from deploy_harness import WITH_TASKS, RedisServer
 from redis_harness import client_of, prefix, redis, task_process, wait_status, wait_tracked
 
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest

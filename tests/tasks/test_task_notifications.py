@@ -15,8 +15,8 @@ import trio.testing
 from test_tasks import serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}

@@ -17,25 +17,12 @@ from typing import Any
 
 import attrs
 
-from .._protocol.wire import HEADER_PARAM_PREFIX, encode_header_value
+from .._protocol.wire import HEADER_PARAM_PREFIX, encode_header_value, header_form
 
-__all__ = ["MAX_TOOL_SCHEMAS", "ToolSchemas", "header_form"]
+__all__ = ["MAX_TOOL_SCHEMAS", "ToolSchemas"]
 
 MAX_TOOL_SCHEMAS = 1000
 """Tool input schemas a client keeps for ``Mcp-Param-*`` headers (the newest)."""
-
-
-def header_form(value: object) -> str | None:
-    """How an argument is written in its header (``None``: not a primitive, no header)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, str):
-        return value
-    return None
 
 
 @attrs.define(eq=False)

@@ -6,8 +6,8 @@ one of four states (h11-style events, not a bag of optionals):
 * :class:`Rejected`: answered at once with its error (bad shape, unknown
   method or tool, bad envelope, a capability the client lacks);
 * :class:`NotificationCall`: a notification, handled without an answer;
-* :class:`ClientResponseCall`: the client answering a server request (this
-  server sends none, so there is nothing to match);
+* :class:`ClientResponseCall`: the client answering a server request (a
+  ``ctx.elicit`` of the legacy era, matched in the channel's table);
 * :class:`RequestCall`: a request bound to its method and, for
   ``tools/call`` and the other tracked methods, its tool or target, found once.
 
@@ -77,10 +77,12 @@ class NotificationCall:
 
 @attrs.define(eq=False, slots=True)
 class ClientResponseCall:
-    """A response from the client: we send no requests, so it is dropped."""
+    """A response from the client to a server request (see :mod:`.client_requests`)."""
+
+    response: jsonrpc.ClientResponse | None = None
 
 
-#: The one :class:`ClientResponseCall` (it carries nothing).
+#: A :class:`ClientResponseCall` that carries nothing.
 CLIENT_RESPONSE: Final = ClientResponseCall()
 
 

@@ -12,7 +12,7 @@ raised into a tool result, the one place a failing tool becomes
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,10 +24,22 @@ from .._core.registry import Registry
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId, is_valid_request_id
 from .calls import HandlerInput
+from .client_requests import (
+    DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    ElicitResult,
+    InputRound,
+    ask_client,
+    input_key,
+    mrtr_answers,
+)
+from .client_table import ClientRequestError
 from .content import ToolError
 from .exchange import Caller, Exchange
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .mrtr import InputRequired, binding, input_required_result
+from .mrtr import elicit as elicit_request
+from .mrtr import list_roots as list_roots_request
+from .mrtr import sample as sample_request
 from .signature import ContextParameter
 from .tools import error_result
 from .versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
@@ -64,6 +76,11 @@ class ToolContext(ContextParameter):
     """MRTR: the state the previous round returned, verified (see :class:`~.mrtr.StateSigner`)."""
     _task_progress: Callable[[float, float | None, str | None], None] | None = None
     """Inside a task: where progress goes instead (the task's ``statusMessage``)."""
+    _ask_task: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    """Inside a task: parks the task in ``input_required`` until the answers come."""
+    _answers: list[Any] = attrs.field(factory=list)
+    """Modern: the answers to the tool's questions so far, in order (:mod:`.client_requests`)."""
+    _asked: int = 0
 
     @property
     def namespace(self) -> str:
@@ -115,6 +132,20 @@ class ToolContext(ContextParameter):
             {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
         )
 
+    def close_stream(self) -> bool:
+        """Close the connection that carries this request's SSE stream, keeping the stream.
+
+        SEP-1699 polling: on a resumable legacy HTTP stream the client then
+        reconnects (``GET`` with ``Last-Event-ID``, after the stream's
+        ``retry``) and gets what follows, the answer included, so a server
+        need not hold a connection open for a long call.  The call goes on;
+        the disconnect grace (``resume_window``) applies as to any drop.
+        ``False`` (nothing done) on every other stream: modern HTTP (where a
+        closed stream is a cancel), stdio, WebSocket, a JSON answer.
+        """
+        close = self._exchange.close_stream
+        return close() if close is not None else False
+
     async def log(self, level: str, data: object, logger: str | None = None) -> None:
         """Send ``notifications/message`` on this request's stream.
 
@@ -133,6 +164,99 @@ class ToolContext(ContextParameter):
         await self._exchange.notify(
             {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
         )
+
+    # -- asking the client (see .client_requests) -------------------------------
+
+    async def elicit(
+        self,
+        message: str,
+        schema: Mapping[str, Any],
+        *,
+        answer_within: float | None = DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    ) -> ElicitResult:
+        """Ask the user for input (``elicitation/create``, form mode); both eras.
+
+        Legacy: a request to the client on this request's stream, awaited.
+        Modern: an MRTR round; the tool is run again with the answer (so do
+        nothing irreversible before the last question).  Declined or
+        cancelled is a value (``result.action``); an error is
+        :class:`~.client_table.ClientRequestError`.
+        """
+        result = await self._ask(elicit_request(message, schema), answer_within)
+        return ElicitResult.from_result(result)
+
+    async def sample(
+        self,
+        prompt: str | Sequence[Mapping[str, Any]],
+        max_tokens: int = 100,
+        *,
+        answer_within: float | None = DEFAULT_CLIENT_REQUEST_TIMEOUT,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """Ask the client's model (``sampling/createMessage``); its ``CreateMessageResult``.
+
+        *prompt* is one user text, or the ``messages`` themselves; *params*
+        adds fields such as ``systemPrompt`` or ``temperature``.
+        """
+        request = sample_request(prompt if isinstance(prompt, str) else "", max_tokens)
+        if not isinstance(prompt, str):
+            request["params"]["messages"] = [dict(m) for m in prompt]
+        request["params"].update(params)
+        return await self._ask(request, answer_within)
+
+    async def list_roots(
+        self, *, answer_within: float | None = DEFAULT_CLIENT_REQUEST_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """The client's roots (``roots/list``)."""
+        result = await self._ask(list_roots_request(), answer_within)
+        roots = result.get("roots")
+        if not isinstance(roots, list):
+            raise ClientRequestError("roots/list: the client's result has no roots list")
+        return [root for root in roots if isinstance(root, dict)]
+
+    async def _ask(self, request: dict[str, Any], answer_within: float | None) -> dict[str, Any]:
+        question = InputRequired({"q": request})
+        index, self._asked = self._asked, self._asked + 1
+        if self._ask_task is not None:
+            check_declared(question, self.client_capabilities)
+            answers = await self._ask_task({input_key(index): request})
+            return _answer_object(request, answers.get(input_key(index)))
+        if self.era == "modern":
+            if index < len(self._answers):
+                return _answer_object(request, self._answers[index])
+            raise InputRound(index, request, self._answers)
+        missing = sorted(n for n in question.capabilities() if n not in self.client_capabilities)
+        if missing:
+            raise ClientRequestError(
+                f"{request['method']}: the client did not declare the {missing[0]!r} capability"
+            )
+        channel = self.caller.channel
+        send = self._exchange.send
+        if channel is None or send is None or self._exchange.request is None:
+            # Without a tracked request nothing could cancel the wait.
+            raise ClientRequestError(
+                f"{request['method']}: this request has no stream and session to ask the client on"
+                " (legacy HTTP needs sessions and SSE responses, and the tool must be cancellable)"
+            )
+        params = request["params"]
+        legacy = channel.legacy
+        if legacy is not None and legacy.protocol_version < "2025-11-25":
+            # Elicitation modes are 2025-11-25's: older clients get the form alone.
+            params = {k: v for k, v in params.items() if k != "mode"}
+        return await ask_client(
+            channel.client_requests,
+            send,
+            request["method"],
+            params,
+            answer_within=answer_within,
+            request=self._exchange.request,
+        )
+
+
+def _answer_object(request: Mapping[str, Any], answer: object) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise ClientRequestError(f"{request['method']}: the client's answer is not an object")
+    return answer
 
 
 def _log_level(h: HandlerInput) -> str | None:
@@ -186,6 +310,7 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
             if not await server.used_states.use(opened.key, opened.expires_at, signer.now()):
                 raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
             ctx.request_state = opened.state
+        ctx._answers, ctx.request_state = mrtr_answers(ctx.request_state, responses)
     return ctx
 
 
@@ -247,7 +372,9 @@ async def run_target(
     *key* (``(id, namespace)``: a task is tracked by its task id).
 
     A :class:`RequestCancelled` raised by a helper task (inside an exception
-    group) is the request's cancellation; other exceptions propagate.
+    group) is the request's cancellation; a modern ``ctx.elicit``'s
+    :class:`~.client_requests.InputRound` is returned as the
+    :class:`InputRequired` it stands for; other exceptions propagate.
     """
     tool = h.call.tool
     assert tool is not None
@@ -270,6 +397,9 @@ async def run_target(
         return await body()
     except (RequestCancelled, trio.Cancelled):
         raise
+    except InputRound as round_:
+        # A modern ctx.elicit: this run ends asking (see .client_requests).
+        return round_.as_input_required()
     except Exception as exc:
         cancelled = _find_cancellation(exc)
         if cancelled is not None:

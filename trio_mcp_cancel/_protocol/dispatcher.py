@@ -44,8 +44,8 @@ from .._core.registry import CancelOutcome
 from . import jsonrpc
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
-    CLIENT_RESPONSE,
     Call,
+    ClientResponseCall,
     HandlerInput,
     Method,
     NotificationCall,
@@ -131,7 +131,7 @@ class Dispatcher:
         if isinstance(parsed, jsonrpc.Notification):
             return NotificationCall(parsed)
         if isinstance(parsed, jsonrpc.ClientResponse):
-            return CLIENT_RESPONSE  # we send no requests, so there is nothing to match
+            return ClientResponseCall(parsed)  # an answer to a ctx.elicit (legacy)
         try:
             if envelope is None and has_modern_meta(parsed.params):
                 envelope = read_envelope(parsed.params)
@@ -198,6 +198,17 @@ class Dispatcher:
         if outcome is CancelOutcome.LIMIT_REACHED:  # refused either way: does it run here?
             return not registry.in_flight(request_id, caller.namespace)
         return outcome is not CancelOutcome.CANCELLED
+
+    def respond(self, call: ClientResponseCall, caller: Caller) -> bool:
+        """Hand a client's response to the tool waiting for it; ``False``: none here waits.
+
+        Matched within the caller's channel only (its session or connection),
+        so an answer sent on another session matches nothing and is dropped.
+        """
+        channel = caller.channel
+        if call.response is None or channel is None:
+            return False
+        return channel.client_requests.resolve(call.response)
 
     # -- answer -----------------------------------------------------------------
 
@@ -402,6 +413,21 @@ class Dispatcher:
         (self.listens if call.long_lived else self.calls).give(caller.tenant)
         if caller.channel is not None:
             caller.channel.exchanges.discard(exchange)
+
+    def admit_notification_stream(self, tenant: str | None) -> tuple[str, int] | None:
+        """Count a legacy session's GET stream as a listen stream, or say which cap
+        (``"server"``/``"tenant"``, and its value) it would exceed; give it back with
+        :meth:`release_notification_stream`."""
+        server = self.server
+        full = self.listens.full(
+            tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
+        )
+        if full is None:
+            self.listens.take(tenant)
+        return full
+
+    def release_notification_stream(self, tenant: str | None) -> None:
+        self.listens.give(tenant)
 
 
 def _target(call: RequestCall) -> str | None:

@@ -20,6 +20,7 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId
+from .client_table import ClientRequests
 from .jsonrpc import Message
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
@@ -67,6 +68,14 @@ class Channel:
     """The latest ``tools/call`` ids answered with a task, and the task ids:
     a client that cancels the call (racing the ``CreateTaskResult``) ignores
     the answer, so the task it never saw is cancelled too."""
+    notifications: bool = False
+    """The transport delivers server notifications to this client outside any request
+    (the legacy HTTP GET stream), so ``initialize`` promises ``listChanged``/``subscribe``."""
+    resource_subscriptions: set[str] = attrs.field(factory=set)
+    """Legacy ``resources/subscribe``: the URIs whose ``notifications/resources/updated``
+    the client's GET stream carries (at most ``MAX_SUBSCRIPTIONS``)."""
+    client_requests: ClientRequests = attrs.field(factory=ClientRequests)
+    """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""
 
     def remember_task(self, request_id: RequestId, task_id: str) -> None:
         self.created_tasks.pop(request_id, None)
@@ -119,6 +128,9 @@ class Exchange:
 
     send: SendMessage | None = None
     request: TrackedRequest | None = None
+    close_stream: Callable[[], bool] | None = None
+    """Ends the connection carrying the request's stream without ending the stream
+    (a resumable legacy HTTP stream: the client resumes it); ``None``: not possible."""
     _registry: Registry | None = None
     _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
     _on_lost: list[Callable[[], object]] = attrs.field(factory=list)

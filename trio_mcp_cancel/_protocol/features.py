@@ -202,9 +202,9 @@ class ServerFeatures:
     def feature_capabilities(self, modern: bool) -> dict[str, Any]:
         """The ``capabilities`` entries of the registered features.
 
-        ``listChanged``/``subscribe`` are promised only in the modern era,
-        where ``subscriptions/listen`` delivers them; the legacy era would
-        need the GET back channel, which this library does not serve.
+        ``listChanged``/``subscribe`` are promised only where they can be
+        delivered (*modern*): by ``subscriptions/listen``, or on a legacy
+        HTTP session's GET stream.
         """
         capabilities: dict[str, Any] = {}
         if self.resources:

@@ -14,6 +14,7 @@ from typing import Any
 from .._core.namespace import GLOBAL_NAMESPACE
 from . import jsonrpc
 from .calls import HandlerInput
+from .client_requests import InputRound
 from .content import ToolError
 from .context import (
     ToolContext,
@@ -67,7 +68,9 @@ async def initialize(h: HandlerInput) -> dict[str, Any]:
     return server.describe(
         {
             "protocolVersion": version,
-            "capabilities": server.capabilities("legacy"),
+            "capabilities": server.capabilities(
+                "legacy", notifications=channel is not None and channel.notifications
+            ),
             "serverInfo": server.info,
         }
     )
@@ -133,6 +136,8 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
                     asked = await tool.before_task(ctx, **arguments)
                 except ToolError as exc:
                     return error_result(str(exc))
+                except InputRound as round_:  # ctx.elicit in before_task
+                    asked = round_.as_input_required()
                 if isinstance(asked, InputRequired):
                     return input_required(h, asked, tool.name)
             try:
@@ -168,6 +173,7 @@ async def _start_task(
             input_responses=first.input_responses,
             request_state=first.request_state,
             task_progress=partial(server.tasks.progress, task_id),
+            ask_task=partial(server.tasks.ask, task_id),
         )
         key = (task_id, "task:" + caller.namespace)
 

@@ -44,6 +44,7 @@ __all__ = [
     "message_too_large",
     "not_a_request",
     "request_id_of",
+    "notification_message",
     "result_message",
 ]
 
@@ -99,6 +100,8 @@ class ClientResponse:
     """A response the client sent to a server-initiated request."""
 
     id: object
+    result: object = None
+    error: object = None
 
 
 def _refuse_constant(name: str) -> object:
@@ -225,6 +228,11 @@ def error_code(message: Message) -> int | None:
     return None if error is None else error["code"]
 
 
+def notification_message(method: str, params: dict[str, Any]) -> Message:
+    """A server notification (``notifications/tools/list_changed`` for a GET stream...)."""
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
 def result_message(request_id: RequestId, result: object) -> Message:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
@@ -251,7 +259,7 @@ def classify(message: object) -> Request | Notification | ClientResponse:
     method = message.get("method")
     if method is None:
         if has_id and ("result" in message or "error" in message):
-            return ClientResponse(raw_id)
+            return ClientResponse(raw_id, message.get("result"), message.get("error"))
         raise JsonRpcError(INVALID_REQUEST, "Invalid Request: no method", request_id=valid_id)
     if not isinstance(method, str):
         raise JsonRpcError(

@@ -12,7 +12,7 @@ import downwards.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 import trio
@@ -127,6 +127,8 @@ class McpServerBase(ServerFeatures):
         self.on_cancel: OnCancel = on_cancel
         self.list_ttl_ms = list_ttl_ms
         self.tools: dict[str, Tool] = {}
+        self.tool_scopes: dict[str, frozenset[str]] = {}
+        """OAuth scopes a tool's ``tools/call`` needs (``scopes=``; HTTP ``403`` without them)."""
         # Resources, prompts, completion, subscriptions and MRTR (see .features, .surface).
         self.sync_tool_threads = ThreadLimit(sync_tool_threads)
         """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`."""
@@ -160,6 +162,7 @@ class McpServerBase(ServerFeatures):
         task: TaskSupport = "forbidden",
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
         thread_limiter: int | trio.CapacityLimiter | None = None,
+        scopes: Collection[str] = (),
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -176,6 +179,7 @@ class McpServerBase(ServerFeatures):
         task: TaskSupport = "forbidden",
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
         thread_limiter: int | trio.CapacityLimiter | None = None,
+        scopes: Collection[str] = (),
     ) -> Callable[[F], F] | F:
         """Register a function as a tool: ``@server.tool``, ``@server.tool()`` or ``(name=...)``.
 
@@ -220,6 +224,9 @@ class McpServerBase(ServerFeatures):
         request itself; an ``InputRequired`` it returns is the answer (no
         task yet), ``None`` creates the task, whose tool sees the same
         verified ``input_responses`` and ``request_state``.
+        *scopes*: the OAuth scopes a token must grant to call the tool over
+        an HTTP app that authorizes (:mod:`trio_mcp_cancel.oauth`; ``403
+        insufficient_scope`` without them).
         """
         if callable(name):
             return self.tool()(name)  # bare @server.tool
@@ -232,6 +239,7 @@ class McpServerBase(ServerFeatures):
 
         threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
         given: str | None = name
+        needs = frozenset(scopes.split() if isinstance(scopes, str) else scopes)
 
         def register(fn: F) -> F:
             tool_name = given or fn.__name__
@@ -253,6 +261,8 @@ class McpServerBase(ServerFeatures):
                 before_task=before_task,
                 threads=self.sync_tool_threads if threads is None else threads,
             )
+            if needs:
+                self.tool_scopes[tool_name] = needs
             self.tools_changed()
             return fn
 
@@ -264,14 +274,17 @@ class McpServerBase(ServerFeatures):
     def remove_tool(self, name: str) -> None:
         """Unregister a tool; listen streams that asked are told the list changed."""
         del self.tools[name]
+        self.tool_scopes.pop(name, None)
         self.tools_changed()
 
-    def capabilities(self, era: Era = "legacy") -> dict[str, Any]:
-        modern = era == "modern"
+    def capabilities(self, era: Era = "legacy", *, notifications: bool = False) -> dict[str, Any]:
+        """*notifications*: a legacy client the transport can notify outside requests
+        (the HTTP GET stream); the modern era always can (``subscriptions/listen``)."""
+        listen = era == "modern" or notifications
         return {
-            "tools": {"listChanged": modern},
+            "tools": {"listChanged": listen},
             "logging": {},
-            **self.feature_capabilities(modern),
+            **self.feature_capabilities(listen),
         }
 
     def describe(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ result, so the client knows to re-list) instead of buffering without bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -29,8 +29,11 @@ from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .wire import META_SUBSCRIPTION_ID
 
 __all__ = [
+    "FORWARDED",
+    "MAX_SUBSCRIPTIONS",
     "META_SUBSCRIPTION_ID",
     "Filter",
+    "LegacyFilter",
     "Listener",
     "SubscriptionHub",
     "read_filter",
@@ -41,7 +44,11 @@ _LIST_CHANGED: Final = {
     "promptsListChanged": "notifications/prompts/list_changed",
     "resourcesListChanged": "notifications/resources/list_changed",
 }
-_MAX_URIS: Final = 1000
+#: Resource URIs one listen request, or one legacy session, may subscribe to.
+MAX_SUBSCRIPTIONS: Final = 1000
+_MAX_URIS: Final = MAX_SUBSCRIPTIONS
+#: What other server processes are told about (task changes travel with the tasks).
+FORWARDED: Final = frozenset({*_LIST_CHANGED.values(), "notifications/resources/updated"})
 
 
 @attrs.frozen
@@ -69,6 +76,22 @@ class Filter:
         if self.task_ids:
             wire["taskIds"] = sorted(self.task_ids)
         return wire
+
+
+@attrs.frozen
+class LegacyFilter:
+    """A legacy session's GET stream: every list change, and the URIs it subscribed to.
+
+    *uris* is the session's own set (``resources/subscribe`` changes it), read
+    at each publish, so a subscription applies to the open stream at once.
+    """
+
+    uris: set[str]
+
+    def wants(self, method: str, key: str | None) -> bool:
+        if method == "notifications/resources/updated":
+            return key is not None and key in self.uris
+        return method in _LIST_CHANGED.values()
 
 
 def read_filter(params: Mapping[str, Any], supported: frozenset[str]) -> Filter:
@@ -104,9 +127,9 @@ def _granted_strings(
 
 @attrs.define(eq=False)
 class Listener:
-    """One open listen stream's queue."""
+    """One open listen stream's queue (or a legacy session's GET stream's)."""
 
-    filter: Filter
+    filter: Filter | LegacyFilter
     send: trio.MemorySendChannel[dict[str, Any]]
     receive: trio.MemoryReceiveChannel[dict[str, Any]]
     overflowed: bool = False
@@ -118,8 +141,11 @@ class SubscriptionHub:
 
     queue_size: int = 64
     listeners: set[Listener] = attrs.field(factory=set)
+    forward: Callable[[str, Mapping[str, Any] | None], object] | None = None
+    """Also hands every list change and resource update to other server processes
+    (set by an HTTP app with a shared backend; must not block)."""
 
-    def open(self, filter: Filter) -> Listener:
+    def open(self, filter: Filter | LegacyFilter) -> Listener:
         send, receive = trio.open_memory_channel[dict[str, Any]](self.queue_size)
         listener = Listener(filter, send, receive)
         self.listeners.add(listener)
@@ -130,12 +156,17 @@ class SubscriptionHub:
         listener.send.close()
         listener.receive.close()
 
-    def publish(self, method: str, params: Mapping[str, Any] | None = None) -> int:
+    def publish(
+        self, method: str, params: Mapping[str, Any] | None = None, *, forwarded: bool = False
+    ) -> int:
         """Queue a notification for every listener that wants it; never blocks.
 
         Returns how many listeners got it.  A listener whose queue is full is
-        marked overflowed (its stream then ends).
+        marked overflowed (its stream then ends).  *forwarded*: it came from
+        another process (so it is not handed on again).
         """
+        if self.forward is not None and not forwarded and method in FORWARDED:
+            self.forward(method, params)
         key = None
         if params is not None:
             key = params.get("taskId" if method == "notifications/tasks" else "uri")

@@ -23,13 +23,13 @@ from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
 from .context import client_capabilities, input_required, make_context, run_target
-from .jsonrpc import INVALID_REQUEST, JsonRpcError
+from .jsonrpc import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
 from .mcp_server import McpServerBase
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
 from .resources import read_result
-from .subscriptions import META_SUBSCRIPTION_ID, read_filter
+from .subscriptions import MAX_SUBSCRIPTIONS, META_SUBSCRIPTION_ID, read_filter
 from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 
@@ -104,12 +104,25 @@ async def _read_resource(h: HandlerInput) -> dict[str, Any]:
 
 
 async def _subscribe(h: HandlerInput) -> dict[str, Any]:
-    """Legacy ``resources/subscribe`` / ``unsubscribe``: accepted for a known URI.
+    """Legacy ``resources/subscribe`` / ``unsubscribe`` of a known URI.
 
-    Updates would travel on the legacy GET stream, which this library does
-    not serve (see README); the modern era subscribes with ``subscriptions/listen``.
+    The session remembers it (bounded): ``notifications/resources/updated``
+    for it then travel on the session's GET stream (HTTP) or its connection;
+    the modern era subscribes with ``subscriptions/listen`` instead.
     """
-    h.server.resources.find(h.params.get("uri"))  # unknown: -32602 with the uri
+    uri = h.params.get("uri")
+    h.server.resources.find(uri)  # unknown: -32602 with the uri
+    channel = h.caller.channel
+    if channel is not None and isinstance(uri, str):
+        subscribed = channel.resource_subscriptions
+        if h.call.request.method == "resources/unsubscribe":
+            subscribed.discard(uri)
+        elif uri not in subscribed:
+            if len(subscribed) >= MAX_SUBSCRIPTIONS:
+                raise JsonRpcError(
+                    INVALID_PARAMS, f"Invalid params: at most {MAX_SUBSCRIPTIONS} subscriptions"
+                )
+            subscribed.add(uri)
     return {}
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from .._core.errors import REQUEST_CANCELLED
 
 __all__ = [
+    "header_form",
     "HEADER_MISMATCH",
     "HEADER_METHOD",
     "HEADER_NAME",
@@ -139,6 +140,22 @@ NAME_BEARING: Final = {
 }
 
 _B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
+
+
+def header_form(value: object) -> str | None:
+    """How a primitive argument is written in its ``Mcp-Param-*`` header (``None``: not one).
+
+    The client writes it and the server compares with it, so both use this one.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    return None
 
 
 def encode_header_value(value: str) -> str:

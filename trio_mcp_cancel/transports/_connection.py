@@ -90,7 +90,7 @@ from .._core.events import CancelKind
 from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import Registry
 from .._protocol import jsonrpc
-from .._protocol.calls import NotificationCall, Rejected, RequestCall
+from .._protocol.calls import ClientResponseCall, NotificationCall, Rejected, RequestCall
 from .._protocol.dispatcher import Dispatcher
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
@@ -405,7 +405,8 @@ class MessageConnection:
             self.dispatcher.notify(call.notification, self.caller)
         elif isinstance(call, Rejected):
             await self.send(call.error.to_message())
-        # else a client's response: we send no requests, nothing to match
+        elif isinstance(call, ClientResponseCall):
+            self.dispatcher.respond(call, self.caller)  # an answer to a ctx.elicit
 
     async def _run(
         self,

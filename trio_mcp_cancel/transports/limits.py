@@ -104,6 +104,11 @@ class HttpLimits:
     session_idle_timeout: float | None = attrs.field(default=3600.0, validator=_seconds)
     """Seconds after which an idle legacy session expires: clients that vanish
     without a DELETE (most do) must not hold sessions forever."""
+    replay_buffer_size: int = attrs.field(default=256 * 1024, validator=_at_least_one)
+    """Bytes of recent events each resumable legacy SSE stream keeps for a client
+    that reconnects with ``Last-Event-ID`` (the final answer is kept apart, never
+    dropped).  An event dropped before any connection took it makes the stream
+    unresumable: its call is then cancelled as a disconnect at once."""
 
 
 #: The defaults, shared (the objects are frozen).

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
 from functools import partial
 from typing import Final
@@ -42,12 +43,17 @@ from trio_websocket import (
     serve_websocket,
 )
 
+from .._auth.resource import OAuthResource, Refusal
+from .._auth.tokens import AccessToken
 from .._core.registry import Registry, current_registry
+from .._protocol import jsonrpc
+from .._protocol.jsonrpc import JsonRpcError
 from .._protocol.mcp_server import McpServerBase
 from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
 from .auth import Authenticator, authenticate
+from .http.oauth import check_scopes
 from .http.rules import HttpError, request_headers
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
@@ -67,7 +73,7 @@ async def serve_mcp_websocket(
     port: int = 0,
     *,
     path: str = "/mcp",
-    auth: Authenticator | None = None,
+    auth: Authenticator | OAuthResource | None = None,
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -87,6 +93,14 @@ async def serve_mcp_websocket(
     accepted; while more than ``max_buffered_bytes`` wait in all, no new
     message is read.  The ping keep-alive (``keepalive_interval``) catches a
     peer that vanished; these catch one that is there but does not read.
+
+    *auth* as on :class:`~trio_mcp_cancel.http.McpHttpApp`: an
+    :class:`~trio_mcp_cancel.oauth.OAuthResource` authorizes the upgrade
+    request like an HTTP request (``401``/``403``/``503`` with the same
+    challenge).  The connection then lasts no longer than its token (closed,
+    code 1008, at ``exp``), and a ``tools/call`` of a tool whose scopes the
+    token lacks closes it (code 1008, ``insufficient_scope``): a WebSocket
+    message has no status to refuse it with.
     """
     if registry is None:
         registry = current_registry()
@@ -116,7 +130,7 @@ async def _handle(
     server: McpServerBase,
     registry: Registry,
     path: str,
-    auth: Authenticator | None,
+    auth: Authenticator | OAuthResource | None,
     limits: ConnectionLimits,
 ) -> None:
     # An exception escaping a handler would tear down the whole server, so
@@ -137,7 +151,16 @@ async def _handle(
             )
             return
         principal = None
-        if auth is not None:
+        access: AccessToken | None = None
+        if isinstance(auth, OAuthResource):
+            try:
+                access = await auth.authenticate(headers)
+            except Refusal as refused:
+                body = HttpError(refused.status, str(refused)).body()
+                await request.reject(refused.status, extra_headers=refused.headers(), body=body)
+                return
+            principal = access.principal
+        elif auth is not None:
             principal = await authenticate(auth, headers)
             if principal is None:
                 await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
@@ -163,13 +186,48 @@ async def _handle(
             if limits.keepalive_interval is not None:
                 nursery.start_soon(_keepalive, ws, limits.keepalive_interval)
             nursery.start_soon(_close_when_stalled, ws, connection)
-            async with contextlib.aclosing(_messages(ws)) as messages:
+            incoming = _messages(ws)
+            if isinstance(auth, OAuthResource) and access is not None:
+                if access.expires_at is not None:
+                    nursery.start_soon(_close_at_expiry, ws, access.expires_at)
+                incoming = _scoped(incoming, ws, auth, server, access)
+            async with contextlib.aclosing(incoming) as messages:
                 await connection.serve(messages)
             nursery.cancel_scope.cancel()
     except (ConnectionClosed, trio.BrokenResourceError):
         pass
     except Exception:
         logger.exception("WebSocket connection failed")
+
+
+async def _close_at_expiry(ws: WebSocketConnection, expires_at: float) -> None:
+    """Close the connection when the token that opened it expires (its calls are cancelled)."""
+    await trio.sleep(max(0.0, expires_at - time.time()))
+    logger.info("WebSocket token expired; closing the connection")
+    await _close(ws, 1008, "token expired", _STALLED_CLOSE_TIMEOUT)
+
+
+async def _scoped(
+    messages: AsyncGenerator[str | bytes, None],
+    ws: WebSocketConnection,
+    resource: OAuthResource,
+    server: McpServerBase,
+    access: AccessToken,
+) -> AsyncGenerator[str | bytes, None]:
+    """*messages*, until one the token may not send: then the connection is closed (1008)."""
+    async with contextlib.aclosing(messages):
+        async for raw in messages:
+            if server.tool_scopes or resource.method_scopes:
+                try:
+                    check_scopes(resource, server, jsonrpc.decode(raw), access)
+                except JsonRpcError:
+                    pass  # not JSON, or too deep: the connection answers the error
+                except Refusal as refused:
+                    logger.info("WebSocket message refused: %s", refused)
+                    reason = "insufficient_scope: " + " ".join(refused.missing)
+                    await _close(ws, 1008, reason[:120], 1.0)
+                    return
+            yield raw
 
 
 async def _keepalive(ws: WebSocketConnection, interval: float) -> None:

@@ -244,7 +244,11 @@ async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClien
 
 async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
-        url, registry = await serve_app(grace=5, limits=ConnectionLimits(disconnect_grace=0.2))
+        url, registry = await serve_app(
+            grace=5,
+            limits=ConnectionLimits(disconnect_grace=0.2),
+            resume_window=0,  # no waiting for a resume (see test_resumption.py)
+        )
         events = EventRecorder.attach(registry)
         headers = await initialize(client, url)
         async with client.stream(
@@ -264,7 +268,11 @@ async def test_disconnect_hard_cancels_a_stubborn_tool(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        url, registry = await serve_app(grace=60, limits=ConnectionLimits(disconnect_grace=0.2))
+        url, registry = await serve_app(
+            grace=60,
+            limits=ConnectionLimits(disconnect_grace=0.2),
+            resume_window=0,  # no waiting for a resume (see test_resumption.py)
+        )
         events = EventRecorder.attach(registry)
         headers = await initialize(client, url)
         tool_log.clear()
@@ -442,7 +450,9 @@ async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
                 error = final(reply)["error"]
                 assert error["code"] == code, (body[:40], error)
                 assert isinstance(error["message"], str)
-        assert (await client.get(url, headers=headers)).status_code == 405
+        # GET is the session's SSE stream: a client that does not take SSE gets 406.
+        json_only = {**headers, "accept": "application/json"}
+        assert (await client.get(url, headers=json_only)).status_code == 406
         assert (await client.post(url + "/other", headers=headers, json={})).status_code == 404
         local = await client.post(
             url,

@@ -100,7 +100,9 @@ async def h2_server(nursery: trio.Nursery) -> AsyncIterator[tuple[int, Registry]
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None
-        app = McpHttpApp(server, registry, limits=ConnectionLimits(disconnect_grace=0.2))
+        # resume_window=0: a reset legacy stream is not waited for (see test_resumption.py).
+        limits = ConnectionLimits(disconnect_grace=0.2)
+        app = McpHttpApp(server, registry, limits=limits, resume_window=0)
         binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
         yield int(binds[0].rsplit(":", 1)[1]), registry
         assert_no_leaks(registry)

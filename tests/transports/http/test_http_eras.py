@@ -476,12 +476,15 @@ async def test_modern_get_and_delete_are_405(
         assert exchange.headers["allow"] == "POST"
 
 
-async def test_get_is_405_in_the_legacy_era_too(autojump_clock: trio.testing.MockClock) -> None:
+async def test_get_without_sse_in_its_accept_is_406_in_the_legacy_era(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A legacy GET opens the session's SSE stream (see test_get_stream.py).
     async with serving() as s:
         session = await initialize(s.client)
-        exchange = await s.client.request("GET", legacy_headers(session))
-        assert exchange.status == 405
-        assert "DELETE" in exchange.headers["allow"]
+        headers = {**legacy_headers(session), "accept": "application/json"}
+        exchange = await s.client.request("GET", headers)
+        assert exchange.status == 406
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])

@@ -18,7 +18,8 @@ from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, m
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import InputRequired, McpServer, ToolContext, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, elicit
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.transports.http.rules import check_param_headers
 

@@ -24,6 +24,16 @@ JSON body, chosen lazily) and, once it first suspends
 HTTP/2 stream there; a ``send()`` to a gone client silently does nothing),
 and carries the ``max_request_time`` limit, the keep-alive timer and the
 write deadline, so a call costs one extra task at most.
+
+**Resumable legacy streams** (``resume_window`` not ``None``; see
+:mod:`.resume`).  A legacy session's SSE response is a resumable stream: a
+dropped (or stalled) connection detaches it, and the watcher then waits up
+to ``resume_window`` seconds for a GET with ``Last-Event-ID`` to attach
+again (:mod:`.get_stream`), each time it drops; only when none comes is
+the call cancelled, kind ``"disconnect"`` (with
+``legacy_disconnect_cancels``).  A call that ends while detached keeps its
+answer for a resume for the same window.  The modern era has no
+resumption: there a closed stream is the cancel, at once.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from . import rules
 from .inline import can_write_now
 from .lazy import await_then
 from .response import CallResponse, State
+from .resume import ResumableStream
 from .sessions import Session
 from .shared import tenant_call_slot
 from .writer import ResponseWriter
@@ -112,6 +123,11 @@ class Responder:
     max_buffered_bytes: int
     fast_paths: bool = True
     """hypercorn's shortcuts (see :mod:`.hypercorn_compat`); off: plain ASGI only."""
+    resume_window: float | None = None
+    """Legacy SSE streams are resumable, and a dropped one waits this long for its
+    client to come back before it counts as a disconnect (``None``: not resumable)."""
+    replay_limit: int = 256 * 1024
+    """Bytes of events each resumable stream keeps for a replay."""
     service: trio.Nursery | None = None
     """The lifespan's service nursery (``None``: served without a lifespan)."""
     dispatcher: Dispatcher = attrs.field(init=False)
@@ -129,6 +145,13 @@ class Responder:
     def notify(self, notification: jsonrpc.Notification, caller: Caller) -> bool:
         """Handle *notification*; whether to forward it (see :meth:`Dispatcher.notify`)."""
         return self.dispatcher.notify(notification, caller)
+
+    def admit_notification_stream(self, tenant: str | None) -> tuple[str, int] | None:
+        """A legacy GET stream takes a listen slot (``None``), or the cap it would exceed."""
+        return self.dispatcher.admit_notification_stream(tenant)
+
+    def release_notification_stream(self, tenant: str | None) -> None:
+        self.dispatcher.release_notification_stream(tenant)
 
     # -- answering ----------------------------------------------------------------
 
@@ -208,6 +231,10 @@ class Responder:
         response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
         if response.sse:
             exchange.send = response.send_message
+            session = routed.session
+            if self.resume_window is not None and session is not None and routed.era == "legacy":
+                response.open_stream = partial(session.streams.open, self.replay_limit)
+                exchange.close_stream = response.close_stream
         # The writer task starts when the response commits to SSE, or
         # not at all when the whole answer can be written inline.
         response.start_writer = partial(self._start_writer, writer, nursery)
@@ -229,13 +256,21 @@ class Responder:
             if response.start_writer is not None:
                 # Never committed: one whole response, or nothing (client gone).
                 await self._write_whole(writer, send, response.start_writer)
-            await self._drain(writer)
+            if response.stream is not None:
+                await self._deliver(response.stream)
+            else:
+                await self._drain(writer)
         finally:
             # The call is over: so is the watcher's job.
             for scope in watching:
                 scope.cancel()
             if not writer.done:
                 writer.abandon()  # cancelled (shutdown): leave the client
+            stream = response.stream
+            if stream is not None and routed.session is not None:
+                if not stream.delivered:
+                    stream.detach()  # a resuming GET still attached ends too
+                routed.session.streams.close(stream)
             if not response.settle():
                 exchange.lost()  # the answer never reached the client
 
@@ -276,6 +311,7 @@ class Responder:
         interval = self.keepalive_interval if response.sse else None
         keepalive_at = math.inf if interval is None else now + interval
         writer = response.writer
+        stream = response.stream
         while True:
             with trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at)) as wait:
                 writer.wakes = wait
@@ -283,8 +319,15 @@ class Responder:
                     break
                 continue  # trailing body chunks; the body was already read whole
             now = trio.current_time()
+            if stream is not None and stream.writer is not writer:
+                # Detached (a stall), or a resuming GET carries the stream now.
+                writer.wakes = None
+                await self._await_resume(stream, exchange, limit_at)
+                return
             if now >= writer.stall_at:
                 response.stall("write timeout")
+                if stream is not None:
+                    await self._await_resume(stream, exchange, limit_at)
                 return
             if now >= limit_at:
                 limit_at = math.inf
@@ -294,12 +337,60 @@ class Responder:
                 keepalive_at = now + interval
         writer.wakes = None
         response.disconnected()
+        if stream is not None:
+            await self._await_resume(stream, exchange, limit_at)
+            return
         if era == "modern" or self.legacy_disconnect_cancels:
             exchange.cancel("client disconnected", grace=self.disconnect_grace)
         elif limit_at < math.inf and response.state is State.ABANDONED:
             # The call goes on without its client, but within the time limit.
             await trio.sleep_until(limit_at)
             exchange.cancel("request time limit reached", kind="server")
+
+    async def _await_resume(
+        self, stream: ResumableStream, exchange: Exchange, limit_at: float
+    ) -> None:
+        """A resumable stream lost its connection: give its client ``resume_window`` to
+        come back (each time), then cancel the call as a disconnect.
+
+        With ``legacy_disconnect_cancels`` off a client that closed its stream
+        is spared (the call runs on, within the time limit), as without
+        resumption; one that stopped reading is not (it holds the server's
+        memory and connection).  A stream whose replay buffer dropped an
+        undelivered event cannot be resumed whole: that counts as the window
+        passing.
+        """
+        window = self.resume_window
+        assert window is not None
+        with trio.move_on_at(limit_at):
+            while True:
+                if stream.writer is None and not await stream.wait_attached(window):
+                    if self.legacy_disconnect_cancels or stream.stalled:
+                        why = "client stopped reading" if stream.stalled else "client disconnected"
+                        if stream.overflowed:
+                            why += " (its stream's replay buffer overflowed)"
+                        exchange.cancel(why, grace=self.disconnect_grace)
+                        return
+                    await trio.sleep_forever()  # the time limit may still end it
+                await stream.wait_detached()
+        exchange.cancel("request time limit reached", kind="server")
+
+    async def _deliver(self, stream: ResumableStream) -> None:
+        """Wait until *stream*'s final event was written, on whichever connection carries
+        it; a stream left detached for ``resume_window`` is given up (the answer is lost)."""
+        window = self.resume_window
+        assert window is not None
+        while not stream.delivered:
+            writer = stream.writer
+            if writer is None:
+                if stream.final is not None and not stream.final[1]:
+                    return  # ended without an answer (its client cancelled): nothing to resume
+                if not await stream.wait_attached(window):
+                    return
+                continue
+            await self._drain(writer)
+            if not stream.delivered:
+                stream.detach(writer)
 
     # -- writing ------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import trio
 
+from ..._auth.resource import OAuthResource, Refusal
+from ..._auth.tokens import AccessToken
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
 from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
@@ -50,9 +52,11 @@ from ..limits import (
 )
 from . import hypercorn_compat, rules
 from .answer import Post, Responder
+from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
+from .oauth import check_scopes, resource_metadata
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -88,7 +92,11 @@ class McpHttpApp:
             and require it afterwards (``400`` when missing, ``404`` when
             unknown).  The modern era never uses sessions.
         auth: an :data:`~trio_mcp_cancel.http.Authenticator`; when set,
-            unauthenticated requests get ``401``.
+            unauthenticated requests get ``401``.  Or an
+            :class:`~trio_mcp_cancel.oauth.OAuthResource`: the MCP
+            authorization specification (Protected Resource Metadata served
+            at its well-known paths, ``401`` challenges, validated tokens,
+            ``403 insufficient_scope``; see :mod:`trio_mcp_cancel.oauth`).
         json_response: answer ``tools/call`` with one JSON body instead of
             an SSE stream (no progress, no keep-alive; a cancelled call is
             answered ``-32800``, because an HTTP response must carry something).
@@ -116,7 +124,18 @@ class McpHttpApp:
             DNS-rebinding guard MCP asks for).  ``None``: no ``Origin``
             header, or a localhost one.
         legacy_disconnect_cancels: whether a legacy client closing its
-            stream cancels the call (the modern era always does).
+            stream cancels the call (the modern era always does, at once);
+            with resumption on, only once ``resume_window`` passed without
+            a resume.  ``False``: the call runs on (within
+            ``max_request_time``), and its stream stays resumable.
+        resume_window: legacy SSE streams are resumable (SEP-1699: event
+            ids, a priming event with ``retry``, ``GET`` with
+            ``Last-Event-ID`` replays what the client missed; see
+            :mod:`.resume`), and a dropped one is a disconnect only when
+            its client has not come back within this many seconds (default
+            5; ``MCP_RESUME_WINDOW``).  ``None``: no resumption; a dropped
+            stream is a disconnect at once.  The replay buffer of each
+            stream is ``http_limits.replay_buffer_size`` bytes.
         backend: what server processes share (task records, cancellation
             requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
             process only, in memory.  The lifespan runs it.
@@ -138,12 +157,13 @@ class McpHttpApp:
         registry_config: RegistryConfig | None = None,
         path: str = "/mcp",
         sessions: bool = True,
-        auth: Authenticator | None = None,
+        auth: Authenticator | OAuthResource | None = None,
         json_response: bool = False,
         allowed_origins: Collection[str] | None = None,
         limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
         http_limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         legacy_disconnect_cancels: bool = True,
+        resume_window: float | None = 5.0,
         backend: Backend | None = None,
         hypercorn_fast_paths: bool | None = None,
     ) -> None:
@@ -164,6 +184,7 @@ class McpHttpApp:
             else None
         )
         self.auth = auth
+        self.oauth = auth if isinstance(auth, OAuthResource) else None
         self.json_response = json_response
         self.limits = limits
         self.http_limits = http_limits
@@ -195,6 +216,8 @@ class McpHttpApp:
             limits.write_timeout,
             limits.max_buffered_bytes,
             hypercorn_fast_paths,
+            resume_window=_check_window(resume_window),
+            replay_limit=http_limits.replay_buffer_size,
         )
         self._modern = ModernEra(self._responder)
         self._legacy = LegacyEra(
@@ -204,6 +227,7 @@ class McpHttpApp:
             self._sharing,
             limits.max_concurrent_requests,
         )
+        self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -266,6 +290,7 @@ class McpHttpApp:
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
+                    await outer.start(self._get.serve_backend, self.backend)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     self._responder.service = service
@@ -315,23 +340,32 @@ class McpHttpApp:
                 target = len(scope["path"]) + len(scope.get("query_string") or b"")
                 headers = rules.request_headers(scope["headers"], self.max_head_size, target)
                 if scope["path"] != self.path:
+                    if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
+                        await self._discard_body(receive)
+                        await respond(send, *resource_metadata(self.oauth, scope["method"]))
+                        return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                principal = await self._principal(headers)
+                access = await self._principal(headers)
+                principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
                     rules.check_accept(headers)
                     rules.check_content_type(headers)
                     rules.check_content_length(headers, self.max_message_size)
-                elif method != "DELETE" or not self._legacy_headers(headers):
-                    allow = b"POST, DELETE" if self._legacy_headers(headers) else b"POST"
+                elif method not in ("DELETE", "GET") or not self._legacy_headers(headers):
+                    allow = b"GET, POST, DELETE" if self._legacy_headers(headers) else b"POST"
                     raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
             except HttpError as exc:
                 if exc.status != 413:  # a body declared too large is not waited for
                     await self._discard_body(receive)
                 raise
             if method == "POST":
-                await self._post(scope, receive, send, headers, principal)
+                await self._post(scope, receive, send, headers, principal, access)
+            elif method == "GET":
+                await self._discard_body(receive)
+                tenant = tenant_for(principal, scope.get("client"))
+                await self._get.get(headers, principal, tenant, receive, send)
             else:
                 await self._discard_body(receive)
                 await self._legacy.delete(headers, principal)
@@ -375,10 +409,17 @@ class McpHttpApp:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
 
-    async def _principal(self, headers: dict[str, str]) -> str | None:
-        if self.auth is None:
+    async def _principal(self, headers: dict[str, str]) -> str | AccessToken | None:
+        """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
+        auth = self.auth
+        if auth is None:
             return None
-        principal = await authenticate(self.auth, headers)
+        if isinstance(auth, OAuthResource):
+            try:
+                return await auth.authenticate(headers)
+            except Refusal as refused:
+                raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
+        principal = await authenticate(auth, headers)
         if principal is None:
             raise HttpError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
         return principal
@@ -390,6 +431,7 @@ class McpHttpApp:
         send: Send,
         headers: dict[str, str],
         principal: str | None,
+        access: str | AccessToken | None = None,
     ) -> None:
         body = await self._read_body(receive)
         try:
@@ -397,6 +439,11 @@ class McpHttpApp:
         except JsonRpcError as exc:
             await self._responder.respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
+        if self.oauth is not None and isinstance(access, AccessToken):
+            try:
+                check_scopes(self.oauth, self.server, message, access)
+            except Refusal as refused:
+                raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
         client = scope.get("client")
         tenant = tenant_for(principal, client)
         post = Post(send, headers, principal, client, tenant, message, self.registry)
@@ -450,6 +497,12 @@ class _Body:
 
     def data(self) -> bytes:
         return b"".join(self._chunks)  # one chunk: CPython returns it as is
+
+
+def _check_window(window: float | None) -> float | None:
+    if window is not None and not (math.isfinite(window) and window >= 0):
+        raise ValueError(f"resume_window must be a finite number of seconds >= 0, not {window!r}")
+    return window
 
 
 async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:

@@ -30,6 +30,10 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     comma-separated ``Origin`` values to accept (default: localhost only).
 ``MCP_MAX_REQUEST_TIME``
     seconds after which a tool call is cancelled by the server (default: none).
+``MCP_RESUME_WINDOW``
+    seconds a dropped legacy SSE stream may be resumed (``GET`` with
+    ``Last-Event-ID``) before its call is cancelled as a disconnect (default
+    ``5``; ``none``: streams are not resumable, a drop cancels at once).
 ``MCP_TASK_TTL``
     seconds a task record lives after creation (default ``3600``).
 ``MCP_STATE_SECRET``
@@ -43,6 +47,21 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     (never seals them).  Rotate by moving the old value here and setting a
     new ``MCP_STATE_SECRET``; keep it for at least one state TTL (600 s by
     default), then unset it.  Needs ``MCP_STATE_SECRET``.
+``MCP_AUTH_ISSUER``, ``MCP_AUTH_AUDIENCE``
+    turn on OAuth authorization (extra ``auth``; :mod:`trio_mcp_cancel.oauth`):
+    the authorization server's issuer URL (its JWKS and introspection
+    endpoint found through its RFC 8414 / OpenID metadata) and this
+    server's URL (the Protected Resource Metadata's ``resource``, the
+    audience every token must name).  Both or neither.
+``MCP_AUTH_SCOPES``
+    scopes every request needs (space- or comma-separated).
+``MCP_AUTH_JWKS_URI``
+    the issuer's key set, when its metadata should not be asked.
+``MCP_AUTH_CLIENT_ID``, ``MCP_AUTH_CLIENT_SECRET``
+    this server's credentials at the authorization server: tokens that
+    are not JWTs are then checked by introspection (RFC 7662).
+``MCP_AUTH_INTROSPECTION_URL``
+    the introspection endpoint, when its metadata should not be asked.
 
 A malformed value raises :class:`ValueError` naming the variable, so a
 worker fails at startup rather than serving with a setting silently ignored.
@@ -132,6 +151,18 @@ def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) ->
     signer.previous = secret_from_text(previous, "MCP_STATE_SECRET_PREVIOUS") if previous else None
 
 
+#: Any of these set turns authorization on (see :mod:`..._auth.env`).
+_AUTH_VARIABLES = (
+    "MCP_AUTH_ISSUER",
+    "MCP_AUTH_AUDIENCE",
+    "MCP_AUTH_SCOPES",
+    "MCP_AUTH_JWKS_URI",
+    "MCP_AUTH_CLIENT_ID",
+    "MCP_AUTH_CLIENT_SECRET",
+    "MCP_AUTH_INTROSPECTION_URL",
+)
+
+
 def app_from_env(
     server: McpServerBase, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
@@ -149,6 +180,7 @@ def app_from_env(
             max_request_time=seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
         ),
         "backend": backend_from_env(environ),
+        "resume_window": seconds_setting(environ, "MCP_RESUME_WINDOW", 5.0),
     }
     origins = environ.get("MCP_ALLOWED_ORIGINS", "").strip()
     if origins:
@@ -158,5 +190,9 @@ def app_from_env(
     ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
     server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
+    if any(environ.get(name, "").strip() for name in _AUTH_VARIABLES):
+        from ..._auth.env import oauth_from_env  # the optional `auth` extra, only when asked for
+
+        options["auth"] = oauth_from_env(environ)
     options.update(overrides)
     return McpHttpApp(server, **options)

@@ -2,9 +2,10 @@
 
 ``initialize`` creates a session (``Mcp-Session-Id``), later POSTs carry
 it, ``notifications/cancelled`` cancels a request of the same session,
-DELETE ends the session and cancels its requests.  Closing the stream
-cancels too, by default (``legacy_disconnect_cancels``): the 2025 specs
-advise against it because their streams can be resumed, and ours cannot.
+DELETE ends the session and cancels its requests.  A dropped SSE stream
+can be resumed (``GET`` + ``Last-Event-ID``, :mod:`.resume`) for
+``resume_window`` seconds; one not resumed by then cancels the call, by
+default (``legacy_disconnect_cancels``).
 
 With a shared backend (:mod:`.shared`) a session lives on every worker: a
 POST may land on another worker than its ``initialize``, a cancel for a
@@ -26,14 +27,14 @@ from ..._core.namespace import namespace_for
 from ..._core.registry import Registry
 from ..._protocol import jsonrpc
 from ..._protocol.admission import too_many_sessions
-from ..._protocol.calls import NotificationCall, Rejected, RequestCall
+from ..._protocol.calls import ClientResponseCall, NotificationCall, Rejected, RequestCall
 from ..._protocol.exchange import Caller, Channel
 from ...backends.base import BusMessage
 from . import rules
 from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
-from .shared import SessionSharing
+from .shared import SessionSharing, session_key
 
 __all__ = ["LegacyEra"]
 
@@ -78,6 +79,8 @@ class LegacyEra:
         call = self.responder.prepare(post.message, caller)
         if isinstance(call, NotificationCall):
             await self._notify(call, caller)
+        elif isinstance(call, ClientResponseCall) and session is not None:
+            await self._answered(call, caller, session)
         if isinstance(call, Rejected):
             # A malformed message is a 400; a request that cannot be served
             # is answered like any other request of its era.
@@ -96,7 +99,7 @@ class LegacyEra:
     async def _create(self, post: Post) -> Session | None:
         """A new session for ``initialize`` (whatever header it carries); ``None``: refused."""
         assert self.sessions is not None
-        channel = Channel(self.max_concurrent_requests)
+        channel = Channel(self.max_concurrent_requests, notifications=True)
         try:
             session, evicted = self.sessions.create(
                 post.principal, post.tenant, trio.current_time(), channel
@@ -106,6 +109,7 @@ class LegacyEra:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            old.streams.close_all()
             if self.sharing is not None:
                 await self.sharing.end(old)  # on every worker: it freed a shared place
         return session
@@ -115,6 +119,23 @@ class LegacyEra:
         # The dispatcher says whether the cancel may be for another worker.
         if self.responder.notify(notified, caller) and self.sharing is not None:
             await self.sharing.forward_cancel(caller.namespace, notified.params)
+
+    async def _answered(self, call: ClientResponseCall, caller: Caller, session: Session) -> None:
+        """The client's answer to a ``ctx.elicit``: to the tool waiting here, or forwarded.
+
+        The tool may run on another worker than the one the answer reached
+        (with a shared backend): one that no tool here waits for is
+        published on the bus, named by the session's backend key, and
+        applied by the worker holding the waiter (an unknown id is dropped).
+        """
+        if self.responder.dispatcher.respond(call, caller) or self.sharing is None:
+            return
+        response = call.response
+        if response is None or not isinstance(response.id, str) or len(response.id) > 64:
+            return  # not an id this server makes: nothing anywhere waits for it
+        await self.sharing.forward_response(
+            session_key(session.id), response.id, response.result, response.error
+        )
 
     async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
         """The session a request names (``None``: sessions are off); ``400``/``404`` else."""
@@ -140,6 +161,7 @@ class LegacyEra:
         assert session is not None and self.sessions is not None
         self.sessions.end(session.id)
         session.channel.cancel_all("session terminated")
+        session.streams.close_all()
         if self.sharing is not None:
             await self.sharing.end(session)
 
@@ -170,7 +192,7 @@ class LegacyEra:
         await self.responder.respond(send, status, jsonrpc.encode(reply), RETRY_AFTER, json=True)
 
     def on_bus(self, message: BusMessage) -> None:
-        """Apply a legacy cancel or session end that reached another worker first."""
+        """Apply a legacy cancel, client answer or session end that reached another worker."""
         kind = message.get("type")
         if kind == "notify":
             namespace = message.get("namespace")
@@ -182,9 +204,18 @@ class LegacyEra:
                 params = {"requestId": message.get("request_id"), "reason": message.get("reason")}
                 notified = jsonrpc.Notification("notifications/cancelled", params)
                 self.responder.notify(notified, Caller(namespace, registry))
+        elif kind == "client.response" and self.sharing is not None:
+            key = message.get("session")
+            session = self.sharing.local(key) if isinstance(key, str) else None
+            if session is not None:
+                response = jsonrpc.ClientResponse(
+                    message.get("id"), message.get("result"), message.get("error")
+                )
+                session.channel.client_requests.resolve(response)
         elif kind == "session.end" and self.sharing is not None and self.sessions is not None:
             key = message.get("session")
             session = self.sharing.local(key) if isinstance(key, str) else None
             if session is not None:
                 self.sessions.end(session.id)
                 session.channel.cancel_all("session terminated")
+                session.streams.close_all()

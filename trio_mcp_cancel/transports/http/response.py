@@ -50,6 +50,17 @@ disconnect, a stall), it queues the bytes in the request's
 :class:`~.writer.ResponseWriter` (one object per call, not two: it sits on
 every cancellable call's path).  Everything runs in the
 request's task or its watcher, so nothing interleaves with a transition.
+
+**Resumable streams** (legacy sessions, :mod:`.resume`).  When the
+response has a :class:`~.resume.ResumableStream`, every SSE event of the
+call (progress, log, any server-to-client request, the answer) goes
+through :meth:`CallResponse._event` into it: numbered, kept for a replay,
+and written on whichever connection carries the stream now.  A
+disconnect or a stall then *detaches* that connection instead of
+abandoning the response, which stays STREAMING (the call goes on, its
+events into the replay buffer) until a resuming GET attaches, or the HTTP
+layer gives up (:mod:`.answer`: ``resume_window``); DELIVERED means the
+final event was written by whichever connection took it.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ from typing import Final
 from ..._protocol import jsonrpc
 from ..._protocol.jsonrpc import Message
 from . import sse
+from .resume import ResumableStream
 from .writer import ResponseWriter
 
 __all__ = [
@@ -153,7 +165,7 @@ class CallResponse(ResponseMachine):
     starts it: a whole answer may be written inline instead).
     """
 
-    __slots__ = ("_extra", "_on_stall", "sse", "start_writer", "writer")
+    __slots__ = ("_extra", "_on_stall", "open_stream", "sse", "start_writer", "stream", "writer")
 
     def __init__(
         self,
@@ -168,6 +180,9 @@ class CallResponse(ResponseMachine):
         self.sse = sse_mode
         self._on_stall = on_stall
         self.start_writer: Callable[[], None] | None = None
+        self.open_stream: Callable[[], ResumableStream] | None = None
+        """Makes the response resumable when it commits to SSE (``None``: not resumable)."""
+        self.stream: ResumableStream | None = None
 
     def commit(self) -> None:
         """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
@@ -176,6 +191,10 @@ class CallResponse(ResponseMachine):
         self.handle(Event.COMMIT)
         headers = [*sse.SSE_HEADERS, *self._extra]
         self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
+        if self.open_stream is not None:
+            stream = self.stream = self.open_stream()
+            stream.attach(self.writer)
+            stream.prime()
         start, self.start_writer = self.start_writer, None
         if start is not None:
             start()  # a stream: its writes may block, so a task of their own
@@ -185,6 +204,11 @@ class CallResponse(ResponseMachine):
             return
         if final:
             self.handle(Event.FINISH)
+        stream = self.stream
+        if stream is not None:
+            if not stream.emit(data, final=final):
+                self.stall("too much unread output")
+            return
         message = {"type": "http.response.body", "body": data, "more_body": not final}
         if not self.writer.put(message, final=final):
             self.stall("too much unread output")
@@ -194,9 +218,18 @@ class CallResponse(ResponseMachine):
         self.commit()
         self._event(sse.event(message))
 
+    def close_stream(self) -> bool:
+        """``Exchange.close_stream``: end this connection, keep the resumable stream."""
+        self.commit()
+        return self.stream is not None and self.stream.release()
+
     def keepalive(self) -> None:
         self.commit()
-        self._event(sse.KEEPALIVE)
+        stream = self.stream
+        if stream is None:
+            self._event(sse.KEEPALIVE)
+        elif self.state is State.STREAMING and not stream.keepalive(sse.KEEPALIVE):
+            self.stall("too much unread output")
 
     def finish(self, reply: Message | None) -> None:
         """End the response with *reply* (``None``: end an SSE stream without one)."""
@@ -214,10 +247,21 @@ class CallResponse(ResponseMachine):
 
     def disconnected(self) -> None:
         """The client closed its stream (the watcher saw ``http.disconnect``)."""
+        if self.stream is not None:
+            self.stream.detach(self.writer)  # resumable: the call goes on
+            return
         self.handle(Event.DISCONNECT)
 
     def stall(self, why: str) -> None:
         """The client stopped reading: treat it as gone (its call is cancelled)."""
+        stream = self.stream
+        if stream is not None:
+            # Resumable: the connection is dropped, not the call (see .answer).
+            if stream.writer is not None:
+                logger.info("client stopped reading its stream (%s); detaching it", why)
+                stream.detach()
+                stream.stalled = True
+            return
         if self.writer.stalled or self.state is State.ABANDONED:
             return
         logger.info("client stopped reading its response (%s); disconnecting it", why)
@@ -228,6 +272,13 @@ class CallResponse(ResponseMachine):
     def settle(self) -> bool:
         """The request ends: whether the answer was delivered (else it is lost)."""
         writer = self.writer
+        stream = self.stream
+        if stream is not None:
+            if self.state is State.FINISHING and stream.delivered:
+                self.handle(Event.WRITTEN)
+            elif self.state is not State.DELIVERED:
+                self.handle(Event.ABANDON)
+            return self.state is State.DELIVERED
         if self.state is State.FINISHING and writer.done and not writer.abandoned:
             self.handle(Event.WRITTEN)
         elif self.state is not State.DELIVERED:

@@ -39,6 +39,7 @@ from ..._protocol.wire import (
     META_PROTOCOL_VERSION,
     NAME_BEARING,
     decode_header_value,
+    header_form,
 )
 
 __all__ = [
@@ -269,19 +270,6 @@ def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> E
     return envelope
 
 
-def _header_form(value: object) -> str | None:
-    """How a primitive argument is written in its ``Mcp-Param-*`` header (``None``: not one)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, str):
-        return value
-    return None
-
-
 def check_param_headers(
     headers: Mapping[str, str], input_schema: Mapping[str, Any], arguments: object
 ) -> None:
@@ -308,7 +296,7 @@ def check_param_headers(
             if sent is not None:
                 raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Param-{header} sent without {name!r}")
             continue
-        expected = _header_form(given[name])
+        expected = header_form(given[name])
         if expected is None:
             continue
         if sent is None or decode_header_value(sent.strip()) != expected:

@@ -41,6 +41,7 @@ from typing import Literal
 import attrs
 
 from ..._protocol.exchange import Channel
+from .resume import StreamTable
 
 __all__ = ["Session", "SessionLimitReached", "SessionStore"]
 
@@ -67,6 +68,8 @@ class Session:
     channel: Channel = attrs.field(factory=Channel)
     """The session's calls still running (cancelled when it ends), its
     concurrency limit and what ``initialize`` negotiated."""
+    streams: StreamTable = attrs.field(factory=StreamTable)
+    """Its resumable SSE streams on this worker (see :mod:`.resume`)."""
 
     @property
     def busy(self) -> bool:

@@ -167,7 +167,9 @@ class SessionSharing:
         existing = store.get(session_id, principal, trio.current_time())
         if existing is not None:
             return existing  # adopted meanwhile by a concurrent request
-        channel = Channel(self.max_concurrent_requests, legacy=_legacy(record.get("legacy")))
+        channel = Channel(
+            self.max_concurrent_requests, legacy=_legacy(record.get("legacy")), notifications=True
+        )
         session = Session(
             session_id, principal, trio.current_time(), tenant, public_id, channel=channel
         )
@@ -177,6 +179,7 @@ class SessionSharing:
             return None
         for old in evicted:
             old.channel.cancel_all("session evicted")
+            old.streams.close_all()
             await self.end(old)
         self._by_key[key] = session
         self._touched[session] = trio.current_time()
@@ -208,6 +211,24 @@ class SessionSharing:
             await self.backend.bus.publish(message)
         except BackendUnavailable as exc:
             logger.debug("cancel not forwarded to other workers: %s", exc)
+
+    async def forward_response(
+        self, key: str, response_id: object, result: object, error: object
+    ) -> None:
+        """Publish a client's answer to a ``ctx.elicit`` for the worker whose tool waits for it."""
+        if not self.backend.bus.shared:
+            return
+        message: BusMessage = {
+            "type": "client.response",
+            "session": key,
+            "id": response_id,
+            "result": result,
+            "error": error,
+        }
+        try:
+            await self.backend.bus.publish(message)
+        except BackendUnavailable as exc:
+            logger.debug("client answer not forwarded to other workers: %s", exc)
 
 
 @asynccontextmanager

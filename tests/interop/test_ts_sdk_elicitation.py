@@ -1,0 +1,102 @@
+"""The official TypeScript SDK v1 client answers ``ctx.elicit`` (legacy), and is told of a cancel.
+
+``conformance/ts_client_elicit.mjs`` registers ``ElicitRequestSchema``,
+``CreateMessageRequestSchema`` and ``ListRootsRequestSchema`` handlers,
+calls a tool that asks all three, then aborts a call whose elicitation is
+pending: the server sends ``notifications/cancelled`` for its question and
+the handler's abort signal fires.  Node tooling as in
+``test_ts_sdk_client.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from repo_paths import ROOT
+
+from trio_mcp_cancel import RequestCancelled, open_registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.testing import assert_no_leaks
+
+sys.path.insert(0, str(ROOT / "conformance"))
+import node_tools
+
+pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+
+SCRIPT = ROOT / "conformance" / "ts_client_elicit.mjs"
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+@asynccontextmanager
+async def running(seen: list[str]) -> AsyncIterator[str]:
+    server = McpServer("ts-sdk-elicit")
+
+    @server.tool()
+    async def greet(ctx: ToolContext) -> str:
+        answer = await ctx.elicit("Your name?", SCHEMA)
+        assert answer.content is not None
+        sampled = await ctx.sample(f"Greet {answer.content['name']}", 20)
+        roots = await ctx.list_roots()
+        return f"{sampled['content']['text']} ({len(roots)} roots)"
+
+    @server.tool()
+    async def waits(ctx: ToolContext) -> str:
+        try:
+            await ctx.elicit("Never answered", SCHEMA)
+        except RequestCancelled as exc:
+            seen.append(f"waits cancelled: {exc.kind}")
+            raise
+        return "answered"
+
+    async with open_registry(grace_period=2) as registry, trio.open_nursery() as nursery:
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.errorlog = None
+        config.accesslog = None
+        config.graceful_timeout = 0.5
+        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
+        try:
+            yield f"{binds[0]}/mcp"
+            await registry.wait_idle()
+            assert_no_leaks(registry)
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(node: Path) -> None:
+    seen: list[str] = []
+    with trio.fail_after(90):
+        async with running(seen) as url:
+            # ES modules resolve packages next to the script: run it from .tools/.
+            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
+            done = await trio.run_process(
+                [str(node), str(script), url],
+                cwd=node_tools.TOOLS,
+                env=node_tools.env(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert report["protocolVersion"] == "2025-11-25"
+    assert report["greeted"] == "Hello Ada (1 roots)"
+    assert report["abortOutcome"] == "aborted"
+    assert seen == ["waits cancelled: client"]
+    # The server's notifications/cancelled reached the SDK: the pending handler's signal fired.
+    # (with the client's own reason, which the server's cancel carries), before the client closed.
+    assert report["abortedBeforeClose"] == "user pressed stop", report
+    assert report["afterAbort"] == "Hello Ada (1 roots)"
+    assert report["errors"] == []

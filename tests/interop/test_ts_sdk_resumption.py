@@ -1,0 +1,96 @@
+"""The official TypeScript SDK client (v1, 2025-11-25) on our GET stream and resumable streams.
+
+``conformance/ts_client_resume.mjs`` connects (the SDK opens the session's
+GET stream after ``initialize``), calls a tool that closes its own SSE
+connection mid-call (SEP-1699 polling: the SDK reconnects with
+``Last-Event-ID`` after our ``retry``), and counts the
+``notifications/tools/list_changed`` its GET stream brings.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from repo_paths import ROOT
+
+from trio_mcp_cancel import Event, RequestCancelledEvent, open_registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.testing import assert_no_leaks
+
+sys.path.insert(0, str(ROOT / "conformance"))
+import node_tools
+
+pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+
+SCRIPT = ROOT / "conformance" / "ts_client_resume.mjs"
+
+
+@asynccontextmanager
+async def running(events: list[Event], closed: list[bool]) -> AsyncIterator[str]:
+    server = McpServer("ts-sdk-resume-test")
+
+    @server.tool()
+    async def polling(ctx: ToolContext) -> str:
+        """Reports progress, closes its stream's connection, reports again, answers."""
+        await ctx.report_progress(1, total=2)
+        closed.append(ctx.close_stream())
+        await trio.sleep(1.5)
+        await ctx.report_progress(2, total=2)
+        return "polled"
+
+    @server.tool()
+    async def change(ctx: ToolContext) -> str:
+        server.tools_changed()
+        return "changed"
+
+    async with open_registry(grace_period=1) as registry, trio.open_nursery() as nursery:
+        registry.subscribe(events.append)
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.errorlog = None
+        config.accesslog = None
+        config.graceful_timeout = 0.5
+        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
+        try:
+            yield f"{binds[0]}/mcp"
+            await registry.wait_idle()
+            assert_no_leaks(registry)
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def test_typescript_sdk_resumes_a_polled_stream_and_hears_the_get_stream(node: Path) -> None:
+    events: list[Event] = []
+    closed: list[bool] = []
+    with trio.fail_after(90):
+        async with running(events, closed) as url:
+            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
+            done = await trio.run_process(
+                [str(node), str(script), url],
+                cwd=node_tools.TOOLS,
+                env=node_tools.env(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert report["protocolVersion"] == "2025-11-25"
+    assert report["capabilities"]["tools"] == {"listChanged": True}
+    assert closed == [True]
+    assert report["polled"] == {"text": "polled", "progress": [1, 2]}
+    assert report["listChanged"] == 1
+    assert report["errors"] == []
+    assert not [e for e in events if isinstance(e, RequestCancelledEvent)]

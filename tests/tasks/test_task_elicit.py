@@ -1,0 +1,82 @@
+"""``ctx.elicit`` inside a task (Tasks extension, modern era): the task parks, no re-run.
+
+The question parks the task in ``input_required`` with ``inputRequests``
+``{"ctx-0": ...}``; ``tasks/update`` answers it and the same call returns
+the answer, the tool going on from there (it is not run again).
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from test_tasks import get, serving
+
+from trio_mcp_cancel.backends.memory import MemoryTaskStore
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = McpServer("task-elicit", tasks=TaskManager(store=MemoryTaskStore()))
+    runs: list[str] = []
+
+    @server.tool(task="required")
+    async def onboard(ctx: ToolContext) -> str:
+        runs.append("started")
+        answer = await ctx.elicit("Your name?", NAME)
+        assert answer.content is not None
+        await trio.sleep(1.0)
+        return f"welcome {answer.content['name']}"
+
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        created = await client.request("tools/call", {"name": "onboard", "arguments": {}})
+        task_id = created["taskId"]
+        await trio.sleep(0.5)
+        parked = await get(client, task_id)
+        assert parked["status"] == "input_required"
+        assert list(parked["inputRequests"]) == ["ctx-0"]
+        assert parked["inputRequests"]["ctx-0"]["method"] == "elicitation/create"
+        answer = {"action": "accept", "content": {"name": "Dee"}}
+        await client.request(
+            "tasks/update", {"taskId": task_id, "inputResponses": {"ctx-0": answer}}
+        )
+        await trio.sleep(2.0)
+        done = await get(client, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "welcome Dee"
+    assert runs == ["started"]  # parked and resumed, never run again
+
+
+async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = McpServer("before-elicit", tasks=TaskManager(store=MemoryTaskStore()))
+
+    async def ask_first(ctx: ToolContext) -> None:
+        await ctx.elicit("Your name?", NAME)
+
+    @server.tool(task="required", before_task=ask_first)
+    async def later(ctx: ToolContext) -> str:
+        return "ran"
+
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        first = await client.request("tools/call", {"name": "later", "arguments": {}})
+        assert first["resultType"] == "input_required" and "taskId" not in first
+        assert list(first["inputRequests"]) == ["ctx-0"]
+        answers = {"ctx-0": {"action": "accept", "content": {"name": "Eve"}}}
+        retry = {
+            "name": "later",
+            "arguments": {},
+            "inputResponses": answers,
+            "requestState": first["requestState"],
+        }
+        created = await client.request("tools/call", retry)
+        assert created["resultType"] == "task"
+        await trio.sleep(1.0)
+        done = await get(client, created["taskId"])
+    assert done["status"] == "completed"

@@ -1,0 +1,112 @@
+"""Authorization server metadata (RFC 8414, OpenID Connect Discovery), found once and kept.
+
+The issuer's metadata names its ``jwks_uri`` and ``introspection_endpoint``.
+It is fetched at the first token that needs it, under a lock (concurrent
+requests share one fetch), and kept for the life of the process: the
+endpoints of an issuer do not move.  A failed discovery is retried at most
+every *retry_interval* seconds; meanwhile requests are answered ``503`` at
+once instead of each waiting on a server that is down.
+
+The candidate URLs follow RFC 8414 section 3.1 (the well-known segment
+goes between the host and the issuer's path) and then OpenID Connect
+Discovery (both placements), as the MCP specification lists them.  The
+document's ``issuer`` must be the configured issuer exactly (RFC 8414
+section 3.3), or it is refused: metadata for another issuer would let it
+choose our keys.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+import trio
+
+from .fetch import get_json
+from .tokens import AuthServerUnavailable
+
+__all__ = ["IssuerMetadata", "metadata_urls"]
+
+
+def metadata_urls(issuer: str) -> list[str]:
+    """Where *issuer*'s metadata may be, in the order the MCP specification tries them."""
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+
+    def at(well_known: str) -> str:
+        return urlunsplit((parts.scheme, parts.netloc, well_known, "", ""))
+
+    if not path:
+        return [
+            at("/.well-known/oauth-authorization-server"),
+            at("/.well-known/openid-configuration"),
+        ]
+    return [
+        at(f"/.well-known/oauth-authorization-server{path}"),
+        at(f"/.well-known/openid-configuration{path}"),
+        at(f"{path}/.well-known/openid-configuration"),
+    ]
+
+
+@attrs.define(eq=False)
+class IssuerMetadata:
+    """One issuer's metadata document, discovered on first use; see the module docstring."""
+
+    issuer: str
+    timeout: float = 5.0
+    retry_interval: float = 10.0
+    _document: dict[str, Any] | None = attrs.field(default=None, init=False)
+    _failed: tuple[float, str] | None = attrs.field(default=None, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    async def get(self) -> dict[str, Any]:
+        """The metadata document (fetched the first time), or :class:`AuthServerUnavailable`."""
+        if self._document is not None:
+            return self._document
+        async with self._lock:
+            if self._document is not None:
+                return self._document
+            if self._failed is not None and trio.current_time() < self._failed[0]:
+                raise AuthServerUnavailable(self._failed[1])
+            try:
+                self._document = await self._discover()
+            except AuthServerUnavailable as exc:
+                retry = self.retry_interval if math.isfinite(self.retry_interval) else 0.0
+                self._failed = (trio.current_time() + retry, str(exc))
+                raise
+            return self._document
+
+    async def endpoint(self, name: str) -> str:
+        """A URL member of the metadata (``jwks_uri``, ...), or why there is none."""
+        value = (await self.get()).get(name)
+        if not isinstance(value, str) or not value:
+            raise AuthServerUnavailable(f"the metadata of {self.issuer} has no {name}")
+        return value
+
+    async def _discover(self) -> dict[str, Any]:
+        """Try the candidate URLs, all within one *timeout*."""
+        with trio.move_on_after(self.timeout):
+            return await self._try_each()
+        raise AuthServerUnavailable(
+            f"no authorization server metadata for {self.issuer} within {self.timeout}s"
+        )
+
+    async def _try_each(self) -> dict[str, Any]:
+        reasons = []
+        for url in metadata_urls(self.issuer):
+            try:
+                document = await get_json(url, self.timeout)
+            except AuthServerUnavailable as exc:
+                reasons.append(str(exc))
+                continue
+            if document.get("issuer") != self.issuer:
+                raise AuthServerUnavailable(
+                    f"the metadata at {url} names issuer {document.get('issuer')!r},"
+                    f" not {self.issuer!r}"
+                )
+            return document
+        raise AuthServerUnavailable(
+            f"no authorization server metadata for {self.issuer}: " + "; ".join(reasons)
+        )

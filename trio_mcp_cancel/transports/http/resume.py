@@ -1,0 +1,272 @@
+"""Resumable legacy SSE streams (SEP-1699): event ids, a bounded replay buffer, reattaching.
+
+In the 2025-11-25 era a client whose SSE stream drops may come back with
+``GET`` and ``Last-Event-ID`` and receive what it missed, on that stream
+only.  So every SSE stream of a legacy session is a
+:class:`ResumableStream`: each event it carries gets an id naming the
+stream (``<stream>.<n>``, unique in the session), the stream starts with a
+*priming* event (an id, a ``retry`` field, empty data: clients learn where
+to resume from before anything else arrives), and it keeps its recent
+events in a replay buffer.  The connection that carries the stream (the
+POST's response, later a resuming GET's) is *attached*; a dropped
+connection *detaches* it, and the events go on into the buffer until a GET
+attaches again, which first gets the events after its ``Last-Event-ID``.
+
+**Bounds.**  The buffer keeps at most ``limit`` bytes of events (oldest
+dropped first); the final message (the call's answer) is kept apart and
+never dropped: it is what a resume is for, and a call produces one.  An
+event dropped before it was handed to any connection cannot be replayed:
+the stream is then :attr:`~ResumableStream.overflowed`, no resume can be
+complete, and the HTTP layer ends the call as a disconnect rather than let
+the client wait for a stream with a hole in it.  A resume whose
+``Last-Event-ID`` is older than the oldest event held is refused the same
+way.  Each session holds one stream per running SSE call (bounded by its
+``max_concurrent_requests``) and one standalone GET stream
+(:class:`StreamTable`); a stream is removed as soon as its answer was
+delivered, or given up.
+
+Sans-IO apart from :class:`~.writer.ResponseWriter`'s ``put`` (which never
+blocks) and the waits on attach/detach, so every transition runs in the
+task that causes it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from typing import Any, Final
+
+import attrs
+import trio
+
+from .writer import ResponseWriter
+
+__all__ = ["ResumableStream", "StreamTable", "parse_event_id"]
+
+#: How long a client waits before reconnecting (the SSE ``retry`` field, in ms).
+RETRY_MS: Final = 1000
+#: Bytes counted per buffered event on top of its own (the deque entry, the tuple).
+_EVENT_OVERHEAD: Final = 64
+
+
+#: Hex digits of a stream key.
+_KEY_LENGTH: Final = 12
+_HEX: Final = frozenset("0123456789abcdef")
+
+
+def parse_event_id(value: str) -> tuple[str, int] | None:
+    """``(stream key, sequence number)`` of an event id this module issued, else ``None``
+    (so a made-up id is refused at once, never asked about on the bus)."""
+    key, dot, seq = value.strip().rpartition(".")
+    if len(key) != _KEY_LENGTH or not _HEX.issuperset(key):
+        return None
+    if not dot or not seq.isascii() or not seq.isdigit() or len(seq) > 18:
+        return None
+    return key, int(seq)
+
+
+def _body(data: bytes, final: bool) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": not final}
+
+
+@attrs.define(eq=False)
+class ResumableStream:
+    """One SSE stream of a legacy session: its ids, its replay buffer, its connection."""
+
+    key: str
+    limit: int
+    """Bytes of (non-final) events kept for a resume."""
+    standalone: bool = False
+    """The session's GET stream (never ends by itself) rather than a call's."""
+    seq: int = 0
+    """The last sequence number given (0: the priming event's)."""
+    events: deque[tuple[int, bytes]] = attrs.field(factory=deque)
+    size: int = 0
+    first_held: int = 1
+    """The oldest sequence number still in the buffer (or the next one)."""
+    written: int = 0
+    """The last sequence number handed to a connection."""
+    overflowed: bool = False
+    """An event was dropped before any connection took it: no resume can be complete."""
+    stalled: bool = False
+    """Its last connection was dropped for not reading (not closed by its client)."""
+    final: tuple[int, bytes] | None = None
+    """The last event (the answer, or ``b""``: end without one), once emitted."""
+    writer: ResponseWriter | None = None
+    """The connection the stream is attached to (``None``: detached)."""
+    final_writer: ResponseWriter | None = None
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def event_id(self, seq: int) -> bytes:
+        return f"{self.key}.{seq}".encode()
+
+    @property
+    def ended(self) -> bool:
+        return self.final is not None
+
+    @property
+    def delivered(self) -> bool:
+        """The final event was written by the connection that took it."""
+        writer = self.final_writer
+        return writer is not None and writer.done and not writer.abandoned
+
+    def _touch(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def prime(self) -> bool:
+        """Send the priming event (id, ``retry``, empty data) to the attached connection."""
+        frame = b"id: " + self.event_id(0) + b"\nretry: %d\ndata:\n\n" % RETRY_MS
+        return self.writer is None or self.writer.put(_body(frame, False))
+
+    def emit(self, data: bytes, *, final: bool = False) -> bool:
+        """Number, buffer and send one SSE event (``b""`` with *final*: end without one).
+
+        ``False`` when the attached connection refused it (its client is too
+        far behind): the caller detaches it.  Never blocks.
+        """
+        if data:
+            self.seq += 1
+            data = b"id: " + self.event_id(self.seq) + b"\n" + data
+        seq = self.seq
+        if final:
+            self.final = (seq, data)
+        else:
+            self.events.append((seq, data))
+            self.size += len(data) + _EVENT_OVERHEAD
+            while self.size > self.limit and self.events:
+                dropped, frame = self.events.popleft()
+                self.size -= len(frame) + _EVENT_OVERHEAD
+                self.first_held = dropped + 1
+                if dropped > self.written and not self.overflowed:
+                    self.overflowed = True
+                    self._touch()
+        writer = self.writer
+        if writer is None:
+            if final:
+                self._touch()
+            return True
+        if not writer.put(_body(data, final), final=final):
+            return False
+        self.written = seq
+        if final:
+            self.final_writer = writer
+            self._touch()
+        return True
+
+    def keepalive(self, frame: bytes) -> bool:
+        """A comment for the attached connection only (never numbered, never replayed)."""
+        writer = self.writer
+        return writer is None or writer.put(_body(frame, False))
+
+    def can_resume(self, after: int) -> bool:
+        """Whether every event after *after* is still held (or was never sent)."""
+        return not self.overflowed and after <= self.seq and after >= self.first_held - 1
+
+    def attach(self, writer: ResponseWriter, after: int | None = None) -> bool:
+        """Carry the stream on *writer* from now on, first replaying what came after *after*.
+
+        *after* ``None``: the connection that started the stream (nothing
+        to replay).  A connection still attached is dropped (its client came
+        back on a new one).  ``False`` when *writer* refused the replay.
+        """
+        old = self.writer
+        if old is not None and old is not writer:
+            _drop(old)
+        self.writer = writer
+        self.stalled = False
+        self._touch()
+        if after is None:
+            return True
+        for seq, frame in self.events:
+            if seq > after:
+                if not writer.put(_body(frame, False)):
+                    return False
+                self.written = max(self.written, seq)
+        if self.final is not None:
+            seq, frame = self.final
+            if not writer.put(_body(frame if seq > after else b"", True), final=True):
+                return False
+            self.final_writer = writer
+        return True
+
+    def release(self) -> bool:
+        """End the attached connection's response cleanly, keeping the stream (SEP-1699
+        polling: its client reconnects with ``Last-Event-ID``); ``False``: none attached."""
+        writer = self.writer
+        if writer is None or self.final is not None:
+            return False
+        self.writer = None
+        writer.put(_body(b"", True), final=True)
+        self._touch()
+        if writer.wakes is not None:
+            writer.wakes.cancel()
+        return True
+
+    def detach(self, writer: ResponseWriter | None = None) -> None:
+        """The attached connection is gone (or *writer*, when it is still the one)."""
+        if self.writer is None or (writer is not None and self.writer is not writer):
+            return
+        _drop(self.writer)
+        self.writer = None
+        self._touch()
+
+    async def wait_attached(self, window: float) -> bool:
+        """Wait up to *window* seconds for a connection; ``False``: none came (or the
+        stream overflowed meanwhile, so none could be given everything)."""
+        with trio.move_on_after(window):
+            while self.writer is None and not self.overflowed:
+                await self._changed.wait()
+        return self.writer is not None
+
+    async def wait_detached(self) -> None:
+        while self.writer is not None:
+            await self._changed.wait()
+
+
+def _drop(writer: ResponseWriter) -> None:
+    """Stop writing on *writer* (its client left, or came back on another connection),
+    and wake whoever watches it; a writer that finished is left as it is."""
+    if not writer.done:
+        writer.abandon()
+    if writer.wakes is not None:
+        writer.wakes.cancel()
+
+
+@attrs.define(eq=False)
+class StreamTable:
+    """The resumable streams of one session: one per running SSE call, and the GET stream."""
+
+    streams: dict[str, ResumableStream] = attrs.field(factory=dict)
+
+    def open(self, limit: int, *, standalone: bool = False) -> ResumableStream:
+        """A new stream whose key is unique in the session (and unguessable: it is not
+        a credential, but one client's ids should not name another's streams)."""
+        key = secrets.token_hex(_KEY_LENGTH // 2)
+        while key in self.streams:
+            key = secrets.token_hex(_KEY_LENGTH // 2)
+        stream = self.streams[key] = ResumableStream(key, limit, standalone)
+        return stream
+
+    def find(self, event_id: str) -> tuple[ResumableStream, int] | None:
+        parsed = parse_event_id(event_id)
+        if parsed is None:
+            return None
+        stream = self.streams.get(parsed[0])
+        return None if stream is None else (stream, parsed[1])
+
+    def standalone(self) -> ResumableStream | None:
+        return next((s for s in self.streams.values() if s.standalone), None)
+
+    def close(self, stream: ResumableStream) -> None:
+        """Forget *stream* (delivered, or given up); its connection, if any, is left alone."""
+        if self.streams.get(stream.key) is stream:
+            del self.streams[stream.key]
+
+    def close_all(self) -> None:
+        """The session ended: end its GET stream (its calls' streams end with the calls,
+        which the session's end cancels: each answers on its own stream)."""
+        for stream in list(self.streams.values()):
+            if stream.standalone:
+                stream.detach()
+                self.close(stream)
