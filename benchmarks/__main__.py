@@ -33,6 +33,8 @@ from . import (
     bench_poll,
     bench_telemetry,
     bench_tracked,
+    bench_workers,
+    percall,
     profile_hotpath,
 )
 from ._common import Row
@@ -51,6 +53,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_arguments.NAME: bench_arguments.run,
     bench_telemetry.NAME: bench_telemetry.run,
     bench_client.NAME: bench_client.run,
+    bench_workers.NAME: bench_workers.run,
 }
 
 HERE = Path(__file__).resolve().parent
@@ -80,6 +83,19 @@ def command(argv: list[str]) -> str:
     if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
         return f"python3 dev.py bench{args}"
     return f"{sys.executable} -m benchmarks{args}"
+
+
+_PER_CALL = """
+Per-call counts that do not depend on the machine's load (`python -m
+benchmarks.percall`: the benchmark server's app driven through ASGI in
+process, no socket; Python function calls per call, all and this
+library's; Trio scheduling points; the bytes a call allocates at its peak;
+and, for context only, wall-clock µs, the min of five batches).  Without
+hypercorn's `send` the whole response goes through the writer task here,
+where under hypercorn it is written inline (`transports/http/inline.py`):
+the HTTP stages over-count that part.
+
+"""
 
 
 def results_md(
@@ -201,6 +217,8 @@ def cli(argv: list[str]) -> int:
     start = time.perf_counter()
     rows = trio.run(main, names, args.quick)
     profile = trio.run(profile_hotpath.report, args.quick) if full or args.quick else ""
+    if full or args.quick:
+        profile += _PER_CALL + percall.report(args.quick)
     elapsed = time.perf_counter() - start
     after = snapshot() if full else ""
     print(table(rows))

@@ -190,10 +190,11 @@ def _observations(rows: list[Row]) -> str:
             if float(first.replace(",", "")) < 100:
                 found.append(
                     f"The MCP SDK on uvicorn answers only {first} calls/s on one connection"
-                    " (about 45 ms a call, against about 1 ms on hypercorn), so its ratios at 1"
-                    " connection say little; it looks like a small-write stall (Nagle's"
-                    " algorithm meeting delayed ACKs) between uvicorn's h11 protocol and the"
-                    " client, not investigated further."
+                    " (about 45 ms a call): a small-write stall (Nagle's algorithm meeting"
+                    " delayed ACKs).  The harness hands uvicorn a socket made with"
+                    " `IPPROTO_TCP` so that asyncio sets `TCP_NODELAY` on its connections"
+                    " (`benchmarks/_servers.py`); a stall here means that no longer holds,"
+                    " and the SDK's ratios at 1 connection say little."
                 )
     if not found:
         return ""

@@ -16,7 +16,8 @@ from . import _servers
 from ._servers import SEEN, _count, _stats
 
 
-def app() -> Any:
+def app(*, json_response: bool = False, stateless: bool = False) -> Any:
+    """The SDK's streamable HTTP app: SSE or JSON responses, with sessions or stateless."""
     mcp: Any = MCPServer("bench", log_level="WARNING")
 
     @mcp.tool()
@@ -42,4 +43,9 @@ def app() -> Any:
     async def stats(action: str = "", path: str = "") -> str:
         return json.dumps(_stats(action, path))
 
-    return mcp.streamable_http_app(max_sessions=None, session_idle_timeout=None)
+    return mcp.streamable_http_app(
+        json_response=json_response,
+        stateless_http=stateless,
+        max_sessions=None,
+        session_idle_timeout=None,
+    )

@@ -12,8 +12,11 @@ prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
 * ``sdk-uvicorn``: the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``,
   its streamable HTTP app, stateful sessions, SSE responses) on uvicorn
   (asyncio event loop, h11; uvloop and httptools when installed).
-* ``sdk-hypercorn``: the same SDK app on hypercorn's Trio worker (anyio on
-  its Trio backend).
+  ``sdk-uvicorn-json``: the same with ``json_response=True`` (one JSON body
+  per call, the SDK's fastest mode); ``sdk-uvicorn-json-stateless``: that
+  and ``stateless_http=True`` (no ``initialize``, no session).
+* ``sdk-hypercorn`` (and ``-json``, ``-json-stateless``): the same SDK apps
+  on hypercorn's Trio worker (anyio on its Trio backend).
 
 Every server has the same tools: ``noop`` (returns ``"ok"``; ours also has
 ``noop_fast``, the same body registered ``cancellable=False``), ``slow``
@@ -250,20 +253,28 @@ async def _serve_ours() -> None:
         await _serve_hypercorn_trio(_ours_app(registry))
 
 
-def _sdk_app() -> Any:
+def _sdk_app(kind: str) -> Any:
+    """The SDK app a kind names: ``sdk-<server>[-json][-stateless]`` (default: SSE, session)."""
     from ._sdk_server import app
 
-    return app()
+    flags = kind.split("-")[2:]
+    return app(json_response="json" in flags, stateless="stateless" in flags)
 
 
-def _serve_sdk_uvicorn() -> None:
+def _serve_sdk_uvicorn(kind: str) -> None:
     import uvicorn
 
-    sock = socket.socket()
+    # proto=IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on
+    # sockets whose proto says TCP (``base_events._set_nodelay``), and the
+    # accepted ones inherit it.  Without it every response written in two
+    # pieces (headers, body) waits for the client's delayed ACK: 40 ms, the
+    # "23 calls/s at one connection" an earlier RESULTS.md reported for the
+    # SDK, a harness artefact, not the SDK's.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(4096)
     config = uvicorn.Config(
-        _sdk_app(), log_level="warning", access_log=False, lifespan="on", backlog=4096
+        _sdk_app(kind), log_level="warning", access_log=False, lifespan="on", backlog=4096
     )
     print("READY", sock.getsockname()[1], flush=True)
     uvicorn.Server(config).run(sockets=[sock])
@@ -278,10 +289,10 @@ def main(kind: str) -> None:
         trio.run(_serve_hypercorn_trio, floor_app)
     elif kind == "ours":
         trio.run(_serve_ours)
-    elif kind == "sdk-hypercorn":
-        trio.run(_serve_hypercorn_trio, _sdk_app())
-    elif kind == "sdk-uvicorn":
-        _serve_sdk_uvicorn()
+    elif kind.startswith("sdk-hypercorn"):
+        trio.run(_serve_hypercorn_trio, _sdk_app(kind))
+    elif kind.startswith("sdk-uvicorn"):
+        _serve_sdk_uvicorn(kind)
     else:
         raise SystemExit(f"unknown server kind {kind!r}")
 

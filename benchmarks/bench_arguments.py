@@ -7,7 +7,9 @@ registration, the arguments checked in strict JSON mode), and with the
 same schema hand-written (``input_schema=``: the top-level type checks the
 library did before pydantic).  Each is timed through the whole in-process
 ``tools/call`` (JSON-RPC classification, the tool lookup, binding, the
-context, the call, the result) and for the binding alone.
+context, the call, the result) and for the binding alone; and the typed
+call against the same no-op without parameters (issue 27's target: at most
+5% more).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import McpServer
 
-from ._common import Row, Timer, fmt_time, interleave
+from ._common import Row, Timer, fmt_ratio, fmt_time, interleave, paired_ratio
 
 NAME = "arguments"
 SCOPE = "session:0123456789abcdef"
@@ -43,6 +45,10 @@ def _server() -> McpServer:
     async def written(a: int, b: int) -> str:
         return "ok"
 
+    @server.tool(cancellable=False)
+    async def bare() -> str:
+        return "ok"
+
     return server
 
 
@@ -59,7 +65,7 @@ async def run(quick: bool) -> list[Row]:
                 "jsonrpc": "2.0",
                 "id": 1,
                 "method": "tools/call",
-                "params": {"name": name, "arguments": arguments},
+                "params": {"name": name, "arguments": arguments if name != "bare" else {}},
             }
 
             async def timer(count: int) -> float:
@@ -85,6 +91,7 @@ async def run(quick: bool) -> list[Row]:
         variants = {
             "call typed": through("typed"),
             "call written": through("written"),
+            "call bare": through("bare"),
             "bind typed": binding("typed"),
             "bind written": binding("written"),
         }
@@ -100,6 +107,18 @@ async def run(quick: bool) -> list[Row]:
             "7 arguments",
             f"{label}: hand-written `input_schema`",
             fmt_time(median(samples["call written"])),
+        ),
+        Row(
+            "7 arguments",
+            "no-op `tools/call` without arguments, in process",
+            fmt_time(median(samples["call bare"])),
+        ),
+        Row(
+            "7 arguments",
+            "two typed `int` arguments / none, whole in-process call",
+            fmt_ratio(paired_ratio(samples["call typed"], samples["call bare"])),
+            "<= 1.05x",
+            "PASS" if paired_ratio(samples["call typed"], samples["call bare"]) <= 1.05 else "MISS",
         ),
         Row(
             "7 arguments",

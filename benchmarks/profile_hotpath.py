@@ -70,6 +70,12 @@ def _summary(label: str, path: Path, calls: int) -> list[str]:
             if func == function and file_part in filename
         )
         counts.append(f"{name} {n / max(calls, 1):.1f}")
+    # Load-independent: Python function calls per call (all, and this library's).
+    every = sum(nc for (_, nc, _, _, _) in raw.values())
+    ours = sum(nc for (f, _, _), (_, nc, _, _, _) in raw.items() if "trio_mcp_cancel" in f)
+    counts.append(
+        f"Python calls {every / max(calls, 1):.0f} (this library {ours / max(calls, 1):.0f})"
+    )
     split = ", ".join(f"{group} {t / total:.0%}" for group, t in shares.items())
     return [
         f"- **{label}** ({calls:,} calls profiled, {total / max(calls, 1) * 1e6:.0f} µs of "

@@ -37,6 +37,7 @@ def test_quick_benchmarks_run_and_leave_results_alone() -> None:
         "6 memory",
         "8 telemetry",
         "10 client",
+        "11 workers",
     ):
         assert f"| {bench} |" in done.stdout
     assert "skipped" not in done.stdout

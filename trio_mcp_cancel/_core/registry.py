@@ -218,8 +218,9 @@ class Registry:
         # started, in expiry order.
         self._early: OrderedDict[Key, tuple[float, int]] = OrderedDict()
         self._running = False
-        self._idle = trio.Event()
-        self._idle.set()
+        # Made by wait_idle only, and set (and dropped) when the last request
+        # leaves: a request on its own never creates or sets an Event.
+        self._idle: trio.Event | None = None
         # (hard deadline + margin, token) of requests to check for overrun.
         self._overrun_checks: list[tuple[float, int]] = []
         self._wake: trio.CancelScope | None = None
@@ -327,8 +328,6 @@ class Registry:
             self._in_flight[key] = {request.token: request}
         else:
             siblings[request.token] = request
-        if not self._by_token and self._idle.is_set():
-            self._idle = trio.Event()
         self._by_token[request.token] = request
         row = self._table.get(key)
         if row is not None:
@@ -359,8 +358,9 @@ class Registry:
                     now >= request.hard_deadline,
                 )
             )
-        if not self._by_token:
+        if not self._by_token and self._idle is not None:
             self._idle.set()
+            self._idle = None
         key = (request.namespace, request.request_id)
         siblings = self._in_flight[key]
         del siblings[request.token]
@@ -378,6 +378,8 @@ class Registry:
         """
         await trio.lowlevel.checkpoint()
         while self._by_token:
+            if self._idle is None:
+                self._idle = trio.Event()
             await self._idle.wait()
 
     def in_flight(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> bool:

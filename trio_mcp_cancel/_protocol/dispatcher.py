@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any, Final
 
@@ -229,7 +229,7 @@ class Dispatcher:
             return call.error.to_message()
         return None
 
-    async def answer(
+    def answer(
         self,
         call: RequestCall,
         caller: Caller,
@@ -238,17 +238,19 @@ class Dispatcher:
         allow_silence: bool = True,
         admitted: bool = False,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> Message | None:
+    ) -> Coroutine[Any, Any, Message | None]:
         """Answer one prepared request: the one place errors become JSON-RPC errors.
 
         With telemetry on (``server.telemetry``, checked once) it runs inside
-        the request's span; see :meth:`_answer`.
+        the request's span, unless nothing would record it (``quiet``); see
+        :meth:`_answer`.  A plain function returning the coroutine to await
+        (or to start), so the common path adds no coroutine frame of its own.
         """
         telemetry = self.server.telemetry
-        if telemetry is None:
-            return await self._answer(call, caller, exchange, allow_silence, admitted, task_status)
         request = call.request
-        return await telemetry.serve(
+        if telemetry is None or telemetry.quiet(request.params):
+            return self._answer(call, caller, exchange, allow_silence, admitted, task_status)
+        return telemetry.serve(
             partial(self._answer, call, caller, exchange, allow_silence, admitted, task_status),
             method=request.method,
             target=_target(call),

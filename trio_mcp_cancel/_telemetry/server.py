@@ -36,7 +36,7 @@ from .._core.request import TrackedRequest
 from . import names as n
 from .active import Active, current_active
 from .config import Telemetry
-from .otel import Api, load, wall_ns
+from .otel import Api, global_providers_set, is_quiet_provider, load, wall_ns
 
 __all__ = ["ServerTelemetry", "for_server"]
 
@@ -129,6 +129,27 @@ class ServerTelemetry:
         )
         self._watched: weakref.WeakSet[Registry] = weakref.WeakSet()
         self._task_spans: dict[str, Any] = {}
+        given = (config.tracer_provider, config.meter_provider)
+        real = any(p is not None and not is_quiet_provider(api, p) for p in given)
+        self._recording: Callable[[], bool] = (lambda: True) if real else global_providers_set(api)
+        self._live = False
+
+    def quiet(self, params: Mapping[str, Any]) -> bool:
+        """Whether a request can skip :meth:`serve`: nothing would record its span or metrics.
+
+        True while the providers are no-ops or the API's global proxies with
+        no provider installed yet (the API is there, pulled in by something,
+        with no SDK), unless ``_meta`` has a ``traceparent`` (a no-op span
+        still carries it downstream).  Re-checked per request until a
+        provider appears (a global read); never quiet from then on.
+        """
+        if self._live:
+            return False
+        if self._recording():
+            self._live = True
+            return False
+        meta = params.get("_meta")
+        return not (isinstance(meta, dict) and "traceparent" in meta)
 
     # -- one request ------------------------------------------------------------
 

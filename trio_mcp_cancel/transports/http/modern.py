@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._core.namespace import namespace_for, stateless
+from ..._core.namespace import GLOBAL_NAMESPACE, stateless
 from ..._protocol import jsonrpc
 from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller
@@ -35,8 +35,10 @@ class ModernEra:
         if rules.is_notification(message):
             await self.responder.respond(send, 202, b"")
             return None
+        # The caller's namespace without a session is its tenant (worked out
+        # once per POST by the app), or the global one.
         caller = Caller(
-            stateless(namespace_for(principal=post.principal, client=post.client)),
+            stateless(GLOBAL_NAMESPACE if post.tenant is None else post.tenant),
             post.registry,
             principal=post.principal,
             tenant=post.tenant,

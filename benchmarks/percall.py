@@ -1,0 +1,207 @@
+"""Load-independent per-call costs of a no-op ``tools/call``, ours in process.
+
+``python -m benchmarks.percall``: the benchmark server's app
+(:func:`._servers._ours_app`) driven directly through ASGI (no socket, no
+hypercorn, no wrk), so every number is a count, not a rate, and holds on a
+busy machine: Python function calls per call (all, and into this library),
+Trio checkpoints and awaits that reach the scheduler, and the bytes the call
+allocates at its peak (tracemalloc).  Stages are the paths a call takes:
+the dispatcher alone (what the memory and stdio transports share), then the
+HTTP app in the modern stateless era and in a legacy session.  Run it before
+and after a change to the hot path: the counts say what the change saved.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import json
+import math
+import pstats
+import sys
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from trio_mcp_cancel import open_registry
+from trio_mcp_cancel.lowlevel import Caller
+
+from ._client import LEGACY, MODERN, call_body
+from ._servers import _ours_app
+
+N = 2_000
+#: Trio's scheduling points: a call to any of these may switch tasks.
+_SCHEDULER = ("wait_task_rescheduled", "cancel_shielded_checkpoint", "checkpoint")
+
+
+class _Asgi:
+    """One HTTP request through the app: scope, a one-message body, the sent messages."""
+
+    def __init__(self, app: Any, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = [(b"host", b"127.0.0.1")] + [
+            (k.encode(), v.encode())
+            for k, v in {
+                "accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+                **headers,
+            }.items()
+        ]
+        self.sent: list[dict[str, Any]] = []
+
+    async def __call__(self, body: bytes) -> list[dict[str, Any]]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/mcp",
+            "raw_path": b"/mcp",
+            "query_string": b"",
+            "root_path": "",
+            "headers": self.headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+        }
+        # A Trio memory channel, as hypercorn's Trio worker delivers a
+        # request (so the app's hypercorn fast path for the body applies).
+        inbox, receive_channel = trio.open_memory_channel[dict[str, Any]](math.inf)
+        inbox.send_nowait({"type": "http.request", "body": body, "more_body": False})
+        receive = receive_channel.receive
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await self.app(scope, receive, send)
+        return sent
+
+
+def _bodies(modern: bool) -> list[bytes]:
+    return [call_body("noop", {}, modern=modern, progress=False) for _ in range(N)]
+
+
+async def _measure(one: Callable[[int], Awaitable[object]]) -> dict[str, float]:
+    for i in range(50):  # warm: caches, lazy imports, the first session lookups
+        await one(i)
+    gc.collect()
+    profile = cProfile.Profile()
+    profile.enable()
+    for i in range(N):
+        await one(i)
+    profile.disable()
+    raw = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = sum(nc for (_, nc, _, _, _) in raw.values())
+    ours = sum(nc for (f, _, _), (_, nc, _, _, _) in raw.items() if "trio_mcp_cancel" in f)
+    sched = sum(
+        nc for (f, _, fn), (_, nc, _, _, _) in raw.items() if fn in _SCHEDULER and "trio" in f
+    )
+    batches = []
+    for _ in range(5):  # wall clock: the min of five batches (noisy on a busy machine)
+        start = time.perf_counter()
+        for i in range(N // 4):
+            await one(i)
+        batches.append((time.perf_counter() - start) / (N // 4))
+    tracemalloc.start()
+    peaks = []
+    for i in range(200):
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        await one(i)
+        peaks.append(tracemalloc.get_traced_memory()[1] - before)
+    tracemalloc.stop()
+    peaks.sort()
+    return {
+        "calls": total / N,
+        "library calls": ours / N,
+        "scheduler calls": sched / N,
+        "peak bytes": peaks[len(peaks) // 2],
+        "µs (min of 5 batches)": min(batches) * 1e6,
+    }
+
+
+async def _stages() -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    async with open_registry() as registry:
+        app = _ours_app(registry)
+        async with trio.open_nursery() as nursery:
+            lifespan: trio.MemorySendChannel[dict[str, Any]]
+            lifespan, inbox = trio.open_memory_channel[dict[str, Any]](1)
+            started = trio.Event()
+
+            async def lifespan_send(message: dict[str, Any]) -> None:
+                started.set()
+
+            nursery.start_soon(app, {"type": "lifespan"}, inbox.receive, lifespan_send)
+            await lifespan.send({"type": "lifespan.startup"})
+            await started.wait()
+
+            dispatcher = app.dispatcher
+            caller = Caller("session:0123456789abcdef", registry)
+            messages = [json.loads(b) for b in _bodies(False)]
+
+            async def direct(i: int) -> object:
+                return await dispatcher.handle(messages[i % N], caller)
+
+            out["dispatcher.handle (memory/stdio path)"] = await _measure(direct)
+
+            modern = _Asgi(
+                app,
+                {"mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": "noop"},
+            )
+            bodies = _bodies(True)
+
+            async def stateless(i: int) -> object:
+                sent = await modern(bodies[i % N])
+                assert b'"ok"' in sent[-1]["body"] or b'"ok"' in sent[-2].get("body", b""), sent
+                return sent
+
+            out["HTTP modern stateless"] = await _measure(stateless)
+
+            init = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": LEGACY,
+                    "capabilities": {},
+                    "clientInfo": {"name": "bench", "version": "0"},
+                },
+            }
+            sent = await _Asgi(app, {})(json.dumps(init).encode())
+            session = dict(sent[0]["headers"])[b"mcp-session-id"].decode()
+            headers = {"mcp-protocol-version": LEGACY, "mcp-session-id": session}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await _Asgi(app, headers)(json.dumps(note).encode())
+            legacy = _Asgi(app, headers)
+            lbodies = _bodies(False)
+
+            async def session_call(i: int) -> object:
+                return await legacy(lbodies[i % N])
+
+            out["HTTP legacy session"] = await _measure(session_call)
+            await lifespan.send({"type": "lifespan.shutdown"})
+            nursery.cancel_scope.cancel()
+    return out
+
+
+def report(quick: bool = False) -> str:
+    """The markdown lines for RESULTS.md: one per stage."""
+    lines = []
+    for stage, numbers in trio.run(_stages).items():
+        line = ", ".join(f"{k} {v:,.1f}" for k, v in numbers.items())
+        lines.append(f"- {stage}: {line}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(report())
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
