@@ -113,9 +113,9 @@ class McpServerBase(ServerFeatures):
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.page_size = page_size
+        """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self.telemetry: ServerTelemetry | None = for_server(telemetry)
         """Spans and metrics (``None``: off, or ``opentelemetry-api`` is not installed)."""
-        """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self.max_concurrent_calls = check_cap(max_concurrent_calls)
         """Tool calls in flight, server-wide (``None``: no cap); read at each admission."""
         self.max_calls_per_tenant = check_cap(max_calls_per_tenant)
