@@ -41,6 +41,7 @@ import trio
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import RateLimitedLog, failure_key
 from .._core.registry import CancelOutcome
+from .._telemetry.server import Subject
 from . import jsonrpc
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
@@ -252,12 +253,7 @@ class Dispatcher:
             return self._answer(call, caller, exchange, allow_silence, admitted, task_status)
         return telemetry.serve(
             partial(self._answer, call, caller, exchange, allow_silence, admitted, task_status),
-            method=request.method,
-            target=_target(call),
-            request_id=request.id,
-            params=request.params,
-            protocol_version=_protocol_version(call, caller),
-            session_id=caller.session_id,
+            _subject(call, caller),
             registry=caller.registry,
             tracked=lambda: exchange.request,
         )
@@ -384,16 +380,7 @@ class Dispatcher:
         telemetry = self.server.telemetry
         if refused is not None and telemetry is not None:
             # Its span: :meth:`answer` never runs for it.
-            request = call.request
-            telemetry.refused_request(
-                refused,
-                method=request.method,
-                target=_target(call),
-                request_id=request.id,
-                params=request.params,
-                protocol_version=_protocol_version(call, caller),
-                session_id=caller.session_id,
-            )
+            telemetry.refused_request(refused, _subject(call, caller))
         return refused
 
     def _admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
@@ -428,6 +415,19 @@ class Dispatcher:
 
     def release_notification_stream(self, tenant: str | None) -> None:
         self.listens.give(tenant)
+
+
+def _subject(call: RequestCall, caller: Caller) -> Subject:
+    """What the request's span is named and described by."""
+    request = call.request
+    return Subject(
+        request.method,
+        _target(call),
+        request.id,
+        request.params,
+        _protocol_version(call, caller),
+        caller.session_id,
+    )
 
 
 def _target(call: RequestCall) -> str | None:

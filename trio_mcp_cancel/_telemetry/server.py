@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import trio
 
@@ -38,7 +38,20 @@ from .active import Active, current_active
 from .config import Telemetry
 from .otel import Api, global_providers_set, is_quiet_provider, load, wall_ns
 
-__all__ = ["ServerTelemetry", "for_server"]
+__all__ = ["ServerTelemetry", "Subject", "for_server"]
+
+
+class Subject(NamedTuple):
+    """What a request's span is named and described by (the dispatcher fills it in)."""
+
+    method: str
+    target: str | None
+    """The tool of ``tools/call``, the prompt of ``prompts/get``: in the span's name."""
+    request_id: object
+    params: Mapping[str, Any]
+    protocol_version: str | None
+    session_id: str | None
+
 
 Message = dict[str, Any]
 
@@ -156,13 +169,8 @@ class ServerTelemetry:
     async def serve(
         self,
         answer: Callable[[], Awaitable[Message | None]],
+        subject: Subject,
         *,
-        method: str,
-        target: str | None,
-        request_id: object,
-        params: Mapping[str, Any],
-        protocol_version: str | None,
-        session_id: str | None,
         registry: Registry,
         tracked: Callable[[], TrackedRequest | None],
     ) -> Message | None:
@@ -170,9 +178,8 @@ class ServerTelemetry:
         if registry not in self._watched:
             self._watched.add(registry)
             registry.subscribe(self._on_event)
-        name, attributes, metric, parent, links = self._describe(
-            method, target, request_id, params, protocol_version, session_id
-        )
+        name, attributes, metric, parent, links = self._describe(subject)
+        method = subject.method
         counted = {"mcp.method.name": method}
         self.in_flight.add(1, counted)
         started = trio.current_time()
@@ -206,15 +213,10 @@ class ServerTelemetry:
             self.duration.record(trio.current_time() - started, metric)
 
     def _describe(
-        self,
-        method: str,
-        target: str | None,
-        request_id: object,
-        params: Mapping[str, Any],
-        protocol_version: str | None,
-        session_id: str | None,
+        self, subject: Subject
     ) -> tuple[str, dict[str, Any], dict[str, Any], Any, tuple[Any, ...]]:
         """A request span's name, attributes, metric attributes, parent and links."""
+        method, target, request_id, params, protocol_version, session_id = subject
         attributes: dict[str, Any] = {"mcp.method.name": method}
         metric: dict[str, Any] = {"mcp.method.name": method}
         if protocol_version is not None:
@@ -237,25 +239,13 @@ class ServerTelemetry:
             links = self._task_link(params, links)
         return name, attributes, metric, parent, links
 
-    def refused_request(
-        self,
-        reply: Message,
-        *,
-        method: str,
-        target: str | None,
-        request_id: object,
-        params: Mapping[str, Any],
-        protocol_version: str | None,
-        session_id: str | None,
-    ) -> None:
+    def refused_request(self, reply: Message, subject: Subject) -> None:
         """A request an admission limit refused: its span (with the error) and duration."""
-        name, attributes, metric, parent, links = self._describe(
-            method, target, request_id, params, protocol_version, session_id
-        )
+        name, attributes, metric, parent, links = self._describe(subject)
         span = self.tracer.start_span(
             name, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
         )
-        self._record_reply(span, method, reply, metric)
+        self._record_reply(span, subject.method, reply, metric)
         span.end()
         self.duration.record(0.0, metric)
 
