@@ -19,35 +19,15 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import trio
 
+from .._protocol.wire import oauth_metadata_urls
 from .fetch import get_json
 from .tokens import AuthServerUnavailable
 
-__all__ = ["IssuerMetadata", "metadata_urls"]
-
-
-def metadata_urls(issuer: str) -> list[str]:
-    """Where *issuer*'s metadata may be, in the order the MCP specification tries them."""
-    parts = urlsplit(issuer)
-    path = parts.path.rstrip("/")
-
-    def at(well_known: str) -> str:
-        return urlunsplit((parts.scheme, parts.netloc, well_known, "", ""))
-
-    if not path:
-        return [
-            at("/.well-known/oauth-authorization-server"),
-            at("/.well-known/openid-configuration"),
-        ]
-    return [
-        at(f"/.well-known/oauth-authorization-server{path}"),
-        at(f"/.well-known/openid-configuration{path}"),
-        at(f"{path}/.well-known/openid-configuration"),
-    ]
+__all__ = ["IssuerMetadata"]
 
 
 @attrs.define(eq=False)
@@ -95,7 +75,7 @@ class IssuerMetadata:
 
     async def _try_each(self) -> dict[str, Any]:
         reasons = []
-        for url in metadata_urls(self.issuer):
+        for url in oauth_metadata_urls(self.issuer):
             try:
                 document = await get_json(url, self.timeout)
             except AuthServerUnavailable as exc:

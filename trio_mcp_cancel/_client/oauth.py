@@ -47,12 +47,12 @@ import attrs
 import httpx2
 import trio
 
+from .._protocol.wire import oauth_metadata_urls
 from .errors import OAuthError
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
     "ClientCredentialsAuth",
-    "issuer_metadata_urls",
     "parse_challenge",
 ]
 
@@ -63,32 +63,6 @@ MAX_DOCUMENT_BYTES: Final = 256 * 1024
 
 _PRM_PATH = "/.well-known/oauth-protected-resource"
 _PARAM = re.compile(r'([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
-
-
-def issuer_metadata_urls(issuer: str) -> list[str]:
-    """Where *issuer*'s metadata may be, in the order the MCP specification tries them.
-
-    RFC 8414 section 3.1 (the well-known segment between the host and the
-    issuer's path), then OpenID Connect Discovery (both placements).  The
-    resource server's discovery (``_auth.discovery``) uses the same order;
-    the client imports no server module, so it is written out here too.
-    """
-    parts = urlsplit(issuer)
-    path = parts.path.rstrip("/")
-
-    def at(well_known: str) -> str:
-        return urlunsplit((parts.scheme, parts.netloc, well_known, "", ""))
-
-    if not path:
-        return [
-            at("/.well-known/oauth-authorization-server"),
-            at("/.well-known/openid-configuration"),
-        ]
-    return [
-        at(f"/.well-known/oauth-authorization-server{path}"),
-        at(f"/.well-known/openid-configuration{path}"),
-        at(f"{path}/.well-known/openid-configuration"),
-    ]
 
 
 def parse_challenge(header: str | None) -> dict[str, str] | None:
@@ -331,7 +305,7 @@ class ClientCredentialsAuth(httpx2.Auth):
         if not issuer.startswith(("https://", "http://")):
             raise OAuthError(f"the authorization server {issuer!r} is not an http(s) URL")
         document = await self._first_document(
-            issuer_metadata_urls(issuer), "authorization server metadata"
+            oauth_metadata_urls(issuer), "authorization server metadata"
         )
         if document.get("issuer") != issuer:
             raise OAuthError(

@@ -16,10 +16,12 @@ import binascii
 import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from .._core.errors import REQUEST_CANCELLED
 
 __all__ = [
+    "oauth_metadata_urls",
     "header_form",
     "HEADER_MISMATCH",
     "HEADER_METHOD",
@@ -140,6 +142,31 @@ NAME_BEARING: Final = {
 }
 
 _B64: Final = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/=]*)\?=")
+
+
+def oauth_metadata_urls(issuer: str) -> list[str]:
+    """Where an authorization server's metadata may be, in the order the MCP specification tries.
+
+    RFC 8414 section 3.1 (the well-known segment between the host and the
+    issuer's path), then OpenID Connect Discovery (both placements).  The
+    resource server's discovery and the client's OAuth provider both use it.
+    """
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+
+    def at(well_known: str) -> str:
+        return urlunsplit((parts.scheme, parts.netloc, well_known, "", ""))
+
+    if not path:
+        return [
+            at("/.well-known/oauth-authorization-server"),
+            at("/.well-known/openid-configuration"),
+        ]
+    return [
+        at(f"/.well-known/oauth-authorization-server{path}"),
+        at(f"/.well-known/openid-configuration{path}"),
+        at(f"{path}/.well-known/openid-configuration"),
+    ]
 
 
 def header_form(value: object) -> str | None:
