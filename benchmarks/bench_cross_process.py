@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import httpx
 import trio
 
 from ._common import Row
+from ._redis import redis_server
 
 NAME = "cross_process"
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,34 +42,10 @@ PV = "2026-07-28"
 TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def _redis() -> AsyncIterator[str]:
-    port = _free_port()
-    process = await trio.lowlevel.open_process(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        with trio.fail_after(10):
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        break
-                except OSError:
-                    await trio.sleep(0.05)
+    async with redis_server() as port:
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        await process.wait()
 
 
 class _Server:

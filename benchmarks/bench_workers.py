@@ -35,41 +35,12 @@ import trio
 from . import _client, _wrk
 from ._client import Server
 from ._common import Row
+from ._redis import free_port, redis_server
 
 NAME = "workers"
 BENCH = "11 workers"
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "benchmarks._workers_app:server"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@asynccontextmanager
-async def _redis() -> AsyncIterator[int]:
-    port = _free_port()
-    process = await trio.lowlevel.open_process(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        with trio.fail_after(10):
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        break
-                except OSError:
-                    await trio.sleep(0.05)
-        yield port
-    finally:
-        process.kill()
-        await process.wait()
 
 
 def _redis_commands(port: int) -> int:
@@ -90,7 +61,7 @@ def _redis_commands(port: int) -> int:
 
 @asynccontextmanager
 async def _runner(workers: int, redis_port: int) -> AsyncIterator[Server]:
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable, "-m", "trio_mcp_cancel", "run", TARGET, "--transport", "http",
         "--port", str(port), "--workers", str(workers), "--log-level", "warning",
@@ -135,7 +106,7 @@ async def run(quick: bool) -> list[Row]:
     connections = (16,) if quick else (16, 64)
     rates: dict[tuple[int, int], list[float]] = {}
     commands: list[float] = []
-    async with _redis() as redis_port, _runner(1, redis_port) as one:
+    async with redis_server() as redis_port, _runner(1, redis_port) as one:
         async with _runner(2, redis_port) as two:
             deployments = {1: one, 2: two}
             lua = _wrk.script(one, "noop", modern=True)
