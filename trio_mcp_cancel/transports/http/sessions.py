@@ -173,7 +173,8 @@ class SessionStore:
         session = self._sessions.get(session_id)
         if session is None or session.principal != principal:
             return None
-        if self._expired(session, now):
+        timeout = self.idle_timeout  # inline: every legacy POST looks its session up
+        if timeout is not None and now - session.last_seen > timeout and not session.busy:
             self._remove(session)
             return None
         session.last_seen = now
@@ -195,13 +196,6 @@ class SessionStore:
     def end(self, session_id: str) -> Session | None:
         session = self._sessions.get(session_id)
         return None if session is None else self._remove(session)
-
-    def _expired(self, session: Session, now: float) -> bool:
-        return (
-            self.idle_timeout is not None
-            and now - session.last_seen > self.idle_timeout
-            and not session.busy
-        )
 
     def _expire(self, now: float) -> list[Session]:
         """Drop idle-expired sessions (the oldest first, stopping at the first live one)."""
