@@ -80,3 +80,22 @@ async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists
         await trio.sleep(1.0)
         done = await get(client, created["taskId"])
     assert done["status"] == "completed"
+
+
+async def test_ctx_elicit_in_a_task_of_before_tasks_own_nursery_is_the_same_round(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server = McpServer("before-elicit-nursery", tasks=TaskManager(store=MemoryTaskStore()))
+
+    async def ask_first(ctx: ToolContext) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ctx.elicit, "Your name?", NAME)
+
+    @server.tool(task="required", before_task=ask_first)
+    async def later(ctx: ToolContext) -> str:
+        return "ran"
+
+    async with serving(server, capabilities=CAPABILITIES) as (client, _):
+        first = await client.request("tools/call", {"name": "later", "arguments": {}})
+        assert first["resultType"] == "input_required" and "taskId" not in first
+        assert list(first["inputRequests"]) == ["ctx-0"]

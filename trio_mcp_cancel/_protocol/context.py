@@ -52,6 +52,7 @@ __all__ = [
     "invoke",
     "make_context",
     "mrtr_identity",
+    "only_rounds",
     "run_target",
 ]
 
@@ -406,7 +407,7 @@ async def run_target(
         if cancelled is not None:
             # A helper task of the work stopped at checkpoint_cancelled().
             raise cancelled from exc
-        grouped = _only_rounds(exc)
+        grouped = only_rounds(exc)
         if grouped is not None:
             # ctx.elicit in a task of the tool's own nursery: the same round.
             return grouped.as_input_required()
@@ -451,7 +452,7 @@ async def invoke(
         return error_result(f"{type(exc).__name__}: {exc}")
 
 
-def _only_rounds(exc: BaseException) -> InputRound | None:
+def only_rounds(exc: BaseException) -> InputRound | None:
     """The round an exception group stands for, when rounds are all it holds.
 
     Several tasks may have asked at once: the first question in call order

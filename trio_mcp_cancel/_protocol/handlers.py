@@ -23,6 +23,7 @@ from .context import (
     input_required,
     invoke,
     make_context,
+    only_rounds,
 )
 from .exchange import Exchange, LegacyState
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
@@ -138,6 +139,11 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
                     return error_result(str(exc))
                 except InputRound as round_:  # ctx.elicit in before_task
                     asked = round_.as_input_required()
+                except BaseExceptionGroup as group:  # ... in a task of its own nursery
+                    grouped = only_rounds(group)
+                    if grouped is None:
+                        raise
+                    asked = grouped.as_input_required()
                 if isinstance(asked, InputRequired):
                     return input_required(h, asked, tool.name)
             try:
