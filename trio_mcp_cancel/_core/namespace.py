@@ -140,6 +140,11 @@ def tenant_for(principal: object = None, client: object = None) -> str | None:
     The namespace rules without the session: a tenant opening many sessions
     (or connections) is still one tenant.
     """
+    if principal is None:
+        # Every unauthenticated HTTP request asks: the address bucket alone,
+        # without namespace_for's session and principal steps (both empty).
+        bucket = client_bucket(client)
+        return None if bucket is None else f"ip:{bucket}"
     namespace = namespace_for(principal=principal, client=client)
     return None if namespace == GLOBAL_NAMESPACE else namespace
 

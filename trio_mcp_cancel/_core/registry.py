@@ -329,7 +329,7 @@ class Registry:
         else:
             siblings[request.token] = request
         self._by_token[request.token] = request
-        row = self._table.get(key)
+        row = self._table.rows_by_key.get(key)
         if row is not None:
             self._flag(
                 request, Cancellation(row.reason, "client", row.at), self.config.grace_period
@@ -368,7 +368,7 @@ class Registry:
             del self._in_flight[key]
             # Read before write: the common, never-cancelled request finds no
             # row and writes nothing.
-            if key in self._table:
+            if key in self._table.rows_by_key:
                 self._table.remove(key)
 
     async def wait_idle(self) -> None:

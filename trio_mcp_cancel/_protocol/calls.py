@@ -101,17 +101,17 @@ class RequestCall:
     method: Method
     tool: Tool | None = None
     envelope: Envelope | None = None
+    tracked: bool = attrs.field(init=False)
+    """Whether running it runs a cancellable tool (so it can be cancelled)."""
+    long_lived: bool = attrs.field(init=False)
+    """A ``subscriptions/listen`` stream: no call caps, no ``max_request_time``."""
 
-    @property
-    def tracked(self) -> bool:
-        """Whether running it runs a cancellable tool (so it can be cancelled)."""
+    def __attrs_post_init__(self) -> None:
+        # Both are read several times per call (admission, release, answering,
+        # the transport): worked out once here rather than by a property each time.
         tool = self.tool
-        return tool is not None and tool.cancellable
-
-    @property
-    def long_lived(self) -> bool:
-        """A ``subscriptions/listen`` stream: no call caps, no ``max_request_time``."""
-        return self.request.method == "subscriptions/listen"
+        self.tracked = tool is not None and tool.cancellable
+        self.long_lived = self.request.method == "subscriptions/listen"
 
 
 Call = Rejected | NotificationCall | ClientResponseCall | RequestCall

@@ -333,20 +333,6 @@ class Dispatcher:
 
     # -- admission ----------------------------------------------------------------
 
-    def _refusal(self, call: RequestCall, caller: Caller) -> Message | None:
-        """The error :meth:`admit` answers *call* with now (``None``: it fits).
-
-        A refusal is counted (telemetry) here, once: a refused call is never
-        asked again.
-        """
-        if call.tool is None:
-            return None
-        refused = self._limit_refusal(call, caller)
-        telemetry = self.server.telemetry
-        if refused is not None and telemetry is not None:
-            telemetry.refused(refused["error"]["data"]["limit"])
-        return refused
-
     def _limit_refusal(self, call: RequestCall, caller: Caller) -> Message | None:
         request, server = call.request, self.server
         if call.long_lived:
@@ -384,9 +370,18 @@ class Dispatcher:
         return refused
 
     def _admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
-        """:meth:`admit` inside :meth:`answer` (whose span records a refusal itself)."""
-        refused = self._refusal(call, caller)
-        if refused is not None or call.tool is None:
+        """:meth:`admit` inside :meth:`answer` (whose span records a refusal itself).
+
+        A refusal is counted (telemetry) here, once: a refused call is never
+        asked again.
+        """
+        if call.tool is None:
+            return None
+        refused = self._limit_refusal(call, caller)
+        if refused is not None:
+            telemetry = self.server.telemetry
+            if telemetry is not None:
+                telemetry.refused(refused["error"]["data"]["limit"])
             return refused
         (self.listens if call.long_lived else self.calls).take(caller.tenant)
         if caller.channel is not None and call.tracked:

@@ -185,7 +185,10 @@ class Exchange:
     @property
     def silenced(self) -> bool:
         """The client cancelled: nothing more may be sent for this request."""
-        return self.cancel_kind in CLIENT_KINDS
+        request = self.request  # cancel_kind inline: asked once per answered call
+        if request is not None and request.cancellation is not None:
+            return request.cancellation.kind in CLIENT_KINDS
+        return self._pending is not None and self._pending[1] in CLIENT_KINDS
 
     async def notify(self, message: Message) -> None:
         """Send a request-related notification, unless the client cancelled."""

@@ -35,13 +35,13 @@ from trio_mcp_cancel.transports.http.answer import Responder, Routed
 def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The admission checks made, by the method of the call checked."""
     made: list[str] = []
-    check = Dispatcher._refusal
+    check = Dispatcher._limit_refusal
 
     def counted(self: Dispatcher, call: RequestCall, caller: Caller) -> Any:
         made.append(call.request.method)
         return check(self, call, caller)
 
-    monkeypatch.setattr(Dispatcher, "_refusal", counted)
+    monkeypatch.setattr(Dispatcher, "_limit_refusal", counted)
     yield made
 
 

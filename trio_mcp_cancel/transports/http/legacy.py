@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..._core.namespace import namespace_for
+from ..._core.namespace import GLOBAL_NAMESPACE
 from ..._core.registry import Registry
 from ..._protocol import jsonrpc
 from ..._protocol.admission import too_many_sessions
@@ -40,7 +40,6 @@ __all__ = ["LegacyEra"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
-_SESSION_HEADER = rules.SESSION_ID.encode()
 _SHARED_METHODS = frozenset({"initialize", "logging/setLevel"})
 
 
@@ -65,17 +64,23 @@ class LegacyEra:
             if session is None:
                 return None
         # The namespace names the session by its public id: namespaces end up
-        # in events and logs, and the session id itself is a credential.
+        # in events and logs, and the session id itself is a credential.  The
+        # session worked it out once; without one (or with a public id that
+        # cannot name one) it is the caller's tenant, worked out once per POST
+        # by the app, or the global one: what namespace_for gives for them.
         public_id = session.public_id if session else None
+        namespace = session.namespace if session else None
+        if namespace is None:
+            namespace = GLOBAL_NAMESPACE if post.tenant is None else post.tenant
         caller = Caller(
-            namespace_for(session_id=public_id, principal=post.principal, client=post.client),
+            namespace,
             post.registry,
             session.channel if session else None,
             post.principal,
             public_id,
             post.tenant,
         )
-        extra: Headers = [(_SESSION_HEADER, session.id.encode())] if session else []
+        extra: Headers = [session.header] if session else []
         call = self.responder.prepare(post.message, caller)
         if isinstance(call, NotificationCall):
             await self._notify(call, caller)

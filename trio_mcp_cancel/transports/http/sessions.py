@@ -40,8 +40,10 @@ from typing import Literal
 
 import attrs
 
+from ..._core.namespace import GLOBAL_NAMESPACE, namespace_for
 from ..._protocol.exchange import Channel
 from .resume import StreamTable
+from .rules import SESSION_ID
 
 __all__ = ["Session", "SessionLimitReached", "SessionStore"]
 
@@ -70,6 +72,22 @@ class Session:
     concurrency limit and what ``initialize`` negotiated."""
     streams: StreamTable = attrs.field(factory=StreamTable)
     """Its resumable SSE streams on this worker (see :mod:`.resume`)."""
+    namespace: str | None = attrs.field(init=False)
+    """``session:<public_id>``, worked out once rather than on every POST;
+    ``None`` when ``public_id`` cannot name a namespace (one read from a
+    shared backend), so the caller's tenant names it instead, as
+    :func:`namespace_for` would."""
+    header: tuple[bytes, bytes] = attrs.field(init=False)
+    """The ``Mcp-Session-Id`` response header, encoded once."""
+
+    @namespace.default
+    def _namespace(self) -> str | None:
+        namespace = namespace_for(session_id=self.public_id)
+        return None if namespace == GLOBAL_NAMESPACE else namespace
+
+    @header.default
+    def _header(self) -> tuple[bytes, bytes]:
+        return (SESSION_HEADER, self.id.encode())
 
     @property
     def busy(self) -> bool:
@@ -86,6 +104,9 @@ NOT_OURS = (
     " one before a restart); without a shared backend (MCP_REDIS_URL) a session lives only"
     " in the process that created it: route each session to its worker, or initialize again"
 )
+
+
+SESSION_HEADER = SESSION_ID.encode()
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -152,7 +173,8 @@ class SessionStore:
         session = self._sessions.get(session_id)
         if session is None or session.principal != principal:
             return None
-        if self._expired(session, now):
+        timeout = self.idle_timeout  # inline: every legacy POST looks its session up
+        if timeout is not None and now - session.last_seen > timeout and not session.busy:
             self._remove(session)
             return None
         session.last_seen = now
@@ -174,13 +196,6 @@ class SessionStore:
     def end(self, session_id: str) -> Session | None:
         session = self._sessions.get(session_id)
         return None if session is None else self._remove(session)
-
-    def _expired(self, session: Session, now: float) -> bool:
-        return (
-            self.idle_timeout is not None
-            and now - session.last_seen > self.idle_timeout
-            and not session.busy
-        )
 
     def _expire(self, now: float) -> list[Session]:
         """Drop idle-expired sessions (the oldest first, stopping at the first live one)."""
