@@ -195,7 +195,7 @@ async def _floor_slow(request: Any, receive: Any, send: Any) -> None:
 # -- ours --------------------------------------------------------------------
 
 
-def _ours_app(registry: Any) -> Any:
+def _ours_app(registry: Any, resume: bool = True) -> Any:
     server = McpServer("bench", max_concurrent_calls=None, max_calls_per_tenant=None)
     waiting: dict[tuple[str, object], trio.Event] = {}
 
@@ -245,12 +245,13 @@ def _ours_app(registry: Any) -> Any:
         registry,
         limits=ConnectionLimits(max_concurrent_requests=100_000, keepalive_interval=None),
         http_limits=HttpLimits(max_sessions_per_tenant=1000),
+        **({} if resume else {"resume_window": None}),
     )
 
 
-async def _serve_ours() -> None:
+async def _serve_ours(resume: bool = True) -> None:
     async with open_registry() as registry:
-        await _serve_hypercorn_trio(_ours_app(registry))
+        await _serve_hypercorn_trio(_ours_app(registry, resume))
 
 
 def _sdk_app(kind: str) -> Any:
@@ -289,6 +290,8 @@ def main(kind: str) -> None:
         trio.run(_serve_hypercorn_trio, floor_app)
     elif kind == "ours":
         trio.run(_serve_ours)
+    elif kind == "ours-noresume":  # legacy streams not resumable: a close is the cancel
+        trio.run(_serve_ours, False)
     elif kind.startswith("sdk-hypercorn"):
         trio.run(_serve_hypercorn_trio, _sdk_app(kind))
     elif kind.startswith("sdk-uvicorn"):
