@@ -1,12 +1,14 @@
 """What the client's tests share: a server over real sockets, and cancelling a relayed call.
 
-Used by ``tests/client/test_client.py`` and ``tests/tasks/test_client_tasks.py``.
+Used by ``tests/client/test_client.py``, ``tests/tasks/test_client_tasks.py`` and the
+Node-client tests of ``tests/interop``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -14,9 +16,9 @@ import trio
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer
-from trio_mcp_cancel.testing import McpTestClient, PendingCall
+from trio_mcp_cancel.testing import McpTestClient, PendingCall, assert_no_leaks
 
-__all__ = ["cancel_relay", "http_server"]
+__all__ = ["cancel_relay", "http_server", "hypercorn_checked"]
 
 
 async def cancel_relay(to_a: McpTestClient, started: trio.Event) -> tuple[PendingCall, float]:
@@ -44,3 +46,29 @@ async def http_server(
         binds = await nursery.start(serve, McpHttpApp(server, registry), config)
         yield f"{binds[0]}/mcp", registry
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def hypercorn_checked(server: McpServer, registry: Registry) -> AsyncIterator[str]:
+    """*server* on plain hypercorn (its own ``serve``, no guard) on a random 127.0.0.1 port.
+
+    Yields the endpoint URL; when the block ends normally, every request has
+    finished and nothing leaked (the Node-client tests end with it).
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.errorlog = None
+    config.accesslog = None
+    config.graceful_timeout = 0.5
+    async with trio.open_nursery() as nursery:
+        app = McpHttpApp(server, registry)
+        binds = await nursery.start(partial(hypercorn_serve, app, config))
+        try:
+            yield f"{binds[0]}/mcp"
+            await registry.wait_idle()
+            assert_no_leaks(registry)
+        finally:
+            nursery.cancel_scope.cancel()

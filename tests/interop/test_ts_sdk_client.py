@@ -19,14 +19,12 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from client_harness import hypercorn_checked
 from repo_paths import ROOT
 
 from trio_mcp_cancel import (
@@ -36,9 +34,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import assert_no_leaks
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools
@@ -70,20 +66,10 @@ async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
         return text
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.
-    async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+    async with open_registry(grace_period=5) as registry:
         registry.subscribe(events.append)
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.errorlog = None
-        config.accesslog = None
-        config.graceful_timeout = 0.5
-        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
-        try:
-            yield f"{binds[0]}/mcp"
-            await registry.wait_idle()
-            assert_no_leaks(registry)
-        finally:
-            nursery.cancel_scope.cancel()
+        async with hypercorn_checked(server, registry) as url:
+            yield url
 
 
 async def test_typescript_sdk_connects_calls_and_aborts_cleanly(node: Path) -> None:

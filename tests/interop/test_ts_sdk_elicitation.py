@@ -15,20 +15,16 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from client_harness import hypercorn_checked
 from repo_paths import ROOT
 
 from trio_mcp_cancel import RequestCancelled, open_registry
-from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import assert_no_leaks
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools
@@ -60,19 +56,9 @@ async def running(seen: list[str]) -> AsyncIterator[str]:
             raise
         return "answered"
 
-    async with open_registry(grace_period=2) as registry, trio.open_nursery() as nursery:
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.errorlog = None
-        config.accesslog = None
-        config.graceful_timeout = 0.5
-        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
-        try:
-            yield f"{binds[0]}/mcp"
-            await registry.wait_idle()
-            assert_no_leaks(registry)
-        finally:
-            nursery.cancel_scope.cancel()
+    async with open_registry(grace_period=2) as registry:
+        async with hypercorn_checked(server, registry) as url:
+            yield url
 
 
 async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(node: Path) -> None:

@@ -14,20 +14,16 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from client_harness import hypercorn_checked
 from repo_paths import ROOT
 
 from trio_mcp_cancel import Event, RequestCancelledEvent, open_registry
-from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import assert_no_leaks
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools
@@ -55,20 +51,10 @@ async def running(events: list[Event], closed: list[bool]) -> AsyncIterator[str]
         server.tools_changed()
         return "changed"
 
-    async with open_registry(grace_period=1) as registry, trio.open_nursery() as nursery:
+    async with open_registry(grace_period=1) as registry:
         registry.subscribe(events.append)
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.errorlog = None
-        config.accesslog = None
-        config.graceful_timeout = 0.5
-        binds = await nursery.start(partial(serve, McpHttpApp(server, registry), config))
-        try:
-            yield f"{binds[0]}/mcp"
-            await registry.wait_idle()
-            assert_no_leaks(registry)
-        finally:
-            nursery.cancel_scope.cancel()
+        async with hypercorn_checked(server, registry) as url:
+            yield url
 
 
 async def test_typescript_sdk_resumes_a_polled_stream_and_hears_the_get_stream(node: Path) -> None:
