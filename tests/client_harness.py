@@ -6,19 +6,24 @@ Node-client tests of ``tests/interop``.
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
+from repo_paths import ROOT
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.testing import McpTestClient, PendingCall, assert_no_leaks
 
-__all__ = ["cancel_relay", "http_server", "hypercorn_checked"]
+__all__ = ["cancel_relay", "http_server", "hypercorn_checked", "node_report"]
 
 
 async def cancel_relay(to_a: McpTestClient, started: trio.Event) -> tuple[PendingCall, float]:
@@ -72,3 +77,26 @@ async def hypercorn_checked(server: McpServer, registry: Registry) -> AsyncItera
             assert_no_leaks(registry)
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def node_report(node: Path, script: Path, *args: str) -> dict[str, Any]:
+    """Run a Node client *script* (copied next to the pinned packages) and read its report.
+
+    The script prints one JSON report as its last line; a non-zero exit fails
+    the test with the end of its stderr.
+    """
+    sys.path.insert(0, str(ROOT / "conformance"))
+    import node_tools
+
+    copied = shutil.copy(script, node_tools.TOOLS / script.name)
+    done = await trio.run_process(
+        [str(node), str(copied), *args],
+        cwd=node_tools.TOOLS,
+        env=node_tools.env(),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return report

@@ -14,17 +14,13 @@ Locally the test is skipped, saying so, when it is not installed; under
 
 from __future__ import annotations
 
-import json
-import shutil
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
-from client_harness import hypercorn_checked
+from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
 from trio_mcp_cancel import (
@@ -35,9 +31,6 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.server import McpServer, ToolContext
-
-sys.path.insert(0, str(ROOT / "conformance"))
-import node_tools
 
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
@@ -78,17 +71,7 @@ async def test_typescript_sdk_connects_calls_and_aborts_cleanly(node: Path) -> N
     with trio.fail_after(90):
         async with running(seen, events) as url:
             # ES modules resolve packages next to the script: run it from .tools/.
-            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
-            done = await trio.run_process(
-                [str(node), str(script), url],
-                cwd=node_tools.TOOLS,
-                env=node_tools.env(),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr.decode()[-3000:]
-            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            report = await node_report(node, SCRIPT, url)
     # Connected (the SDK's legacy handshake: initialize, then a session), called with progress.
     assert report["sessionId"]
     assert report["completed"] == {"text": "counted to 3", "progress": [1, 2, 3]}

@@ -10,24 +10,17 @@ the handler's abort signal fires.  Node tooling as in
 
 from __future__ import annotations
 
-import json
-import shutil
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
-from client_harness import hypercorn_checked
+from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
 from trio_mcp_cancel import RequestCancelled, open_registry
 from trio_mcp_cancel.server import McpServer, ToolContext
-
-sys.path.insert(0, str(ROOT / "conformance"))
-import node_tools
 
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
@@ -66,17 +59,7 @@ async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(node
     with trio.fail_after(90):
         async with running(seen) as url:
             # ES modules resolve packages next to the script: run it from .tools/.
-            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
-            done = await trio.run_process(
-                [str(node), str(script), url],
-                cwd=node_tools.TOOLS,
-                env=node_tools.env(),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr.decode()[-3000:]
-            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            report = await node_report(node, SCRIPT, url)
     assert report["protocolVersion"] == "2025-11-25"
     assert report["greeted"] == "Hello Ada (1 roots)"
     assert report["abortOutcome"] == "aborted"

@@ -9,24 +9,17 @@ connection mid-call (SEP-1699 polling: the SDK reconnects with
 
 from __future__ import annotations
 
-import json
-import shutil
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
-from client_harness import hypercorn_checked
+from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
 from trio_mcp_cancel import Event, RequestCancelledEvent, open_registry
 from trio_mcp_cancel.server import McpServer, ToolContext
-
-sys.path.insert(0, str(ROOT / "conformance"))
-import node_tools
 
 pytestmark = [pytest.mark.node, pytest.mark.subprocess]
 
@@ -62,17 +55,7 @@ async def test_typescript_sdk_resumes_a_polled_stream_and_hears_the_get_stream(n
     closed: list[bool] = []
     with trio.fail_after(90):
         async with running(events, closed) as url:
-            script = shutil.copy(SCRIPT, node_tools.TOOLS / SCRIPT.name)
-            done = await trio.run_process(
-                [str(node), str(script), url],
-                cwd=node_tools.TOOLS,
-                env=node_tools.env(),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr.decode()[-3000:]
-            report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            report = await node_report(node, SCRIPT, url)
     assert report["protocolVersion"] == "2025-11-25"
     assert report["capabilities"]["tools"] == {"listChanged": True}
     assert closed == [True]
