@@ -63,7 +63,7 @@ from .response import CallResponse, State
 from .resume import ResumableStream
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import ResponseWriter
+from .writer import ResponseWriter, write_now
 
 __all__ = ["Post", "Responder", "Routed"]
 
@@ -224,35 +224,30 @@ class Responder:
 
         Its helper tasks (the watcher, the writer) run in *nursery* (the
         service nursery when there is one), so a call that never suspends
-        opens no nursery of its own.
+        opens no nursery of its own; and its :class:`CallResponse` is made
+        only when needed (see :class:`_CallRun`), so one that also sends
+        nothing is answered with one whole response, as a plain call is.
         """
-        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
-        on_stall = partial(exchange.cancel, "client stopped reading", grace=self.disconnect_grace)
-        response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
-        if response.sse:
-            exchange.send = response.send_message
-            session = routed.session
-            if self.resume_window is not None and session is not None and routed.era == "legacy":
-                response.open_stream = partial(session.streams.open, self.replay_limit)
-                exchange.close_stream = response.close_stream
-        # The writer task starts when the response commits to SSE, or
-        # not at all when the whole answer can be written inline.
-        response.start_writer = partial(self._start_writer, writer, nursery)
-        watching: list[trio.CancelScope] = []
-
-        def watch() -> None:
-            # Still running: commit to SSE now, so a silent call's head and
-            # keep-alives reach the client.
-            response.commit()
-            limited = not routed.call.long_lived  # a listen stream is meant to stay open
-            watching.append(scope := trio.CancelScope())
-            nursery.start_soon(self._watch, scope, receive, exchange, response, routed.era, limited)
-
+        run = _CallRun(self, routed, exchange, receive, send, nursery)
+        if run.sse:
+            exchange.send = run.send_message
+            if run.resumable:
+                exchange.close_stream = run.close_stream
         try:
             # The watcher starts when the call first suspends: one that
             # never does cannot be disconnected from mid-way (see lazy.py).
-            reply = await await_then(self._call(routed, exchange, response.sse), watch)
+            reply = await await_then(self._call(routed, exchange, run.sse), run.watch)
+            response = run.response
+            if response is None and reply is not None:
+                # Never suspended, sent nothing: one whole response.
+                if not await self.respond(
+                    send, 200, jsonrpc.encode(reply), routed.extra, json=True
+                ):
+                    exchange.lost()  # the answer never reached the client
+                return
+            response = run.get()
             response.finish(reply)
+            writer = response.writer
             if response.start_writer is not None:
                 # Never committed: one whole response, or nothing (client gone).
                 await self._write_whole(writer, send, response.start_writer)
@@ -261,18 +256,24 @@ class Responder:
             else:
                 await self._drain(writer)
         finally:
-            # The call is over: so is the watcher's job.
-            for scope in watching:
-                scope.cancel()
-            if not writer.done:
-                writer.abandon()  # cancelled (shutdown): leave the client
-            stream = response.stream
-            if stream is not None and routed.session is not None:
-                if not stream.delivered:
-                    stream.detach()  # a resuming GET still attached ends too
-                routed.session.streams.close(stream)
-            if not response.settle():
-                exchange.lost()  # the answer never reached the client
+            if run.response is not None:
+                self._settle(run, routed, exchange)
+
+    def _settle(self, run: _CallRun, routed: Routed, exchange: Exchange) -> None:
+        """The call is over: so is the watcher's job; report an answer that was lost."""
+        response = run.get()
+        if run.watching is not None:
+            run.watching.cancel()
+        writer = response.writer
+        if not writer.done:
+            writer.abandon()  # cancelled (shutdown): leave the client
+        stream = response.stream
+        if stream is not None and routed.session is not None:
+            if not stream.delivered:
+                stream.detach()  # a resuming GET still attached ends too
+            routed.session.streams.close(stream)
+        if not response.settle():
+            exchange.lost()  # the answer never reached the client
 
     async def _watch(
         self,
@@ -438,13 +439,108 @@ class Responder:
 
     async def respond(
         self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
-    ) -> None:
-        """Send a whole response, through a writer (see the module docstring)."""
+    ) -> bool:
+        """Send a whole response (see the module docstring); whether it reached the socket.
+
+        One that cannot block is written here, in two ``send()`` calls and
+        no queue; any other goes through a writer.
+        """
+        service = self.service
+        if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
+            return await write_now(send, status, body, extra, json=json)
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         writer.put_whole(status, body, extra, json=json)
-        service = self.service
         if service is None:
             await writer.run()  # no lifespan: write inline, as an ASGI app usually does
-            return
-        await self._write_whole(writer, send, partial(self._start_writer, writer, service))
-        await self._drain(writer)
+        else:
+            self._start_writer(writer, service)
+            await self._drain(writer)
+        return writer.done and not writer.abandoned
+
+
+class _CallRun:
+    """One cancellable call's response side, made on first need.
+
+    The :class:`CallResponse` (its writer, queue and state machine) exists
+    once the call suspends (the watcher needs it), sends a message or
+    closes its stream; a call that does none of these (a no-op, a lookup in
+    memory: the common case) is answered by :meth:`Responder.respond` and
+    never makes one.  Plain attributes rather than closures: one object per
+    call.
+    """
+
+    __slots__ = (
+        "exchange",
+        "nursery",
+        "receive",
+        "responder",
+        "response",
+        "resumable",
+        "routed",
+        "send",
+        "sse",
+        "watching",
+    )
+
+    def __init__(
+        self,
+        responder: Responder,
+        routed: Routed,
+        exchange: Exchange,
+        receive: Receive,
+        send: Send,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.responder = responder
+        self.routed = routed
+        self.exchange = exchange
+        self.receive = receive
+        self.send = send
+        self.nursery = nursery
+        self.sse = not responder.json_response
+        self.resumable = (
+            self.sse
+            and responder.resume_window is not None
+            and routed.session is not None
+            and routed.era == "legacy"
+        )
+        self.response: CallResponse | None = None
+        self.watching: trio.CancelScope | None = None
+
+    def get(self) -> CallResponse:
+        """The call's response, made now if it was not yet."""
+        response = self.response
+        if response is None:
+            responder, routed = self.responder, self.routed
+            writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
+            on_stall = partial(
+                self.exchange.cancel, "client stopped reading", grace=responder.disconnect_grace
+            )
+            response = self.response = CallResponse(writer, routed.extra, self.sse, on_stall)
+            if self.resumable:
+                assert routed.session is not None
+                response.open_stream = partial(routed.session.streams.open, responder.replay_limit)
+            # The writer task starts when the response commits to SSE, or
+            # not at all when the whole answer can be written inline.
+            response.start_writer = partial(responder._start_writer, writer, self.nursery)
+        return response
+
+    async def send_message(self, message: Message) -> None:
+        """``Exchange.send``: a progress or log message, on the call's (SSE) response."""
+        await self.get().send_message(message)
+
+    def close_stream(self) -> bool:
+        """``Exchange.close_stream`` (a resumable legacy stream)."""
+        return self.get().close_stream()
+
+    def watch(self) -> None:
+        """The call suspends, still running: commit to SSE now, so a silent call's head
+        and keep-alives reach the client, and watch its stream."""
+        response = self.get()
+        response.commit()
+        routed = self.routed
+        limited = not routed.call.long_lived  # a listen stream is meant to stay open
+        self.watching = scope = trio.CancelScope()
+        self.nursery.start_soon(
+            self.responder._watch, scope, self.receive, self.exchange, response, routed.era, limited
+        )

@@ -27,7 +27,7 @@ import trio
 from .._outbox import Outbox
 from . import hypercorn_compat
 
-__all__ = ["ResponseWriter", "head"]
+__all__ = ["ResponseWriter", "head", "write_now"]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -38,6 +38,24 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
     if json or (json is None and body):
         headers.append((b"content-type", b"application/json"))
     return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+async def write_now(
+    send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+) -> bool:
+    """Write a whole response in the calling task; whether it reached the server.
+
+    Only for a write that cannot block (:func:`~.inline.can_write_now`
+    said so): it needs no writer task, no queue and no deadline.  A server
+    that raises because the connection is gone is a ``False``, as with
+    :meth:`ResponseWriter.run`.
+    """
+    try:
+        await send(head(status, body, extra, json=json))
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    except Exception:
+        return False
+    return True
 
 
 class ResponseWriter:
