@@ -79,7 +79,7 @@ _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 
 
-@attrs.frozen
+@attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
 class Post:
     """One POST's message and who sent it, once its body is read."""
 
@@ -92,7 +92,7 @@ class Post:
     registry: Registry
 
 
-@attrs.frozen
+@attrs.define  # not frozen, as Post
 class Routed:
     """A request its era's rules accepted: the call, its caller, and the extra headers.
 

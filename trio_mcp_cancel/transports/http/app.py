@@ -346,7 +346,7 @@ class McpHttpApp:
                         return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                access = await self._principal(headers)
+                access = None if self.auth is None else await self._principal(headers)
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -433,7 +433,12 @@ class McpHttpApp:
         principal: str | None,
         access: str | AccessToken | None = None,
     ) -> None:
-        body = await self._read_body(receive)
+        # The usual body is one message hypercorn queued already: taken here,
+        # without the coroutine (and maybe the time limit) of _read_body.
+        first = receive_now(receive) if self.hypercorn_fast_paths else None
+        body = _whole_body(first, self.max_message_size)
+        if body is None:
+            body = await self._read_body(receive, first)
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
@@ -460,8 +465,12 @@ class McpHttpApp:
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
             await self._responder.answer(routed, receive, send)
 
-    async def _read_body(self, receive: Receive) -> bytes:
+    async def _read_body(
+        self, receive: Receive, first: MutableMapping[str, Any] | None = None
+    ) -> bytes:
         body = _Body(self.max_message_size)
+        if first is not None and body.add(first):  # taken already by the caller
+            return body.data()
         # Messages queued already are taken without waiting; only a body
         # still on its way needs the time limit (and its cancel scope).
         while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:
@@ -472,6 +481,14 @@ class McpHttpApp:
                 pass
             return body.data()
         raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
+
+
+def _whole_body(message: MutableMapping[str, Any] | None, limit: int) -> bytes | None:
+    """The body when *message* is all of it, within *limit*; else ``None`` (read it whole)."""
+    if message is None or message["type"] != "http.request" or message.get("more_body", False):
+        return None
+    body: bytes = message.get("body", b"")
+    return body if len(body) <= limit else None
 
 
 class _Body:
