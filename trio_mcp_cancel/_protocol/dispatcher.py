@@ -119,11 +119,19 @@ class Dispatcher:
 
     # -- classify -------------------------------------------------------------
 
-    def prepare(self, message: object, caller: Caller, *, envelope: Envelope | None = None) -> Call:
+    def prepare(
+        self,
+        message: object,
+        caller: Caller,
+        *,
+        envelope: Envelope | None = None,
+        legacy: bool = False,
+    ) -> Call:
         """Classify *message* and bind it to its handler; never awaits, never raises.
 
         The era is modern when the request carries the modern envelope (a
-        transport that already read it passes *envelope*), else legacy.
+        transport that already read it passes *envelope*; one that already
+        found there is none passes ``legacy=True``), else legacy.
         """
         try:
             parsed = jsonrpc.classify(message)
@@ -134,7 +142,7 @@ class Dispatcher:
         if isinstance(parsed, jsonrpc.ClientResponse):
             return ClientResponseCall(parsed)  # an answer to a ctx.elicit (legacy)
         try:
-            if envelope is None and has_modern_meta(parsed.params):
+            if envelope is None and not legacy and has_modern_meta(parsed.params):
                 envelope = read_envelope(parsed.params)
             era: Era = "legacy" if envelope is None else "modern"
             method = self.methods.get(parsed.method)

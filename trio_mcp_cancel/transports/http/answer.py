@@ -139,8 +139,10 @@ class Responder:
 
     # -- the dispatcher, called from here only -----------------------------------
 
-    def prepare(self, message: object, caller: Caller, envelope: Any = None) -> Call:
-        return self.dispatcher.prepare(message, caller, envelope=envelope)
+    def prepare(
+        self, message: object, caller: Caller, envelope: Any = None, *, legacy: bool = False
+    ) -> Call:
+        return self.dispatcher.prepare(message, caller, envelope=envelope, legacy=legacy)
 
     def notify(self, notification: jsonrpc.Notification, caller: Caller) -> bool:
         """Handle *notification*; whether to forward it (see :meth:`Dispatcher.notify`)."""
@@ -257,23 +259,7 @@ class Responder:
                 await self._drain(writer)
         finally:
             if run.response is not None:
-                self._settle(run, routed, exchange)
-
-    def _settle(self, run: _CallRun, routed: Routed, exchange: Exchange) -> None:
-        """The call is over: so is the watcher's job; report an answer that was lost."""
-        response = run.get()
-        if run.watching is not None:
-            run.watching.cancel()
-        writer = response.writer
-        if not writer.done:
-            writer.abandon()  # cancelled (shutdown): leave the client
-        stream = response.stream
-        if stream is not None and routed.session is not None:
-            if not stream.delivered:
-                stream.detach()  # a resuming GET still attached ends too
-            routed.session.streams.close(stream)
-        if not response.settle():
-            exchange.lost()  # the answer never reached the client
+                run.settle()
 
     async def _watch(
         self,
@@ -532,6 +518,22 @@ class _CallRun:
     def close_stream(self) -> bool:
         """``Exchange.close_stream`` (a resumable legacy stream)."""
         return self.get().close_stream()
+
+    def settle(self) -> None:
+        """The call is over: so is the watcher's job; report an answer that was lost."""
+        response = self.get()
+        if self.watching is not None:
+            self.watching.cancel()
+        writer = response.writer
+        if not writer.done:
+            writer.abandon()  # cancelled (shutdown): leave the client
+        stream, session = response.stream, self.routed.session
+        if stream is not None and session is not None:
+            if not stream.delivered:
+                stream.detach()  # a resuming GET still attached ends too
+            session.streams.close(stream)
+        if not response.settle():
+            self.exchange.lost()  # the answer never reached the client
 
     def watch(self) -> None:
         """The call suspends, still running: commit to SSE now, so a silent call's head

@@ -438,7 +438,9 @@ class McpHttpApp:
         first = receive_now(receive) if self.hypercorn_fast_paths else None
         body = _whole_body(first, self.max_message_size)
         if body is None:
-            body = await self._read_body(receive, first)
+            body = await _read_body(
+                receive, first, self.max_message_size, self.body_timeout, self.hypercorn_fast_paths
+            )
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
@@ -465,22 +467,31 @@ class McpHttpApp:
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
             await self._responder.answer(routed, receive, send)
 
-    async def _read_body(
-        self, receive: Receive, first: MutableMapping[str, Any] | None = None
-    ) -> bytes:
-        body = _Body(self.max_message_size)
-        if first is not None and body.add(first):  # taken already by the caller
+
+async def _read_body(
+    receive: Receive,
+    first: MutableMapping[str, Any] | None,
+    limit: int,
+    body_timeout: float | None,
+    fast_paths: bool,
+) -> bytes:
+    """A request body of at most *limit* bytes, arriving within *body_timeout* seconds.
+
+    *first* is a message the caller took already (``None``: none).
+    """
+    body = _Body(limit)
+    if first is not None and body.add(first):
+        return body.data()
+    # Messages queued already are taken without waiting; only a body
+    # still on its way needs the time limit (and its cancel scope).
+    while fast_paths and (message := receive_now(receive)) is not None:
+        if body.add(message):
             return body.data()
-        # Messages queued already are taken without waiting; only a body
-        # still on its way needs the time limit (and its cancel scope).
-        while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:
-            if body.add(message):
-                return body.data()
-        with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
-            while not body.add(await receive()):
-                pass
-            return body.data()
-        raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
+    with trio.move_on_after(math.inf if body_timeout is None else body_timeout):
+        while not body.add(await receive()):
+            pass
+        return body.data()
+    raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
 
 
 def _whole_body(message: MutableMapping[str, Any] | None, limit: int) -> bytes | None:
