@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -77,6 +76,8 @@ Headers = list[Header]
 #: Room for a whole response's head (status line, headers) next to its body.
 _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
+#: The watcher tasks' name, as trio would make it (given: not one string per task).
+_WATCHER: Final = f"{__name__}.Responder._watch"
 
 
 @attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
@@ -261,60 +262,61 @@ class Responder:
             if run.response is not None:
                 run.settle()
 
-    async def _watch(
-        self,
-        scope: trio.CancelScope,
-        receive: Receive,
-        exchange: Exchange,
-        response: CallResponse,
-        era: Era,
-        limited: bool,
-    ) -> None:
-        """Watch a call's stream until *scope* is cancelled (its request ended).
+    async def _watch(self, run: _CallRun, response: CallResponse) -> None:
+        """Watch a call's stream until its request ended (:meth:`_CallRun.settle`).
 
         It runs in the service nursery, where an exception would stop the
         whole app: a bug here fails this call only (cancelled, kind
         ``"server"``).
         """
-        with scope:
-            try:
-                await self._watch_stream(receive, exchange, response, era, limited)
-            except Exception:
-                logger.exception("the stream watcher of a call failed; cancelling the call")
-                exchange.cancel("internal error", kind="server")
+        try:
+            await self._watch_stream(run, response)
+        except Exception:
+            logger.exception("the stream watcher of a call failed; cancelling the call")
+            run.exchange.cancel("internal error", kind="server")
 
-    async def _watch_stream(
-        self,
-        receive: Receive,
-        exchange: Exchange,
-        response: CallResponse,
-        era: Era,
-        limited: bool,
-    ) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limits."""
+    async def _watch_stream(self, run: _CallRun, response: CallResponse) -> None:
+        """Wait for the client to go, sending keep-alives and enforcing the time limits.
+
+        One cancel scope at a time, not a scope for the watcher's life plus
+        one per wait (each is a scope and a cancel status, ~650 bytes of a
+        suspended call): the wait's scope is also the one
+        :meth:`_CallRun.settle` cancels (``run.watching``), and ``run.over``
+        tells the two apart.
+        """
+        if run.over:
+            return
+        exchange, receive = run.exchange, run.receive
         now = trio.current_time()
-        limit = self.max_request_time if limited else None
+        # A listen stream is meant to stay open: no time limit.
+        limit = None if run.routed.call.long_lived else self.max_request_time
         limit_at = math.inf if limit is None else now + limit
         interval = self.keepalive_interval if response.sse else None
         keepalive_at = math.inf if interval is None else now + interval
         writer = response.writer
         stream = response.stream
         while True:
-            with trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at)) as wait:
-                writer.wakes = wait
+            wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
+            run.watching = writer.wakes = wait
+            with wait:
                 if (await receive())["type"] == "http.disconnect":
                     break
                 continue  # trailing body chunks; the body was already read whole
+            if run.over:
+                writer.wakes = None
+                return
             now = trio.current_time()
             if stream is not None and stream.writer is not writer:
                 # Detached (a stall), or a resuming GET carries the stream now.
                 writer.wakes = None
-                await self._await_resume(stream, exchange, limit_at)
+                with run.outlived():
+                    await self._await_resume(stream, exchange, limit_at)
                 return
             if now >= writer.stall_at:
                 response.stall("write timeout")
                 if stream is not None:
-                    await self._await_resume(stream, exchange, limit_at)
+                    with run.outlived():
+                        await self._await_resume(stream, exchange, limit_at)
                 return
             if now >= limit_at:
                 limit_at = math.inf
@@ -325,14 +327,16 @@ class Responder:
         writer.wakes = None
         response.disconnected()
         if stream is not None:
-            await self._await_resume(stream, exchange, limit_at)
+            with run.outlived():
+                await self._await_resume(stream, exchange, limit_at)
             return
-        if era == "modern" or self.legacy_disconnect_cancels:
+        if run.routed.era == "modern" or self.legacy_disconnect_cancels:
             exchange.cancel("client disconnected", grace=self.disconnect_grace)
         elif limit_at < math.inf and response.state is State.ABANDONED:
             # The call goes on without its client, but within the time limit.
-            await trio.sleep_until(limit_at)
-            exchange.cancel("request time limit reached", kind="server")
+            with run.outlived():
+                await trio.sleep_until(limit_at)
+                exchange.cancel("request time limit reached", kind="server")
 
     async def _await_resume(
         self, stream: ResumableStream, exchange: Exchange, limit_at: float
@@ -382,9 +386,10 @@ class Responder:
     # -- writing ------------------------------------------------------------------
 
     def _start_writer(self, writer: ResponseWriter, nursery: trio.Nursery) -> None:
-        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*)."""
+        """Write *writer* on demand (:meth:`ResponseWriter.start`) with tasks in the
+        service nursery (or, without a lifespan, in *nursery*)."""
         writer.outbox.timeout = self.write_timeout
-        (self.service or nursery).start_soon(writer.run)
+        writer.start((self.service or nursery).start_soon)
 
     async def _write_whole(
         self, writer: ResponseWriter, send: Send, start_writer: Callable[[], None]
@@ -458,6 +463,7 @@ class _CallRun:
     __slots__ = (
         "exchange",
         "nursery",
+        "over",
         "receive",
         "responder",
         "response",
@@ -492,6 +498,9 @@ class _CallRun:
         )
         self.response: CallResponse | None = None
         self.watching: trio.CancelScope | None = None
+        """The watcher's current wait, which :meth:`settle` cancels."""
+        self.over = False
+        """The request ended (:meth:`settle`): the watcher's job is done."""
 
     def get(self) -> CallResponse:
         """The call's response, made now if it was not yet."""
@@ -499,17 +508,35 @@ class _CallRun:
         if response is None:
             responder, routed = self.responder, self.routed
             writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
-            on_stall = partial(
-                self.exchange.cancel, "client stopped reading", grace=responder.disconnect_grace
-            )
-            response = self.response = CallResponse(writer, routed.extra, self.sse, on_stall)
+            # Bound methods of this object, not partials (each with its own
+            # argument tuple and keyword dict, kept for the call's life).
+            response = self.response = CallResponse(writer, routed.extra, self.sse, self._stalled)
             if self.resumable:
-                assert routed.session is not None
-                response.open_stream = partial(routed.session.streams.open, responder.replay_limit)
-            # The writer task starts when the response commits to SSE, or
-            # not at all when the whole answer can be written inline.
-            response.start_writer = partial(responder._start_writer, writer, self.nursery)
+                response.open_stream = self._open_stream
+            # The writer starts when the response commits to SSE, or not at
+            # all when the whole answer can be written inline.
+            response.start_writer = self._start_writer
         return response
+
+    def _stalled(self) -> None:
+        self.exchange.cancel("client stopped reading", grace=self.responder.disconnect_grace)
+
+    def _open_stream(self) -> ResumableStream:
+        session = self.routed.session
+        assert session is not None
+        return session.streams.open(self.responder.replay_limit)
+
+    def _start_writer(self) -> None:
+        assert self.response is not None
+        self.responder._start_writer(self.response.writer, self.nursery)
+
+    def outlived(self) -> trio.CancelScope:
+        """The scope of the watcher's waits once its stream's wait is over: cancelled
+        by :meth:`settle`, or at once when the request already ended."""
+        scope = self.watching = trio.CancelScope()
+        if self.over:
+            scope.cancel()
+        return scope
 
     async def send_message(self, message: Message) -> None:
         """``Exchange.send``: a progress or log message, on the call's (SSE) response."""
@@ -522,6 +549,7 @@ class _CallRun:
     def settle(self) -> None:
         """The call is over: so is the watcher's job; report an answer that was lost."""
         response = self.get()
+        self.over = True
         if self.watching is not None:
             self.watching.cancel()
         writer = response.writer
@@ -540,9 +568,5 @@ class _CallRun:
         and keep-alives reach the client, and watch its stream."""
         response = self.get()
         response.commit()
-        routed = self.routed
-        limited = not routed.call.long_lived  # a listen stream is meant to stay open
-        self.watching = scope = trio.CancelScope()
-        self.nursery.start_soon(
-            self.responder._watch, scope, self.receive, self.exchange, response, routed.era, limited
-        )
+        # A constant name: trio would otherwise build one string per task.
+        self.nursery.start_soon(self.responder._watch, self, response, name=_WATCHER)
