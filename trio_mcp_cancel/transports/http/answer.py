@@ -10,7 +10,8 @@ refused call is a ``429`` before any response is committed to.
 
 **Writes never block a request.**  Every response is queued in a
 :class:`~.writer.ResponseWriter` (see there for why) and written by a task
-of its own in the app's service nursery, except a whole response the
+of its own in the app's service nursery (on demand: only while something
+waits to be written), except a whole response the
 socket can take at once (:func:`~.inline.can_write_now`), which is written
 in the request's own task.  A client that leaves a write pending for
 ``write_timeout``, or lets the queue overflow, is treated as gone: its call
@@ -263,80 +264,75 @@ class Responder:
                 run.settle()
 
     async def _watch(self, run: _CallRun, response: CallResponse) -> None:
-        """Watch a call's stream until its request ended (:meth:`_CallRun.settle`).
+        """Wait for the client to go, sending keep-alives and enforcing the time limits,
+        until the call's request ended (:meth:`_CallRun.settle`).
 
         It runs in the service nursery, where an exception would stop the
         whole app: a bug here fails this call only (cancelled, kind
-        ``"server"``).
-        """
-        try:
-            await self._watch_stream(run, response)
-        except Exception:
-            logger.exception("the stream watcher of a call failed; cancelling the call")
-            run.exchange.cancel("internal error", kind="server")
-
-    async def _watch_stream(self, run: _CallRun, response: CallResponse) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limits.
-
-        One cancel scope at a time, not a scope for the watcher's life plus
-        one per wait (each is a scope and a cancel status, ~650 bytes of a
-        suspended call): the wait's scope is also the one
+        ``"server"``).  One frame (not a wrapper around the loop's) and one
+        cancel scope at a time, not a scope for the watcher's life plus one
+        per wait (each is a scope and a cancel status, ~650 bytes of a
+        suspended call, issue 27): the wait's scope is also the one
         :meth:`_CallRun.settle` cancels (``run.watching``), and ``run.over``
         tells the two apart.
         """
-        if run.over:
-            return
-        exchange, receive = run.exchange, run.receive
-        now = trio.current_time()
-        # A listen stream is meant to stay open: no time limit.
-        limit = None if run.routed.call.long_lived else self.max_request_time
-        limit_at = math.inf if limit is None else now + limit
-        interval = self.keepalive_interval if response.sse else None
-        keepalive_at = math.inf if interval is None else now + interval
-        writer = response.writer
-        stream = response.stream
-        while True:
-            wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
-            run.watching = writer.wakes = wait
-            with wait:
-                if (await receive())["type"] == "http.disconnect":
-                    break
-                continue  # trailing body chunks; the body was already read whole
+        try:
             if run.over:
-                writer.wakes = None
                 return
+            exchange, receive = run.exchange, run.receive
             now = trio.current_time()
-            if stream is not None and stream.writer is not writer:
-                # Detached (a stall), or a resuming GET carries the stream now.
-                writer.wakes = None
+            # A listen stream is meant to stay open: no time limit.
+            limit = None if run.routed.call.long_lived else self.max_request_time
+            limit_at = math.inf if limit is None else now + limit
+            interval = self.keepalive_interval if response.sse else None
+            keepalive_at = math.inf if interval is None else now + interval
+            writer = response.writer
+            stream = response.stream
+            while True:
+                wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
+                run.watching = writer.wakes = wait
+                with wait:
+                    if (await receive())["type"] == "http.disconnect":
+                        break
+                    continue  # trailing body chunks; the body was already read whole
+                if run.over:
+                    writer.wakes = None
+                    return
+                now = trio.current_time()
+                if stream is not None and stream.writer is not writer:
+                    # Detached (a stall), or a resuming GET carries the stream now.
+                    writer.wakes = None
+                    with run.outlived():
+                        await self._await_resume(stream, exchange, limit_at)
+                    return
+                if now >= writer.stall_at:
+                    response.stall("write timeout")
+                    if stream is not None:
+                        with run.outlived():
+                            await self._await_resume(stream, exchange, limit_at)
+                    return
+                if now >= limit_at:
+                    limit_at = math.inf
+                    exchange.cancel("request time limit reached", kind="server")
+                if interval is not None and now >= keepalive_at:
+                    response.keepalive()
+                    keepalive_at = now + interval
+            writer.wakes = None
+            response.disconnected()
+            if stream is not None:
                 with run.outlived():
                     await self._await_resume(stream, exchange, limit_at)
                 return
-            if now >= writer.stall_at:
-                response.stall("write timeout")
-                if stream is not None:
-                    with run.outlived():
-                        await self._await_resume(stream, exchange, limit_at)
-                return
-            if now >= limit_at:
-                limit_at = math.inf
-                exchange.cancel("request time limit reached", kind="server")
-            if interval is not None and now >= keepalive_at:
-                response.keepalive()
-                keepalive_at = now + interval
-        writer.wakes = None
-        response.disconnected()
-        if stream is not None:
-            with run.outlived():
-                await self._await_resume(stream, exchange, limit_at)
-            return
-        if run.routed.era == "modern" or self.legacy_disconnect_cancels:
-            exchange.cancel("client disconnected", grace=self.disconnect_grace)
-        elif limit_at < math.inf and response.state is State.ABANDONED:
-            # The call goes on without its client, but within the time limit.
-            with run.outlived():
-                await trio.sleep_until(limit_at)
-                exchange.cancel("request time limit reached", kind="server")
+            if run.routed.era == "modern" or self.legacy_disconnect_cancels:
+                exchange.cancel("client disconnected", grace=self.disconnect_grace)
+            elif limit_at < math.inf and response.state is State.ABANDONED:
+                # The call goes on without its client, but within the time limit.
+                with run.outlived():
+                    await trio.sleep_until(limit_at)
+                    exchange.cancel("request time limit reached", kind="server")
+        except Exception:
+            logger.exception("the stream watcher of a call failed; cancelling the call")
+            run.exchange.cancel("internal error", kind="server")
 
     async def _await_resume(
         self, stream: ResumableStream, exchange: Exchange, limit_at: float
