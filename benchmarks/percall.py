@@ -68,9 +68,12 @@ class _Asgi:
             "server": ("127.0.0.1", 2),
         }
         # A Trio memory channel, as hypercorn's Trio worker delivers a
-        # request (so the app's hypercorn fast path for the body applies).
+        # request (so the app's hypercorn fast path for the body applies),
+        # and in the two messages its HTTP/1.1 protocol queues for a body
+        # read at once: the data, then an empty one that ends it.
         inbox, receive_channel = trio.open_memory_channel[dict[str, Any]](math.inf)
-        inbox.send_nowait({"type": "http.request", "body": body, "more_body": False})
+        inbox.send_nowait({"type": "http.request", "body": body, "more_body": True})
+        inbox.send_nowait({"type": "http.request", "body": b"", "more_body": False})
         receive = receive_channel.receive
         sent: list[dict[str, Any]] = []
 

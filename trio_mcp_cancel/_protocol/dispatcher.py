@@ -31,10 +31,9 @@ this order:
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Coroutine, Mapping
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 import trio
 
@@ -74,11 +73,6 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
-_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServerBase, Dispatcher]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 class Dispatcher:
     """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
 
@@ -105,10 +99,16 @@ class Dispatcher:
 
     @classmethod
     def of(cls, server: McpServerBase) -> Dispatcher:
-        """The dispatcher of *server*, made on first use and kept while the server lives."""
-        dispatcher = _DISPATCHERS.get(server)
-        if dispatcher is None:
-            dispatcher = _DISPATCHERS[server] = cls(server)
+        """The dispatcher of *server*, made on first use and kept while the server lives.
+
+        Kept on the server itself (``served_by``), not in a weak-keyed table:
+        the dispatcher refers to its server, so a table's value would keep
+        its own key alive, and no server would ever be freed.  The pair is a
+        plain reference cycle the garbage collector frees together.
+        """
+        dispatcher = server.served_by
+        if not isinstance(dispatcher, cls):
+            dispatcher = server.served_by = cls(server)
         return dispatcher
 
     @property

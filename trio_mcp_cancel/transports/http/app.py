@@ -433,14 +433,13 @@ class McpHttpApp:
         principal: str | None,
         access: str | AccessToken | None = None,
     ) -> None:
-        # The usual body is one message hypercorn queued already: taken here,
-        # without the coroutine (and maybe the time limit) of _read_body.
-        first = receive_now(receive) if self.hypercorn_fast_paths else None
-        body = _whole_body(first, self.max_message_size)
-        if body is None:
-            body = await _read_body(
-                receive, first, self.max_message_size, self.body_timeout, self.hypercorn_fast_paths
-            )
+        # The usual body is queued already: taken without a scheduling point,
+        # and only a body still on its way needs the time limit (a cancel scope).
+        reader = _Body(self.max_message_size)
+        if self.hypercorn_fast_paths and reader.take_queued(receive):
+            body = reader.data()
+        else:
+            body = await _read_rest(receive, reader, self.body_timeout)
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
@@ -468,38 +467,13 @@ class McpHttpApp:
             await self._responder.answer(routed, receive, send)
 
 
-async def _read_body(
-    receive: Receive,
-    first: MutableMapping[str, Any] | None,
-    limit: int,
-    body_timeout: float | None,
-    fast_paths: bool,
-) -> bytes:
-    """A request body of at most *limit* bytes, arriving within *body_timeout* seconds.
-
-    *first* is a message the caller took already (``None``: none).
-    """
-    body = _Body(limit)
-    if first is not None and body.add(first):
-        return body.data()
-    # Messages queued already are taken without waiting; only a body
-    # still on its way needs the time limit (and its cancel scope).
-    while fast_paths and (message := receive_now(receive)) is not None:
-        if body.add(message):
-            return body.data()
+async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:
+    """The rest of a request body still on its way, within *body_timeout* seconds."""
     with trio.move_on_after(math.inf if body_timeout is None else body_timeout):
         while not body.add(await receive()):
             pass
         return body.data()
     raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
-
-
-def _whole_body(message: MutableMapping[str, Any] | None, limit: int) -> bytes | None:
-    """The body when *message* is all of it, within *limit*; else ``None`` (read it whole)."""
-    if message is None or message["type"] != "http.request" or message.get("more_body", False):
-        return None
-    body: bytes = message.get("body", b"")
-    return body if len(body) <= limit else None
 
 
 class _Body:
@@ -517,14 +491,25 @@ class _Body:
         if message["type"] == "http.disconnect":
             raise _ClientGone
         chunk: bytes = message.get("body", b"")
-        self._size += len(chunk)
-        if self._size > self._limit:
-            raise HttpError(413, "Payload Too Large")
-        self._chunks.append(chunk)
+        if chunk:
+            self._size += len(chunk)
+            if self._size > self._limit:
+                raise HttpError(413, "Payload Too Large")
+            self._chunks.append(chunk)
         return not message.get("more_body", False)
 
+    def take_queued(self, receive: Receive) -> bool:
+        """Take the messages hypercorn queued already (no scheduling point); ``True``
+        once the body is complete.  hypercorn queues an HTTP/1.1 body read at once as
+        two messages: the data, then an empty one that ends it."""
+        while (message := receive_now(receive)) is not None:
+            if self.add(message):
+                return True
+        return False
+
     def data(self) -> bytes:
-        return b"".join(self._chunks)  # one chunk: CPython returns it as is
+        chunks = self._chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _check_window(window: float | None) -> float | None:
