@@ -63,7 +63,7 @@ from .response import CallResponse, State
 from .resume import ResumableStream
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import ResponseWriter, write_now
+from .writer import WRITER_TASK, ResponseWriter, write_now
 
 __all__ = ["Post", "Responder", "Routed"]
 
@@ -254,7 +254,7 @@ class Responder:
             writer = response.writer
             if response.start_writer is not None:
                 # Never committed: one whole response, or nothing (client gone).
-                await self._write_whole(writer, send, response.start_writer)
+                await self._write_whole(writer, send, nursery)
             if response.stream is not None:
                 await self._deliver(response.stream)
             else:
@@ -381,15 +381,22 @@ class Responder:
 
     # -- writing ------------------------------------------------------------------
 
-    def _start_writer(self, writer: ResponseWriter, nursery: trio.Nursery) -> None:
-        """Write *writer* on demand (:meth:`ResponseWriter.start`) with tasks in the
-        service nursery (or, without a lifespan, in *nursery*)."""
-        writer.outbox.timeout = self.write_timeout
-        writer.start((self.service or nursery).start_soon)
-
-    async def _write_whole(
-        self, writer: ResponseWriter, send: Send, start_writer: Callable[[], None]
+    def _start_writer(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
     ) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
+
+        *on_demand* (a stream, which may wait between writes): in tasks that
+        live only while something is to be written (:meth:`ResponseWriter.start`);
+        a whole response is one task that writes it and ends, as ever.
+        """
+        writer.outbox.timeout = self.write_timeout
+        if on_demand:
+            writer.start((self.service or nursery).start_soon)
+        else:
+            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
+
+    async def _write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
         """Write *writer*'s whole response in this task when that cannot block, else start it.
 
         See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
@@ -401,7 +408,7 @@ class Responder:
         ):
             await writer.run()
         else:
-            start_writer()
+            self._start_writer(writer, nursery)
 
     async def _drain(self, writer: ResponseWriter) -> None:
         """Wait until *writer* wrote everything, or give up on a client that does not read.
@@ -524,7 +531,7 @@ class _CallRun:
 
     def _start_writer(self) -> None:
         assert self.response is not None
-        self.responder._start_writer(self.response.writer, self.nursery)
+        self.responder._start_writer(self.response.writer, self.nursery, on_demand=True)
 
     def outlived(self) -> trio.CancelScope:
         """The scope of the watcher's waits once its stream's wait is over: cancelled

@@ -30,20 +30,20 @@ same order, same deadline, and ``done`` only once the queue ended.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from .._outbox import Outbox
 from . import hypercorn_compat
 
-__all__ = ["ResponseWriter", "head", "write_now"]
+__all__ = ["WRITER_TASK", "ResponseWriter", "head", "write_now"]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-#: The name of :meth:`ResponseWriter.start`'s tasks, as trio names :meth:`~ResponseWriter.run`'s
+#: The name of a writer's tasks, as trio would name :meth:`~ResponseWriter.run`'s
 #: (given, so that trio does not build one string per task).
-_TASK_NAME = f"{__name__}.ResponseWriter.run"
+WRITER_TASK: Final = f"{__name__}.ResponseWriter.run"
 
 
 def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None) -> dict[str, Any]:
@@ -180,7 +180,7 @@ class ResponseWriter:
             assert self._spawn is not None
             self.running = True
             try:
-                self._spawn(self._write_queued, name=_TASK_NAME)
+                self._spawn(self._write_queued, name=WRITER_TASK)
             except RuntimeError:  # the nursery closed (shutdown): never delivered
                 self.running = False
                 self.abandoned = True
@@ -238,7 +238,8 @@ class ResponseWriter:
             self.abandoned = True  # cancelled (shutdown) before the end: maybe never delivered
             raise
         finally:
-            if idle:
-                outbox.stall_at = float("inf")
-            else:
-                self._finish()
+            outbox.stall_at = float("inf")
+            if not idle:  # (inline, not _finish(): this is every whole response's path)
+                self.done = True
+                if self._done is not None:
+                    self._done.set()
