@@ -73,6 +73,7 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
+
 class Dispatcher:
     """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
 

@@ -473,7 +473,7 @@ async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) 
         while not body.add(await receive()):
             pass
         return body.data()
-    raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
+    raise HttpError(408, "Request Timeout", headers=rules.CLOSE)
 
 
 class _Body:
@@ -494,7 +494,7 @@ class _Body:
         if chunk:
             self._size += len(chunk)
             if self._size > self._limit:
-                raise HttpError(413, "Payload Too Large")
+                raise HttpError(413, "Payload Too Large", headers=rules.CLOSE)
             self._chunks.append(chunk)
         return not message.get("more_body", False)
 
