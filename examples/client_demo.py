@@ -475,7 +475,13 @@ class JsonLines:
 
 async def stdio_demo() -> None:
     say("\n== 8. stdio: the server as a child process, cancelled by notifications/cancelled")
-    command = [sys.executable, str(HERE / "slow_server.py"), "--stdio", "--grace", str(GRACE)]
+    command = [
+        sys.executable,
+        str(HERE / "slow_server.py"),
+        "--stdio",
+        "--grace-period",
+        str(GRACE),
+    ]
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(

@@ -342,7 +342,9 @@ async def act(reg: Registry, model: Model, req: Req) -> None:
     else:
         in_flight = req.entered and not req.exited
         assert req.handle is not None  # action_at is after the start
-        done = reg.cancel_request(req.handle, "stream dropped", kind="disconnect", grace=req.grace)
+        done = reg.cancel_request(
+            req.handle, "stream dropped", kind="disconnect", grace_period=req.grace
+        )
         assert done is in_flight
         if done:
             model.flag(req, "disconnect", trio.current_time(), req.grace)
@@ -355,7 +357,7 @@ async def sweep(reg: Registry, model: Model, requests: list[Req]) -> None:
         if req.entered and not req.exited:
             assert req.tool == "forever", req
             assert req.handle is not None
-            assert reg.cancel_request(req.handle, "shutdown", kind="server", grace=0)
+            assert reg.cancel_request(req.handle, "shutdown", kind="server", grace_period=0)
             model.flag(req, "server", trio.current_time(), 0)
 
 
@@ -556,7 +558,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                 _, index, reason, kind, grace = op
                 if handles:
                     request = handles[index % len(handles)]
-                    done = reg.cancel_request(request, reason, kind=kind, grace=grace)
+                    done = reg.cancel_request(request, reason, kind=kind, grace_period=grace)
                     assert done is (request in live)
                     assert not done or request.cancelled
             elif name == "clear":

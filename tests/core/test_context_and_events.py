@@ -31,7 +31,7 @@ from trio_mcp_cancel.lowlevel import (
     track,
     untrack,
 )
-from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder, advance_past_grace_period, assert_no_leaks
 
 
 @attrs.frozen
@@ -175,16 +175,16 @@ async def test_events_are_logged(caplog: pytest.LogCaptureFixture, mcp_registry:
 
 
 @pytest.mark.registry(grace_period=7)
-async def test_advance_past_grace_with_autojump(
+async def test_advance_past_grace_period_with_autojump(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     start = trio.current_time()
-    await advance_past_grace(mcp_registry)
+    await advance_past_grace_period(mcp_registry)
     assert 7 < trio.current_time() - start < 7.01
 
 
 @pytest.mark.registry(grace_period=3)
-async def test_advance_past_grace_with_a_hand_driven_clock(
+async def test_advance_past_grace_period_with_a_hand_driven_clock(
     mock_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
@@ -200,16 +200,16 @@ async def test_advance_past_grace_with_a_hand_driven_clock(
         nursery.start_soon(tool)
         await trio.testing.wait_all_tasks_blocked()
         mcp_registry.notify_cancelled("s", 1, None)
-        await advance_past_grace(mcp_registry, clock=mock_clock)
+        await advance_past_grace_period(mcp_registry, clock=mock_clock)
         assert outcome == ["aborted"]
 
 
 @pytest.mark.registry(grace_period=None)
-async def test_advance_past_grace_refuses_a_registry_that_never_hard_cancels(
+async def test_advance_past_grace_period_refuses_a_registry_that_never_hard_cancels(
     mcp_registry: Registry,
 ) -> None:
     with pytest.raises(ValueError, match="never hard-cancels"):
-        await advance_past_grace(mcp_registry)
+        await advance_past_grace_period(mcp_registry)
 
 
 async def test_assert_no_leaks_reports_what_leaked(mcp_registry: Registry) -> None:

@@ -30,7 +30,7 @@ from trio_mcp_cancel.lowlevel import (
     track,
     untrack,
 )
-from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder, advance_past_grace_period, assert_no_leaks
 
 
 async def park(
@@ -376,7 +376,7 @@ async def test_server_cancel_with_its_own_grace(
     async with trio.open_nursery() as nursery:
         outcome: list[object] = []
         request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
-        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace=2)
+        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace_period=2)
         assert request.cancelled
         await trio.sleep(1.9)
         assert outcome == []
@@ -406,7 +406,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
         outcome: list[object] = []
         request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
         mcp_registry.notify_cancelled("s", 1, "client first")
-        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace=1)
+        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace_period=1)
         await trio.sleep(1.1)
         assert request.reason == "client first"
         assert len(outcome) == 1
@@ -649,7 +649,7 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
         ]
         assert set(results) == {CancelOutcome.CANCELLED}
         assert mcp_registry.row_count == n
-        await advance_past_grace(mcp_registry)
+        await advance_past_grace_period(mcp_registry)
     assert len(outcome) == n
     assert all(isinstance(o, RequestCancelled) for o in outcome)
     assert_no_leaks(mcp_registry)

@@ -514,7 +514,7 @@ async def test_websocket_client_that_stops_reading_is_disconnected_and_others_ar
                     "127.0.0.1",
                     0,
                     limits=ConnectionLimits(
-                        disconnect_grace=0.3, write_timeout=0.5, max_buffered_bytes=256 << 20
+                        disconnect_grace_period=0.3, write_timeout=0.5, max_buffered_bytes=256 << 20
                     ),
                 )
             )

@@ -119,7 +119,7 @@ class UseConfig(Enum):
     token = 0
 
 
-#: Default for ``grace=`` arguments: use the registry's configured grace period.
+#: Default for ``grace_period=`` overrides: use the registry's configured ``grace_period``.
 USE_CONFIG: Final = UseConfig.token
 
 
@@ -455,15 +455,15 @@ class Registry:
         reason: object = None,
         *,
         kind: CancelKind = "server",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> bool:
         """Cancel one request from the server side: a dropped stream, a time limit.
 
         Keyed to the request's private token (a :class:`TrackedRequest` or
         its ``token``), never to ``(namespace, id)``, so it touches exactly this
         request.  Returns ``False``, doing nothing, when it is not in flight.
-        *grace* overrides the configured grace period (a transport passes its
-        ``disconnect_grace`` for disconnects).
+        *grace_period* overrides the configured one (a transport passes its
+        ``disconnect_grace_period`` for disconnects).
         """
         if isinstance(request, TrackedRequest):
             token = request.token
@@ -474,11 +474,11 @@ class Registry:
         target = self._by_token.get(token)
         if target is None:
             return False
-        if grace is USE_CONFIG:
-            grace = self.config.grace_period
+        if grace_period is USE_CONFIG:
+            grace_period = self.config.grace_period
         text = sanitize_reason(reason, self.config.max_reason_length)
         first = target.cancellation is None
-        self._flag(target, Cancellation(text, kind, trio.current_time()), grace)
+        self._flag(target, Cancellation(text, kind, trio.current_time()), grace_period)
         if first:
             self.events.emit(RequestCancelledEvent(target.request_id, target.namespace, text, kind))
         return True

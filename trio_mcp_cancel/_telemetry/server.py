@@ -344,8 +344,12 @@ class ServerTelemetry:
             flag[n.ATTR_CANCEL_REASON] = cancellation.reason
         span.add_event(n.EVENT_FLAG, flag, timestamp=wall_ns(cancellation.at))
         if hard:
-            grace = {"mcp_cancel.cancel.grace": request.hard_deadline - cancellation.at}
-            span.add_event(n.EVENT_HARD_CANCEL, grace, timestamp=wall_ns(request.hard_deadline))
+            grace_period = {
+                "mcp_cancel.cancel.grace_period": request.hard_deadline - cancellation.at
+            }
+            span.add_event(
+                n.EVENT_HARD_CANCEL, grace_period, timestamp=wall_ns(request.hard_deadline)
+            )
         if request.overran:
             span.add_event(n.EVENT_OVERRUN, {n.ATTR_CANCEL_OVERRUN: now - request.hard_deadline})
         span.add_event(

@@ -168,7 +168,7 @@ class MessageConnection:
             must be cancellable: a write that outlives ``write_timeout`` is
             cancelled, and the stream is not written to again.
         limits: the connection's :class:`~.limits.ConnectionLimits`; used
-            here: ``disconnect_grace`` (from the stream closing, or the peer
+            here: ``disconnect_grace_period`` (from the stream closing, or the peer
             stalling, to the hard cancel of what still runs),
             ``max_request_time`` (``subscriptions/listen`` streams are
             exempt), ``write_timeout`` (``None``: then only
@@ -332,7 +332,9 @@ class MessageConnection:
             why,
         )
         self.channel.cancel_all(
-            "client stopped reading", kind="disconnect", grace=self.limits.disconnect_grace
+            "client stopped reading",
+            kind="disconnect",
+            grace_period=self.limits.disconnect_grace_period,
         )
 
     def _finish_writing(self) -> None:
@@ -369,12 +371,15 @@ class MessageConnection:
                             self.channel.cancel_all(
                                 "connection closed",
                                 kind="disconnect",
-                                grace=self.limits.disconnect_grace,
+                                grace_period=self.limits.disconnect_grace_period,
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
                     await self.server.tasks.end_owner(
-                        self.caller.namespace, reason, kind=kind, grace=self.limits.disconnect_grace
+                        self.caller.namespace,
+                        reason,
+                        kind=kind,
+                        grace_period=self.limits.disconnect_grace_period,
                     )
             finally:
                 self._notifier.cancel()

@@ -10,7 +10,7 @@ so a bad value fails where it is written, not on the first request.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -35,6 +35,10 @@ def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{attribute.name} must be seconds > 0 or None, not {value!r}")
+
+
+#: A grace period override: seconds, ``None`` (never hard-cancel) or ``USE_CONFIG``.
+_GracePeriod: TypeAlias = float | UseConfig | None
 
 
 def _grace(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -76,7 +80,7 @@ class ConnectionLimits:
     """Seconds between keep-alives on a silent WebSocket or SSE stream, so
     proxies with idle timeouts (often 30-60 s) keep long tool calls open.
     stdio and memory have no proxy between the ends and ignore it."""
-    disconnect_grace: float | UseConfig | None = attrs.field(default=USE_CONFIG, validator=_grace)
+    disconnect_grace_period: _GracePeriod = attrs.field(default=USE_CONFIG, validator=_grace)
     """Seconds from the client going away (end of input, a closed socket or
     stream) to the hard cancel of its calls.  ``USE_CONFIG`` (default): the
     registry's ``grace_period``, the same patience as an explicit cancel."""

@@ -10,7 +10,7 @@ stream (one JSON-RPC message per text frame; cancellation is
 :class:`~trio_mcp_cancel.transports._connection.MessageConnection`.
 When the peer closes the socket, or it breaks, every
 request still running is cancelled by its private token (kind
-``"disconnect"``): the flag at once, the hard cancel ``limits.disconnect_grace``
+``"disconnect"``): the flag at once, the hard cancel ``limits.disconnect_grace_period``
 later.  The handler returns only when all of them have finished, so a
 closed connection leaves no task and no row behind.
 

@@ -246,7 +246,7 @@ async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient)
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(
             grace=5,
-            limits=ConnectionLimits(disconnect_grace=0.2),
+            limits=ConnectionLimits(disconnect_grace_period=0.2),
             resume_window=0,  # no waiting for a resume (see test_resumption.py)
         )
         events = EventRecorder.attach(registry)
@@ -270,7 +270,7 @@ async def test_disconnect_hard_cancels_a_stubborn_tool(
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(
             grace=60,
-            limits=ConnectionLimits(disconnect_grace=0.2),
+            limits=ConnectionLimits(disconnect_grace_period=0.2),
             resume_window=0,  # no waiting for a resume (see test_resumption.py)
         )
         events = EventRecorder.attach(registry)

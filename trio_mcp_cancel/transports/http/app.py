@@ -110,7 +110,7 @@ class McpHttpApp:
             ``write_timeout`` and ``max_buffered_bytes`` (a client that does
             not read its response counts as gone: its call is cancelled,
             kind ``"disconnect"``; the final response is always accepted),
-            ``disconnect_grace`` (from a disconnect to the hard cancel).
+            ``disconnect_grace_period`` (from a disconnect to the hard cancel).
         http_limits: :class:`~trio_mcp_cancel.http.HttpLimits`: request
             heads (``431``; a header that must appear once, such as
             ``Mcp-Session-Id`` or ``Authorization``, sent twice is ``400``),
@@ -209,7 +209,7 @@ class McpHttpApp:
             server,
             backend,
             json_response,
-            limits.disconnect_grace,
+            limits.disconnect_grace_period,
             limits.max_request_time,
             limits.keepalive_interval,
             legacy_disconnect_cancels,
