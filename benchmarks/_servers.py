@@ -239,7 +239,7 @@ def _ours_app(registry: Any, resume: bool = True) -> Any:
             if flagged is not None:
                 flagged.set()
 
-    registry.subscribe(on_event)
+    registry.events.subscribe(on_event)
     return McpHttpApp(
         server,
         registry,

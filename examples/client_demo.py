@@ -588,7 +588,7 @@ async def main() -> None:
         say(describe(event))
 
     async with open_registry(grace_period=GRACE) as registry, trio.open_nursery() as nursery:
-        registry.subscribe(show)
+        registry.events.subscribe(show)
         http_url, ws_url = await nursery.start(run_demo_server, registry)
         say(f"server up: {http_url} and {ws_url}")
         async with httpx.AsyncClient(timeout=10) as client:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ._core.context import RequestLike, current_request, reason
 from ._core.errors import REQUEST_CANCELLED, CancellationError, InvalidRequestId
+from ._core.events import EventHub
 from ._core.namespace import GLOBAL_NAMESPACE, client_bucket, namespace_for, namespace_from_asgi
 from ._core.registry import (
     USE_CONFIG,
@@ -87,6 +88,7 @@ __all__ = [
     "Dispatcher",
     "Envelope",
     "Era",
+    "EventHub",
     "Exchange",
     "HandlerInput",
     "InputRequired",

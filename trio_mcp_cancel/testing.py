@@ -79,7 +79,7 @@ class EventRecorder:
     @classmethod
     def attach(cls, registry: Registry) -> EventRecorder:
         recorder = cls()
-        registry.subscribe(recorder)
+        registry.events.subscribe(recorder)
         return recorder
 
     def names(self) -> list[str]:

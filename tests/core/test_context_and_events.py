@@ -144,7 +144,7 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
         raise ValueError("subscriber bug")
 
     good = EventRecorder.attach(mcp_registry)
-    mcp_registry.subscribe(broken)
+    mcp_registry.events.subscribe(broken)
     with caplog.at_level(logging.ERROR, logger="trio_mcp_cancel"):
         cancel_running(mcp_registry, 1, None)
         cancel_running(mcp_registry, 2, None)
@@ -155,7 +155,7 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
 
 async def test_unsubscribe(mcp_registry: Registry) -> None:
     recorder = EventRecorder()
-    unsubscribe = mcp_registry.subscribe(recorder)
+    unsubscribe = mcp_registry.events.subscribe(recorder)
     cancel_running(mcp_registry, 1, None)
     unsubscribe()
     unsubscribe()

@@ -355,7 +355,7 @@ async def test_slow_reader_is_disconnected_and_others_are_served(
         async with setup(probe, limits=ConnectionLimits(**options)) as (served, registry, app):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
-            registry.subscribe(
+            registry.events.subscribe(
                 lambda e: (
                     cancelled_at.append(trio.current_time())
                     if isinstance(e, RequestCancelledEvent)

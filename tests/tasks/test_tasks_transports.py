@@ -35,7 +35,7 @@ def timeline(client: McpTestClient) -> list[tuple[str, str, float]]:
         if isinstance(kind, str) and event.name != "request.stopped":
             seen.append((event.name, kind, trio.current_time()))
 
-    client.registry.subscribe(record)
+    client.registry.events.subscribe(record)
     return seen
 
 

@@ -155,7 +155,9 @@ class Timeline:
     @classmethod
     def attach(cls, registry: Registry) -> Timeline:
         timeline = cls()
-        registry.subscribe(lambda event: timeline.events.append((trio.current_time(), event)))
+        registry.events.subscribe(
+            lambda event: timeline.events.append((trio.current_time(), event))
+        )
         return timeline
 
     def of_type(self, event_type: type[Any]) -> list[tuple[float, Any]]:

@@ -26,7 +26,7 @@ import itertools
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from enum import Enum
@@ -41,7 +41,6 @@ from .errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from .events import (
     CancelKind,
     CleanupEvent,
-    Event,
     EventHub,
     EvictionEvent,
     HardCancelEvent,
@@ -215,6 +214,8 @@ class Registry:
             config = attrs.evolve(config, **overrides)
         self.config: Final = config
         self.events: Final = EventHub()
+        """The one place to watch events: ``registry.events.subscribe(callback)``
+        or ``registry.events.open_channel()`` (a backend's ``events`` alike)."""
         self._table = CancellationTable(config.max_rows_per_namespace, config.max_rows)
         # key -> {token: request}: duplicates of one key each have an entry,
         # and removing one is O(1) however many share the key.
@@ -280,10 +281,6 @@ class Registry:
             request.overran = True
             kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
-
-    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
-        """Shorthand for ``reg.events.subscribe``."""
-        return self.events.subscribe(callback)
 
     # -- tracking ----------------------------------------------------------
 

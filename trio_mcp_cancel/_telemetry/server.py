@@ -16,7 +16,7 @@ otherwise never comes here.
   where the registry recorded them.
 * :meth:`ServerTelemetry.wrap_task` gives a task's execution its own span,
   linked to the ``tools/call`` that created it; ``tasks/cancel`` links it too.
-* Registry events (:meth:`~.._core.registry.Registry.subscribe`) count what
+* Registry events (``registry.events.subscribe``) count what
   happens outside a request's own task: overruns, abandoned threads, the
   backend going away.
 """
@@ -177,7 +177,7 @@ class ServerTelemetry:
         """Run *answer* (the dispatcher's) inside the request's ``SERVER`` span."""
         if registry not in self._watched:
             self._watched.add(registry)
-            registry.subscribe(self._on_event)
+            registry.events.subscribe(self._on_event)
         name, attributes, metric, parent, links = self._describe(subject)
         method = subject.method
         counted = {"mcp.method.name": method}

@@ -481,7 +481,7 @@ async def test_non_cancellable_tool_is_not_tracked(
         url, registry = await serve_app()
         headers = await initialize(client, url)
         seen: list[int] = []
-        registry.subscribe(lambda event: seen.append(1))
+        registry.events.subscribe(lambda event: seen.append(1))
         reply = await client.post(url, headers=headers, json=call(1, "quick", {"text": "hi"}))
         assert final(reply)["result"]["content"][0]["text"] == "HI"
         # Cancelling it cancels nothing: it was never in flight (the cancel is
