@@ -835,7 +835,7 @@ async def test_tenant_and_session_caps_on_calls_in_flight() -> None:
         async with setup(
             probe,
             caps={"max_calls_per_tenant": 3},
-            limits=ConnectionLimits(max_concurrent_requests=2),
+            limits=ConnectionLimits(max_concurrent_calls=2),
         ) as (
             served,
             _,

@@ -150,7 +150,7 @@ def test_settings_objects_are_frozen_and_documented() -> None:
 @pytest.mark.parametrize(
     ("cls", "field", "value"),
     [
-        (ConnectionLimits, "max_concurrent_requests", 0),
+        (ConnectionLimits, "max_concurrent_calls", 0),
         (ConnectionLimits, "max_message_size", -1),
         (ConnectionLimits, "write_timeout", 0),
         (ConnectionLimits, "max_buffered_bytes", -1),

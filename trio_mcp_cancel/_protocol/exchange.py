@@ -56,7 +56,7 @@ class Channel:
     that ending the channel cancels them.
     """
 
-    max_concurrent_requests: int = 64
+    max_concurrent_calls: int = 64
     exchanges: set[Exchange] = attrs.field(factory=set)
     legacy: LegacyState | None = None
     """Set by ``initialize``: this channel speaks the legacy era."""

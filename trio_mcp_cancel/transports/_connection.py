@@ -133,7 +133,7 @@ def connection_caller(
     kind: str,
     registry: Registry,
     *,
-    max_concurrent_requests: int = 64,
+    max_concurrent_calls: int = 64,
     principal: str | None = None,
     client: object = None,
 ) -> Caller:
@@ -148,7 +148,7 @@ def connection_caller(
     return Caller(
         namespace_for(session_id=session_id),
         registry,
-        Channel(max_concurrent_requests=max_concurrent_requests),
+        Channel(max_concurrent_calls=max_concurrent_calls),
         principal,
         session_id,
         tenant_for(principal, client),

@@ -56,7 +56,7 @@ class ConnectionLimits:
     control; raise one where a trusted client needs more.
     """
 
-    max_concurrent_requests: int = attrs.field(default=64, validator=_at_least_one)
+    max_concurrent_calls: int = attrs.field(default=64, validator=_at_least_one)
     """Cancellable calls one connection runs at once; more are refused with
     ``-32001`` at once (never queued: a queue turns a flood into a hang).
     64 is far above what a model's host runs in parallel."""

@@ -99,7 +99,7 @@ async def serve_mcp_memory(
     caller = connection_caller(
         "memory",
         registry,
-        max_concurrent_requests=limits.max_concurrent_requests,
+        max_concurrent_calls=limits.max_concurrent_calls,
         principal=principal,
     )
     if namespace is not None:

@@ -268,9 +268,7 @@ async def _serve(
     handle_signals: bool,
     task_status: trio.TaskStatus[Caller],
 ) -> None:
-    caller = connection_caller(
-        "stdio", registry, max_concurrent_requests=limits.max_concurrent_requests
-    )
+    caller = connection_caller("stdio", registry, max_concurrent_calls=limits.max_concurrent_calls)
     max_message_size = limits.max_message_size
 
     async def write_line(text: str) -> None:

@@ -3,7 +3,7 @@
 Each connection gets a fresh ``session:ws-<random>`` namespace, so a
 ``notifications/cancelled`` only reaches requests sent on the same
 connection.  Requests run concurrently in the connection's nursery (at most
-``max_concurrent_requests``; more are answered with an error, not queued
+``max_concurrent_calls``; more are answered with an error, not queued
 without bound).  The framing is MCP's stdio rules on a bidirectional
 stream (one JSON-RPC message per text frame; cancellation is
 ``notifications/cancelled``, in both eras), served by the shared
@@ -171,7 +171,7 @@ async def _handle(
         caller = connection_caller(
             "ws",
             registry,
-            max_concurrent_requests=limits.max_concurrent_requests,
+            max_concurrent_calls=limits.max_concurrent_calls,
             principal=principal,
             client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
         )

@@ -553,11 +553,11 @@ async def test_max_request_time_cancels_from_the_server(
         assert final(quick)["result"]["content"][0]["text"] == "counted to 2"
 
 
-async def test_a_session_runs_at_most_max_concurrent_requests(
+async def test_a_session_runs_at_most_max_concurrent_calls(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        url, registry = await serve_app(limits=ConnectionLimits(max_concurrent_requests=2))
+        url, registry = await serve_app(limits=ConnectionLimits(max_concurrent_calls=2))
         headers = await initialize(client, url)
         other = await initialize(client, url)
         async with trio.open_nursery() as nursery:

@@ -327,9 +327,7 @@ async def test_max_request_time_cancels_server_side_with_an_answer(
 async def test_the_concurrency_limit_refuses_the_call_over_it(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(
-        SERVER, limits=ConnectionLimits(max_concurrent_requests=2)
-    ) as client:
+    async with open_test_client(SERVER, limits=ConnectionLimits(max_concurrent_calls=2)) as client:
         calls = [client.start_call("count") for _ in range(3)]
         with pytest.raises(McpError) as info:
             await calls[2].result()

@@ -450,7 +450,7 @@ async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
             serving(
                 make_server(Probe()),
                 mcp_registry,
-                limits=ConnectionLimits(max_concurrent_requests=2),
+                limits=ConnectionLimits(max_concurrent_calls=2),
             ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)
