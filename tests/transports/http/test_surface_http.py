@@ -18,7 +18,7 @@ from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, m
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import InputRequired, elicit
+from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.transports.http.rules import check_param_headers
@@ -114,7 +114,7 @@ async def test_listen_over_http_ends_when_the_client_closes_it(
         server.prompts_changed()
         await trio.sleep(1)
         assert listen.after_disconnect == []
-        assert server.subscriptions.listeners == set()
+        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
 
 
 async def test_modern_resource_read_and_prompt_mrtr_over_http(
@@ -173,7 +173,7 @@ async def test_listen_needs_a_streamed_response(
             with trio.fail_after(10):
                 await listen.done.wait()
         assert listen.json()["error"]["code"] == -32600
-        assert server.subscriptions.listeners == set()
+        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
         assert_no_leaks(mcp_registry)
 
 
