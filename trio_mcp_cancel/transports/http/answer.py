@@ -115,7 +115,7 @@ class Responder:
     server: McpServerBase
     backend: Backend | None
     json_response: bool
-    disconnect_grace: float | UseConfig | None
+    disconnect_grace_period: float | UseConfig | None
     max_request_time: float | None
     keepalive_interval: float | None
     legacy_disconnect_cancels: bool
@@ -328,7 +328,7 @@ class Responder:
             await self._await_resume(stream, exchange, limit_at)
             return
         if era == "modern" or self.legacy_disconnect_cancels:
-            exchange.cancel("client disconnected", grace=self.disconnect_grace)
+            exchange.cancel("client disconnected", grace_period=self.disconnect_grace_period)
         elif limit_at < math.inf and response.state is State.ABANDONED:
             # The call goes on without its client, but within the time limit.
             await trio.sleep_until(limit_at)
@@ -356,7 +356,7 @@ class Responder:
                         why = "client stopped reading" if stream.stalled else "client disconnected"
                         if stream.overflowed:
                             why += " (its stream's replay buffer overflowed)"
-                        exchange.cancel(why, grace=self.disconnect_grace)
+                        exchange.cancel(why, grace_period=self.disconnect_grace_period)
                         return
                     await trio.sleep_forever()  # the time limit may still end it
                 await stream.wait_detached()
@@ -500,7 +500,9 @@ class _CallRun:
             responder, routed = self.responder, self.routed
             writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
             on_stall = partial(
-                self.exchange.cancel, "client stopped reading", grace=responder.disconnect_grace
+                self.exchange.cancel,
+                "client stopped reading",
+                grace_period=responder.disconnect_grace_period,
             )
             response = self.response = CallResponse(writer, routed.extra, self.sse, on_stall)
             if self.resumable:
