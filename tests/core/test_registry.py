@@ -19,6 +19,7 @@ from trio_mcp_cancel import (
     cancelled,
     checkpoint_cancelled,
     open_registry,
+    tracked,
 )
 from trio_mcp_cancel.lowlevel import (
     CancelOutcome,
@@ -26,8 +27,10 @@ from trio_mcp_cancel.lowlevel import (
     TrackedRequest,
     current_request,
     reason,
+    track,
+    untrack,
 )
-from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder, advance_past_grace_period, assert_no_leaks
 
 
 async def park(
@@ -40,7 +43,7 @@ async def park(
 ) -> None:
     """A tool that never finishes by itself: it waits to be hard-cancelled."""
     try:
-        async with reg.tracked(request_id, namespace) as request:  # type: ignore[arg-type]
+        async with tracked(request_id, namespace, registry=reg) as request:  # type: ignore[arg-type]
             task_status.started(request)
             await trio.sleep_forever()
     except RequestCancelled as exc:
@@ -55,7 +58,7 @@ async def test_tracked_tracks_and_untracks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     assert not mcp_registry.in_flight(1, "s")
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         assert mcp_registry.in_flight(1, "s")
         assert current_request() is request
         assert not cancelled() and reason() is None
@@ -68,7 +71,7 @@ async def test_untracked_when_the_body_raises(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     with pytest.raises(KeyError):
-        async with mcp_registry.tracked("x", "s"):
+        async with tracked("x", "s", registry=mcp_registry):
             raise KeyError("boom")
     assert_no_leaks(mcp_registry)
 
@@ -78,7 +81,7 @@ async def test_outer_cancellation_propagates_as_cancelled_and_untracks(
     mcp_registry: Registry,
 ) -> None:
     with trio.move_on_after(1) as outer:
-        async with mcp_registry.tracked(1, "s"):
+        async with tracked(1, "s", registry=mcp_registry):
             mcp_registry.notify_cancelled("s", 1, "client gave up")
             await trio.sleep_forever()
     # The outer deadline (1 s) came before the grace period (5 s): the
@@ -94,7 +97,7 @@ async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
     mcp_registry: Registry,
 ) -> None:
     with trio.CancelScope() as outer:
-        async with mcp_registry.tracked(1, "s"):
+        async with tracked(1, "s", registry=mcp_registry):
             outer.cancel()
             mcp_registry.notify_cancelled("s", 1, None)
             await trio.sleep_forever()
@@ -107,7 +110,7 @@ async def test_notify_ignores_requests_not_in_flight(
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
     assert mcp_registry.notify_cancelled("s", 1, "nope") is CancelOutcome.NOT_IN_FLIGHT
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         pass
     assert mcp_registry.notify_cancelled("s", 1, "too late") is CancelOutcome.NOT_IN_FLIGHT
     assert mcp_registry.row_count == 0 and events.events == []
@@ -164,7 +167,7 @@ async def test_grace_zero_cancels_at_once(
 async def test_grace_none_never_hard_cancels(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "please stop")
         await trio.sleep(10_000)  # ignores the flag, and nobody forces it
         assert request.cancelled
@@ -184,7 +187,7 @@ async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
         start = trio.current_time()
 
         async def tool() -> None:
-            async with mcp_registry.tracked(7, "s"):
+            async with tracked(7, "s", registry=mcp_registry):
                 try:
                     for i in range(1000):
                         await checkpoint_cancelled()
@@ -207,7 +210,7 @@ async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
 async def test_checkpoint_cancelled_is_a_checkpoint(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         with trio.CancelScope() as namespace:
             namespace.cancel()
             await checkpoint_cancelled()  # raises Cancelled, caught by namespace
@@ -220,7 +223,7 @@ async def test_tool_that_finishes_despite_the_flag_returns_normally(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "late")
         await trio.sleep(1)
         result = "done"
@@ -253,7 +256,7 @@ async def test_same_id_twice_in_one_scope(
         first_done = trio.Event()
 
         async def quick(*, task_status: trio.TaskStatus[TrackedRequest]) -> None:
-            async with mcp_registry.tracked(1, "s") as request:
+            async with tracked(1, "s", registry=mcp_registry) as request:
                 task_status.started(request)
                 await first_done.wait()
 
@@ -289,8 +292,8 @@ async def test_a_cancel_hits_every_request_sharing_the_key(
 async def test_row_survives_until_the_last_duplicate_leaves(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as outer_request:
-        async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry) as outer_request:
+        async with tracked(1, "s", registry=mcp_registry):
             mcp_registry.notify_cancelled("s", 1, "both")
         assert mcp_registry.row_count == 1 and mcp_registry.client_reason(1, "s") == "both"
         assert outer_request.cancelled
@@ -305,7 +308,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
 
         async def tool() -> None:
             try:
-                async with reg.tracked(1, "s"):
+                async with tracked(1, "s", registry=reg):
                     await trio.sleep(1)
             except RequestCancelled:
                 results.append("aborted")
@@ -334,7 +337,7 @@ async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    tracking = mcp_registry.tracked(1, "s")
+    tracking = tracked(1, "s", registry=mcp_registry)
     await tracking.__aenter__()
     mcp_registry.notify_cancelled("s", 1, "between")  # cancels the namespace we are leaving
     # The body finished without a checkpoint, so nothing was interrupted.
@@ -373,7 +376,7 @@ async def test_server_cancel_with_its_own_grace(
     async with trio.open_nursery() as nursery:
         outcome: list[object] = []
         request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
-        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace=2)
+        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace_period=2)
         assert request.cancelled
         await trio.sleep(1.9)
         assert outcome == []
@@ -385,11 +388,11 @@ async def test_server_cancel_with_its_own_grace(
 async def test_cancelled_counts_client_and_server_cancellations(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         assert not cancelled()
         mcp_registry.cancel_request(current_request(), "server says")
         assert cancelled() and reason() == "server says"
-    async with mcp_registry.tracked(2, "s"):
+    async with tracked(2, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 2, "client says")
         assert cancelled() and reason() == "client says"
 
@@ -403,7 +406,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
         outcome: list[object] = []
         request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
         mcp_registry.notify_cancelled("s", 1, "client first")
-        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace=1)
+        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace_period=1)
         await trio.sleep(1.1)
         assert request.reason == "client first"
         assert len(outcome) == 1
@@ -431,7 +434,7 @@ async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outco
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         assert mcp_registry.notify_cancelled("s", 1, "first") is CancelOutcome.CANCELLED
         assert mcp_registry.notify_cancelled("s", 1, "second") is CancelOutcome.CANCELLED
         assert mcp_registry.client_reason(1, "s") == "first" and reason() == "first"
@@ -448,7 +451,7 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
-    async with mcp_registry.tracked(1, "ip:192.0.2.1"):
+    async with tracked(1, "ip:192.0.2.1", registry=mcp_registry):
         pass
     for namespace in ("ip:192.0.2.1", "global", "session:s"):
         outcome = mcp_registry.notify_cancelled(namespace, 1, "late", keep_early=False)
@@ -461,7 +464,7 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
 
 @pytest.mark.registry(max_reason_length=10)
 async def test_reason_is_sanitised(autojump_clock: MockClock, mcp_registry: Registry) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 1, "\x1b[31mred\nalert and much more")
         assert reason() == "[31mred al"
 
@@ -477,10 +480,10 @@ async def test_quota_is_the_only_rejection(
     assert mcp_registry.notify_cancelled(greedy, 99, None) is CancelOutcome.LIMIT_REACHED
     assert events.names()[-1] == "cancellation.limit_reached"
     assert mcp_registry.notify_cancelled(polite, 99, None) is CancelOutcome.PENDING
-    async with mcp_registry.tracked(100, greedy) as request:
+    async with tracked(100, greedy, registry=mcp_registry) as request:
         assert mcp_registry.notify_cancelled(greedy, 100, None) is CancelOutcome.LIMIT_REACHED
         assert not request.cancelled
-    async with mcp_registry.tracked(100, polite) as request:
+    async with tracked(100, polite, registry=mcp_registry) as request:
         assert mcp_registry.notify_cancelled(polite, 100, None) is CancelOutcome.CANCELLED
 
 
@@ -505,7 +508,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
 async def test_eviction_never_unflags_a_running_request(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "me") as request:
+    async with tracked(1, "me", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("me", 1, "stop")
         for i in range(100):
             mcp_registry.notify_cancelled("session:flooder", i, None)
@@ -521,7 +524,7 @@ async def test_cleanup_expires_rows_by_ttl(
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
     # Two long requests (low-level track: no block), cancelled 6s apart.
-    first, second = mcp_registry.track(1, "s"), mcp_registry.track(2, "s")
+    first, second = track(mcp_registry, 1, "s"), track(mcp_registry, 2, "s")
     mcp_registry.notify_cancelled("s", 1, None)
     await trio.sleep(6)
     mcp_registry.notify_cancelled("s", 2, None)
@@ -531,8 +534,8 @@ async def test_cleanup_expires_rows_by_ttl(
     assert mcp_registry.cleanup(ttl=0) == 1
     assert [(e.removed, e.in_flight_removed) for e in events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
     assert first.cancelled and second.cancelled  # the flags stay
-    mcp_registry.untrack(first)
-    mcp_registry.untrack(second)
+    untrack(mcp_registry, first)
+    untrack(mcp_registry, second)
 
 
 @pytest.mark.registry(cleanup_interval=None)
@@ -540,19 +543,19 @@ async def test_cleanup_removes_requests_of_dead_tasks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async def sloppy() -> None:
-        mcp_registry.track("leaky", "s")  # low-level API, never untracked
+        track(mcp_registry, "leaky", "s")  # low-level API, never untracked
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sloppy)
     assert mcp_registry.in_flight("leaky", "s")
-    alive = mcp_registry.track("alive", "s")
+    alive = track(mcp_registry, "alive", "s")
     events = EventRecorder.attach(mcp_registry)
     mcp_registry.cleanup()
     assert not mcp_registry.in_flight("leaky", "s")
     assert mcp_registry.in_flight("alive", "s")
     assert events.events[-1].in_flight_removed == 1  # type: ignore[union-attr]
-    mcp_registry.untrack(alive)
-    mcp_registry.untrack(alive)  # idempotent
+    untrack(mcp_registry, alive)
+    untrack(mcp_registry, alive)  # idempotent
     assert_no_leaks(mcp_registry)
 
 
@@ -560,7 +563,7 @@ async def test_cleanup_removes_requests_of_dead_tasks(
 async def test_janitor_runs_every_cleanup_interval(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    request = mcp_registry.track(1, "s")
+    request = track(mcp_registry, 1, "s")
     mcp_registry.notify_cancelled("s", 1, None)
     events = EventRecorder.attach(mcp_registry)
     await trio.sleep(29)
@@ -569,7 +572,7 @@ async def test_janitor_runs_every_cleanup_interval(
     assert events.names() == ["cancellation.cleanup"] and mcp_registry.row_count == 0
     await trio.sleep(30)
     assert events.names() == ["cancellation.cleanup"] * 2
-    mcp_registry.untrack(request)
+    untrack(mcp_registry, request)
 
 
 async def test_janitor_stops_with_the_registry(autojump_clock: MockClock) -> None:
@@ -582,19 +585,19 @@ async def test_janitor_stops_with_the_registry(autojump_clock: MockClock) -> Non
         nursery.cancel_scope.cancel()
     assert not reg.running
     with pytest.raises(RegistryClosed):
-        reg.track(1, "s")
+        track(reg, 1, "s")
 
 
 async def test_track_needs_a_running_registry(autojump_clock: MockClock) -> None:
     reg = Registry()
     with pytest.raises(RegistryClosed):
-        async with reg.tracked(1, "s"):
+        async with tracked(1, "s", registry=reg):
             pass
 
 
 async def test_track_refuses_invalid_ids(autojump_clock: MockClock, mcp_registry: Registry) -> None:
     with pytest.raises(InvalidRequestId):
-        async with mcp_registry.tracked(None, "s"):  # type: ignore[arg-type]
+        async with tracked(None, "s", registry=mcp_registry):  # type: ignore[arg-type]
             pass
     assert_no_leaks(mcp_registry)
 
@@ -602,7 +605,7 @@ async def test_track_refuses_invalid_ids(autojump_clock: MockClock, mcp_registry
 async def test_tracking_cannot_be_entered_twice(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    tracking = mcp_registry.tracked(1, "s")
+    tracking = tracked(1, "s", registry=mcp_registry)
     async with tracking:
         with pytest.raises(RuntimeError, match="twice"):
             await tracking.__aenter__()
@@ -646,7 +649,7 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
         ]
         assert set(results) == {CancelOutcome.CANCELLED}
         assert mcp_registry.row_count == n
-        await advance_past_grace(mcp_registry)
+        await advance_past_grace_period(mcp_registry)
     assert len(outcome) == n
     assert all(isinstance(o, RequestCancelled) for o in outcome)
     assert_no_leaks(mcp_registry)
@@ -655,7 +658,7 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
 async def test_lookups_with_invalid_ids_match_nothing(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "one")
         for bad in (True, 1.0, None, [1], {"a": 1}):
             assert not mcp_registry.in_flight(bad, "s")  # type: ignore[arg-type]
@@ -691,15 +694,15 @@ async def test_many_requests_sharing_one_key_untrack_independently(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    requests = [mcp_registry.track("same", "s") for _ in range(2000)]
+    requests = [track(mcp_registry, "same", "s") for _ in range(2000)]
     for request in requests[::2]:
-        mcp_registry.untrack(request)
+        untrack(mcp_registry, request)
     assert mcp_registry.in_flight_count == 1000 and mcp_registry.in_flight("same", "s")
     mcp_registry.notify_cancelled("s", "same", "all of them")
     assert all(r.cancelled for r in requests[1::2])
     assert not any(r.cancelled for r in requests[::2])
     for request in requests[1::2]:
-        mcp_registry.untrack(request)
+        untrack(mcp_registry, request)
     assert_no_leaks(mcp_registry)
 
 
@@ -717,7 +720,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     assert events.events == []  # announced only if it cancels something
     await trio.sleep(0.5)  # within the grace, counted from the cancel
     outcome: list[object] = []
-    async with mcp_registry.tracked(7, "session:a") as request:
+    async with tracked(7, "session:a", registry=mcp_registry) as request:
         assert request.cancelled and request.reason == "too slow"
         try:
             await checkpoint_cancelled()
@@ -727,7 +730,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     [event] = events.of_type(RequestCancelledEvent)
     assert (event.request_id, event.namespace, event.kind) == (7, "session:a", "client")
     # Applied once: the row went with the request, a new call with the id is not cancelled.
-    async with mcp_registry.tracked(7, "session:a") as again:
+    async with tracked(7, "session:a", registry=mcp_registry) as again:
         assert not again.cancelled
     assert_no_leaks(mcp_registry)
 
@@ -739,7 +742,7 @@ async def test_an_early_cancel_expires_unused(
     assert mcp_registry.notify_cancelled("principal:bob", "x", None) is CancelOutcome.PENDING
     assert mcp_registry.row_count == 1
     await trio.sleep(5.0)
-    async with mcp_registry.tracked("x", "principal:bob") as request:
+    async with tracked("x", "principal:bob", registry=mcp_registry) as request:
         assert not request.cancelled
     assert_no_leaks(mcp_registry)
     # Expiry without a request starting: the janitor's pass drops it.

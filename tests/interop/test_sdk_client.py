@@ -132,7 +132,7 @@ async def running(*, grace: float = GRACE, **options: Any) -> AsyncIterator[Fixt
         config.accesslog = None
         config.graceful_timeout = 0.5
         fx = Fixture("", registry)
-        registry.subscribe(fx.events.append)
+        registry.events.subscribe(fx.events.append)
         mcp_app = McpHttpApp(make_server(fx), registry, **options)
 
         async def app(scope: Any, receive: Any, send: Any) -> None:

@@ -58,7 +58,7 @@ def make_server() -> McpServer:
 async def running(server: McpServer) -> AsyncIterator[tuple[str, list[Event]]]:
     async with open_registry(grace_period=0.3) as registry, trio.open_nursery() as nursery:
         events: list[Event] = []
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None

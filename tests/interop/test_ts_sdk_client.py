@@ -60,7 +60,7 @@ async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.
     async with open_registry(grace_period=5) as registry:
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         async with hypercorn_checked(server, registry) as url:
             yield url
 

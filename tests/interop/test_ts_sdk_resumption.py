@@ -45,7 +45,7 @@ async def running(events: list[Event], closed: list[bool]) -> AsyncIterator[str]
         return "changed"
 
     async with open_registry(grace_period=1) as registry:
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         async with hypercorn_checked(server, registry) as url:
             yield url
 

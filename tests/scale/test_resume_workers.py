@@ -49,7 +49,7 @@ async def two_workers(
 ) -> AsyncIterator[tuple[AsgiClient, AsgiClient, list[Event]]]:
     events: list[Event] = []
     async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         apps = [
             McpHttpApp(
                 make_server(),

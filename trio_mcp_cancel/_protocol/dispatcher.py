@@ -73,6 +73,7 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
+
 class Dispatcher:
     """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
 
@@ -361,7 +362,7 @@ class Dispatcher:
                 return too_many_requests(request.id, CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
         if channel is not None and call.tracked:
-            cap = channel.max_concurrent_requests
+            cap = channel.max_concurrent_calls
             if len(channel.exchanges) >= cap:
                 return too_many_requests(request.id, "channel", cap)
         return None

@@ -560,7 +560,7 @@ async def test_unknown_tool_is_invalid_params(
 async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(limits=ConnectionLimits(disconnect_grace=2.0)) as s:
+    async with serving(limits=ConnectionLimits(disconnect_grace_period=2.0)) as s:
         exchange = start_modern(s.client, modern_call(5, "stubborn", progress_token="p"))
         first = await exchange.next_message()
         assert first["method"] == "notifications/progress"
@@ -576,7 +576,7 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
         (event,) = s.cancels()
         assert (event.request_id, event.kind) == (5, "disconnect")
         await exchange.done.wait()
-        # The hard cancel comes disconnect_grace later, not the registry's 5 s.
+        # The hard cancel comes disconnect_grace_period later, not the registry's 5 s.
         assert s.probe.at("stubborn 5 saw the flag") == gone_at + 0.5
         assert s.probe.at("stubborn 5 hard-cancelled") == gone_at + 2.0
         (hard,) = s.hard_cancels()
@@ -649,7 +649,9 @@ async def test_modern_cancelled_notification_is_202_and_ignored(
 async def test_modern_json_response_disconnect_writes_nothing(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(json_response=True, limits=ConnectionLimits(disconnect_grace=1.0)) as s:
+    async with serving(
+        json_response=True, limits=ConnectionLimits(disconnect_grace_period=1.0)
+    ) as s:
         exchange = start_modern(s.client, modern_call(1, "stubborn"))
         await trio.sleep(2.5)
         assert exchange.status is None  # a JSON answer has no early head
@@ -994,7 +996,9 @@ async def test_keepalive_interval_is_configurable_and_can_be_off(
 async def test_keepalive_stops_when_the_stream_closes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace=30.0)) as s:
+    async with serving(
+        limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace_period=30.0)
+    ) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 20}))
         await trio.sleep(2.5)
         assert len(exchange.comments()) == 2

@@ -117,7 +117,7 @@ class Responder:
     server: McpServerBase
     backend: Backend | None
     json_response: bool
-    disconnect_grace: float | UseConfig | None
+    disconnect_grace_period: float | UseConfig | None
     max_request_time: float | None
     keepalive_interval: float | None
     legacy_disconnect_cancels: bool
@@ -324,7 +324,7 @@ class Responder:
                     await self._await_resume(stream, exchange, limit_at)
                 return
             if run.routed.era == "modern" or self.legacy_disconnect_cancels:
-                exchange.cancel("client disconnected", grace=self.disconnect_grace)
+                exchange.cancel("client disconnected", grace_period=self.disconnect_grace_period)
             elif limit_at < math.inf and response.state is State.ABANDONED:
                 # The call goes on without its client, but within the time limit.
                 with run.outlived():
@@ -356,7 +356,7 @@ class Responder:
                         why = "client stopped reading" if stream.stalled else "client disconnected"
                         if stream.overflowed:
                             why += " (its stream's replay buffer overflowed)"
-                        exchange.cancel(why, grace=self.disconnect_grace)
+                        exchange.cancel(why, grace_period=self.disconnect_grace_period)
                         return
                     await trio.sleep_forever()  # the time limit may still end it
                 await stream.wait_detached()
@@ -441,7 +441,7 @@ class Responder:
         """
         service = self.service
         if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
-            return await write_now(send, status, body, extra, json=json)
+            return await write_now(send, status, body, extra, json=json, fast_paths=True)
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         writer.put_whole(status, body, extra, json=json)
         if service is None:
@@ -522,7 +522,8 @@ class _CallRun:
         return response
 
     def _stalled(self) -> None:
-        self.exchange.cancel("client stopped reading", grace=self.responder.disconnect_grace)
+        grace = self.responder.disconnect_grace_period
+        self.exchange.cancel("client stopped reading", grace_period=grace)
 
     def _open_stream(self) -> ResumableStream:
         session = self.routed.session

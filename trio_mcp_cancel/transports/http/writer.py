@@ -55,7 +55,13 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
 
 
 async def write_now(
-    send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    send: Send,
+    status: int,
+    body: bytes,
+    extra: Any = (),
+    *,
+    json: bool | None = None,
+    fast_paths: bool = True,
 ) -> bool:
     """Write a whole response in the calling task; whether it reached the server.
 
@@ -64,8 +70,11 @@ async def write_now(
     that raises because the connection is gone is a ``False``, as with
     :meth:`ResponseWriter.run`.
     """
+    start = head(status, body, extra, json=json)
     try:
-        await send(head(status, body, extra, json=json))
+        if fast_paths and await hypercorn_compat.send_whole(send, start, body):
+            return True  # in one socket write
+        await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
     except Exception:
         return False
