@@ -18,7 +18,6 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel.lowlevel import (
     CancelOutcome,
@@ -49,6 +48,15 @@ async def park(
         return
     if outcome is not None:
         outcome.append("finished")
+
+
+async def parked(
+    nursery: trio.Nursery, reg: Registry, request_id: object, namespace: str
+) -> tuple[TrackedRequest, list[object]]:
+    """Start :func:`park` in *nursery*: its tracked request, and the list its end lands in."""
+    outcome: list[object] = []
+    request = await nursery.start(partial(park, reg, request_id, namespace, outcome=outcome))
+    return request, outcome
 
 
 async def test_tracked_tracks_and_untracks(
@@ -126,8 +134,7 @@ async def test_flag_first_then_hard_cancel_after_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         start = trio.current_time()
         assert mcp_registry.notify_cancelled("s", 1, "user pressed stop") is CancelOutcome.CANCELLED
         assert request.cancelled and request.reason == "user pressed stop"
@@ -152,8 +159,7 @@ async def test_grace_zero_cancels_at_once(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        _, outcome = await parked(nursery, mcp_registry, 1, "s")
         start = trio.current_time()
         mcp_registry.notify_cancelled("s", 1, None)
         await trio.testing.wait_all_tasks_blocked()
@@ -233,10 +239,8 @@ async def test_same_id_in_two_scopes_is_two_requests(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        a_out: list[object] = []
-        b_out: list[object] = []
-        a = await nursery.start(partial(park, mcp_registry, 1, "session:a", outcome=a_out))
-        b = await nursery.start(partial(park, mcp_registry, 1, "session:b", outcome=b_out))
+        a, a_out = await parked(nursery, mcp_registry, 1, "session:a")
+        b, b_out = await parked(nursery, mcp_registry, 1, "session:b")
         assert mcp_registry.notify_cancelled("session:a", 1, "a only") is CancelOutcome.CANCELLED
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
@@ -257,9 +261,8 @@ async def test_same_id_twice_in_one_scope(
                 task_status.started(request)
                 await first_done.wait()
 
-        outcome: list[object] = []
         first = await nursery.start(quick)
-        second = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        second, outcome = await parked(nursery, mcp_registry, 1, "s")
         assert first is not second and mcp_registry.requests() == [first, second]
         first_done.set()
         await trio.testing.wait_all_tasks_blocked()
@@ -297,15 +300,16 @@ async def test_row_survives_until_the_last_duplicate_leaves(
     assert_no_leaks(mcp_registry)
 
 
+@pytest.mark.registry(grace_period=0)
 async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with open_registry(grace_period=0) as reg, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         results: list[object] = []
 
         async def tool() -> None:
             try:
-                async with reg.tracked(1, "s"):
+                async with mcp_registry.tracked(1, "s"):
                     await trio.sleep(1)
             except RequestCancelled:
                 results.append("aborted")
@@ -314,7 +318,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
 
         async def canceller() -> None:
             await trio.sleep(1)  # wakes in the same tick as the tool
-            results.append(reg.notify_cancelled("s", 1, "race"))
+            results.append(mcp_registry.notify_cancelled("s", 1, "race"))
 
         nursery.start_soon(tool)
         nursery.start_soon(canceller)
@@ -326,7 +330,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
         [CancelOutcome.CANCELLED, "finished"],
         [CancelOutcome.CANCELLED, "aborted"],
     )
-    assert_no_leaks(reg)
+    assert_no_leaks(mcp_registry)
 
 
 @pytest.mark.registry(grace_period=0)
@@ -347,10 +351,8 @@ async def test_server_cancel_is_keyed_to_the_private_token(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        mine: list[object] = []
-        theirs: list[object] = []
-        a = await nursery.start(partial(park, mcp_registry, 1, "ip:192.0.2.1", outcome=mine))
-        b = await nursery.start(partial(park, mcp_registry, 1, "ip:192.0.2.1", outcome=theirs))
+        a, mine = await parked(nursery, mcp_registry, 1, "ip:192.0.2.1")
+        b, theirs = await parked(nursery, mcp_registry, 1, "ip:192.0.2.1")
         assert a.token != b.token
         assert mcp_registry.cancel_request(a, "stream lifetime", kind="server")
         await trio.testing.wait_all_tasks_blocked()
@@ -371,8 +373,7 @@ async def test_server_cancel_with_its_own_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace=2)
         assert request.cancelled
         await trio.sleep(1.9)
@@ -400,8 +401,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
     mcp_registry: Registry,
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         mcp_registry.notify_cancelled("s", 1, "client first")
         mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace=1)
         await trio.sleep(1.1)
@@ -418,8 +418,7 @@ async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_t
         assert outcome_of is CancelOutcome.PENDING
         assert mcp_registry.client_cancelled(5, "session:s") and mcp_registry.row_count == 1
         await trio.sleep(1)
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 5, "session:s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 5, "session:s")
         assert request.cancelled and request.reason == "pre-emptive"
         # The grace period counts from the cancellation, not from the start.
         await trio.sleep(2.1)
@@ -750,17 +749,20 @@ async def test_an_early_cancel_expires_unused(
 
 
 @pytest.mark.parametrize(
-    ("namespace", "ttl"),
-    [("ip:192.0.2.1", 5.0), ("global", 5.0), ("session:a", None)],
+    ("namespace", "mcp_registry_config"),
+    [
+        ("ip:192.0.2.1", RegistryConfig(early_cancel_ttl=5.0)),
+        ("global", RegistryConfig(early_cancel_ttl=5.0)),
+        ("session:a", RegistryConfig(early_cancel_ttl=None)),
+    ],
 )
 async def test_early_cancels_are_kept_only_in_private_namespaces(
-    namespace: str, ttl: float | None
+    namespace: str, mcp_registry: Registry
 ) -> None:
     # An address or the global namespace may be shared by strangers: nothing
     # is kept there on a client's word alone.
-    async with open_registry(early_cancel_ttl=ttl) as reg:
-        assert reg.notify_cancelled(namespace, 1, None) is CancelOutcome.NOT_IN_FLIGHT
-        assert_no_leaks(reg)
+    assert mcp_registry.notify_cancelled(namespace, 1, None) is CancelOutcome.NOT_IN_FLIGHT
+    assert_no_leaks(mcp_registry)
 
 
 @pytest.mark.registry(max_rows_per_namespace=3)
