@@ -13,7 +13,7 @@ import trio
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, modern_meta
 from trio.testing import MockClock
 
-from trio_mcp_cancel import Registry, open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
     ClientResponseCall,
@@ -133,7 +133,9 @@ async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry
     assert dispatcher.calls_in_flight == 0
 
 
-async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange() -> None:
+async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange(
+    mcp_registry: Registry,
+) -> None:
     server = make_server()
     dispatcher = Dispatcher.of(server)
     seen: list[HandlerInput] = []
@@ -143,11 +145,10 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
         return {"method": h.request.method, "echo": h.params.get("x")}
 
     dispatcher.methods["test/probe"] = Method(probe)
-    async with open_registry() as registry:
-        caller = Caller("ns", registry)
-        exchange = Exchange()
-        message = {"jsonrpc": "2.0", "id": 5, "method": "test/probe", "params": {"x": 1}}
-        reply = await dispatcher.handle(message, caller, exchange)
+    caller = Caller("ns", mcp_registry)
+    exchange = Exchange()
+    message = {"jsonrpc": "2.0", "id": 5, "method": "test/probe", "params": {"x": 1}}
+    reply = await dispatcher.handle(message, caller, exchange)
     assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"method": "test/probe", "echo": 1}}
     [h] = seen
     assert (h.server, h.caller, h.exchange, h.era) == (server, caller, exchange, "legacy")

@@ -724,16 +724,15 @@ class Sink:
 
 @pytest.mark.parametrize("token", ["tok", 0, 17])
 async def test_progress_is_sent_with_a_progress_token(
-    autojump_clock: MockClock, token: object
+    autojump_clock: MockClock, token: object, mcp_registry: Registry
 ) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
-        reply = await Dispatcher.of(SERVER).handle(
-            message, Caller(SCOPE, registry), Exchange(send=sink)
-        )
-        assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
-        assert_no_leaks(registry)
+    message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
+    reply = await Dispatcher.of(SERVER).handle(
+        message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
+    )
+    assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
+    assert_no_leaks(mcp_registry)
     assert sink.messages == [
         {
             "jsonrpc": "2.0",
@@ -749,16 +748,15 @@ async def test_progress_is_sent_with_a_progress_token(
     [{}, {"_meta": {}}, {"_meta": "tok"}, {"_meta": {"progressToken": 1.5}}, {"_meta": None}],
 )
 async def test_no_progress_without_a_valid_token(
-    autojump_clock: MockClock, params: Message
+    autojump_clock: MockClock, params: Message, mcp_registry: Registry
 ) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
-        reply = await Dispatcher.of(SERVER).handle(
-            message, Caller(SCOPE, registry), Exchange(send=sink)
-        )
-        assert reply is not None and reply["result"]["isError"] is False
-        assert_no_leaks(registry)
+    message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
+    reply = await Dispatcher.of(SERVER).handle(
+        message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
+    )
+    assert reply is not None and reply["result"]["isError"] is False
+    assert_no_leaks(mcp_registry)
     assert sink.messages == []
 
 
