@@ -26,7 +26,6 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import (
     INTERNAL_ERROR,
@@ -383,9 +382,10 @@ def error(reply: Message) -> tuple[object, int]:
 
 async def test_bad_input_is_answered_and_the_connection_keeps_serving(
     caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, serving(make_server(Probe()), registry) as url:
+        async with serving(make_server(Probe()), mcp_registry) as url:
             async with open_websocket_url(url + "/mcp") as ws:
                 await ws.send_message("this is not json")
                 assert error(await receive(ws)) == (None, PARSE_ERROR)
@@ -438,8 +438,8 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
                     "id": 10,
                     "result": {},
                 }
-            assert registry.row_count == 0
-            assert_no_leaks(registry)
+            assert mcp_registry.row_count == 0
+            assert_no_leaks(mcp_registry)
         assert "WebSocket connection failed" not in caplog.text
 
 
