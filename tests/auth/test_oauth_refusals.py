@@ -21,7 +21,7 @@ from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers
 from cryptography.hazmat.primitives.asymmetric import ec
 from oauth_harness import AuthServer, running_auth_server
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.oauth import (
     AccessToken,
@@ -251,12 +251,14 @@ async def test_a_jwks_that_cannot_be_fetched_is_asked_once_per_interval_and_answ
             assert ran == ["echo hi"]
 
 
-async def test_an_unreachable_authorization_server_answers_503_within_the_timeout() -> None:
+async def test_an_unreachable_authorization_server_answers_503_within_the_timeout(
+    mcp_registry: Registry,
+) -> None:
     closed = "http://127.0.0.1:9"  # discard: nothing listens there
     resource = OAuthResource(RESOURCE, [closed], JwtVerifier(closed, RESOURCE, timeout=1))
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(build([]), registry, auth=resource), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(build([]), mcp_registry, auth=resource), nursery)
             async with client.lifespan():
                 refused = await call(client, "a.b.c")
                 assert refused.status in (401, 503)  # 'a.b.c' is not even a JWT: 401
@@ -327,7 +329,7 @@ def test_the_verifier_refuses_none_and_hmac_algorithms_in_its_allow_list() -> No
         JwtVerifier("http://as.test", RESOURCE, algorithms=["HS256"])
 
 
-async def test_a_custom_verifier_plugs_in_through_the_protocol() -> None:
+async def test_a_custom_verifier_plugs_in_through_the_protocol(mcp_registry: Registry) -> None:
     class Static:
         async def verify(self, token: str) -> AccessToken:
             if token != "letmein":
@@ -337,8 +339,8 @@ async def test_a_custom_verifier_plugs_in_through_the_protocol() -> None:
     resource = OAuthResource(RESOURCE, ["https://as.test"], Static(), required_scopes="mcp")
     ran: list[str] = []
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(build(ran), registry, auth=resource), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(build(ran), mcp_registry, auth=resource), nursery)
             async with client.lifespan():
                 assert result_text(await call(client, "letmein")) == "hi"
                 refused = await call(client, "guess")

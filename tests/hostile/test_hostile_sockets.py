@@ -495,8 +495,9 @@ async def test_graceful_shutdown_with_a_stuck_client(
             assert_no_leaks(registry)
 
 
+@pytest.mark.registry(grace_period=GRACE)
 @pytest.mark.slow
-async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
+async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Registry) -> None:
     """One connection pipelines many small requests and reads nothing: the kernel's
     buffers fill with whole responses, the next head blocks, the app gives up on the
     client after ``write_timeout``; the server must survive that."""
@@ -504,48 +505,47 @@ async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
     crashed: list[BaseException] = []
     answers: list[str] = []
     with trio.fail_after(TIMEOUT):
-        async with open_registry(grace_period=GRACE) as registry:
-            app = McpHttpApp(
-                make_server(probe), registry, limits=ConnectionLimits(write_timeout=WRITE_TIMEOUT)
-            )
-            config = Config()
-            config.bind = ["127.0.0.1:0"]
-            config.errorlog = None
+        app = McpHttpApp(
+            make_server(probe), mcp_registry, limits=ConnectionLimits(write_timeout=WRITE_TIMEOUT)
+        )
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.errorlog = None
 
-            async def run(task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
-                except Exception as exc:  # the crash; Cancelled is no Exception
-                    crashed.append(exc)
+        async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+            try:
+                await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+            except Exception as exc:  # the crash; Cancelled is no Exception
+                crashed.append(exc)
 
-            async with trio.open_nursery() as nursery:
-                binds = await nursery.start(run)
-                port = int(binds[0].rsplit(":", 1)[1])
-                async with await connect(port, rcvbuf=RCVBUF) as stuck:
-                    # Notifications: each answered 202 with an empty body, so the
-                    # write that blocks is a response head.
-                    body = json.dumps(notification("notifications/x")).encode()
-                    head = post_head(port, modern_headers(None), len(body))
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(run)
+            port = int(binds[0].rsplit(":", 1)[1])
+            async with await connect(port, rcvbuf=RCVBUF) as stuck:
+                # Notifications: each answered 202 with an empty body, so the
+                # write that blocks is a response head.
+                body = json.dumps(notification("notifications/x")).encode()
+                head = post_head(port, modern_headers(None), len(body))
 
-                    async def pipeline() -> None:
-                        with contextlib.suppress(trio.BrokenResourceError):
-                            await stuck.send_all((head + body) * 3000)
+                async def pipeline() -> None:
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        await stuck.send_all((head + body) * 3000)
 
-                    nursery.start_soon(pipeline)
+                nursery.start_soon(pipeline)
+                async with httpx.AsyncClient(timeout=5) as client:
+                    deadline = trio.current_time() + 3 * WRITE_TIMEOUT + MARGIN
+                    while trio.current_time() < deadline and not crashed:
+                        with contextlib.suppress(httpx.TransportError):
+                            await client.get(f"{binds[0]}/nope")
+                        await trio.sleep(0.1)
+                if not crashed:
+                    message = modern_call(1, "echo", {"text": "still here"})
                     async with httpx.AsyncClient(timeout=5) as client:
-                        deadline = trio.current_time() + 3 * WRITE_TIMEOUT + MARGIN
-                        while trio.current_time() < deadline and not crashed:
-                            with contextlib.suppress(httpx.TransportError):
-                                await client.get(f"{binds[0]}/nope")
-                            await trio.sleep(0.1)
-                    if not crashed:
-                        message = modern_call(1, "echo", {"text": "still here"})
-                        async with httpx.AsyncClient(timeout=5) as client:
-                            reply = await client.post(
-                                f"{binds[0]}/mcp", headers=headers_of(message), json=message
-                            )
-                        answers.append(text_of(reply))
-                nursery.cancel_scope.cancel()
+                        reply = await client.post(
+                            f"{binds[0]}/mcp", headers=headers_of(message), json=message
+                        )
+                    answers.append(text_of(reply))
+            nursery.cancel_scope.cancel()
     assert not crashed, f"serve() crashed: {crashed[0]!r}"
     assert answers == ["still here"]
 
