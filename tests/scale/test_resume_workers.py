@@ -13,12 +13,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 from asgi_harness import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers
 from deploy_harness import RedisServer
 from redis_harness import prefix, redis
 
-from trio_mcp_cancel import Event, RequestCancelledEvent, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import (
+    Event,
+    Registry,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+    open_registry,
+)
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
@@ -144,8 +151,9 @@ async def test_a_cut_stream_resumed_nowhere_is_a_disconnect_and_a_late_resume_is
             assert late.status == 409
 
 
+@pytest.mark.registry(grace_period=0.5)
 async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_other(
-    redis: RedisServer, prefix: str
+    redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:
     servers = [make_server(), make_server()]
     for server in servers:
@@ -155,9 +163,9 @@ async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_othe
             return "doc"
 
     with trio.fail_after(TIMEOUT):
-        async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             apps = [
-                McpHttpApp(server, registry, backend=RedisBackend(redis.url, prefix=prefix))
+                McpHttpApp(server, mcp_registry, backend=RedisBackend(redis.url, prefix=prefix))
                 for server in servers
             ]
             one, two = (AsgiClient(app, nursery) for app in apps)
@@ -186,4 +194,4 @@ async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_othe
                 assert len(get.messages()) == 3
                 get.disconnect()
                 await one.wait_all_done()
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)
