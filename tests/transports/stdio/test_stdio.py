@@ -49,12 +49,7 @@ from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
-
-def make_server() -> McpServer:
-    return probe_server("stdio-test")
-
-
-SERVER = make_server()
+SERVER = probe_server("stdio-test")
 
 
 # -- in-process, over an in-memory stream pair ----------------------------------
