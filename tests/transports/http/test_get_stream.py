@@ -26,6 +26,7 @@ from asgi_harness import (
     request,
     served,
 )
+from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
@@ -33,11 +34,8 @@ from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 
 def build_server(**options: Any) -> McpServer:
-    server = McpServer("get-stream-test", **options)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
+    """The probe server with two resources to subscribe to and a prompt."""
+    server = probe_server("get-stream-test", **options)
 
     @server.resource("test://a", name="a")
     async def a(ctx: ToolContext) -> str:
