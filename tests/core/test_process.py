@@ -21,7 +21,7 @@ from trio_mcp_cancel.process import CLOSE_STDIN, run_process
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 # Every test starts child processes; ``registry(...)`` configures ``mcp_registry``.
-pytestmark = [pytest.mark.subprocess, pytest.mark.registry(grace_period=10)]
+pytestmark = [pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=10)]
 
 PY = sys.executable
 BOUND = 30  # seconds: a hang fails the test instead of the suite

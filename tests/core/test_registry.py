@@ -96,7 +96,7 @@ async def test_outer_cancellation_propagates_as_cancelled_and_untracks(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -129,7 +129,7 @@ async def test_notify_rejects_invalid_ids_without_raising(
     assert mcp_registry.row_count == 0
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_flag_first_then_hard_cancel_after_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -154,7 +154,7 @@ async def test_flag_first_then_hard_cancel_after_grace(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_grace_zero_cancels_at_once(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -166,7 +166,7 @@ async def test_grace_zero_cancels_at_once(
         assert len(outcome) == 1 and trio.current_time() == start
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_grace_none_never_hard_cancels(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -178,7 +178,7 @@ async def test_grace_none_never_hard_cancels(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=30)
+@pytest.mark.mcp_registry(grace_period=30)
 async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -221,7 +221,7 @@ async def test_checkpoint_cancelled_is_a_checkpoint(
         assert namespace.cancelled_caught
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_tool_that_finishes_despite_the_flag_returns_normally(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -234,7 +234,7 @@ async def test_tool_that_finishes_despite_the_flag_returns_normally(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_same_id_in_two_scopes_is_two_requests(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -249,7 +249,7 @@ async def test_same_id_in_two_scopes_is_two_requests(
         b.cancel_scope.cancel()
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_same_id_twice_in_one_scope(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -274,7 +274,7 @@ async def test_same_id_twice_in_one_scope(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_cancel_hits_every_request_sharing_the_key(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -288,7 +288,7 @@ async def test_a_cancel_hits_every_request_sharing_the_key(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_row_survives_until_the_last_duplicate_leaves(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -300,7 +300,7 @@ async def test_row_survives_until_the_last_duplicate_leaves(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -333,7 +333,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -346,7 +346,7 @@ async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_server_cancel_is_keyed_to_the_private_token(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -368,7 +368,7 @@ async def test_server_cancel_is_keyed_to_the_private_token(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_server_cancel_with_its_own_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -382,7 +382,7 @@ async def test_server_cancel_with_its_own_grace(
         assert len(outcome) == 1
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_cancelled_counts_client_and_server_cancellations(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -395,7 +395,7 @@ async def test_cancelled_counts_client_and_server_cancellations(
         assert cancelled() and reason() == "client says"
 
 
-@pytest.mark.registry(grace_period=50)
+@pytest.mark.mcp_registry(grace_period=50)
 async def test_first_cancellation_wins_but_a_shorter_grace_applies(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -409,7 +409,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
         assert len(outcome) == 1
 
 
-@pytest.mark.registry(grace_period=3)
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_time(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -458,14 +458,14 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_reason_length=10)
+@pytest.mark.mcp_registry(max_reason_length=10)
 async def test_reason_is_sanitised(autojump_clock: MockClock, mcp_registry: Registry) -> None:
     async with mcp_registry.tracked(1, "s"):
         mcp_registry.notify_cancelled("s", 1, "\x1b[31mred\nalert and much more")
         assert reason() == "[31mred al"
 
 
-@pytest.mark.registry(max_rows_per_namespace=3, max_rows=None)
+@pytest.mark.mcp_registry(max_rows_per_namespace=3, max_rows=None)
 async def test_quota_is_the_only_rejection(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -483,7 +483,7 @@ async def test_quota_is_the_only_rejection(
         assert mcp_registry.notify_cancelled(polite, 100, None) is CancelOutcome.CANCELLED
 
 
-@pytest.mark.registry(max_rows_per_namespace=256, max_rows=1000)
+@pytest.mark.mcp_registry(max_rows_per_namespace=256, max_rows=1000)
 async def test_global_cap_never_rejects_and_evicts_the_flooder(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -500,7 +500,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
     assert mcp_registry.row_count <= 1000
 
 
-@pytest.mark.registry(max_rows_per_namespace=None, max_rows=20, grace_period=None)
+@pytest.mark.mcp_registry(max_rows_per_namespace=None, max_rows=20, grace_period=None)
 async def test_eviction_never_unflags_a_running_request(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -514,7 +514,7 @@ async def test_eviction_never_unflags_a_running_request(
         )
 
 
-@pytest.mark.registry(ttl=10, cleanup_interval=None, grace_period=None)
+@pytest.mark.mcp_registry(ttl=10, cleanup_interval=None, grace_period=None)
 async def test_cleanup_expires_rows_by_ttl(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -534,7 +534,7 @@ async def test_cleanup_expires_rows_by_ttl(
     mcp_registry.untrack(second)
 
 
-@pytest.mark.registry(cleanup_interval=None)
+@pytest.mark.mcp_registry(cleanup_interval=None)
 async def test_cleanup_removes_requests_of_dead_tasks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -555,7 +555,7 @@ async def test_cleanup_removes_requests_of_dead_tasks(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(ttl=5, cleanup_interval=30, grace_period=None)
+@pytest.mark.mcp_registry(ttl=5, cleanup_interval=30, grace_period=None)
 async def test_janitor_runs_every_cleanup_interval(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -619,7 +619,7 @@ async def test_config_validation_and_overrides(autojump_clock: MockClock) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -668,7 +668,7 @@ async def test_lookups_with_invalid_ids_match_nothing(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_rows_per_namespace=1)
+@pytest.mark.mcp_registry(max_rows_per_namespace=1)
 async def test_a_refused_cancel_does_no_work_on_its_reason(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -685,7 +685,7 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(
     assert mcp_registry.client_reason(1, session) == "first"
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_many_requests_sharing_one_key_untrack_independently(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -705,7 +705,7 @@ async def test_many_requests_sharing_one_key_untrack_independently(
 # -- early cancels ----------------------------------------------------------
 
 
-@pytest.mark.registry(grace_period=1.0, early_cancel_ttl=5.0)
+@pytest.mark.mcp_registry(grace_period=1.0, early_cancel_ttl=5.0)
 async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request_starts(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -731,7 +731,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(early_cancel_ttl=5.0)
+@pytest.mark.mcp_registry(early_cancel_ttl=5.0)
 async def test_an_early_cancel_expires_unused(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -765,7 +765,7 @@ async def test_early_cancels_are_kept_only_in_private_namespaces(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_rows_per_namespace=3)
+@pytest.mark.mcp_registry(max_rows_per_namespace=3)
 async def test_early_cancels_count_against_the_namespace_quota(mcp_registry: Registry) -> None:
     outcomes = [mcp_registry.notify_cancelled("session:a", i, None) for i in range(5)]
     assert outcomes == [CancelOutcome.PENDING] * 3 + [CancelOutcome.LIMIT_REACHED] * 2

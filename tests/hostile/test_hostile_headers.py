@@ -86,7 +86,7 @@ def build(ran: list[str]) -> McpServer:
 
 
 #: The registry of every test here (the ``mcp_registry`` fixture).
-pytestmark = pytest.mark.registry(grace_period=1)
+pytestmark = pytest.mark.mcp_registry(grace_period=1)
 
 
 @asynccontextmanager

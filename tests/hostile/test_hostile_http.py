@@ -111,7 +111,7 @@ def over_defaults(given: Any, **defaults: Any) -> Any:
 
 
 #: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
-pytestmark = pytest.mark.registry(grace_period=GRACE)
+pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
 
 
 @asynccontextmanager
@@ -450,7 +450,7 @@ async def test_per_tenant_cap_counts_every_session_of_the_tenant(
 # -- item 5: a tool that shields itself ------------------------------------------------
 
 
-@pytest.mark.registry(grace_period=GRACE, overrun_margin=2.0)
+@pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=2.0)
 async def test_a_shielded_tool_is_reported_and_its_result_never_sent_as_success(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
@@ -469,7 +469,7 @@ async def test_a_shielded_tool_is_reported_and_its_result_never_sent_as_success(
         assert final["error"]["data"] == {"reason": "request time limit reached"}
 
 
-@pytest.mark.registry(grace_period=GRACE, overrun_margin=1.0)
+@pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=1.0)
 async def test_a_shielded_tool_the_client_cancelled_sends_nothing(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,

@@ -495,7 +495,7 @@ async def test_graceful_shutdown_with_a_stuck_client(
             assert_no_leaks(registry)
 
 
-@pytest.mark.registry(grace_period=GRACE)
+@pytest.mark.mcp_registry(grace_period=GRACE)
 @pytest.mark.slow
 async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Registry) -> None:
     """One connection pipelines many small requests and reads nothing: the kernel's

@@ -34,7 +34,7 @@ def cancel(request_id: object) -> Notification:
     return Notification("notifications/cancelled", {"requestId": request_id, "reason": "stop"})
 
 
-@pytest.mark.registry(max_rows_per_namespace=1)
+@pytest.mark.mcp_registry(max_rows_per_namespace=1)
 async def test_only_a_cancel_of_a_request_not_running_here_is_for_another_worker(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -105,7 +105,7 @@ async def test_the_registry_still_checks_the_ids_its_direct_callers_pass(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_rows=10, max_rows_per_namespace=None, early_cancel_ttl=3600)
+@pytest.mark.mcp_registry(max_rows=10, max_rows_per_namespace=None, early_cancel_ttl=3600)
 async def test_early_cancels_evicted_by_the_cap_leave_nothing_behind(
     mcp_registry: Registry,
 ) -> None:

@@ -511,7 +511,7 @@ async def call_and_cancel(
     return reply, trio.current_time() - start
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification_answers_request_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -535,7 +535,7 @@ async def test_cancel_by_notification_answers_request_cancelled(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_without_reason_has_no_data(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -548,7 +548,7 @@ async def test_cancel_without_reason_has_no_data(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -563,7 +563,7 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -604,7 +604,7 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_notification_from_another_scope_does_not_cancel(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -635,7 +635,7 @@ async def test_a_notification_from_another_scope_does_not_cancel(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -662,7 +662,7 @@ async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelle
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -688,7 +688,7 @@ async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_exchange_cancel_while_running_hard_cancels_after_its_grace(
     autojump_clock: MockClock,
     mcp_registry: Registry,

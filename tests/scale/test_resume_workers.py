@@ -151,7 +151,7 @@ async def test_a_cut_stream_resumed_nowhere_is_a_disconnect_and_a_late_resume_is
             assert late.status == 409
 
 
-@pytest.mark.registry(grace_period=0.5)
+@pytest.mark.mcp_registry(grace_period=0.5)
 async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_other(
     redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:

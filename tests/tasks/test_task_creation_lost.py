@@ -159,7 +159,7 @@ async def test_http_task_whose_creation_was_delivered_survives_the_stream_closin
             assert await rig.status(task["taskId"]) == "completed"
 
 
-@pytest.mark.registry(grace_period=GRACE)
+@pytest.mark.mcp_registry(grace_period=GRACE)
 @pytest.mark.parametrize("how", ["write fails", "write hangs"])
 async def test_message_stream_reply_never_written_cancels_the_task(
     autojump_clock: trio.testing.MockClock, how: str, mcp_registry: Registry

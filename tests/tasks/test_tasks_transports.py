@@ -204,7 +204,7 @@ async def test_sigterm_stops_a_stdio_task_as_a_server_shutdown(tmp_path: Path) -
             assert "Traceback" not in text
 
 
-@pytest.mark.registry(grace_period=GRACE)
+@pytest.mark.mcp_registry(grace_period=GRACE)
 async def test_tasks_over_a_real_websocket(mcp_registry: Registry) -> None:
     seen = Seen()
     server = make_server(seen)

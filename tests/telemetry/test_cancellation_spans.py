@@ -168,7 +168,7 @@ async def test_the_servers_time_limit_is_a_server_cancel_with_its_cause(
     assert_cancel_metrics(otel, "server", "time_limit", "hard_cancel", "stubborn")
 
 
-@pytest.mark.registry(grace_period=2)
+@pytest.mark.mcp_registry(grace_period=2)
 async def test_a_stdio_notification_cancel_is_parented_on_the_meta_traceparent(
     otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -201,7 +201,7 @@ async def test_a_stdio_notification_cancel_is_parented_on_the_meta_traceparent(
     assert_cancel_metrics(otel, "client", "client", "flag", "count")
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_closed_modern_http_stream_is_a_disconnect_parented_on_the_traceparent_header(
     otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -239,7 +239,7 @@ async def test_a_meta_traceparent_wins_over_the_http_header_which_becomes_a_link
     assert not event_names(span)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_legacy_http_notification_cancel_is_parented_on_meta_and_names_the_session(
     otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -264,7 +264,7 @@ async def test_a_legacy_http_notification_cancel_is_parented_on_meta_and_names_t
     assert_cancel_metrics(otel, "client", "client", "flag", "count")
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
     otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -284,7 +284,7 @@ async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
     assert_cancel_metrics(otel, "server", "session_end", "hard_cancel", "stubborn")
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_websocket_notification_cancel_is_parented_on_the_meta_traceparent(
     otel: Otel,
     mcp_registry: Registry,

@@ -176,7 +176,7 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
 # -- stdio ----------------------------------------------------------------------
 
 
-@pytest.mark.registry(**STRICT)
+@pytest.mark.mcp_registry(**STRICT)
 @pytest.mark.parametrize(
     "pair", [trio.testing.memory_stream_pair, trio.testing.lockstep_stream_pair]
 )
@@ -236,7 +236,7 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
 # -- WebSocket (real sockets, real clock) ----------------------------------------
 
 
-@pytest.mark.registry(**STRICT)
+@pytest.mark.mcp_registry(**STRICT)
 async def test_websocket_back_to_back_pairs_lose_no_cancel(mcp_registry: Registry) -> None:
     answers: list[Message] = []
     with trio.fail_after(30):

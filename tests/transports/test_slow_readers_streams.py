@@ -227,7 +227,7 @@ async def test_a_peer_that_never_drains_does_not_block_the_tool_and_is_disconnec
         assert incoming.statistics().current_buffer_used == 1
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -254,7 +254,7 @@ async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
 # -- the outbox bound -------------------------------------------------------------
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -295,7 +295,7 @@ async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
         await client_end.receive.receive()
 
 
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_replies_are_never_refused_but_a_backlog_stops_reading(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -355,7 +355,7 @@ def test_the_bounds_are_validated() -> None:
 # -- a peer that reads: order kept, a large result delivered ----------------------
 
 
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_a_reading_peer_gets_everything_in_order_and_a_result_larger_than_the_limit(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -495,7 +495,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await trio.sleep(0.01)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_websocket_client_that_stops_reading_is_disconnected_and_others_are_served(
     caplog: pytest.LogCaptureFixture,
     mcp_registry: Registry,

@@ -64,7 +64,7 @@ class Served:
 
 
 #: The registry of every test here (the ``mcp_registry`` fixture).
-pytestmark = pytest.mark.registry(grace_period=1.0)
+pytestmark = pytest.mark.mcp_registry(grace_period=1.0)
 
 
 @asynccontextmanager

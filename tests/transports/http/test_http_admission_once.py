@@ -46,7 +46,7 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 #: The registry of every test here (the ``mcp_registry`` fixture).
-pytestmark = pytest.mark.registry(grace_period=5)
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
 
 
 @asynccontextmanager

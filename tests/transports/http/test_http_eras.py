@@ -167,7 +167,7 @@ class Served:
 
 
 #: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
-pytestmark = pytest.mark.registry(grace_period=GRACE)
+pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
 
 
 @asynccontextmanager
@@ -958,7 +958,7 @@ async def test_early_cancel_expires(
         assert s.registry.row_count == 0
 
 
-@pytest.mark.registry(grace_period=GRACE, early_cancel_ttl=None)
+@pytest.mark.mcp_registry(grace_period=GRACE, early_cancel_ttl=None)
 async def test_early_cancel_disabled_is_lost(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:

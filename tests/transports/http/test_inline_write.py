@@ -74,7 +74,7 @@ async def serving(app: Any) -> AsyncIterator[str]:
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.registry(grace_period=0.2)
+@pytest.mark.mcp_registry(grace_period=0.2)
 async def test_whole_responses_skip_the_writer_task_and_streams_keep_it(
     mcp_registry: Registry,
 ) -> None:

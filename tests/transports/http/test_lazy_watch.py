@@ -108,7 +108,7 @@ class _Watchers(trio.abc.Instrument):
             self.spawned += 1
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is_watched(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,

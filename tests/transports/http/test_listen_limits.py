@@ -50,7 +50,7 @@ def build(**limits: Any) -> McpServer:
 
 
 #: The registry of every test here (the ``mcp_registry`` fixture).
-pytestmark = pytest.mark.registry(grace_period=5)
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
 
 
 @asynccontextmanager

@@ -60,7 +60,7 @@ def build() -> McpServer:
 
 
 #: The registry of every test here (the ``mcp_registry`` fixture).
-pytestmark = pytest.mark.registry(grace_period=5)
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
 
 
 @asynccontextmanager

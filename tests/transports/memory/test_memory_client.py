@@ -240,7 +240,7 @@ async def test_a_helper_task_stopping_at_the_flag_ends_the_call(
         assert_no_leaks(client.registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_cancel_from_another_connection_does_not_cancel(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -277,7 +277,7 @@ async def test_cancelling_the_caller_sends_notifications_cancelled(
         assert client.unexpected == []
 
 
-@pytest.mark.registry(grace_period=3)
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_leaving_the_block_disconnects_and_cancels_what_still_runs(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -298,7 +298,7 @@ async def test_leaving_the_block_disconnects_and_cancels_what_still_runs(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_connection_grace_overrides_the_registry_for_disconnects(
     autojump_clock: MockClock,
     mcp_registry: Registry,

@@ -52,7 +52,7 @@ from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 SERVER = probe_server("stdio-test")
 
 #: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
-pytestmark = pytest.mark.registry(grace_period=2)
+pytestmark = pytest.mark.mcp_registry(grace_period=2)
 
 
 # -- in-process, over an in-memory stream pair ----------------------------------
@@ -167,7 +167,7 @@ async def test_each_session_has_its_own_namespace(
         assert first.caller.namespace != second.caller.namespace
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -194,7 +194,7 @@ async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written
         assert_no_leaks(peer.registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_listen_on_stdio_ends_with_notifications_cancelled(
     autojump_clock: MockClock, mcp_server: McpServer, mcp_registry: Registry
 ) -> None:
@@ -221,7 +221,7 @@ async def test_listen_on_stdio_ends_with_notifications_cancelled(
         assert_no_leaks(peer.registry)
 
 
-@pytest.mark.registry(grace_period=3)
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_end_of_file_cancels_everything_and_returns_within_the_grace_period(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -245,7 +245,7 @@ async def test_end_of_file_cancels_everything_and_returns_within_the_grace_perio
         assert_no_leaks(peer.registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -349,7 +349,7 @@ async def test_a_slow_non_tool_request_does_not_block_the_read_loop(
         assert (await peer.wait_answer(1))["result"]["content"][0]["text"] == "slow"
 
 
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_a_trailing_line_without_newline_is_read(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:

@@ -236,7 +236,7 @@ async def test_tools_call_streams_progress_then_the_result(mcp_registry: Registr
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification(mcp_registry: Registry) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
@@ -282,7 +282,7 @@ async def test_silent_on_cancel_sends_nothing(mcp_registry: Registry) -> None:
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=60)
+@pytest.mark.mcp_registry(grace_period=60)
 async def test_closing_the_socket_cancels_every_request_of_that_connection(
     mcp_registry: Registry,
 ) -> None:
@@ -341,7 +341,7 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection(
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_cancel_on_one_connection_does_not_touch_the_same_id_on_another(
     mcp_registry: Registry,
 ) -> None:
@@ -443,7 +443,7 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
         assert "WebSocket connection failed" not in caplog.text
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
@@ -563,7 +563,7 @@ def _masked_text_frame(text: str) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancelled(
     mcp_registry: Registry,
 ) -> None:
