@@ -74,6 +74,9 @@ BIG = 20_000
 """Bytes of one progress message of the ``flood`` tool."""
 
 TOKENS = {"tok-alice": "alice", "tok-mallory": "mallory"}
+#: The registry settings of the tests served by ``setup``: a function's own marker, so
+#: that it travels with the tests ``test_http_plain_asgi`` imports from here.
+SHORT_GRACE = pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=0.5)
 
 
 # -- the server under test ---------------------------------------------------------
@@ -213,22 +216,21 @@ def over_defaults(given: Any, **defaults: Any) -> Any:
 
 @asynccontextmanager
 async def setup(
-    probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
+    registry: Registry, probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[tuple[Served, Registry, Returns]]:
-    """A registry with a short grace period, the app, hypercorn; no leaks at the end."""
+    """The app on *registry* (a test marked ``SHORT_GRACE``), hypercorn; no leaks at the end."""
     options["limits"] = over_defaults(
         options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
     )
     options["http_limits"] = over_defaults(
         options.get("http_limits", HttpLimits()), body_timeout=BODY_TIMEOUT
     )
-    async with open_registry(grace_period=GRACE, overrun_margin=0.5) as registry:
-        app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
-        async with serving(app) as served:
-            yield served, registry, app
-        await registry.wait_idle()
-        assert_no_leaks(registry)
-        assert app.app.dispatcher.calls_in_flight == 0
+    app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
+    async with serving(app) as served:
+        yield served, registry, app
+    await registry.wait_idle()
+    assert_no_leaks(registry)
+    assert app.app.dispatcher.calls_in_flight == 0
 
 
 # -- raw HTTP/1.1 clients ----------------------------------------------------------
@@ -346,13 +348,22 @@ async def wait_until(condition: Callable[[], bool]) -> None:
         ("write timeout", {"max_buffered_bytes": 1 << 30}, 0.02),
     ],
 )
+@SHORT_GRACE
 async def test_slow_reader_is_disconnected_and_others_are_served(
-    path: str, options: dict[str, Any], delay: float, caplog: pytest.LogCaptureFixture
+    path: str,
+    options: dict[str, Any],
+    delay: float,
+    caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel.http")
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, limits=ConnectionLimits(**options)) as (served, registry, app):
+        async with setup(mcp_registry, probe, limits=ConnectionLimits(**options)) as (
+            served,
+            registry,
+            app,
+        ):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
             registry.subscribe(
@@ -553,13 +564,16 @@ async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Reg
 # -- c. request bodies that never arrive -------------------------------------------
 
 
+@SHORT_GRACE
 @pytest.mark.slow
-async def test_slow_bodies_get_408_while_others_are_served() -> None:
+async def test_slow_bodies_get_408_while_others_are_served(mcp_registry: Registry) -> None:
     connections = 50
     body_timeout = 1.5  # room to serve a normal client while they all wait
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(body_timeout=body_timeout)) as (
+        async with setup(
+            mcp_registry, probe, http_limits=HttpLimits(body_timeout=body_timeout)
+        ) as (
             served,
             registry,
             app,
@@ -629,14 +643,18 @@ async def hold_in(client: httpx.AsyncClient, url: str, headers: dict[str, str]) 
     return text_of(response)
 
 
-async def test_session_flood_by_one_principal_spares_another() -> None:
+@SHORT_GRACE
+async def test_session_flood_by_one_principal_spares_another(mcp_registry: Registry) -> None:
     probe = Probe()
     alice = {"authorization": "Bearer tok-alice"}
     mallory = {"authorization": "Bearer tok-mallory"}
     cap = 5
     with trio.fail_after(TIMEOUT):
         async with setup(
-            probe, auth=bearer_auth(TOKENS), http_limits=HttpLimits(max_sessions_per_tenant=cap)
+            mcp_registry,
+            probe,
+            auth=bearer_auth(TOKENS),
+            http_limits=HttpLimits(max_sessions_per_tenant=cap),
         ) as (
             served,
             registry,
@@ -691,12 +709,15 @@ def from_address(source: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=5, transport=httpx.AsyncHTTPTransport(local_address=source))
 
 
-async def test_session_flood_from_one_address_when_the_store_is_full() -> None:
+@SHORT_GRACE
+async def test_session_flood_from_one_address_when_the_store_is_full(
+    mcp_registry: Registry,
+) -> None:
     """Unauthenticated: tenants are client addresses; the store's bound is hit first."""
     probe = Probe()
     total = 6
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (
+        async with setup(mcp_registry, probe, http_limits=HttpLimits(max_sessions=total)) as (
             served,
             registry,
             app,
@@ -745,12 +766,17 @@ async def test_session_flood_from_one_address_when_the_store_is_full() -> None:
             assert results == ["released"] * total
 
 
-async def test_session_flood_tied_with_the_victim_evicts_its_own() -> None:
+@SHORT_GRACE
+async def test_session_flood_tied_with_the_victim_evicts_its_own(mcp_registry: Registry) -> None:
     """A full store, the attacker as big as the victim: the attacker should pay."""
     probe = Probe()
     total = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (served, _, app):
+        async with setup(mcp_registry, probe, http_limits=HttpLimits(max_sessions=total)) as (
+            served,
+            _,
+            app,
+        ):
             store = app.app.sessions
             assert store is not None
             url = served.url
@@ -780,11 +806,16 @@ async def test_session_flood_tied_with_the_victim_evicts_its_own() -> None:
 # -- e. server-wide, tenant and session caps on calls in flight ---------------------
 
 
-async def test_server_cap_on_calls_in_flight() -> None:
+@SHORT_GRACE
+async def test_server_cap_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()
     cap = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, caps={"max_concurrent_calls": cap}) as (served, _, app):
+        async with setup(mcp_registry, probe, caps={"max_concurrent_calls": cap}) as (
+            served,
+            _,
+            app,
+        ):
             url = served.url
             results: list[str] = []
             async with (
@@ -829,10 +860,12 @@ async def test_server_cap_on_calls_in_flight() -> None:
             assert counted == ["counted 20"] * cap
 
 
-async def test_tenant_and_session_caps_on_calls_in_flight() -> None:
+@SHORT_GRACE
+async def test_tenant_and_session_caps_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         async with setup(
+            mcp_registry,
             probe,
             caps={"max_calls_per_tenant": 3},
             limits=ConnectionLimits(max_concurrent_requests=2),
