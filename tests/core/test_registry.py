@@ -111,14 +111,13 @@ async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
 
 
 async def test_notify_ignores_requests_not_in_flight(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     assert mcp_registry.notify_cancelled("s", 1, "nope") is CancelOutcome.NOT_IN_FLIGHT
     async with mcp_registry.tracked(1, "s"):
         pass
     assert mcp_registry.notify_cancelled("s", 1, "too late") is CancelOutcome.NOT_IN_FLIGHT
-    assert mcp_registry.row_count == 0 and events.events == []
+    assert mcp_registry.row_count == 0 and mcp_events.events == []
 
 
 async def test_notify_rejects_invalid_ids_without_raising(
@@ -427,14 +426,13 @@ async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_t
 
 
 async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outcome(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     async with mcp_registry.tracked(1, "s"):
         assert mcp_registry.notify_cancelled("s", 1, "first") is CancelOutcome.CANCELLED
         assert mcp_registry.notify_cancelled("s", 1, "second") is CancelOutcome.CANCELLED
         assert mcp_registry.client_reason(1, "s") == "first" and reason() == "first"
-        assert events.names() == ["request.cancelled"]
+        assert mcp_events.names() == ["request.cancelled"]
         outcome = mcp_registry.notify_cancelled("s", 1.5, "x")
         assert outcome is CancelOutcome.INVALID_REQUEST_ID
         mcp_registry.clear(1, "s")
@@ -444,9 +442,8 @@ async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outco
 
 
 async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     async with mcp_registry.tracked(1, "ip:192.0.2.1"):
         pass
     for namespace in ("ip:192.0.2.1", "global", "session:s"):
@@ -454,7 +451,7 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
         assert outcome is CancelOutcome.NOT_IN_FLIGHT
     # A shared namespace keeps nothing on a client's word, even when asked to.
     assert mcp_registry.notify_cancelled("ip:192.0.2.1", 2, "early") is CancelOutcome.NOT_IN_FLIGHT
-    assert events.names() == [] and mcp_registry.row_count == 0
+    assert mcp_events.names() == [] and mcp_registry.row_count == 0
     assert_no_leaks(mcp_registry)
 
 
@@ -467,14 +464,13 @@ async def test_reason_is_sanitised(autojump_clock: MockClock, mcp_registry: Regi
 
 @pytest.mark.mcp_registry(max_rows_per_namespace=3, max_rows=None)
 async def test_quota_is_the_only_rejection(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     greedy, polite = "session:greedy", "session:polite"
     for i in range(3):
         assert mcp_registry.notify_cancelled(greedy, i, None) is CancelOutcome.PENDING
     assert mcp_registry.notify_cancelled(greedy, 99, None) is CancelOutcome.LIMIT_REACHED
-    assert events.names()[-1] == "cancellation.limit_reached"
+    assert mcp_events.names()[-1] == "cancellation.limit_reached"
     assert mcp_registry.notify_cancelled(polite, 99, None) is CancelOutcome.PENDING
     async with mcp_registry.tracked(100, greedy) as request:
         assert mcp_registry.notify_cancelled(greedy, 100, None) is CancelOutcome.LIMIT_REACHED
@@ -485,9 +481,8 @@ async def test_quota_is_the_only_rejection(
 
 @pytest.mark.mcp_registry(max_rows_per_namespace=256, max_rows=1000)
 async def test_global_cap_never_rejects_and_evicts_the_flooder(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     for namespace in range(4):
         for i in range(256):
             mcp_registry.notify_cancelled(f"session:flood{namespace}", i, None)
@@ -495,7 +490,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
     # Under its own quota: always served.
     assert mcp_registry.notify_cancelled("session:victim", 1, "mine") is CancelOutcome.PENDING
     assert mcp_registry.client_cancelled(1, "session:victim")
-    evictions = [e for e in events.events if e.name == "cancellation.evicted"]
+    evictions = [e for e in mcp_events.events if e.name == "cancellation.evicted"]
     assert evictions and all("session:victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
     assert mcp_registry.row_count <= 1000
 
@@ -516,9 +511,8 @@ async def test_eviction_never_unflags_a_running_request(
 
 @pytest.mark.mcp_registry(ttl=10, cleanup_interval=None, grace_period=None)
 async def test_cleanup_expires_rows_by_ttl(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     # Two long requests (low-level track: no block), cancelled 6s apart.
     first, second = mcp_registry.track(1, "s"), mcp_registry.track(2, "s")
     mcp_registry.notify_cancelled("s", 1, None)
@@ -528,7 +522,7 @@ async def test_cleanup_expires_rows_by_ttl(
     assert mcp_registry.cleanup() == 1
     assert [r.request_id for r in mcp_registry.rows()] == [2]
     assert mcp_registry.cleanup(ttl=0) == 1
-    assert [(e.removed, e.in_flight_removed) for e in events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
+    assert [(e.removed, e.in_flight_removed) for e in mcp_events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
     assert first.cancelled and second.cancelled  # the flags stay
     mcp_registry.untrack(first)
     mcp_registry.untrack(second)
@@ -709,11 +703,11 @@ async def test_many_requests_sharing_one_key_untrack_independently(
 async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request_starts(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     # The cancel's POST overtook its call's: nothing runs yet.
     assert mcp_registry.notify_cancelled("session:a", 7, "too slow") is CancelOutcome.PENDING
-    assert events.events == []  # announced only if it cancels something
+    assert mcp_events.events == []  # announced only if it cancels something
     await trio.sleep(0.5)  # within the grace, counted from the cancel
     outcome: list[object] = []
     async with mcp_registry.tracked(7, "session:a") as request:
@@ -723,7 +717,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
         except RequestCancelled as exc:
             outcome.append(exc.reason)
     assert outcome == ["too slow"]
-    [event] = events.of_type(RequestCancelledEvent)
+    [event] = mcp_events.of_type(RequestCancelledEvent)
     assert (event.request_id, event.namespace, event.kind) == (7, "session:a", "client")
     # Applied once: the row went with the request, a new call with the id is not cancelled.
     async with mcp_registry.tracked(7, "session:a") as again:

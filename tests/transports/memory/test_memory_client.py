@@ -244,8 +244,8 @@ async def test_a_helper_task_stopping_at_the_flag_ends_the_call(
 async def test_a_cancel_from_another_connection_does_not_cancel(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     async with (
         open_test_client(SERVER, registry=mcp_registry) as alice,
         open_test_client(SERVER, registry=mcp_registry) as mallory,
@@ -257,7 +257,7 @@ async def test_a_cancel_from_another_connection_does_not_cancel(
         await mallory.settle()
         assert mcp_registry.row_count == 0
         assert text_of(await call.result()) == "counted 3"
-    assert events.events == []
+    assert mcp_events.events == []
     assert_no_leaks(mcp_registry)
 
 
@@ -281,8 +281,8 @@ async def test_cancelling_the_caller_sends_notifications_cancelled(
 async def test_leaving_the_block_disconnects_and_cancels_what_still_runs(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     start = trio.current_time()
     async with open_test_client(SERVER, registry=mcp_registry) as client:
         client.start_call("count")
@@ -292,8 +292,8 @@ async def test_leaving_the_block_disconnects_and_cancels_what_still_runs(
         start = trio.current_time()
     # The block ended once both stopped: the stubborn one at the grace period.
     assert trio.current_time() - start == pytest.approx(3)
-    assert {e.kind for e in events.of_type(RequestCancelledEvent)} == {"disconnect"}
-    [hard] = events.of_type(HardCancelEvent)
+    assert {e.kind for e in mcp_events.of_type(RequestCancelledEvent)} == {"disconnect"}
+    [hard] = mcp_events.of_type(HardCancelEvent)
     assert hard.kind == "disconnect"
     assert_no_leaks(mcp_registry)
 
