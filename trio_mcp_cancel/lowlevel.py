@@ -4,7 +4,9 @@ A tool author needs none of this: the root package and
 :mod:`trio_mcp_cancel.server` cover writing and serving tools.  Here are the
 pieces a transport is built from (the :class:`Dispatcher` of a server, the
 typed call states it classifies messages into, a :class:`Caller` and an
-:class:`Exchange`), the registry's lower-level types and helpers (request ids,
+:class:`Exchange`), the server's runtime services (:class:`ServerRuntime`,
+``Dispatcher.of(server).runtime``: its task manager, subscription hub and
+used MRTR states), the registry's lower-level types and helpers (request ids,
 namespaces, the thread token), the task manager, the protocol constants, and
 multi round-trip requests by hand (a tool returning :class:`InputRequired`
 built with :func:`elicit`, :func:`sample`, :func:`list_roots`, for a tool
@@ -40,6 +42,7 @@ from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
 from ._protocol.jsonrpc import JsonRpcError
 from ._protocol.mcp_server import McpServerBase, OnCancel
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
+from ._protocol.runtime import ServerRuntime
 from ._protocol.tasks import TaskManager
 from ._protocol.tools import TaskSupport, Tool
 from ._protocol.versions import (
@@ -89,6 +92,7 @@ __all__ = [
     "Rejected",
     "RequestCall",
     "RequestLike",
+    "ServerRuntime",
     "StateSigner",
     "TaskManager",
     "TaskSupport",

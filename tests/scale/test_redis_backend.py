@@ -39,7 +39,7 @@ from trio_mcp_cancel import Event, Registry, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, McpError
 
@@ -161,13 +161,15 @@ async def test_tasks_cancel_on_one_instance_stops_the_work_on_another(
             async with client_of(a) as on_a, client_of(b) as on_b:
                 created = await on_a.request("tools/call", {"name": "count", "arguments": {}})
                 task_id = created["taskId"]
-                assert a.tasks.running_here(task_id) and not b.tasks.running_here(task_id)
+                assert Dispatcher.of(a).runtime.tasks.running_here(task_id) and not Dispatcher.of(
+                    b
+                ).runtime.tasks.running_here(task_id)
                 assert (await on_b.request("tasks/get", {"taskId": task_id}))["status"] == "working"
                 assert (await on_b.request("tasks/cancel", {"taskId": task_id}))["resultType"]
                 # Settled well inside the 30 s grace period: the flag stopped it.
                 await wait_status(on_b, task_id, "cancelled")
                 assert stopped == ["cancelled"]
-                assert await a.tasks.store.get(task_id) is not None
+                assert await Dispatcher.of(a).runtime.tasks.store.get(task_id) is not None
                 assert on_a.registry.in_flight_count == 0
 
 
@@ -206,10 +208,10 @@ async def test_redis_down_then_back(prefix: str) -> None:
                     # ... reported once per outage ...
                     assert [e.name for e in events] == ["backend.unavailable"]
                     # ... while the task runs on, and local cancellation still works.
-                    assert a.tasks.running_here(first["taskId"])
+                    assert Dispatcher.of(a).runtime.tasks.running_here(first["taskId"])
                     await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
                     with trio.fail_after(10):
-                        while a.tasks.running_here(first["taskId"]):
+                        while Dispatcher.of(a).runtime.tasks.running_here(first["taskId"]):
                             await trio.sleep(0.01)
                     assert stopped == ["cancelled"]
                     # An optional task tool is called the ordinary way meanwhile.

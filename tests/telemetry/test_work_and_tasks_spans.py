@@ -24,7 +24,7 @@ from otel_harness import Otel, attrs_of, event_names
 
 from trio_mcp_cancel import RegistryConfig, run_process
 from trio_mcp_cancel._core.events import BackendEvent
-from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
 
@@ -32,7 +32,7 @@ from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
 @asynccontextmanager
 async def serving_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.tasks.run)
+        await nursery.start(Dispatcher.of(server).runtime.tasks.run)
         yield
         nursery.cancel_scope.cancel()
 

@@ -25,11 +25,11 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .._core.ratelog import RateLimitedLog
 from . import jsonrpc
 from .exchange import Caller, Exchange
 from .jsonrpc import JsonRpcError
 from .mcp_server import McpServerBase
+from .runtime import ServerRuntime
 from .tools import Tool
 from .versions import Envelope, Era
 
@@ -126,7 +126,7 @@ class HandlerInput:
     dispatcher calls it again (a no-op by then) when the answer is ready.
     """
 
-    __slots__ = ("_status", "call", "caller", "exchange", "failures", "server")
+    __slots__ = ("_status", "call", "caller", "exchange", "runtime", "server")
 
     def __init__(
         self,
@@ -134,15 +134,16 @@ class HandlerInput:
         call: RequestCall,
         caller: Caller,
         exchange: Exchange,
-        failures: RateLimitedLog,
+        runtime: ServerRuntime,
         status: trio.TaskStatus[None] | None = None,
     ) -> None:
         self.server = server
         self.call = call
         self.caller = caller
         self.exchange = exchange
-        self.failures = failures
-        """Where unexpected failures are logged, once per kind and interval."""
+        self.runtime = runtime
+        """The server's runtime services (tasks, subscription hub, used MRTR states,
+        the failure log), its dispatcher's (:mod:`.runtime`)."""
         self._status = status
 
     @property
@@ -164,7 +165,7 @@ class HandlerInput:
 
     def with_exchange(self, exchange: Exchange) -> HandlerInput:
         """The same request on another exchange (a task's), reporting no start."""
-        return HandlerInput(self.server, self.call, self.caller, exchange, self.failures)
+        return HandlerInput(self.server, self.call, self.caller, exchange, self.runtime)
 
 
 Handler = Callable[[HandlerInput], Awaitable[Any]]

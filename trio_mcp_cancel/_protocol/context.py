@@ -305,10 +305,9 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
         ctx.input_responses = responses
         if "requestState" in params:
-            server = h.server
-            signer = server.state_signer
+            signer = h.server.state_signer
             opened = signer.open_token(params["requestState"], _mrtr_binding(h, target))
-            if not await server.used_states.use(opened.key, opened.expires_at, signer.now()):
+            if not await h.runtime.used_states.use(opened.key, opened.expires_at, signer.now()):
                 raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
             ctx.request_state = opened.state
         ctx._answers, ctx.request_state = mrtr_answers(ctx.request_state, responses)
@@ -448,7 +447,7 @@ async def invoke(
         return error_result(str(exc))
     except Exception as exc:
         # A failing tool is a tool result, not a protocol error (MCP "isError").
-        h.failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
+        h.runtime.failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
         return error_result(f"{type(exc).__name__}: {exc}")
 
 

@@ -39,7 +39,7 @@ from typing import Any, Final
 import trio
 
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
-from .._core.ratelog import RateLimitedLog, failure_key
+from .._core.ratelog import failure_key
 from .._core.registry import CancelOutcome
 from .._telemetry.server import Subject
 from . import jsonrpc
@@ -58,6 +58,7 @@ from .exchange import Caller, Exchange
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
 from .mcp_server import McpServerBase
 from .methods import METHODS, TARGETS
+from .runtime import ServerRuntime
 from .tools import Tool
 from .versions import (
     META_SERVER_INFO,
@@ -84,7 +85,9 @@ class Dispatcher:
     Get it with :meth:`of`: one per server, shared by every transport that
     serves it, because admission is server-wide (*max_concurrent_calls*
     counts the calls of every transport and session).  The server itself
-    stays configuration: it never imports this module.
+    stays configuration: it never imports this module; what changes while
+    it serves (its task manager, subscription hub, used MRTR states) is the
+    dispatcher's :attr:`runtime`, made with it.
     """
 
     def __init__(self, server: McpServerBase) -> None:
@@ -96,8 +99,9 @@ class Dispatcher:
         """Tool calls (and tracked reads) admitted and not finished."""
         self.listens = Slots()
         """Open ``subscriptions/listen`` streams."""
-        self.failures = RateLimitedLog(logger)
-        """Unexpected failures, logged with their traceback once per kind and interval."""
+        self.runtime = ServerRuntime.for_server(server)
+        """The server's runtime services (tasks, subscription hub, used MRTR states, the
+        failure log); one per server, owned here (see :mod:`.runtime`)."""
 
     @classmethod
     def of(cls, server: McpServerBase) -> Dispatcher:
@@ -195,7 +199,7 @@ class Dispatcher:
             return False
         task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
         if task_id is not None:
-            self.server.tasks.creation_cancelled(task_id)
+            self.runtime.tasks.creation_cancelled(task_id)
         if outcome is CancelOutcome.LIMIT_REACHED:  # refused either way: does it run here?
             return not registry.in_flight(request_id, caller.namespace)
         return outcome is not CancelOutcome.CANCELLED
@@ -284,7 +288,7 @@ class Dispatcher:
         caller), this admits the call itself.
         """
         request = call.request
-        h = HandlerInput(self.server, call, caller, exchange, self.failures, task_status)
+        h = HandlerInput(self.server, call, caller, exchange, self.runtime, task_status)
         if caller.channel is not None:
             caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
@@ -314,7 +318,7 @@ class Dispatcher:
             # fails this request, never the transport and its other requests;
             # the same failure repeated (one bad request in a loop) is logged
             # once per interval, not once per request.
-            self.failures.exception(
+            self.runtime.failures.exception(
                 failure_key(request.method, exc), "%s %r failed", request.method[:100], request.id
             )
             return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")

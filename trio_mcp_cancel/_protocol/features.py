@@ -1,10 +1,11 @@
-"""What a server offers besides tools: resources, prompts, completion, subscriptions, MRTR state.
+"""What a server offers besides tools: resources, prompts, completion, the MRTR state signer.
 
 :class:`ServerFeatures` is the registration half of
 :class:`~.mcp_server.McpServer` (its decorators and the state they fill);
 the methods that serve them are in :mod:`.surface`.  Registering or removing
 anything while the server runs tells the ``subscriptions/listen`` streams
-that asked (``notifications/*/list_changed``).
+that asked (``notifications/*/list_changed``), through ``on_change``, which
+the server's runtime (:mod:`.runtime`) points at its subscription hub.
 """
 
 from __future__ import annotations
@@ -14,24 +15,25 @@ from typing import Any, Literal, TypeVar, overload
 
 from .mrtr import StateSigner
 from .prompts import PromptSet, make_prompt
-from .replay import UsedStates
 from .resources import Resource, ResourceSet, ResourceTemplate
-from .subscriptions import SubscriptionHub
 
-__all__ = ["CacheScope", "ServerFeatures"]
+__all__ = ["CacheScope", "ChangeSink", "ServerFeatures"]
 
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (run in a thread)
 CacheScope = Literal["public", "private"]
+ChangeSink = Callable[[str, Mapping[str, Any] | None], object]
+"""Told a ``notifications/*`` method and its params when what the server offers changes."""
 
 
 class ServerFeatures:
-    """Resources, prompts, completers, the listen hub, the MRTR state signer and used set."""
+    """Resources, prompts, completers, the MRTR state signer, and who hears of changes."""
 
     resources: ResourceSet
     prompts: PromptSet
-    subscriptions: SubscriptionHub
     state_signer: StateSigner
-    used_states: UsedStates
+    on_change: ChangeSink | None
+    """Where registration changes go: the runtime's subscription hub, set when the
+    server's dispatcher is made; ``None`` before (nobody listens yet, nothing is lost)."""
     resource_ttl_ms: int
     resource_cache_scope: CacheScope
 
@@ -45,7 +47,7 @@ class ServerFeatures:
     ) -> None:
         self.resources = ResourceSet()
         self.prompts = PromptSet()
-        self.subscriptions = SubscriptionHub()
+        self.on_change = None
         if state_secret is None and state_secret_previous is not None:
             raise ValueError("state_secret_previous needs state_secret (the one that seals)")
         self.state_signer = (
@@ -53,7 +55,6 @@ class ServerFeatures:
             if state_secret is None
             else StateSigner(state_secret, ttl=state_ttl, previous=state_secret_previous)
         )
-        self.used_states = UsedStates()
         if resource_ttl_ms < 0 or resource_cache_scope not in ("public", "private"):
             raise ValueError("resource_ttl_ms must be >= 0, cache scope 'public' or 'private'")
         self.resource_ttl_ms = resource_ttl_ms
@@ -181,19 +182,24 @@ class ServerFeatures:
 
     # -- change notifications ----------------------------------------------------
 
+    def _changed(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        on_change = self.on_change
+        if on_change is not None:
+            on_change(method, params)
+
     def tools_changed(self) -> None:
         """Tell listen streams that asked: ``notifications/tools/list_changed``."""
-        self.subscriptions.publish("notifications/tools/list_changed")
+        self._changed("notifications/tools/list_changed")
 
     def prompts_changed(self) -> None:
-        self.subscriptions.publish("notifications/prompts/list_changed")
+        self._changed("notifications/prompts/list_changed")
 
     def resources_changed(self) -> None:
-        self.subscriptions.publish("notifications/resources/list_changed")
+        self._changed("notifications/resources/list_changed")
 
     def resource_updated(self, uri: str) -> None:
         """Tell listen streams subscribed to *uri*: ``notifications/resources/updated``."""
-        self.subscriptions.publish("notifications/resources/updated", {"uri": uri})
+        self._changed("notifications/resources/updated", {"uri": uri})
 
     def remove_prompt(self, name: str) -> None:
         del self.prompts.prompts[name]

@@ -131,7 +131,7 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
     ctx = await make_context(h, tool.name)
     if h.call.era == "modern" and tool.task_support != "forbidden":
-        if h.server.tasks.wanted(tool.task_support, client_capabilities(h)):
+        if h.runtime.tasks.wanted(tool.task_support, client_capabilities(h)):
             if tool.before_task is not None:
                 try:
                     asked = await tool.before_task(ctx, **arguments)
@@ -166,6 +166,7 @@ async def _start_task(
     lost), the task is cancelled: nobody could poll or cancel it.
     """
     server, caller, request = h.server, h.caller, h.call.request
+    tasks = h.runtime.tasks
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
         ctx = ToolContext(
@@ -178,8 +179,8 @@ async def _start_task(
             client_capabilities=first.client_capabilities,
             input_responses=first.input_responses,
             request_state=first.request_state,
-            task_progress=partial(server.tasks.progress, task_id),
-            ask_task=partial(server.tasks.ask, task_id),
+            task_progress=partial(tasks.progress, task_id),
+            ask_task=partial(tasks.ask, task_id),
         )
         key = (task_id, "task:" + caller.namespace)
 
@@ -193,7 +194,7 @@ async def _start_task(
                 )
             check_declared(value, ctx.client_capabilities)
             wire = input_required_result(value, None)["inputRequests"]
-            ctx.input_responses = await server.tasks.ask(task_id, wire)
+            ctx.input_responses = await tasks.ask(task_id, wire)
             ctx.request_state = value.state
 
         return await invoke(h.with_exchange(exchange), ctx, arguments, key, ask)
@@ -203,7 +204,7 @@ async def _start_task(
     work: Runner = runner
     if server.telemetry is not None:  # its execution's span, linked to this call's
         work = server.telemetry.wrap_task(runner, tool.name)
-    created = await server.tasks.start(
+    created = await tasks.start(
         caller.namespace, work, Exchange(), creator=h.exchange, tenant=tenant
     )
     if caller.channel is not None:
@@ -223,14 +224,14 @@ def _task_owner(h: HandlerInput) -> tuple[str, Mapping[str, Any]]:
 
 async def tasks_get(h: HandlerInput) -> dict[str, Any]:
     owner, params = _task_owner(h)
-    return await h.server.tasks.get(owner, params)
+    return await h.runtime.tasks.get(owner, params)
 
 
 async def tasks_cancel(h: HandlerInput) -> dict[str, Any]:
     owner, params = _task_owner(h)
-    return await h.server.tasks.cancel(owner, params)
+    return await h.runtime.tasks.cancel(owner, params)
 
 
 async def tasks_update(h: HandlerInput) -> dict[str, Any]:
     owner, params = _task_owner(h)
-    return await h.server.tasks.update(owner, params)
+    return await h.runtime.tasks.update(owner, params)

@@ -1,12 +1,13 @@
 """The server a tool author configures: registration and configuration, no dispatch.
 
 :class:`McpServer` holds what the server offers (tools here, resources,
-prompts and completion through :class:`~.features.ServerFeatures`) and the
-settings and services it owns as configuration (admission caps, the task
-manager, the MRTR state signer, the subscription hub, the sync-tool thread
-limit).  Serving a transport is the :class:`~.dispatcher.Dispatcher`'s job;
-this module imports nothing of the dispatch path, so the layers only ever
-import downwards.
+prompts and completion through :class:`~.features.ServerFeatures`) and its
+settings (admission caps, the MRTR state signer, the sync-tool thread limit,
+the task manager to use).  Serving a transport is the
+:class:`~.dispatcher.Dispatcher`'s job, and what changes while it serves
+(the running task manager, the subscription hub, the used MRTR states) is
+the dispatcher's :class:`~.runtime.ServerRuntime`; this module imports
+nothing of the dispatch path, so the layers only ever import downwards.
 """
 
 from __future__ import annotations
@@ -131,14 +132,17 @@ class McpServerBase(ServerFeatures):
         """OAuth scopes a tool's ``tools/call`` needs (``scopes=``; HTTP ``403`` without them)."""
         # Resources, prompts, completion, subscriptions and MRTR (see .features, .surface).
         self.sync_tool_threads = ThreadLimit(sync_tool_threads)
-        """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`."""
-        self.tasks: TaskManager = TaskManager() if tasks is None else tasks
-        """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
+        """The worker threads sync tools share (not Trio's default limiter); see :mod:`.threads`.
+
+        Configuration: each tool binds it when registered; the limiter is made per Trio run."""
+        self.task_manager: TaskManager | None = tasks
+        """The task manager given as *tasks* (``None``: a default one), for the runtime to run.
+
+        The one in use, running or not, is ``Dispatcher.of(server).runtime.tasks``
+        (:class:`~.runtime.ServerRuntime`)."""
         self._init_features(
             state_secret, state_secret_previous, state_ttl, resource_ttl_ms, resource_cache_scope
         )
-        # Task status changes reach the subscriptions/listen streams that asked (taskIds).
-        self.tasks.on_change = lambda task: self.subscriptions.publish("notifications/tasks", task)
 
     @property
     def info(self) -> dict[str, str]:

@@ -167,7 +167,7 @@ def _listen_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
 
 async def _listen(h: HandlerInput) -> dict[str, Any]:
     """Acknowledge, then forward matching notifications until the request is cancelled."""
-    request, exchange, server = h.call.request, h.exchange, h.server
+    request, exchange = h.call.request, h.exchange
     if exchange.send is None:
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
@@ -177,10 +177,10 @@ async def _listen(h: HandlerInput) -> dict[str, Any]:
         # caller's own tasks are granted (others are "not found", silently).
         if not client_declares_tasks(client_capabilities(h)):
             raise require_tasks_extension()
-        owned = await server.tasks.owned(h.caller.namespace, granted.task_ids)
+        owned = await h.runtime.tasks.owned(h.caller.namespace, granted.task_ids)
         granted = attrs.evolve(granted, task_ids=owned)
     tag = {META_SUBSCRIPTION_ID: request.id}
-    hub = server.subscriptions
+    hub = h.runtime.subscriptions
 
     async def body() -> dict[str, Any]:
         listener = hub.open(granted)

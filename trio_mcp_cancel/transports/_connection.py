@@ -373,7 +373,7 @@ class MessageConnection:
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
-                    await self.server.tasks.end_owner(
+                    await self.dispatcher.runtime.tasks.end_owner(
                         self.caller.namespace, reason, kind=kind, grace=self.limits.disconnect_grace
                     )
             finally:
@@ -386,7 +386,7 @@ class MessageConnection:
         if self.dispatcher.admit_notification_stream(tenant) is not None:
             logger.info("listen stream limit reached: no list changes for this connection")
             return
-        hub = self.server.subscriptions
+        hub = self.dispatcher.runtime.subscriptions
         listener = hub.open(LegacyFilter(self.channel.resource_subscriptions))
         try:
             with self._notifier:

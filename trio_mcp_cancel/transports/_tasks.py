@@ -1,18 +1,20 @@
 """Run the server's task manager for as long as a connection transport serves.
 
-The HTTP app runs :class:`~trio_mcp_cancel._protocol.tasks.TaskManager` in
-its ASGI lifespan.  stdio, WebSocket and the in-memory transport have no
-lifespan, so each serves inside :func:`tasks_served`: when the manager is
-not running yet it is started in a nursery of the transport's own, so a
-task-capable tool runs as a task wherever the modern era is served, with no
-``await nursery.start(server.tasks.run)`` for the user to remember.
+The HTTP app runs the server's
+:class:`~trio_mcp_cancel._protocol.tasks.TaskManager` (its runtime's,
+``Dispatcher.of(server).runtime.tasks``) in its ASGI lifespan.  stdio,
+WebSocket and the in-memory transport have no lifespan, so each serves
+inside :func:`tasks_served`: when the manager is not running yet it is
+started in a nursery of the transport's own, so a task-capable tool runs as
+a task wherever the modern era is served, with no
+``await nursery.start(runtime.tasks.run)`` for the user to remember.
 
 **Who stops it.**  A manager the application (or an HTTP lifespan) runs is
 left alone.  One started here is shared by every transport of the process
 serving the same server (a lease, counted), and stopped when the last of
 them ends: the first one to start it waits, at its end, for the others,
 since Trio cannot move a running manager to another nursery.  Run the
-manager yourself (``await nursery.start(server.tasks.run)``) to give it a
+manager yourself (``await nursery.start(runtime.tasks.run)``) to give it a
 lifetime of its own (a backend, say).
 
 What a stopping manager does to tasks still running is the manager's rule:
@@ -30,6 +32,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
+from .._protocol.dispatcher import Dispatcher
 from .._protocol.mcp_server import McpServerBase
 from .._protocol.tasks import TaskManager
 
@@ -53,8 +56,8 @@ _leases: weakref.WeakKeyDictionary[TaskManager, _Lease] = weakref.WeakKeyDiction
 
 @contextlib.asynccontextmanager
 async def tasks_served(server: McpServerBase) -> AsyncIterator[None]:
-    """Make sure ``server.tasks`` runs for the block; see the module docstring."""
-    manager = server.tasks
+    """Make sure the server's task manager runs for the block; see the module docstring."""
+    manager = Dispatcher.of(server).runtime.tasks
     lease = _leases.get(manager)
     if lease is not None:
         # Started by another transport of this process: share it.

@@ -170,7 +170,7 @@ class McpHttpApp:
         self.server = server
         self.backend = backend
         if isinstance(backend, SharedClaims):  # a used requestState is used on every worker
-            server.used_states.shared = backend
+            Dispatcher.of(server).runtime.used_states.shared = backend
         self._registry = registry
         self.registry_config = registry_config
         self.path = path
@@ -309,7 +309,7 @@ class McpHttpApp:
 
     async def _start_tasks(self, service: trio.Nursery) -> None:
         """Run the server's task manager here, on the backend, unless it runs already."""
-        tasks = self.server.tasks
+        tasks = self.dispatcher.runtime.tasks
         if tasks.running:
             return
         backend = self.backend

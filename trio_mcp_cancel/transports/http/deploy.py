@@ -76,6 +76,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
+from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
 from ...backends.base import Backend
@@ -188,7 +189,7 @@ def app_from_env(
     if not options["path"].startswith("/"):
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
     ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
-    server.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    Dispatcher.of(server).runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
     if any(environ.get(name, "").strip() for name in _AUTH_VARIABLES):
         from ..._auth.env import oauth_from_env  # the optional `auth` extra, only when asked for

@@ -91,7 +91,7 @@ class GetStreams:
     ) -> None:
         """Across workers, for as long as the app runs: the hub's notifications
         (:mod:`.fanout`) and, with resumption on, the relays (:mod:`.relay`)."""
-        fanout = HubFanout(self.responder.server.subscriptions, backend.bus)
+        fanout = HubFanout(self.responder.dispatcher.runtime.subscriptions, backend.bus)
         handlers = [fanout.on_bus]
         if self.relays is not None and self.responder.resume_window is not None:
             handlers.append(self.relays.on_bus)
@@ -162,7 +162,7 @@ class GetStreams:
         if full is not None:
             why = f"{full[0]} limit of {full[1]} notification streams"
             raise HttpError(429, f"Too Many Requests: {why}", headers=RETRY_AFTER)
-        hub = responder.server.subscriptions
+        hub = responder.dispatcher.runtime.subscriptions
         listener = hub.open(LegacyFilter(session.channel.resource_subscriptions))
         try:
             writer = self._open(send)

@@ -1,0 +1,70 @@
+"""The server is configuration; what changes while it serves is its dispatcher's runtime.
+
+``McpServer`` holds what the author registered and its settings; the task
+manager, the subscription hub and the used MRTR states live in one
+``ServerRuntime`` per server, made by (and reached through) its
+``Dispatcher``.  Registration changes still reach the listen streams, and a
+server that is never served never builds any of it.
+"""
+
+from __future__ import annotations
+
+from trio_mcp_cancel._protocol.subscriptions import Filter
+from trio_mcp_cancel.lowlevel import Dispatcher, ServerRuntime, TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+#: Tool list changes, one resource's updates and one task's status.
+EVERYTHING = Filter(
+    frozenset({"notifications/tools/list_changed"}), frozenset({"test://doc"}), frozenset({"t1"})
+)
+
+
+def test_the_server_holds_registrations_and_settings_not_runtime_services() -> None:
+    server = McpServer("config-only", max_concurrent_calls=7)
+
+    @server.tool
+    async def echo(text: str) -> str:
+        return text
+
+    assert set(server.tools) == {"echo"} and server.max_concurrent_calls == 7
+    for service in ("tasks", "subscriptions", "used_states", "failures"):
+        assert not hasattr(server, service), service
+    # Nothing runs a server that was never served: no runtime, nobody to tell of changes.
+    assert server.task_manager is None and server.on_change is None
+
+
+def test_each_server_has_one_runtime_owned_by_its_dispatcher() -> None:
+    manager = TaskManager(ttl_ms=5_000)
+    first, second = McpServer("first", tasks=manager), McpServer("second")
+    runtime = Dispatcher.of(first).runtime
+    assert isinstance(runtime, ServerRuntime)
+    assert Dispatcher.of(first).runtime is runtime  # one per server, made once
+    # The manager the author configured is the one the runtime runs.
+    assert runtime.tasks is manager and first.task_manager is manager
+    other = Dispatcher.of(second).runtime
+    assert other.tasks is not manager and other.tasks.ttl_ms == 3_600_000
+    assert other.subscriptions is not runtime.subscriptions
+    assert other.used_states is not runtime.used_states
+
+
+def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
+    server = McpServer("changes")
+    server.tools_changed()  # before any runtime: nobody listens, nothing fails
+    runtime = Dispatcher.of(server).runtime
+    listener = runtime.subscriptions.open(EVERYTHING)
+
+    @server.tool
+    async def late(ctx: ToolContext) -> str:
+        return "added while serving"
+
+    server.resource_updated("test://doc")
+    assert runtime.tasks.on_change is not None
+    runtime.tasks.on_change({"taskId": "t1", "status": "working"})
+    received = [listener.receive.receive_nowait() for _ in range(3)]
+    assert [m["method"] for m in received] == [
+        "notifications/tools/list_changed",
+        "notifications/resources/updated",
+        "notifications/tasks",
+    ]
+    assert received[1]["params"] == {"uri": "test://doc"}
+    runtime.subscriptions.close(listener)
