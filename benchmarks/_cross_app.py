@@ -28,7 +28,7 @@ async def spin(ctx: ToolContext) -> str:
         if isinstance(event, RequestCancelledEvent) and event.request_id == task_id:
             print(f"FLAG {task_id} {time.time():.6f}", flush=True)
 
-    unsubscribe = ctx.registry.subscribe(seen)
+    unsubscribe = ctx.registry.events.subscribe(seen)
     try:
         while True:
             await checkpoint_cancelled()

@@ -239,11 +239,11 @@ def _ours_app(registry: Any, resume: bool = True) -> Any:
             if flagged is not None:
                 flagged.set()
 
-    registry.subscribe(on_event)
+    registry.events.subscribe(on_event)
     return McpHttpApp(
         server,
         registry,
-        limits=ConnectionLimits(max_concurrent_requests=100_000, keepalive_interval=None),
+        limits=ConnectionLimits(max_concurrent_calls=100_000, keepalive_interval=None),
         http_limits=HttpLimits(max_sessions_per_tenant=1000),
         **({} if resume else {"resume_window": None}),
     )

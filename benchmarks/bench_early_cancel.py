@@ -131,7 +131,7 @@ async def _measure(calls: int, config: RegistryConfig, sessions_count: int) -> d
 
     outcomes: Counter[str] = Counter()
     async with open_registry(config) as registry:
-        app = McpHttpApp(server, registry, limits=ConnectionLimits(max_concurrent_requests=calls))
+        app = McpHttpApp(server, registry, limits=ConnectionLimits(max_concurrent_calls=calls))
         sessions = []
         for _ in range(sessions_count):
             init = {

@@ -43,7 +43,13 @@ from statistics import median
 import trio
 import trio.testing
 
-from trio_mcp_cancel import CancellationLimitReached, Registry, RegistryConfig, open_registry
+from trio_mcp_cancel import (
+    CancellationLimitReached,
+    Registry,
+    RegistryConfig,
+    open_registry,
+    tracked,
+)
 from trio_mcp_cancel.lowlevel import CancelOutcome
 
 from ._common import Row, Timer, fmt_ratio, fmt_time, interleave, paired_ratio, verdict
@@ -111,7 +117,7 @@ class FloodResult:
 
 
 async def _park(reg: Registry, request_id: int, namespace: str) -> None:
-    async with reg.tracked(request_id, namespace):
+    async with tracked(request_id, namespace, registry=reg):
         await trio.sleep_forever()
 
 

@@ -17,7 +17,7 @@ from statistics import median
 
 import trio
 
-from trio_mcp_cancel import cancelled, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import cancelled, checkpoint_cancelled, open_registry, tracked
 
 from ._common import Row, Timer, fmt_ratio, fmt_time, interleave, paired_ratio, verdict
 
@@ -86,7 +86,7 @@ async def _bare_checkpoint(n: int) -> float:
 async def run(quick: bool) -> list[Row]:
     n, repeats = (200_000, 5) if quick else (1_000_000, 15)
     n_checkpoint, repeats_checkpoint = (20_000, 3) if quick else (100_000, 9)
-    async with open_registry() as reg, reg.tracked(REQUEST_ID, SCOPE):
+    async with open_registry() as reg, tracked(REQUEST_ID, SCOPE, registry=reg):
         polls: dict[str, Timer] = {"cancelled": _poll, "dict": _dict_lookup}
         samples = await interleave(polls, n, repeats)
         checkpoints: dict[str, Timer] = {

@@ -475,7 +475,13 @@ class JsonLines:
 
 async def stdio_demo() -> None:
     say("\n== 8. stdio: the server as a child process, cancelled by notifications/cancelled")
-    command = [sys.executable, str(HERE / "slow_server.py"), "--stdio", "--grace", str(GRACE)]
+    command = [
+        sys.executable,
+        str(HERE / "slow_server.py"),
+        "--stdio",
+        "--grace-period",
+        str(GRACE),
+    ]
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(
@@ -582,7 +588,7 @@ async def main() -> None:
         say(describe(event))
 
     async with open_registry(grace_period=GRACE) as registry, trio.open_nursery() as nursery:
-        registry.subscribe(show)
+        registry.events.subscribe(show)
         http_url, ws_url = await nursery.start(run_demo_server, registry)
         say(f"server up: {http_url} and {ws_url}")
         async with httpx.AsyncClient(timeout=10) as client:

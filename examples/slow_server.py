@@ -190,7 +190,7 @@ async def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--ws-port", type=int, default=8001)
-    parser.add_argument("--grace", type=float, default=2.0, help="grace period in seconds")
+    parser.add_argument("--grace-period", type=float, default=2.0, help="grace period in seconds")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead")
     parser.add_argument(
         "--trace",
@@ -204,10 +204,13 @@ async def main() -> None:
         setup_telemetry()
     if args.stdio:
         # stdout carries only protocol messages; registry events are logged to stderr.
-        async with open_registry(grace_period=args.grace) as registry:
+        async with open_registry(grace_period=args.grace_period) as registry:
             await serve_mcp_stdio(server, registry, handle_signals=True)
         return
-    async with open_registry(grace_period=args.grace) as registry, trio.open_nursery() as nursery:
+    async with (
+        open_registry(grace_period=args.grace_period) as registry,
+        trio.open_nursery() as nursery,
+    ):
         # Ctrl-C / SIGTERM: graceful HTTP shutdown, then the WebSocket server
         # stops and run_demo_server returns, so main() just finishes (status 0).
         http_url, ws_url = await nursery.start(

@@ -219,7 +219,7 @@ async def open_http_client(
     http2: bool = False,
     max_connections: int = 16,
     connect_timeout: float = 10.0,
-    max_response: int = 16 * 1024 * 1024,
+    max_message_size: int = 16 * 1024 * 1024,
     http_client: httpx2.AsyncClient | None = None,
     **options: Unpack[ClientOptions],
 ) -> AsyncIterator[McpClient]:
@@ -231,6 +231,8 @@ async def open_http_client(
     ``httpx2.Auth`` (a bearer token, OAuth); *verify* and *cert* are the TLS
     settings (a CA bundle or ``ssl.SSLContext``, a client certificate);
     *http2* speaks HTTP/2 (ALPN over TLS, prior knowledge in clear text).
+    *max_message_size* bounds a JSON response body and each SSE event, as
+    it bounds a line or a message of the other clients.
     *http_client*: your own ``httpx2.AsyncClient`` instead (then those
     settings are its own; it is not closed here).
 
@@ -259,7 +261,7 @@ async def open_http_client(
             )
         async with _one_error(), trio.open_nursery() as nursery:
             transport: HttpTransport = http.HttpTransport(
-                url, nursery, http_client, max_response, receiver=client.inbound
+                url, nursery, http_client, max_message_size, receiver=client.inbound
             )
             try:
                 async with _connected(client, transport, options.get("era", "modern"), nursery):

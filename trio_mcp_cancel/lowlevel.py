@@ -7,7 +7,9 @@ typed call states it classifies messages into, a :class:`Caller` and an
 :class:`Exchange`), the server's runtime services (:class:`ServerRuntime`,
 ``Dispatcher.of(server).runtime``: its task manager, subscription hub and
 used MRTR states), the registry's lower-level types and helpers (request ids,
-namespaces, the thread token), the task manager, the protocol constants, and
+namespaces, the thread token; :func:`track` / :func:`untrack` for code that
+cannot use ``async with tracked(...)``, and :class:`Tracking` built directly
+for an id checked once already), the task manager, the protocol constants, and
 multi round-trip requests by hand (a tool returning :class:`InputRequired`
 built with :func:`elicit`, :func:`sample`, :func:`list_roots`, for a tool
 that keeps its own state between rounds instead of ``await ctx.elicit``).
@@ -18,8 +20,17 @@ from __future__ import annotations
 
 from ._core.context import RequestLike, current_request, reason
 from ._core.errors import REQUEST_CANCELLED, CancellationError, InvalidRequestId
+from ._core.events import EventHub
 from ._core.namespace import GLOBAL_NAMESPACE, client_bucket, namespace_for, namespace_from_asgi
-from ._core.registry import USE_CONFIG, CancelOutcome, Tracking, UseConfig, current_registry
+from ._core.registry import (
+    USE_CONFIG,
+    CancelOutcome,
+    Tracking,
+    UseConfig,
+    current_registry,
+    track,
+    untrack,
+)
 from ._core.request import Cancellation, TrackedRequest
 from ._core.validation import (
     MAX_ID_BYTES,
@@ -80,6 +91,7 @@ __all__ = [
     "Dispatcher",
     "Envelope",
     "Era",
+    "EventHub",
     "Exchange",
     "HandlerInput",
     "InputRequired",
@@ -113,6 +125,8 @@ __all__ = [
     "reason",
     "sanitize_reason",
     "sample",
+    "track",
+    "untrack",
     "validate_request_id",
 ]
 

@@ -7,7 +7,7 @@ and grace periods take no real time.  The pytest fixtures (``mcp_registry_config
 which pytest loads by itself (entry point ``trio_mcp_cancel``; the ``testing``
 extra installs pytest and pytest-trio).
 
-Helpers: :func:`advance_past_grace`, :func:`assert_no_leaks`,
+Helpers: :func:`advance_past_grace_period`, :func:`assert_no_leaks`,
 :class:`EventRecorder`.
 
 In-memory client: :func:`open_test_client` drives an :class:`McpServer`
@@ -56,7 +56,7 @@ __all__ = [
     "McpTaskError",
     "McpTestClient",
     "PendingCall",
-    "advance_past_grace",
+    "advance_past_grace_period",
     "assert_no_leaks",
     "open_test_client",
 ]
@@ -79,7 +79,7 @@ class EventRecorder:
     @classmethod
     def attach(cls, registry: Registry) -> EventRecorder:
         recorder = cls()
-        registry.subscribe(recorder)
+        registry.events.subscribe(recorder)
         return recorder
 
     def names(self) -> list[str]:
@@ -92,13 +92,13 @@ class EventRecorder:
         self.events.clear()
 
 
-async def advance_past_grace(
+async def advance_past_grace_period(
     registry: Registry,
-    grace: float | None = None,
+    grace_period: float | None = None,
     *,
     clock: trio.testing.MockClock | None = None,
 ) -> None:
-    """Let the grace period (the registry's, or *grace*) run out.
+    """Let the grace period (the registry's ``grace_period``, or *grace_period*) run out.
 
     With pytest-trio's ``autojump_clock`` this is a sleep that the clock
     skips over.  Pass a :class:`~trio.testing.MockClock` without autojump as
@@ -106,14 +106,14 @@ async def advance_past_grace(
     reacted.  Raises :class:`ValueError` when there is no grace period to
     run out (``grace_period=None``).
     """
-    if grace is None:
-        grace = registry.config.grace_period
-    if grace is None:
+    if grace_period is None:
+        grace_period = registry.config.grace_period
+    if grace_period is None:
         raise ValueError("the registry never hard-cancels (grace_period=None)")
     if clock is None:
-        await trio.sleep(grace + EPSILON)
+        await trio.sleep(grace_period + EPSILON)
     else:
-        clock.jump(grace + EPSILON)
+        clock.jump(grace_period + EPSILON)
         await trio.testing.wait_all_tasks_blocked()
 
 

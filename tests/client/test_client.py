@@ -89,7 +89,7 @@ def gateway(upstream: list[Any]) -> McpServer:
 
 def hard_cancel_times(registry: Registry) -> list[float]:
     times: list[float] = []
-    registry.subscribe(
+    registry.events.subscribe(
         lambda event: (
             times.append(trio.current_time()) if isinstance(event, HardCancelEvent) else None
         )

@@ -37,7 +37,7 @@ class B:
 
 def hard_cancels(registry: Registry) -> list[float]:
     times: list[float] = []
-    registry.subscribe(
+    registry.events.subscribe(
         lambda e: times.append(trio.current_time()) if isinstance(e, HardCancelEvent) else None
     )
     return times

@@ -38,6 +38,7 @@ from trio_mcp_cancel import (
     RequestId,
     checkpoint_cancelled,
     open_registry,
+    tracked,
 )
 from trio_mcp_cancel._core.registry import USE_CONFIG
 from trio_mcp_cancel.lowlevel import (
@@ -45,6 +46,8 @@ from trio_mcp_cancel.lowlevel import (
     InvalidRequestId,
     TrackedRequest,
     is_valid_request_id,
+    track,
+    untrack,
 )
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
@@ -67,7 +70,7 @@ async def park(
 ) -> None:
     """A tool that never finishes by itself; records how it ended."""
     try:
-        async with reg.tracked(request_id, namespace) as request:
+        async with tracked(request_id, namespace, registry=reg) as request:
             task_status.started(request)
             await trio.sleep_forever()
     except RequestCancelled as exc:
@@ -309,7 +312,7 @@ def make_requests(rng: random.Random, count: int) -> list[Req]:
 async def run_request(reg: Registry, model: Model, req: Req) -> None:
     await trio.sleep(req.start)
     try:
-        async with reg.tracked(req.request_id, req.namespace) as handle:
+        async with tracked(req.request_id, req.namespace, registry=reg) as handle:
             req.handle = handle
             model.enter(req)
             if req.tool == "finish":
@@ -339,7 +342,9 @@ async def act(reg: Registry, model: Model, req: Req) -> None:
     else:
         in_flight = req.entered and not req.exited
         assert req.handle is not None  # action_at is after the start
-        done = reg.cancel_request(req.handle, "stream dropped", kind="disconnect", grace=req.grace)
+        done = reg.cancel_request(
+            req.handle, "stream dropped", kind="disconnect", grace_period=req.grace
+        )
         assert done is in_flight
         if done:
             model.flag(req, "disconnect", trio.current_time(), req.grace)
@@ -352,7 +357,7 @@ async def sweep(reg: Registry, model: Model, requests: list[Req]) -> None:
         if req.entered and not req.exited:
             assert req.tool == "forever", req
             assert req.handle is not None
-            assert reg.cancel_request(req.handle, "shutdown", kind="server", grace=0)
+            assert reg.cancel_request(req.handle, "shutdown", kind="server", grace_period=0)
             model.flag(req, "server", trio.current_time(), 0)
 
 
@@ -500,7 +505,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
             if name == "track":
                 _, namespace, request_id = op
                 try:
-                    request = reg.track(request_id, namespace)
+                    request = track(reg, request_id, namespace)
                 except InvalidRequestId:
                     event("track refused an invalid id")
                     assert not is_valid_request_id(request_id)
@@ -511,7 +516,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
             elif name == "untrack":
                 if handles:
                     request = handles[op[1] % len(handles)]
-                    reg.untrack(request)  # idempotent
+                    untrack(reg, request)  # idempotent
                     if request in live:
                         live.remove(request)
             elif name == "notify":
@@ -553,7 +558,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
                 _, index, reason, kind, grace = op
                 if handles:
                     request = handles[index % len(handles)]
-                    done = reg.cancel_request(request, reason, kind=kind, grace=grace)
+                    done = reg.cancel_request(request, reason, kind=kind, grace_period=grace)
                     assert done is (request in live)
                     assert not done or request.cancelled
             elif name == "clear":
@@ -572,7 +577,7 @@ async def apply_operations(config: RegistryConfig, ops: list[tuple[Any, ...]]) -
         # Tear down: untrack everything, let every row expire, and the
         # registry is empty again.
         for request in handles:
-            reg.untrack(request)
+            untrack(reg, request)
         await trio.sleep(1)
         reg.cleanup(0)
         assert_no_leaks(reg)

@@ -28,8 +28,10 @@ from trio_mcp_cancel.lowlevel import (
     current_registry,
     current_request,
     reason,
+    track,
+    untrack,
 )
-from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder, advance_past_grace_period, assert_no_leaks
 
 
 @attrs.frozen
@@ -75,7 +77,7 @@ async def test_child_tasks_see_the_request_that_spawned_them(mcp_registry: Regis
         await trio.lowlevel.checkpoint()
         seen.append(cancelled())
 
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 1, "stop")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(helper)
@@ -83,8 +85,8 @@ async def test_child_tasks_see_the_request_that_spawned_them(mcp_registry: Regis
 
 
 async def test_nested_tracked_blocks_restore_the_outer_request(mcp_registry: Registry) -> None:
-    async with mcp_registry.tracked(1, "s") as outer:
-        async with mcp_registry.tracked(2, "s") as inner:
+    async with tracked(1, "s", registry=mcp_registry) as outer:
+        async with tracked(2, "s", registry=mcp_registry) as inner:
             assert current_request() is inner
         assert current_request() is outer
 
@@ -96,7 +98,7 @@ async def test_hard_cancel_emits_an_event_and_raises_request_cancelled(
 ) -> None:
     events = EventRecorder.attach(mcp_registry)
     with pytest.raises(RequestCancelled) as info:
-        async with mcp_registry.tracked("job", "s"):
+        async with tracked("job", "s", registry=mcp_registry):
             mcp_registry.notify_cancelled("s", "job", "slow")
             await trio.sleep_forever()
     assert info.value.reason == "slow"
@@ -114,7 +116,7 @@ def cancel_running(
     registry: Registry, request_id: int, reason: str | None, namespace: str = "s"
 ) -> TrackedRequest:
     """A request in flight (low-level ``track``, no block), cancelled the public way."""
-    request = registry.track(request_id, namespace)
+    request = track(registry, request_id, namespace)
     assert registry.notify_cancelled(namespace, request_id, reason) is CancelOutcome.CANCELLED
     return request
 
@@ -142,7 +144,7 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
         raise ValueError("subscriber bug")
 
     good = EventRecorder.attach(mcp_registry)
-    mcp_registry.subscribe(broken)
+    mcp_registry.events.subscribe(broken)
     with caplog.at_level(logging.ERROR, logger="trio_mcp_cancel"):
         cancel_running(mcp_registry, 1, None)
         cancel_running(mcp_registry, 2, None)
@@ -153,7 +155,7 @@ async def test_a_failing_subscriber_is_detached_and_others_still_get_events(
 
 async def test_unsubscribe(mcp_registry: Registry) -> None:
     recorder = EventRecorder()
-    unsubscribe = mcp_registry.subscribe(recorder)
+    unsubscribe = mcp_registry.events.subscribe(recorder)
     cancel_running(mcp_registry, 1, None)
     unsubscribe()
     unsubscribe()
@@ -163,7 +165,7 @@ async def test_unsubscribe(mcp_registry: Registry) -> None:
 
 async def test_events_are_logged(caplog: pytest.LogCaptureFixture, mcp_registry: Registry) -> None:
     with caplog.at_level(logging.DEBUG, logger="trio_mcp_cancel"):
-        async with mcp_registry.tracked(1, "session:a"):
+        async with tracked(1, "session:a", registry=mcp_registry):
             mcp_registry.notify_cancelled("session:a", 1, "evil\nlog line")
         mcp_registry.cleanup()
     messages = [r.getMessage() for r in caplog.records]
@@ -173,16 +175,16 @@ async def test_events_are_logged(caplog: pytest.LogCaptureFixture, mcp_registry:
 
 
 @pytest.mark.mcp_registry(grace_period=7)
-async def test_advance_past_grace_with_autojump(
+async def test_advance_past_grace_period_with_autojump(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     start = trio.current_time()
-    await advance_past_grace(mcp_registry)
+    await advance_past_grace_period(mcp_registry)
     assert 7 < trio.current_time() - start < 7.01
 
 
 @pytest.mark.mcp_registry(grace_period=3)
-async def test_advance_past_grace_with_a_hand_driven_clock(
+async def test_advance_past_grace_period_with_a_hand_driven_clock(
     mock_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
@@ -190,7 +192,7 @@ async def test_advance_past_grace_with_a_hand_driven_clock(
 
         async def tool() -> None:
             try:
-                async with mcp_registry.tracked(1, "s"):
+                async with tracked(1, "s", registry=mcp_registry):
                     await trio.sleep_forever()
             except RequestCancelled:
                 outcome.append("aborted")
@@ -198,16 +200,16 @@ async def test_advance_past_grace_with_a_hand_driven_clock(
         nursery.start_soon(tool)
         await trio.testing.wait_all_tasks_blocked()
         mcp_registry.notify_cancelled("s", 1, None)
-        await advance_past_grace(mcp_registry, clock=mock_clock)
+        await advance_past_grace_period(mcp_registry, clock=mock_clock)
         assert outcome == ["aborted"]
 
 
 @pytest.mark.mcp_registry(grace_period=None)
-async def test_advance_past_grace_refuses_a_registry_that_never_hard_cancels(
+async def test_advance_past_grace_period_refuses_a_registry_that_never_hard_cancels(
     mcp_registry: Registry,
 ) -> None:
     with pytest.raises(ValueError, match="never hard-cancels"):
-        await advance_past_grace(mcp_registry)
+        await advance_past_grace_period(mcp_registry)
 
 
 async def test_assert_no_leaks_reports_what_leaked(mcp_registry: Registry) -> None:
@@ -215,10 +217,10 @@ async def test_assert_no_leaks_reports_what_leaked(mcp_registry: Registry) -> No
     assert mcp_registry.notify_cancelled("session:s", 1, None) is CancelOutcome.PENDING
     with pytest.raises(AssertionError, match="1 cancellation rows"):
         assert_no_leaks(mcp_registry)
-    request = mcp_registry.track(2, "s")
+    request = track(mcp_registry, 2, "s")
     with pytest.raises(AssertionError, match="1 in-flight"):
         assert_no_leaks(mcp_registry)
-    mcp_registry.untrack(request)
+    untrack(mcp_registry, request)
     mcp_registry.clear(1, "session:s")
     assert_no_leaks(mcp_registry)
 

@@ -123,7 +123,7 @@ async def _run_catching(
     await nursery.start(guarded)
     await lines.ready.wait()
     request = registry.requests()[0]
-    registry.cancel_request(request, "stop", kind="client", grace=grace)
+    registry.cancel_request(request, "stop", kind="client", grace_period=grace)
     await registry.wait_idle()
     if errors:
         raise errors[0]
@@ -298,7 +298,7 @@ async def test_line_progress_continues_after_the_tools_own_progress() -> None:
 
 async def test_an_already_cancelled_request_starts_no_child(registry: Registry) -> None:
     async with tracked(1, "ns") as request:
-        registry.cancel_request(request, "early", grace=None)
+        registry.cancel_request(request, "early", grace_period=None)
         with pytest.raises(RequestCancelled):
             await run_process([PY, "-c", "open('/nonexistent/should-not-run', 'w')"])
 

@@ -18,6 +18,7 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
+    tracked,
 )
 from trio_mcp_cancel.lowlevel import (
     CancelOutcome,
@@ -25,8 +26,10 @@ from trio_mcp_cancel.lowlevel import (
     TrackedRequest,
     current_request,
     reason,
+    track,
+    untrack,
 )
-from trio_mcp_cancel.testing import EventRecorder, advance_past_grace, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder, advance_past_grace_period, assert_no_leaks
 
 
 async def park(
@@ -39,7 +42,7 @@ async def park(
 ) -> None:
     """A tool that never finishes by itself: it waits to be hard-cancelled."""
     try:
-        async with reg.tracked(request_id, namespace) as request:  # type: ignore[arg-type]
+        async with tracked(request_id, namespace, registry=reg) as request:  # type: ignore[arg-type]
             task_status.started(request)
             await trio.sleep_forever()
     except RequestCancelled as exc:
@@ -63,7 +66,7 @@ async def test_tracked_tracks_and_untracks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     assert not mcp_registry.in_flight(1, "s")
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         assert mcp_registry.in_flight(1, "s")
         assert current_request() is request
         assert not cancelled() and reason() is None
@@ -76,7 +79,7 @@ async def test_untracked_when_the_body_raises(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     with pytest.raises(KeyError):
-        async with mcp_registry.tracked("x", "s"):
+        async with tracked("x", "s", registry=mcp_registry):
             raise KeyError("boom")
     assert_no_leaks(mcp_registry)
 
@@ -86,7 +89,7 @@ async def test_outer_cancellation_propagates_as_cancelled_and_untracks(
     mcp_registry: Registry,
 ) -> None:
     with trio.move_on_after(1) as outer:
-        async with mcp_registry.tracked(1, "s"):
+        async with tracked(1, "s", registry=mcp_registry):
             mcp_registry.notify_cancelled("s", 1, "client gave up")
             await trio.sleep_forever()
     # The outer deadline (1 s) came before the grace period (5 s): the
@@ -102,7 +105,7 @@ async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
     mcp_registry: Registry,
 ) -> None:
     with trio.CancelScope() as outer:
-        async with mcp_registry.tracked(1, "s"):
+        async with tracked(1, "s", registry=mcp_registry):
             outer.cancel()
             mcp_registry.notify_cancelled("s", 1, None)
             await trio.sleep_forever()
@@ -114,7 +117,7 @@ async def test_notify_ignores_requests_not_in_flight(
     autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
     assert mcp_registry.notify_cancelled("s", 1, "nope") is CancelOutcome.NOT_IN_FLIGHT
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         pass
     assert mcp_registry.notify_cancelled("s", 1, "too late") is CancelOutcome.NOT_IN_FLIGHT
     assert mcp_registry.row_count == 0 and mcp_events.events == []
@@ -169,7 +172,7 @@ async def test_grace_zero_cancels_at_once(
 async def test_grace_none_never_hard_cancels(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "please stop")
         await trio.sleep(10_000)  # ignores the flag, and nobody forces it
         assert request.cancelled
@@ -189,7 +192,7 @@ async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
         start = trio.current_time()
 
         async def tool() -> None:
-            async with mcp_registry.tracked(7, "s"):
+            async with tracked(7, "s", registry=mcp_registry):
                 try:
                     for i in range(1000):
                         await checkpoint_cancelled()
@@ -212,7 +215,7 @@ async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
 async def test_checkpoint_cancelled_is_a_checkpoint(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         with trio.CancelScope() as namespace:
             namespace.cancel()
             await checkpoint_cancelled()  # raises Cancelled, caught by namespace
@@ -225,7 +228,7 @@ async def test_tool_that_finishes_despite_the_flag_returns_normally(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "late")
         await trio.sleep(1)
         result = "done"
@@ -256,7 +259,7 @@ async def test_same_id_twice_in_one_scope(
         first_done = trio.Event()
 
         async def quick(*, task_status: trio.TaskStatus[TrackedRequest]) -> None:
-            async with mcp_registry.tracked(1, "s") as request:
+            async with tracked(1, "s", registry=mcp_registry) as request:
                 task_status.started(request)
                 await first_done.wait()
 
@@ -291,8 +294,8 @@ async def test_a_cancel_hits_every_request_sharing_the_key(
 async def test_row_survives_until_the_last_duplicate_leaves(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as outer_request:
-        async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry) as outer_request:
+        async with tracked(1, "s", registry=mcp_registry):
             mcp_registry.notify_cancelled("s", 1, "both")
         assert mcp_registry.row_count == 1 and mcp_registry.client_reason(1, "s") == "both"
         assert outer_request.cancelled
@@ -308,7 +311,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
 
         async def tool() -> None:
             try:
-                async with mcp_registry.tracked(1, "s"):
+                async with tracked(1, "s", registry=mcp_registry):
                     await trio.sleep(1)
             except RequestCancelled:
                 results.append("aborted")
@@ -337,7 +340,7 @@ async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    tracking = mcp_registry.tracked(1, "s")
+    tracking = tracked(1, "s", registry=mcp_registry)
     await tracking.__aenter__()
     mcp_registry.notify_cancelled("s", 1, "between")  # cancels the namespace we are leaving
     # The body finished without a checkpoint, so nothing was interrupted.
@@ -373,7 +376,7 @@ async def test_server_cancel_with_its_own_grace(
 ) -> None:
     async with trio.open_nursery() as nursery:
         request, outcome = await parked(nursery, mcp_registry, 1, "s")
-        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace=2)
+        mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace_period=2)
         assert request.cancelled
         await trio.sleep(1.9)
         assert outcome == []
@@ -385,11 +388,11 @@ async def test_server_cancel_with_its_own_grace(
 async def test_cancelled_counts_client_and_server_cancellations(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         assert not cancelled()
         mcp_registry.cancel_request(current_request(), "server says")
         assert cancelled() and reason() == "server says"
-    async with mcp_registry.tracked(2, "s"):
+    async with tracked(2, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 2, "client says")
         assert cancelled() and reason() == "client says"
 
@@ -402,7 +405,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
     async with trio.open_nursery() as nursery:
         request, outcome = await parked(nursery, mcp_registry, 1, "s")
         mcp_registry.notify_cancelled("s", 1, "client first")
-        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace=1)
+        mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace_period=1)
         await trio.sleep(1.1)
         assert request.reason == "client first"
         assert len(outcome) == 1
@@ -428,7 +431,7 @@ async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_t
 async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outcome(
     autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         assert mcp_registry.notify_cancelled("s", 1, "first") is CancelOutcome.CANCELLED
         assert mcp_registry.notify_cancelled("s", 1, "second") is CancelOutcome.CANCELLED
         assert mcp_registry.client_reason(1, "s") == "first" and reason() == "first"
@@ -444,7 +447,7 @@ async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outco
 async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
     autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    async with mcp_registry.tracked(1, "ip:192.0.2.1"):
+    async with tracked(1, "ip:192.0.2.1", registry=mcp_registry):
         pass
     for namespace in ("ip:192.0.2.1", "global", "session:s"):
         outcome = mcp_registry.notify_cancelled(namespace, 1, "late", keep_early=False)
@@ -457,7 +460,7 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
 
 @pytest.mark.mcp_registry(max_reason_length=10)
 async def test_reason_is_sanitised(autojump_clock: MockClock, mcp_registry: Registry) -> None:
-    async with mcp_registry.tracked(1, "s"):
+    async with tracked(1, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 1, "\x1b[31mred\nalert and much more")
         assert reason() == "[31mred al"
 
@@ -472,10 +475,10 @@ async def test_quota_is_the_only_rejection(
     assert mcp_registry.notify_cancelled(greedy, 99, None) is CancelOutcome.LIMIT_REACHED
     assert mcp_events.names()[-1] == "cancellation.limit_reached"
     assert mcp_registry.notify_cancelled(polite, 99, None) is CancelOutcome.PENDING
-    async with mcp_registry.tracked(100, greedy) as request:
+    async with tracked(100, greedy, registry=mcp_registry) as request:
         assert mcp_registry.notify_cancelled(greedy, 100, None) is CancelOutcome.LIMIT_REACHED
         assert not request.cancelled
-    async with mcp_registry.tracked(100, polite) as request:
+    async with tracked(100, polite, registry=mcp_registry) as request:
         assert mcp_registry.notify_cancelled(polite, 100, None) is CancelOutcome.CANCELLED
 
 
@@ -499,7 +502,7 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
 async def test_eviction_never_unflags_a_running_request(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "me") as request:
+    async with tracked(1, "me", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("me", 1, "stop")
         for i in range(100):
             mcp_registry.notify_cancelled("session:flooder", i, None)
@@ -514,7 +517,7 @@ async def test_cleanup_expires_rows_by_ttl(
     autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
     # Two long requests (low-level track: no block), cancelled 6s apart.
-    first, second = mcp_registry.track(1, "s"), mcp_registry.track(2, "s")
+    first, second = track(mcp_registry, 1, "s"), track(mcp_registry, 2, "s")
     mcp_registry.notify_cancelled("s", 1, None)
     await trio.sleep(6)
     mcp_registry.notify_cancelled("s", 2, None)
@@ -524,8 +527,8 @@ async def test_cleanup_expires_rows_by_ttl(
     assert mcp_registry.cleanup(ttl=0) == 1
     assert [(e.removed, e.in_flight_removed) for e in mcp_events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
     assert first.cancelled and second.cancelled  # the flags stay
-    mcp_registry.untrack(first)
-    mcp_registry.untrack(second)
+    untrack(mcp_registry, first)
+    untrack(mcp_registry, second)
 
 
 @pytest.mark.mcp_registry(cleanup_interval=None)
@@ -533,19 +536,19 @@ async def test_cleanup_removes_requests_of_dead_tasks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async def sloppy() -> None:
-        mcp_registry.track("leaky", "s")  # low-level API, never untracked
+        track(mcp_registry, "leaky", "s")  # low-level API, never untracked
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sloppy)
     assert mcp_registry.in_flight("leaky", "s")
-    alive = mcp_registry.track("alive", "s")
+    alive = track(mcp_registry, "alive", "s")
     events = EventRecorder.attach(mcp_registry)
     mcp_registry.cleanup()
     assert not mcp_registry.in_flight("leaky", "s")
     assert mcp_registry.in_flight("alive", "s")
     assert events.events[-1].in_flight_removed == 1  # type: ignore[union-attr]
-    mcp_registry.untrack(alive)
-    mcp_registry.untrack(alive)  # idempotent
+    untrack(mcp_registry, alive)
+    untrack(mcp_registry, alive)  # idempotent
     assert_no_leaks(mcp_registry)
 
 
@@ -553,7 +556,7 @@ async def test_cleanup_removes_requests_of_dead_tasks(
 async def test_janitor_runs_every_cleanup_interval(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    request = mcp_registry.track(1, "s")
+    request = track(mcp_registry, 1, "s")
     mcp_registry.notify_cancelled("s", 1, None)
     events = EventRecorder.attach(mcp_registry)
     await trio.sleep(29)
@@ -562,7 +565,7 @@ async def test_janitor_runs_every_cleanup_interval(
     assert events.names() == ["cancellation.cleanup"] and mcp_registry.row_count == 0
     await trio.sleep(30)
     assert events.names() == ["cancellation.cleanup"] * 2
-    mcp_registry.untrack(request)
+    untrack(mcp_registry, request)
 
 
 async def test_janitor_stops_with_the_registry(autojump_clock: MockClock) -> None:
@@ -575,19 +578,19 @@ async def test_janitor_stops_with_the_registry(autojump_clock: MockClock) -> Non
         nursery.cancel_scope.cancel()
     assert not reg.running
     with pytest.raises(RegistryClosed):
-        reg.track(1, "s")
+        track(reg, 1, "s")
 
 
 async def test_track_needs_a_running_registry(autojump_clock: MockClock) -> None:
     reg = Registry()
     with pytest.raises(RegistryClosed):
-        async with reg.tracked(1, "s"):
+        async with tracked(1, "s", registry=reg):
             pass
 
 
 async def test_track_refuses_invalid_ids(autojump_clock: MockClock, mcp_registry: Registry) -> None:
     with pytest.raises(InvalidRequestId):
-        async with mcp_registry.tracked(None, "s"):  # type: ignore[arg-type]
+        async with tracked(None, "s", registry=mcp_registry):  # type: ignore[arg-type]
             pass
     assert_no_leaks(mcp_registry)
 
@@ -595,7 +598,7 @@ async def test_track_refuses_invalid_ids(autojump_clock: MockClock, mcp_registry
 async def test_tracking_cannot_be_entered_twice(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    tracking = mcp_registry.tracked(1, "s")
+    tracking = tracked(1, "s", registry=mcp_registry)
     async with tracking:
         with pytest.raises(RuntimeError, match="twice"):
             await tracking.__aenter__()
@@ -639,7 +642,7 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
         ]
         assert set(results) == {CancelOutcome.CANCELLED}
         assert mcp_registry.row_count == n
-        await advance_past_grace(mcp_registry)
+        await advance_past_grace_period(mcp_registry)
     assert len(outcome) == n
     assert all(isinstance(o, RequestCancelled) for o in outcome)
     assert_no_leaks(mcp_registry)
@@ -648,7 +651,7 @@ async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
 async def test_lookups_with_invalid_ids_match_nothing(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with mcp_registry.tracked(1, "s") as request:
+    async with tracked(1, "s", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("s", 1, "one")
         for bad in (True, 1.0, None, [1], {"a": 1}):
             assert not mcp_registry.in_flight(bad, "s")  # type: ignore[arg-type]
@@ -684,15 +687,15 @@ async def test_many_requests_sharing_one_key_untrack_independently(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    requests = [mcp_registry.track("same", "s") for _ in range(2000)]
+    requests = [track(mcp_registry, "same", "s") for _ in range(2000)]
     for request in requests[::2]:
-        mcp_registry.untrack(request)
+        untrack(mcp_registry, request)
     assert mcp_registry.in_flight_count == 1000 and mcp_registry.in_flight("same", "s")
     mcp_registry.notify_cancelled("s", "same", "all of them")
     assert all(r.cancelled for r in requests[1::2])
     assert not any(r.cancelled for r in requests[::2])
     for request in requests[1::2]:
-        mcp_registry.untrack(request)
+        untrack(mcp_registry, request)
     assert_no_leaks(mcp_registry)
 
 
@@ -710,7 +713,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     assert mcp_events.events == []  # announced only if it cancels something
     await trio.sleep(0.5)  # within the grace, counted from the cancel
     outcome: list[object] = []
-    async with mcp_registry.tracked(7, "session:a") as request:
+    async with tracked(7, "session:a", registry=mcp_registry) as request:
         assert request.cancelled and request.reason == "too slow"
         try:
             await checkpoint_cancelled()
@@ -720,7 +723,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     [event] = mcp_events.of_type(RequestCancelledEvent)
     assert (event.request_id, event.namespace, event.kind) == (7, "session:a", "client")
     # Applied once: the row went with the request, a new call with the id is not cancelled.
-    async with mcp_registry.tracked(7, "session:a") as again:
+    async with tracked(7, "session:a", registry=mcp_registry) as again:
         assert not again.cancelled
     assert_no_leaks(mcp_registry)
 
@@ -732,7 +735,7 @@ async def test_an_early_cancel_expires_unused(
     assert mcp_registry.notify_cancelled("principal:bob", "x", None) is CancelOutcome.PENDING
     assert mcp_registry.row_count == 1
     await trio.sleep(5.0)
-    async with mcp_registry.tracked("x", "principal:bob") as request:
+    async with tracked("x", "principal:bob", registry=mcp_registry) as request:
         assert not request.cancelled
     assert_no_leaks(mcp_registry)
     # Expiry without a request starting: the janitor's pass drops it.

@@ -366,7 +366,7 @@ async def test_slow_reader_is_disconnected_and_others_are_served(
         ):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
-            registry.subscribe(
+            registry.events.subscribe(
                 lambda e: (
                     cancelled_at.append(trio.current_time())
                     if isinstance(e, RequestCancelledEvent)
@@ -868,7 +868,7 @@ async def test_tenant_and_session_caps_on_calls_in_flight(mcp_registry: Registry
             mcp_registry,
             probe,
             caps={"max_calls_per_tenant": 3},
-            limits=ConnectionLimits(max_concurrent_requests=2),
+            limits=ConnectionLimits(max_concurrent_calls=2),
         ) as (
             served,
             _,

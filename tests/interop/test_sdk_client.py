@@ -135,7 +135,7 @@ async def running(registry: Registry, **options: Any) -> AsyncIterator[Fixture]:
         config.accesslog = None
         config.graceful_timeout = 0.5
         fx = Fixture("", registry)
-        registry.subscribe(fx.events.append)
+        registry.events.subscribe(fx.events.append)
         mcp_app = McpHttpApp(make_server(fx), registry, **options)
 
         async def app(scope: Any, receive: Any, send: Any) -> None:

@@ -63,7 +63,7 @@ pytestmark = pytest.mark.mcp_registry(grace_period=0.3)
 async def running(registry: Registry, server: McpServer) -> AsyncIterator[tuple[str, list[Event]]]:
     async with trio.open_nursery() as nursery:
         events: list[Event] = []
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None

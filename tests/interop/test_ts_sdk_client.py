@@ -60,7 +60,7 @@ async def running(registry: Registry, seen: list[str], events: list[Event]) -> A
         return text
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.
-    registry.subscribe(events.append)
+    registry.events.subscribe(events.append)
     async with hypercorn_checked(server, registry) as url:
         yield url
 

@@ -47,7 +47,7 @@ async def running(
         server.tools_changed()
         return "changed"
 
-    registry.subscribe(events.append)
+    registry.events.subscribe(events.append)
     async with hypercorn_checked(server, registry) as url:
         yield url
 

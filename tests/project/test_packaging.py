@@ -234,7 +234,7 @@ def run_cli_and_cancel(*options: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "RUNNER_APP_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "trio_mcp_cancel", "run", "runner_app:server", "--grace", "0",
+        [sys.executable, "-m", "trio_mcp_cancel", "run", "runner_app:server", "--grace-period", "0",
          *options],
         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -256,7 +256,7 @@ def test_the_cli_logs_each_cancel_at_info_by_default() -> None:
     stderr = run_cli_and_cancel()
     [line] = [line for line in stderr.splitlines() if " cancelled by " in line]
     assert "INFO trio_mcp_cancel: request 2 in session:stdio-" in line
-    # --grace 0: hard-cancelled at once (in real time, so the seconds are not judged).
+    # --grace-period 0: hard-cancelled at once (in real time, so the seconds are not judged).
     assert re.search(
         r"cancelled by the client \('enough'\): hard-cancelled \d+\.\d{3} s after", line
     )

@@ -150,13 +150,13 @@ def test_settings_objects_are_frozen_and_documented() -> None:
 @pytest.mark.parametrize(
     ("cls", "field", "value"),
     [
-        (ConnectionLimits, "max_concurrent_requests", 0),
+        (ConnectionLimits, "max_concurrent_calls", 0),
         (ConnectionLimits, "max_message_size", -1),
         (ConnectionLimits, "write_timeout", 0),
         (ConnectionLimits, "max_buffered_bytes", -1),
         (ConnectionLimits, "max_request_time", float("nan")),
         (ConnectionLimits, "keepalive_interval", True),
-        (ConnectionLimits, "disconnect_grace", -1),
+        (ConnectionLimits, "disconnect_grace_period", -1),
         (HttpLimits, "max_head_size", 0),
         (HttpLimits, "body_timeout", -5),
         (HttpLimits, "max_sessions", 1.5),
@@ -170,9 +170,9 @@ def test_a_bad_setting_fails_where_it_is_written(cls: type, field: str, value: o
 
 
 def test_the_disconnect_grace_defaults_to_the_registry_grace_and_takes_none() -> None:
-    assert ConnectionLimits().disconnect_grace is USE_CONFIG
-    assert ConnectionLimits(disconnect_grace=None).disconnect_grace is None
-    assert ConnectionLimits(disconnect_grace=0).disconnect_grace == 0
+    assert ConnectionLimits().disconnect_grace_period is USE_CONFIG
+    assert ConnectionLimits(disconnect_grace_period=None).disconnect_grace_period is None
+    assert ConnectionLimits(disconnect_grace_period=0).disconnect_grace_period == 0
 
 
 def test_every_transport_takes_the_same_connection_limits() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_mcp_cancel import Registry, RegistryConfig, RequestCancelledEvent
+from trio_mcp_cancel import Registry, RegistryConfig, RequestCancelledEvent, tracked
 from trio_mcp_cancel.testing import EventRecorder
 
 pytestmark = pytest.mark.mcp_registry(grace_period=7.0)
@@ -37,7 +37,7 @@ async def test_a_parametrized_config_wins_over_the_markers(mcp_registry: Registr
 async def test_mcp_events_records_what_the_fixtures_registry_emits(
     mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    async with mcp_registry.tracked(1, "session:a") as request:
+    async with tracked(1, "session:a", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("session:a", 1, "stop")
         assert request.cancelled
     [event] = mcp_events.of_type(RequestCancelledEvent)

@@ -22,11 +22,11 @@ from cancellation_tools import probe_server
 
 import trio_mcp_cancel._core.registry as registry_module
 import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
-from trio_mcp_cancel import Registry
+from trio_mcp_cancel import Registry, tracked
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel._protocol.jsonrpc import Notification
-from trio_mcp_cancel.lowlevel import InvalidRequestId
+from trio_mcp_cancel.lowlevel import InvalidRequestId, track
 from trio_mcp_cancel.testing import assert_no_leaks
 
 
@@ -40,13 +40,13 @@ async def test_only_a_cancel_of_a_request_not_running_here_is_for_another_worker
 ) -> None:
     dispatcher = Dispatcher.of(probe_server())
     caller = Caller("session:s", mcp_registry)
-    async with mcp_registry.tracked(1, "session:s") as request:
+    async with tracked(1, "session:s", registry=mcp_registry) as request:
         assert dispatcher.notify(cancel(1), caller) is False  # it runs here
         assert request.cancelled
         assert dispatcher.notify(cancel(2), caller) is True  # kept early, and forwarded
         # The namespace is at its quota: refused here, so it may run elsewhere.
         assert dispatcher.notify(cancel(3), caller) is True
-    async with mcp_registry.tracked(4, "session:t") as request:
+    async with tracked(4, "session:t", registry=mcp_registry) as request:
         mcp_registry.notify_cancelled("session:t", 5, "fills the quota")
         # Refused by the quota, but running here: nobody else has it.
         assert dispatcher.notify(cancel(4), Caller("session:t", mcp_registry)) is False
@@ -99,9 +99,9 @@ async def test_the_registry_still_checks_the_ids_its_direct_callers_pass(
 ) -> None:
     for bad in (True, 1.5, None, "x" * 300):
         with pytest.raises(InvalidRequestId):
-            mcp_registry.tracked(bad, "s")  # type: ignore[arg-type]
+            tracked(bad, "s", registry=mcp_registry)  # type: ignore[arg-type]
         with pytest.raises(InvalidRequestId):
-            mcp_registry.track(bad, "s")  # type: ignore[arg-type]
+            track(mcp_registry, bad, "s")  # type: ignore[arg-type]
     assert_no_leaks(mcp_registry)
 
 
@@ -115,6 +115,6 @@ async def test_early_cancels_evicted_by_the_cap_leave_nothing_behind(
     # What is kept for requests not started yet is bounded by the rows.
     assert len(mcp_registry._early) <= 10
     # An evicted early cancel no longer cancels its request.
-    async with mcp_registry.tracked(0, "session:flood") as request:
+    async with tracked(0, "session:flood", registry=mcp_registry) as request:
         assert not request.cancelled
     await trio.lowlevel.checkpoint()

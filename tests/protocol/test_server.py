@@ -702,7 +702,7 @@ async def test_exchange_cancel_while_running_hard_cancels_after_its_grace(
         await wait_in_flight(mcp_registry, 6)
         assert exchange.request is not None and exchange.request.request_id == 6
         start = trio.current_time()
-        exchange.cancel("connection closed", kind="disconnect", grace=0.5)
+        exchange.cancel("connection closed", kind="disconnect", grace_period=0.5)
     assert trio.current_time() - start == pytest.approx(0.5)
     assert error_code(replies[0]) == REQUEST_CANCELLED
     [hard] = mcp_events.of_type(HardCancelEvent)

@@ -221,7 +221,9 @@ async def test_a_sync_tool_is_cancelled_like_any_other(
         return "late"
 
     try:
-        async with open_test_client(server, limits=ConnectionLimits(disconnect_grace=1)) as client:
+        async with open_test_client(
+            server, limits=ConnectionLimits(disconnect_grace_period=1)
+        ) as client:
             recorder = EventRecorder.attach(client.registry)
             call = client.start_call("stuck")
             await client.wait_in_flight(call)

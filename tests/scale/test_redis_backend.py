@@ -440,7 +440,7 @@ async def test_backend_events_reach_the_registry_and_are_logged_once(
     app_events = EventRecorder()
     with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
         async with trio.open_nursery() as nursery:
-            mcp_registry.subscribe(app_events)
+            mcp_registry.events.subscribe(app_events)
             app = McpHttpApp(make_server(TaskManager(), []), mcp_registry, backend=backend)
             client = AsgiClient(app, nursery)
             async with client.lifespan():

@@ -60,7 +60,7 @@ async def two_workers(
     """Two apps on *registry* sharing Redis."""
     events: list[Event] = []
     async with trio.open_nursery() as nursery:
-        registry.subscribe(events.append)
+        registry.events.subscribe(events.append)
         apps = [
             McpHttpApp(
                 make_server(),

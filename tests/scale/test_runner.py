@@ -181,7 +181,7 @@ async def test_run_serves_http_in_one_process_and_stops_on_sigterm(tmp_path: Pat
         (["--transport", "http", "--workers", "2"], "MCP_REDIS_URL"),
         (["--workers", "2"], "--workers is for --transport http"),
         (["--port", "1"], "--port is for --transport http"),
-        (["--grace", "soon"], "--grace must be a number"),
+        (["--grace-period", "soon"], "--grace-period must be a number"),
     ],
 )
 async def test_run_refuses_what_it_cannot_do_with_a_clear_error(

@@ -36,7 +36,7 @@ def timeline(client: McpTestClient) -> list[tuple[str, str, float]]:
         if isinstance(kind, str) and event.name != "request.stopped":
             seen.append((event.name, kind, trio.current_time()))
 
-    client.registry.subscribe(record)
+    client.registry.events.subscribe(record)
     return seen
 
 
@@ -158,7 +158,9 @@ async def test_a_manager_the_application_runs_is_left_alone(
 @pytest.mark.subprocess
 async def test_tasks_over_a_real_stdio_process(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
-        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
+        async with launched(
+            tmp_path, str(SLOW_SERVER), "--stdio", "--grace-period", "0.5"
+        ) as server:
 
             async def ask(request_id: int, method: str, params: dict[str, Any]) -> Any:
                 await server.send(request(request_id, method, {**params, "_meta": TASKS_META}))
@@ -201,7 +203,9 @@ async def test_tasks_over_a_real_stdio_process(tmp_path: Path) -> None:
 @pytest.mark.subprocess
 async def test_sigterm_stops_a_stdio_task_as_a_server_shutdown(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
-        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
+        async with launched(
+            tmp_path, str(SLOW_SERVER), "--stdio", "--grace-period", "0.5"
+        ) as server:
             await server.send(call(1, "count", {"n": 1000, "delay": 0.05}, **TASKS_META))
             assert (await server.next_message())["result"]["resultType"] == "task"
             server.proc.send_signal(signal.SIGTERM)

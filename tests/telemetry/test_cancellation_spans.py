@@ -145,7 +145,7 @@ async def test_a_hard_cancel_after_the_grace_period_shows_its_event_and_the_time
     assert attributes["mcp_cancel.cancel.flag_to_stop"] == pytest.approx(5.0)
     assert attributes["mcp.protocol.version"] == "2026-07-28"
     hard = span.events[1]
-    assert dict(hard.attributes or {})["mcp_cancel.cancel.grace"] == pytest.approx(5.0)
+    assert dict(hard.attributes or {})["mcp_cancel.cancel.grace_period"] == pytest.approx(5.0)
     assert_cancel_metrics(otel, "client", "client", "hard_cancel", "stubborn")
 
 
@@ -206,7 +206,7 @@ async def test_a_closed_modern_http_stream_is_a_disconnect_parented_on_the_trace
     otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
-    app = McpHttpApp(server, mcp_registry, limits=ConnectionLimits(disconnect_grace=2.0))
+    app = McpHttpApp(server, mcp_registry, limits=ConnectionLimits(disconnect_grace_period=2.0))
     async with served(app) as client:
         message = modern_call(5, "stubborn", progress_token="p")
         headers = {**headers_of(message), "traceparent": TRACEPARENT}

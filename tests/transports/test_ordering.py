@@ -126,7 +126,7 @@ async def test_memory_back_to_back_pairs_lose_no_cancel(autojump_clock: MockCloc
         async with open_test_client(
             SERVER,
             registry_config=STRICT_CONFIG,
-            limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+            limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
         ) as client:
             events = EventRecorder.attach(client.registry)
             calls = []
@@ -163,7 +163,7 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
     async with open_test_client(
         SERVER,
         registry_config=STRICT_CONFIG,
-        limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+        limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
     ) as client:
         for _ in range(PAIRS):
             client.start_call("wait").cancel_nowait("stop")
@@ -209,7 +209,7 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
                     mcp_registry,
                     stdin=server_stream,
                     stdout=server_stream,
-                    limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+                    limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
                 )
             )
 
@@ -249,7 +249,7 @@ async def test_websocket_back_to_back_pairs_lose_no_cancel(mcp_registry: Registr
                     mcp_registry,
                     "127.0.0.1",
                     0,
-                    limits=ConnectionLimits(max_concurrent_requests=PAIRS + 1),
+                    limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
                 )
             )
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"

@@ -155,7 +155,9 @@ class Timeline:
     @classmethod
     def attach(cls, registry: Registry) -> Timeline:
         timeline = cls()
-        registry.subscribe(lambda event: timeline.events.append((trio.current_time(), event)))
+        registry.events.subscribe(
+            lambda event: timeline.events.append((trio.current_time(), event))
+        )
         return timeline
 
     def of_type(self, event_type: type[Any]) -> list[tuple[float, Any]]:
@@ -515,7 +517,7 @@ async def test_websocket_client_that_stops_reading_is_disconnected_and_others_ar
                     "127.0.0.1",
                     0,
                     limits=ConnectionLimits(
-                        disconnect_grace=0.3, write_timeout=0.5, max_buffered_bytes=256 << 20
+                        disconnect_grace_period=0.3, write_timeout=0.5, max_buffered_bytes=256 << 20
                     ),
                 )
             )

@@ -303,7 +303,7 @@ def attach_events(source: EventHub, target: EventHub) -> Callable[[], None]:
 
     A component with a hub of its own (a backend, created before any
     registry exists) is attached to a registry's hub this way, so one
-    ``registry.subscribe`` sees everything.  While attached, *target* logs
+    ``registry.events.subscribe`` sees everything.  While attached, *target* logs
     the events and *source* does not, so each is logged once; subscribers of
     *source* still get them.
     """

@@ -1,6 +1,6 @@
 """The cancellation registry: in-flight requests, their cancel namespaces, and rows.
 
-A request is a Trio task running inside ``async with reg.tracked(id, namespace)``.
+A request is a Trio task running inside ``async with tracked(id, namespace)``.
 Tracking gives it a :class:`trio.CancelScope` of its own and files it under
 ``(namespace, id)``; several tasks may track the same key (clients reuse ids, and
 a retry can overlap the original), each with its own entry, so one finishing
@@ -26,7 +26,7 @@ import itertools
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from enum import Enum
@@ -41,7 +41,6 @@ from .errors import CancellationLimitReached, RegistryClosed, RequestCancelled
 from .events import (
     CancelKind,
     CleanupEvent,
-    Event,
     EventHub,
     EvictionEvent,
     HardCancelEvent,
@@ -63,7 +62,9 @@ from .validation import (
 
 __all__ = [
     "current_registry",
+    "track",
     "tracked",
+    "untrack",
     "USE_CONFIG",
     "CancelOutcome",
     "UseConfig",
@@ -117,7 +118,7 @@ class UseConfig(Enum):
     token = 0
 
 
-#: Default for ``grace=`` arguments: use the registry's configured grace period.
+#: Default for ``grace_period=`` overrides: use the registry's configured ``grace_period``.
 USE_CONFIG: Final = UseConfig.token
 
 
@@ -140,7 +141,12 @@ class CancelOutcome(Enum):
 
 
 class Tracking:
-    """The ``async with`` behind :meth:`Registry.tracked`.
+    """The ``async with`` that :func:`tracked` returns.
+
+    Low-level: ``Tracking(registry, request_id, namespace)`` built directly is
+    :func:`tracked` for an id that was checked once already, at the edge (the
+    dispatcher's, by ``jsonrpc.classify``: *request_id* is a
+    :data:`ValidRequestId`, not checked again); anyone else uses :func:`tracked`.
 
     A class rather than an ``@asynccontextmanager`` generator because it sits
     on every request's path: entering and leaving it is a handful of dict
@@ -179,12 +185,12 @@ class Tracking:
             cancellation = request.cancellation
             if request.cancel_scope.cancelled_caught:
                 # Our own scope caught its own Cancelled: the grace period ran out.
-                # Reported before untrack()'s request.stopped, in the order it happened.
+                # Reported before _untrack()'s request.stopped, in the order it happened.
                 kind: CancelKind = "server" if cancellation is None else cancellation.kind
                 self._registry.events.emit(
                     HardCancelEvent(request.request_id, request.namespace, kind)
                 )
-            self._registry.untrack(request)
+            self._registry._untrack(request)
         if request.cancel_scope.cancelled_caught:
             raise RequestCancelled(None if cancellation is None else cancellation.reason, kind)
         if exc is None and cancellation is not None and trio.current_time() > request.hard_deadline:
@@ -208,6 +214,8 @@ class Registry:
             config = attrs.evolve(config, **overrides)
         self.config: Final = config
         self.events: Final = EventHub()
+        """The one place to watch events: ``registry.events.subscribe(callback)``
+        or ``registry.events.open_channel()`` (a backend's ``events`` alike)."""
         self._table = CancellationTable(config.max_rows_per_namespace, config.max_rows)
         # key -> {token: request}: duplicates of one key each have an entry,
         # and removing one is O(1) however many share the key.
@@ -274,35 +282,7 @@ class Registry:
             kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
 
-    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
-        """Shorthand for ``reg.events.subscribe``."""
-        return self.events.subscribe(callback)
-
     # -- tracking ----------------------------------------------------------
-
-    def tracked(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> Tracking:
-        """Track ``(namespace, request_id)`` for an ``async with`` block (it is current inside).
-
-        Untracked on exit however the block ends.  A hard cancel's
-        ``trio.Cancelled`` becomes :class:`RequestCancelled`, so an aborted
-        request is never mistaken for a finished one; an enclosing scope's
-        cancellation propagates untouched.  A bad id raises :class:`InvalidRequestId` here.
-        """
-        return Tracking(self, validate_request_id(request_id), namespace)
-
-    def tracked_valid(self, request_id: ValidRequestId, namespace: str) -> Tracking:
-        """Low-level: :meth:`tracked` for an id checked once already, at the edge
-        (the dispatcher's, by ``jsonrpc.classify``); anyone else uses :meth:`tracked`."""
-        return Tracking(self, request_id, namespace)
-
-    def track(self, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE) -> TrackedRequest:
-        """Low-level: file a request for the calling task; pair with :meth:`untrack`.
-
-        The caller enters ``request.cancel_scope`` itself.  A key that already
-        has a cancellation row starts out cancelled (grace counted from the
-        row's time).  A task that dies without untracking is found by :meth:`cleanup`.
-        """
-        return self._track(validate_request_id(request_id), namespace)
 
     def _track(self, request_id: ValidRequestId, namespace: str) -> TrackedRequest:
         if not self._running:
@@ -338,11 +318,10 @@ class Registry:
                 self.events.emit(RequestCancelledEvent(request_id, namespace, row.reason, "client"))
         return request
 
-    def untrack(self, request: TrackedRequest) -> None:
-        """Remove *request*; idempotent.  Clears its key's row with the last one.
-
-        A cancelled request reports how it stopped (``request.stopped``).
-        """
+    def _untrack(self, request: TrackedRequest) -> None:
+        """:func:`untrack`: remove *request*; idempotent.  Clears its key's row
+        with the last one.  A cancelled request reports how it stopped
+        (``request.stopped``)."""
         if self._by_token.pop(request.token, None) is None:
             return
         cancellation = request.cancellation
@@ -415,7 +394,7 @@ class Registry:
             if not early:
                 self._cancel(request_id, reason, namespace)
                 return CancelOutcome.CANCELLED
-            # Announced when (if) it starts and is flagged; see track().
+            # Announced when (if) it starts and is flagged; see _track().
             row = self._record(request_id, reason, namespace)
         except CancellationLimitReached:
             return CancelOutcome.LIMIT_REACHED
@@ -473,15 +452,15 @@ class Registry:
         reason: object = None,
         *,
         kind: CancelKind = "server",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> bool:
         """Cancel one request from the server side: a dropped stream, a time limit.
 
         Keyed to the request's private token (a :class:`TrackedRequest` or
         its ``token``), never to ``(namespace, id)``, so it touches exactly this
         request.  Returns ``False``, doing nothing, when it is not in flight.
-        *grace* overrides the configured grace period (a transport passes its
-        ``disconnect_grace`` for disconnects).
+        *grace_period* overrides the configured one (a transport passes its
+        ``disconnect_grace_period`` for disconnects).
         """
         if isinstance(request, TrackedRequest):
             token = request.token
@@ -492,11 +471,11 @@ class Registry:
         target = self._by_token.get(token)
         if target is None:
             return False
-        if grace is USE_CONFIG:
-            grace = self.config.grace_period
+        if grace_period is USE_CONFIG:
+            grace_period = self.config.grace_period
         text = sanitize_reason(reason, self.config.max_reason_length)
         first = target.cancellation is None
-        self._flag(target, Cancellation(text, kind, trio.current_time()), grace)
+        self._flag(target, Cancellation(text, kind, trio.current_time()), grace_period)
         if first:
             self.events.emit(RequestCancelledEvent(target.request_id, target.namespace, text, kind))
         return True
@@ -590,7 +569,7 @@ class Registry:
         removed = len(self._table.expire(now - ttl))
         dead = [request for request in self._by_token.values() if not request.task_alive]
         for request in dead:
-            self.untrack(request)
+            self._untrack(request)
         self.events.emit(CleanupEvent(removed, len(dead)))
         return removed
 
@@ -643,11 +622,17 @@ def tracked(
     attributes (a transport's tool context) or a bare id, with *namespace*
     (default ``"global"``).  The registry is *registry*, else the request's
     own ``registry`` attribute, else the one of the enclosing
-    ``open_registry()``.  See :meth:`Registry.tracked`.
+    ``open_registry()``.
+
+    Untracked on exit however the block ends.  A hard cancel's
+    ``trio.Cancelled`` becomes :class:`RequestCancelled`, so an aborted
+    request is never mistaken for a finished one; an enclosing scope's
+    cancellation propagates untouched.  A bad id raises :class:`InvalidRequestId` here.
     """
-    if isinstance(request, (int, str)):
-        request_id: RequestId = request
-        namespace = "global" if namespace is None else namespace
+    request_id: object = request
+    if isinstance(request, (int, str)) or not hasattr(request, "request_id"):
+        # An id (anything else than a RequestLike is refused below as a bad id).
+        namespace = GLOBAL_NAMESPACE if namespace is None else namespace
     else:
         request_id = request.request_id
         namespace = request.namespace if namespace is None else namespace
@@ -655,4 +640,27 @@ def tracked(
             registry = getattr(request, "registry", None)
     if registry is None:
         registry = current_registry()
-    return registry.tracked(request_id, namespace)
+    return Tracking(registry, validate_request_id(request_id), namespace)
+
+
+def track(
+    registry: Registry, request_id: RequestId, namespace: str = GLOBAL_NAMESPACE
+) -> TrackedRequest:
+    """Low-level: file a request for the calling task in *registry*; pair with :func:`untrack`.
+
+    What :func:`tracked` does on entry, for code that cannot use a block: the
+    caller enters ``request.cancel_scope`` itself and publishes nothing in
+    the context.  A key that already has a cancellation row starts out
+    cancelled (grace period counted from the row's time).  A task that dies
+    without untracking is found by :meth:`Registry.cleanup`.
+    """
+    return registry._track(validate_request_id(request_id), namespace)
+
+
+def untrack(registry: Registry, request: TrackedRequest) -> None:
+    """Low-level: remove a request filed by :func:`track`; idempotent.
+
+    Clears its key's cancellation row with the last request of that key; a
+    cancelled request reports how it stopped (``request.stopped``).
+    """
+    registry._untrack(request)

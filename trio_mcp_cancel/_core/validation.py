@@ -29,7 +29,7 @@ _ValidInt = NewType("_ValidInt", int)
 _ValidStr = NewType("_ValidStr", str)
 #: A request id already checked by :func:`is_valid_request_id` (a type, no
 #: runtime cost): the id of a classified JSON-RPC request is one, so the
-#: layers below the edge (``Registry.tracked_valid``) need not check it again.
+#: layers below the edge (a ``Tracking`` built directly) need not check it again.
 ValidRequestId: TypeAlias = _ValidInt | _ValidStr
 
 #: Longest string id accepted, in UTF-8 bytes.  Integer ids are held to the

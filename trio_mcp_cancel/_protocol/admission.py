@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: JSON-RPC error code (implementation-defined) for a call over an admission
-#: limit: a channel's ``max_concurrent_requests``, the server-wide or
+#: limit: a channel's ``max_concurrent_calls``, the server-wide or
 #: per-tenant caps, or the task manager's running-task bounds.
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.

@@ -20,7 +20,7 @@ import trio
 
 from .._core.errors import RequestCancelled
 from .._core.ratelog import failure_key
-from .._core.registry import Registry
+from .._core.registry import Registry, Tracking, tracked
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId, is_valid_request_id
 from .calls import HandlerInput
@@ -386,9 +386,9 @@ async def run_target(
             # The request's id was validated once, by classification; a
             # task's key (the server's own id) goes through tracked().
             tracking = (
-                registry.tracked_valid(h.call.request.id, caller.namespace)
+                Tracking(registry, h.call.request.id, caller.namespace)
                 if key is None
-                else registry.tracked(*key)
+                else tracked(*key, registry=registry)
             )
             async with tracking as tracked_request:
                 h.exchange.attach(tracked_request, registry)

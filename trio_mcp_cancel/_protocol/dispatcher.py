@@ -353,7 +353,7 @@ class Dispatcher:
                 return too_many_requests(request.id, CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
         if channel is not None and call.tracked:
-            cap = channel.max_concurrent_requests
+            cap = channel.max_concurrent_calls
             if len(channel.exchanges) >= cap:
                 return too_many_requests(request.id, "channel", cap)
         return None

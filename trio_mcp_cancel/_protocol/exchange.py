@@ -56,7 +56,7 @@ class Channel:
     that ending the channel cancels them.
     """
 
-    max_concurrent_requests: int = 64
+    max_concurrent_calls: int = 64
     exchanges: set[Exchange] = attrs.field(factory=set)
     legacy: LegacyState | None = None
     """Set by ``initialize``: this channel speaks the legacy era."""
@@ -88,11 +88,11 @@ class Channel:
         reason: str,
         *,
         kind: CancelKind = "server",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> None:
         """Cancel every call still running on this channel."""
         for exchange in list(self.exchanges):
-            exchange.cancel(reason, kind=kind, grace=grace)
+            exchange.cancel(reason, kind=kind, grace_period=grace_period)
 
 
 @attrs.define(eq=False)
@@ -159,21 +159,23 @@ class Exchange:
         reason: str,
         *,
         kind: CancelKind = "disconnect",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> None:
         """Cancel this exchange's request server-side, now or as soon as it starts."""
         if self.request is not None and self._registry is not None:
-            self._registry.cancel_request(self.request, reason, kind=kind, grace=grace)
+            self._registry.cancel_request(
+                self.request, reason, kind=kind, grace_period=grace_period
+            )
         elif self._pending is None:
-            self._pending = (reason, kind, grace)
+            self._pending = (reason, kind, grace_period)
 
     def attach(self, request: TrackedRequest, registry: Registry) -> None:
         """The request started running: apply a cancel that came before it."""
         self.request = request
         self._registry = registry
         if self._pending is not None:
-            reason, kind, grace = self._pending
-            self.cancel(reason, kind=kind, grace=grace)
+            reason, kind, grace_period = self._pending
+            self.cancel(reason, kind=kind, grace_period=grace_period)
 
     @property
     def cancel_kind(self) -> CancelKind | None:

@@ -57,7 +57,7 @@ class McpServerBase(ServerFeatures):
     (*max_concurrent_calls*, across every transport and session) and per
     tenant (*max_calls_per_tenant*: a principal, or a client address bucket
     when unauthenticated, however many sessions or connections it opens),
-    besides each channel's own ``max_concurrent_requests``.  A call over any
+    besides each channel's own ``max_concurrent_calls``.  A call over any
     of them is answered at once with error ``-32001`` (``data.limit`` says
     which), never queued: a queue would turn a flood into a hang for
     everyone behind it.  ``None`` disables a cap.

@@ -133,12 +133,12 @@ class RunningTasks:
         reason: str,
         *,
         kind: CancelKind = "disconnect",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> None:
         """Cancel the tasks *owner* runs here, with the two phases, and wait until they end."""
         ending = [t for t, running in self._tasks.items() if running.owner == owner]
         for task_id in ending:
-            self._tasks[task_id].exchange.cancel(reason, kind=kind, grace=grace)
+            self._tasks[task_id].exchange.cancel(reason, kind=kind, grace_period=grace_period)
         await trio.lowlevel.checkpoint()
         while any(task_id in self._tasks for task_id in ending):
             await self._removed.park()

@@ -275,16 +275,16 @@ class TaskManager:
         reason: str,
         *,
         kind: CancelKind = "disconnect",
-        grace: float | UseConfig | None = USE_CONFIG,
+        grace_period: float | UseConfig | None = USE_CONFIG,
     ) -> None:
         """Cancel the tasks *owner* runs here, with the two phases, and wait until they end.
 
         For a connection (stdio, WebSocket) whose tasks are owned by its own
         namespace: once it closes nobody can ``tasks/get`` them again, so
         their work is stopped like the connection's other requests (the flag
-        at once, the hard cancel *grace* later) and they settle ``failed``.
+        at once, the hard cancel *grace_period* later) and they settle ``failed``.
         """
-        await self._table.end_owner(owner, reason, kind=kind, grace=grace)
+        await self._table.end_owner(owner, reason, kind=kind, grace_period=grace_period)
 
     async def wait_idle(self) -> None:
         """Wait until no task runs here (tests, draining)."""

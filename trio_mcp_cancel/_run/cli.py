@@ -3,7 +3,7 @@
 ::
 
     trio-mcp-cancel run MODULE:ATTR [--transport stdio|http] [--host H] [--port P]
-                        [--workers N] [--allow-unshared] [--grace S] [--log-level L]
+                        [--workers N] [--allow-unshared] [--grace-period S] [--log-level L]
 
 ATTR is an :class:`~trio_mcp_cancel.server.McpServer` or an ASGI app built
 by :func:`~trio_mcp_cancel.http.app_from_env`.  ``stdio`` (the default, as
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         help="--workers N without MCP_REDIS_URL (you route each session to its worker)",
     )
     run.add_argument(
-        "--grace", default=None, help="seconds from a cancel to its hard cancel, or 'none'"
+        "--grace-period", default=None, help="seconds from a cancel to its hard cancel, or 'none'"
     )
     run.add_argument("--log-level", type=str.lower, choices=_LEVELS, default="info")
     return parser
@@ -75,12 +75,14 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--workers must be at least 1")
     if args.port is not None and not 0 <= args.port <= 65535:
         parser.error("--port must be 0-65535")
-    if args.grace is not None:
+    if args.grace_period is not None:
         try:
-            seconds_setting({"--grace": args.grace}, "--grace", None)
+            seconds_setting({"--grace-period": args.grace_period}, "--grace-period", None)
         except ValueError as exc:
             parser.error(str(exc))
-        os.environ["MCP_GRACE_PERIOD"] = args.grace  # read by app_from_env, here and in workers
+        os.environ["MCP_GRACE_PERIOD"] = (
+            args.grace_period
+        )  # read by app_from_env, here and in workers
     if args.workers > 1 and not os.environ.get("MCP_REDIS_URL", "").strip():
         if not args.allow_unshared:
             parser.error(

@@ -16,7 +16,7 @@ otherwise never comes here.
   where the registry recorded them.
 * :meth:`ServerTelemetry.wrap_task` gives a task's execution its own span,
   linked to the ``tools/call`` that created it; ``tasks/cancel`` links it too.
-* Registry events (:meth:`~.._core.registry.Registry.subscribe`) count what
+* Registry events (``registry.events.subscribe``) count what
   happens outside a request's own task: overruns, abandoned threads, the
   backend going away.
 """
@@ -177,7 +177,7 @@ class ServerTelemetry:
         """Run *answer* (the dispatcher's) inside the request's ``SERVER`` span."""
         if registry not in self._watched:
             self._watched.add(registry)
-            registry.subscribe(self._on_event)
+            registry.events.subscribe(self._on_event)
         name, attributes, metric, parent, links = self._describe(subject)
         method = subject.method
         counted = {"mcp.method.name": method}
@@ -344,8 +344,12 @@ class ServerTelemetry:
             flag[n.ATTR_CANCEL_REASON] = cancellation.reason
         span.add_event(n.EVENT_FLAG, flag, timestamp=wall_ns(cancellation.at))
         if hard:
-            grace = {"mcp_cancel.cancel.grace": request.hard_deadline - cancellation.at}
-            span.add_event(n.EVENT_HARD_CANCEL, grace, timestamp=wall_ns(request.hard_deadline))
+            grace_period = {
+                "mcp_cancel.cancel.grace_period": request.hard_deadline - cancellation.at
+            }
+            span.add_event(
+                n.EVENT_HARD_CANCEL, grace_period, timestamp=wall_ns(request.hard_deadline)
+            )
         if request.overran:
             span.add_event(n.EVENT_OVERRUN, {n.ATTR_CANCEL_OVERRUN: now - request.hard_deadline})
         span.add_event(

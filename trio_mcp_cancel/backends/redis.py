@@ -62,7 +62,7 @@ the breaker opens, and ``backend.recovered`` once, when it closes; coredis
 reconnects by itself, the subscription too.  The events go to the
 :class:`~trio_mcp_cancel.Registry`'s event hub when the backend runs under
 an HTTP app (see :meth:`RedisBackend.attach_events`), so one
-``registry.subscribe`` sees them with every other event.
+``registry.events.subscribe`` sees them with every other event.
 """
 
 from __future__ import annotations

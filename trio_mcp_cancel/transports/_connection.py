@@ -133,7 +133,7 @@ def connection_caller(
     kind: str,
     registry: Registry,
     *,
-    max_concurrent_requests: int = 64,
+    max_concurrent_calls: int = 64,
     principal: str | None = None,
     client: object = None,
 ) -> Caller:
@@ -148,7 +148,7 @@ def connection_caller(
     return Caller(
         namespace_for(session_id=session_id),
         registry,
-        Channel(max_concurrent_requests=max_concurrent_requests),
+        Channel(max_concurrent_calls=max_concurrent_calls),
         principal,
         session_id,
         tenant_for(principal, client),
@@ -168,7 +168,7 @@ class MessageConnection:
             must be cancellable: a write that outlives ``write_timeout`` is
             cancelled, and the stream is not written to again.
         limits: the connection's :class:`~.limits.ConnectionLimits`; used
-            here: ``disconnect_grace`` (from the stream closing, or the peer
+            here: ``disconnect_grace_period`` (from the stream closing, or the peer
             stalling, to the hard cancel of what still runs),
             ``max_request_time`` (``subscriptions/listen`` streams are
             exempt), ``write_timeout`` (``None``: then only
@@ -332,7 +332,9 @@ class MessageConnection:
             why,
         )
         self.channel.cancel_all(
-            "client stopped reading", kind="disconnect", grace=self.limits.disconnect_grace
+            "client stopped reading",
+            kind="disconnect",
+            grace_period=self.limits.disconnect_grace_period,
         )
 
     def _finish_writing(self) -> None:
@@ -369,12 +371,15 @@ class MessageConnection:
                             self.channel.cancel_all(
                                 "connection closed",
                                 kind="disconnect",
-                                grace=self.limits.disconnect_grace,
+                                grace_period=self.limits.disconnect_grace_period,
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
                     await self.dispatcher.runtime.tasks.end_owner(
-                        self.caller.namespace, reason, kind=kind, grace=self.limits.disconnect_grace
+                        self.caller.namespace,
+                        reason,
+                        kind=kind,
+                        grace_period=self.limits.disconnect_grace_period,
                     )
             finally:
                 self._notifier.cancel()

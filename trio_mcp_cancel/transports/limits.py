@@ -10,7 +10,7 @@ so a bad value fails where it is written, not on the first request.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -37,6 +37,10 @@ def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise ValueError(f"{attribute.name} must be seconds > 0 or None, not {value!r}")
 
 
+#: A grace period override: seconds, ``None`` (never hard-cancel) or ``USE_CONFIG``.
+_GracePeriod: TypeAlias = float | UseConfig | None
+
+
 def _grace(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None or value is USE_CONFIG:
         return
@@ -52,7 +56,7 @@ class ConnectionLimits:
     control; raise one where a trusted client needs more.
     """
 
-    max_concurrent_requests: int = attrs.field(default=64, validator=_at_least_one)
+    max_concurrent_calls: int = attrs.field(default=64, validator=_at_least_one)
     """Cancellable calls one connection runs at once; more are refused with
     ``-32001`` at once (never queued: a queue turns a flood into a hang).
     64 is far above what a model's host runs in parallel."""
@@ -76,7 +80,7 @@ class ConnectionLimits:
     """Seconds between keep-alives on a silent WebSocket or SSE stream, so
     proxies with idle timeouts (often 30-60 s) keep long tool calls open.
     stdio and memory have no proxy between the ends and ignore it."""
-    disconnect_grace: float | UseConfig | None = attrs.field(default=USE_CONFIG, validator=_grace)
+    disconnect_grace_period: _GracePeriod = attrs.field(default=USE_CONFIG, validator=_grace)
     """Seconds from the client going away (end of input, a closed socket or
     stream) to the hard cancel of its calls.  ``USE_CONFIG`` (default): the
     registry's ``grace_period``, the same patience as an explicit cancel."""

@@ -81,7 +81,7 @@ async def serve_mcp_memory(
     *principal* stands for an authenticated peer: the connection's tenant
     (per-tenant caps) is ``principal:<it>``, else ``global``.  When
     the client closes its send channel every request still running is
-    cancelled (the flag at once, the hard cancel ``limits.disconnect_grace``
+    cancelled (the flag at once, the hard cancel ``limits.disconnect_grace_period``
     later); this returns
     once they have all finished, and then closes *end*, so the client's
     receive loop ends too.
@@ -99,7 +99,7 @@ async def serve_mcp_memory(
     caller = connection_caller(
         "memory",
         registry,
-        max_concurrent_requests=limits.max_concurrent_requests,
+        max_concurrent_calls=limits.max_concurrent_calls,
         principal=principal,
     )
     if namespace is not None:

@@ -189,7 +189,9 @@ async def _watch_signals(
                 return
             logger.info("%s: shutting down", name)
             connection.channel.cancel_all(
-                "server shutting down", kind="server", grace=connection.limits.disconnect_grace
+                "server shutting down",
+                kind="server",
+                grace_period=connection.limits.disconnect_grace_period,
             )
             connection.tasks_end_as = ("server shutting down", "server")
             reader.stop()
@@ -214,7 +216,7 @@ async def serve_mcp_stdio(
             (tests pass a ``trio.testing.memory_stream_pair()`` end).  Streams
             passed in are not closed: the caller owns them.
         limits: the :class:`~trio_mcp_cancel.server.ConnectionLimits` of the
-            session.  ``disconnect_grace`` runs from end of file to the hard
+            session.  ``disconnect_grace_period`` runs from end of file to the hard
             cancel of what still runs; ``max_message_size`` is the longest
             line read.  ``write_timeout``: tools never wait on stdout
             themselves; a host that stops reading for this long is treated
@@ -266,9 +268,7 @@ async def _serve(
     handle_signals: bool,
     task_status: trio.TaskStatus[Caller],
 ) -> None:
-    caller = connection_caller(
-        "stdio", registry, max_concurrent_requests=limits.max_concurrent_requests
-    )
+    caller = connection_caller("stdio", registry, max_concurrent_calls=limits.max_concurrent_calls)
     max_message_size = limits.max_message_size
 
     async def write_line(text: str) -> None:

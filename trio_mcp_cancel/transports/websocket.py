@@ -3,14 +3,14 @@
 Each connection gets a fresh ``session:ws-<random>`` namespace, so a
 ``notifications/cancelled`` only reaches requests sent on the same
 connection.  Requests run concurrently in the connection's nursery (at most
-``max_concurrent_requests``; more are answered with an error, not queued
+``max_concurrent_calls``; more are answered with an error, not queued
 without bound).  The framing is MCP's stdio rules on a bidirectional
 stream (one JSON-RPC message per text frame; cancellation is
 ``notifications/cancelled``, in both eras), served by the shared
 :class:`~trio_mcp_cancel.transports._connection.MessageConnection`.
 When the peer closes the socket, or it breaks, every
 request still running is cancelled by its private token (kind
-``"disconnect"``): the flag at once, the hard cancel ``limits.disconnect_grace``
+``"disconnect"``): the flag at once, the hard cancel ``limits.disconnect_grace_period``
 later.  The handler returns only when all of them have finished, so a
 closed connection leaves no task and no row behind.
 
@@ -171,7 +171,7 @@ async def _handle(
         caller = connection_caller(
             "ws",
             registry,
-            max_concurrent_requests=limits.max_concurrent_requests,
+            max_concurrent_calls=limits.max_concurrent_calls,
             principal=principal,
             client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
         )

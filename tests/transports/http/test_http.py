@@ -246,7 +246,7 @@ async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient)
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(
             grace=5,
-            limits=ConnectionLimits(disconnect_grace=0.2),
+            limits=ConnectionLimits(disconnect_grace_period=0.2),
             resume_window=0,  # no waiting for a resume (see test_resumption.py)
         )
         events = EventRecorder.attach(registry)
@@ -270,7 +270,7 @@ async def test_disconnect_hard_cancels_a_stubborn_tool(
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(
             grace=60,
-            limits=ConnectionLimits(disconnect_grace=0.2),
+            limits=ConnectionLimits(disconnect_grace_period=0.2),
             resume_window=0,  # no waiting for a resume (see test_resumption.py)
         )
         events = EventRecorder.attach(registry)
@@ -481,7 +481,7 @@ async def test_non_cancellable_tool_is_not_tracked(
         url, registry = await serve_app()
         headers = await initialize(client, url)
         seen: list[int] = []
-        registry.subscribe(lambda event: seen.append(1))
+        registry.events.subscribe(lambda event: seen.append(1))
         reply = await client.post(url, headers=headers, json=call(1, "quick", {"text": "hi"}))
         assert final(reply)["result"]["content"][0]["text"] == "HI"
         # Cancelling it cancels nothing: it was never in flight (the cancel is
@@ -553,11 +553,11 @@ async def test_max_request_time_cancels_from_the_server(
         assert final(quick)["result"]["content"][0]["text"] == "counted to 2"
 
 
-async def test_a_session_runs_at_most_max_concurrent_requests(
+async def test_a_session_runs_at_most_max_concurrent_calls(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        url, registry = await serve_app(limits=ConnectionLimits(max_concurrent_requests=2))
+        url, registry = await serve_app(limits=ConnectionLimits(max_concurrent_calls=2))
         headers = await initialize(client, url)
         other = await initialize(client, url)
         async with trio.open_nursery() as nursery:

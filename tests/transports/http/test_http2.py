@@ -106,7 +106,7 @@ async def h2_server(
     config.bind = ["127.0.0.1:0"]
     config.errorlog = None
     # resume_window=0: a reset legacy stream is not waited for (see test_resumption.py).
-    limits = ConnectionLimits(disconnect_grace=0.2)
+    limits = ConnectionLimits(disconnect_grace_period=0.2)
     app = McpHttpApp(server, mcp_registry, limits=limits, resume_window=0)
     binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
     yield int(binds[0].rsplit(":", 1)[1]), mcp_registry

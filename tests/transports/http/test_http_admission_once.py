@@ -129,7 +129,7 @@ def _responder(server: McpServer, counters: _Counters) -> Responder:
         server,
         _Backend(counters),  # type: ignore[arg-type]
         json_response=False,
-        disconnect_grace=None,
+        disconnect_grace_period=None,
         max_request_time=None,
         keepalive_interval=None,
         legacy_disconnect_cancels=True,

@@ -578,7 +578,7 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
 ) -> None:
-    async with serving(mcp_registry, limits=ConnectionLimits(disconnect_grace=2.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(disconnect_grace_period=2.0)) as s:
         exchange = start_modern(s.client, modern_call(5, "stubborn", progress_token="p"))
         first = await exchange.next_message()
         assert first["method"] == "notifications/progress"
@@ -594,7 +594,7 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
         (event,) = s.cancels()
         assert (event.request_id, event.kind) == (5, "disconnect")
         await exchange.done.wait()
-        # The hard cancel comes disconnect_grace later, not the registry's 5 s.
+        # The hard cancel comes disconnect_grace_period later, not the registry's 5 s.
         assert s.probe.at("stubborn 5 saw the flag") == gone_at + 0.5
         assert s.probe.at("stubborn 5 hard-cancelled") == gone_at + 2.0
         (hard,) = s.hard_cancels()
@@ -671,7 +671,7 @@ async def test_modern_json_response_disconnect_writes_nothing(
     mcp_registry: Registry,
 ) -> None:
     async with serving(
-        mcp_registry, json_response=True, limits=ConnectionLimits(disconnect_grace=1.0)
+        mcp_registry, json_response=True, limits=ConnectionLimits(disconnect_grace_period=1.0)
     ) as s:
         exchange = start_modern(s.client, modern_call(1, "stubborn"))
         await trio.sleep(2.5)
@@ -1040,7 +1040,7 @@ async def test_keepalive_stops_when_the_stream_closes(
     mcp_registry: Registry,
 ) -> None:
     async with serving(
-        mcp_registry, limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace=30.0)
+        mcp_registry, limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace_period=30.0)
     ) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 20}))
         await trio.sleep(2.5)

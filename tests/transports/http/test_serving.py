@@ -36,7 +36,7 @@ from trio_mcp_cancel.http import serve, server_config
 SLOW_SERVER = ROOT / "examples" / "slow_server.py"
 TIMEOUT = 20
 GRACEFUL = 5.0  # server_config()'s graceful_timeout, which the example uses
-GRACE = 2.0  # the example's default --grace
+GRACE = 2.0  # the example's default --grace-period
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -37,7 +37,7 @@ from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
-    advance_past_grace,
+    advance_past_grace_period,
     assert_no_leaks,
     open_test_client,
 )
@@ -304,7 +304,7 @@ async def test_connection_grace_overrides_the_registry_for_disconnects(
     mcp_registry: Registry,
 ) -> None:
     async with open_test_client(
-        SERVER, registry=mcp_registry, limits=ConnectionLimits(disconnect_grace=0.5)
+        SERVER, registry=mcp_registry, limits=ConnectionLimits(disconnect_grace_period=0.5)
     ) as client:
         client.start_call("stubborn")
         await client.settle()
@@ -331,9 +331,7 @@ async def test_max_request_time_cancels_server_side_with_an_answer(
 async def test_the_concurrency_limit_refuses_the_call_over_it(
     autojump_clock: MockClock,
 ) -> None:
-    async with open_test_client(
-        SERVER, limits=ConnectionLimits(max_concurrent_requests=2)
-    ) as client:
+    async with open_test_client(SERVER, limits=ConnectionLimits(max_concurrent_calls=2)) as client:
         calls = [client.start_call("count") for _ in range(3)]
         with pytest.raises(McpError) as info:
             await calls[2].result()
@@ -350,7 +348,7 @@ async def test_helpers_work_with_the_client(autojump_clock: MockClock) -> None:
         await client.wait_in_flight(call)
         await call.cancel()
         assert client.registry.in_flight_count == 1
-        await advance_past_grace(client.registry)
+        await advance_past_grace_period(client.registry)
         await client.settle()
         assert_no_leaks(client.registry)
         with pytest.raises(AssertionError, match="not in flight"):

@@ -250,7 +250,9 @@ async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    async with stdio_session(mcp_registry, limits=ConnectionLimits(disconnect_grace=0.25)) as peer:
+    async with stdio_session(
+        mcp_registry, limits=ConnectionLimits(disconnect_grace_period=0.25)
+    ) as peer:
         await peer.send(call(1, "stubborn"))
         await trio.testing.wait_all_tasks_blocked()
         start = trio.current_time()
@@ -391,7 +393,7 @@ def assert_json_lines(stdout: bytes) -> list[Message]:
 def stdio_params() -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=[str(SLOW_SERVER), "--stdio", "--grace", "0.5"],
+        args=[str(SLOW_SERVER), "--stdio", "--grace-period", "0.5"],
         cwd=str(ROOT),
     )
 
@@ -444,7 +446,9 @@ async def test_sdk_stdio_client_cancels_by_cancelling_the_caller(tmp_path: Path,
 @pytest.mark.subprocess
 async def test_closing_stdin_cancels_the_call_and_the_server_exits_0(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
-        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
+        async with launched(
+            tmp_path, str(SLOW_SERVER), "--stdio", "--grace-period", "0.5"
+        ) as server:
             await server.send(
                 call(1, "count", {"n": 1000, "delay": 0.05}),
                 call(2, "stubborn"),
@@ -472,7 +476,9 @@ async def test_a_signal_mid_call_exits_0_without_a_traceback(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "0.5") as server:
+        async with launched(
+            tmp_path, str(SLOW_SERVER), "--stdio", "--grace-period", "0.5"
+        ) as server:
             await server.send(
                 call(1, "stubborn"), request(2, "server/discover", {"_meta": ENVELOPE})
             )
@@ -491,7 +497,9 @@ async def test_a_signal_mid_call_exits_0_without_a_traceback(
 @pytest.mark.subprocess
 async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
-        async with launched(tmp_path, str(SLOW_SERVER), "--stdio", "--grace", "60") as server:
+        async with launched(
+            tmp_path, str(SLOW_SERVER), "--stdio", "--grace-period", "60"
+        ) as server:
             await server.send(
                 call(1, "stubborn"), request(2, "server/discover", {"_meta": ENVELOPE})
             )

@@ -289,12 +289,12 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection(
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         # A long registry grace period: the hard cancel must come from the
-        # transport's own disconnect_grace.
+        # transport's own disconnect_grace_period.
         async with (
             serving(
                 make_server(probe),
                 mcp_registry,
-                limits=ConnectionLimits(disconnect_grace=STREAM_CANCEL_TIMEOUT),
+                limits=ConnectionLimits(disconnect_grace_period=STREAM_CANCEL_TIMEOUT),
             ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)
@@ -450,7 +450,7 @@ async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
             serving(
                 make_server(Probe()),
                 mcp_registry,
-                limits=ConnectionLimits(max_concurrent_requests=2),
+                limits=ConnectionLimits(max_concurrent_calls=2),
             ) as url,
         ):
             events = EventRecorder.attach(mcp_registry)

@@ -103,14 +103,14 @@ class McpHttpApp:
         limits: the :class:`~trio_mcp_cancel.server.ConnectionLimits` of
             every legacy session and modern call, as on the other
             transports: ``max_message_size`` is the largest request body
-            (``413`` before it is read), ``max_concurrent_requests`` the
+            (``413`` before it is read), ``max_concurrent_calls`` the
             calls one legacy session runs at once (more: ``429``, error
             ``-32001``), ``max_request_time`` (the client gets ``-32800``),
             ``keepalive_interval`` (SSE comments on a silent call's stream),
             ``write_timeout`` and ``max_buffered_bytes`` (a client that does
             not read its response counts as gone: its call is cancelled,
             kind ``"disconnect"``; the final response is always accepted),
-            ``disconnect_grace`` (from a disconnect to the hard cancel).
+            ``disconnect_grace_period`` (from a disconnect to the hard cancel).
         http_limits: :class:`~trio_mcp_cancel.http.HttpLimits`: request
             heads (``431``; a header that must appear once, such as
             ``Mcp-Session-Id`` or ``Authorization``, sent twice is ``400``),
@@ -199,9 +199,7 @@ class McpHttpApp:
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
         self._sharing = (
-            SessionSharing(
-                backend, http_limits.session_idle_timeout, limits.max_concurrent_requests
-            )
+            SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
             if backend is not None
             else None
         )
@@ -209,7 +207,7 @@ class McpHttpApp:
             server,
             backend,
             json_response,
-            limits.disconnect_grace,
+            limits.disconnect_grace_period,
             limits.max_request_time,
             limits.keepalive_interval,
             legacy_disconnect_cancels,
@@ -225,7 +223,7 @@ class McpHttpApp:
             lambda: self.registry,
             self.sessions,
             self._sharing,
-            limits.max_concurrent_requests,
+            limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 

@@ -52,7 +52,7 @@ class LegacyEra:
     """The registry now (for what other workers send, outside any request)."""
     sessions: SessionStore | None
     sharing: SessionSharing | None
-    max_concurrent_requests: int
+    max_concurrent_calls: int
 
     async def route(self, post: Post) -> Routed | None:
         """Find (or, for ``initialize``, start) the session; ``None`` when answered already."""
@@ -104,7 +104,7 @@ class LegacyEra:
     async def _create(self, post: Post) -> Session | None:
         """A new session for ``initialize`` (whatever header it carries); ``None``: refused."""
         assert self.sessions is not None
-        channel = Channel(self.max_concurrent_requests, notifications=True)
+        channel = Channel(self.max_concurrent_calls, notifications=True)
         try:
             session, evicted = self.sessions.create(
                 post.principal, post.tenant, trio.current_time(), channel

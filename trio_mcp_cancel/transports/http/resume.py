@@ -21,7 +21,7 @@ complete, and the HTTP layer ends the call as a disconnect rather than let
 the client wait for a stream with a hole in it.  A resume whose
 ``Last-Event-ID`` is older than the oldest event held is refused the same
 way.  Each session holds one stream per running SSE call (bounded by its
-``max_concurrent_requests``) and one standalone GET stream
+``max_concurrent_calls``) and one standalone GET stream
 (:class:`StreamTable`); a stream is removed as soon as its answer was
 delivered, or given up.
 

@@ -79,7 +79,7 @@ def server_config(*, host: str = "127.0.0.1", port: int = 8000, **overrides: Any
     ``h2_max_concurrent_streams=64``
         Requests one HTTP/2 connection may have open at once (each may be a
         long tool call); matches ``McpHttpApp``'s default per-session
-        ``max_concurrent_requests`` (hypercorn's default: 100).
+        ``max_concurrent_calls`` (hypercorn's default: 100).
     ``backlog=128``
         The kernel's queue of connections not yet accepted.  This is *not* a
         connection cap: the Trio worker accepts as fast as it can.

@@ -90,7 +90,7 @@ class SessionSharing:
 
     backend: Backend
     idle_timeout: float | None
-    max_concurrent_requests: int
+    max_concurrent_calls: int
     _by_key: weakref.WeakValueDictionary[str, Session] = attrs.field(
         init=False, factory=weakref.WeakValueDictionary
     )
@@ -168,7 +168,7 @@ class SessionSharing:
         if existing is not None:
             return existing  # adopted meanwhile by a concurrent request
         channel = Channel(
-            self.max_concurrent_requests, legacy=_legacy(record.get("legacy")), notifications=True
+            self.max_concurrent_calls, legacy=_legacy(record.get("legacy")), notifications=True
         )
         session = Session(
             session_id, principal, trio.current_time(), tenant, public_id, channel=channel
