@@ -26,6 +26,8 @@ from typing import Any
 import attrs
 import trio
 
+from trio_mcp_cancel.testing import assert_no_leaks
+
 Message = MutableMapping[str, Any]
 App = Callable[
     [
@@ -381,6 +383,30 @@ class AsgiClient:
         """Fail on any ASGI protocol violation seen so far."""
         problems = [v for exchange in self.exchanges for v in exchange.violations]
         assert not problems, problems
+
+
+@asynccontextmanager
+async def served(
+    app: Any, *, settle: float = 3600, no_leaks: bool = True
+) -> AsyncIterator[AsgiClient]:
+    """Serve *app* (an ``McpHttpApp`` on a running registry) in memory for one block.
+
+    The one setup every in-memory HTTP test shares: a nursery, an
+    :class:`AsgiClient`, the app's lifespan around the block.  Leaving the
+    block waits (at most *settle* seconds of mock time) for every exchange
+    to finish, then fails on any ASGI protocol violation and (unless
+    *no_leaks* is false: a test that leaves an early cancel's row on purpose)
+    on anything the app's registry still holds.
+    """
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(app, nursery)
+        async with client.lifespan():
+            yield client
+            with trio.fail_after(settle):
+                await client.wait_all_done()
+    client.check()
+    if no_leaks:
+        assert_no_leaks(app.registry)
 
 
 # -- MCP message and header builders -------------------------------------------

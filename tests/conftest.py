@@ -12,10 +12,11 @@
 * ``mcp_server``: a fresh :func:`cancellation_tools.probe_server` (``echo``
   plus the cancellation tools) for a test that needs no tools of its own.
   The library's own fixtures (``mcp_registry``, ``mcp_registry_config``,
-  ``mcp_events``) come from its pytest plugin, loaded through its entry point;
-  ``mcp_registry_config`` is overridden here to read a test's
-  ``@pytest.mark.registry(grace_period=5, ...)``, so a test that needs other
-  settings still takes the plain fixture instead of opening its own registry.
+  ``mcp_events``) and its ``mcp_registry`` marker come from its pytest plugin,
+  loaded through its entry point: a test that needs other registry settings
+  says ``@pytest.mark.mcp_registry(grace_period=5, ...)`` (a module:
+  ``pytestmark``) and still takes the fixture instead of opening its own
+  registry.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import pytest
 from cancellation_tools import probe_server
 from repo_paths import ROOT
 
-from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.server import McpServer
 
 #: Fixtures that start a real redis-server: a test using one needs it.
@@ -58,13 +58,6 @@ def _patient_redis_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def mcp_server() -> McpServer:
     """A server with the probe tools: ``echo``, ``count``, ``stubborn``, ``helpers``, ``whoami``."""
     return probe_server()
-
-
-@pytest.fixture
-def mcp_registry_config(request: pytest.FixtureRequest) -> RegistryConfig:
-    """The plugin's default, or the settings of the test's ``registry`` marker."""
-    marker = request.node.get_closest_marker("registry")
-    return RegistryConfig(**marker.kwargs) if marker else RegistryConfig()
 
 
 @pytest.fixture(scope="session")

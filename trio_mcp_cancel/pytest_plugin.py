@@ -9,12 +9,22 @@ test client (``open_test_client``) never needs pytest.
 Fixtures:
 
 ``mcp_registry_config``
-    The :class:`RegistryConfig` used by ``mcp_registry``; override it in
-    your ``conftest.py`` to test with other settings.
+    The :class:`RegistryConfig` used by ``mcp_registry``: the settings of the
+    test's ``mcp_registry`` marker, else the defaults.  Override it in your
+    ``conftest.py`` to change it for a whole directory.
 ``mcp_registry``
     A running :class:`Registry` (inside ``open_registry``) for the test.
 ``mcp_events``
     An :class:`~trio_mcp_cancel.testing.EventRecorder` subscribed to ``mcp_registry``.
+
+Marker:
+
+``@pytest.mark.mcp_registry(**settings)``
+    The :class:`RegistryConfig` settings of the test's ``mcp_registry``
+    (``grace_period=0.5``, ``early_cancel_ttl=None``, ...), so a test that
+    needs other settings still takes the fixture instead of opening its own
+    registry; on a module (``pytestmark``) or class it applies to every test
+    there, and the closest one wins.
 """
 
 from __future__ import annotations
@@ -29,10 +39,19 @@ from .testing import EventRecorder
 __all__ = ["mcp_events", "mcp_registry", "mcp_registry_config"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mcp_registry(**settings): the RegistryConfig settings of the mcp_registry fixture",
+    )
+
+
 @pytest.fixture
-def mcp_registry_config() -> RegistryConfig:
-    """The configuration of ``mcp_registry``; override to change it."""
-    return RegistryConfig()
+def mcp_registry_config(request: pytest.FixtureRequest) -> RegistryConfig:
+    """The configuration of ``mcp_registry``: the closest ``mcp_registry`` marker's
+    settings, else the defaults; override to change it."""
+    marker = request.node.get_closest_marker("mcp_registry")
+    return RegistryConfig(**marker.kwargs) if marker else RegistryConfig()
 
 
 @pytest.fixture

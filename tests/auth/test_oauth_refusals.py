@@ -17,11 +17,11 @@ from typing import Any
 import jwt
 import pytest
 import trio
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers
+from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, served
 from cryptography.hazmat.primitives.asymmetric import ec
 from oauth_harness import AuthServer, running_auth_server
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.oauth import (
     AccessToken,
@@ -54,9 +54,13 @@ def build(ran: list[str]) -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @asynccontextmanager
 async def protected(
-    **options: Any,
+    registry: Registry, **options: Any
 ) -> AsyncIterator[tuple[AsgiClient, AuthServer, list[str], OAuthResource]]:
     ran: list[str] = []
     async with running_auth_server() as issuer:
@@ -67,12 +71,8 @@ async def protected(
         resource = OAuthResource(
             RESOURCE, [issuer.issuer], JwtOrOpaque(jwt_verifier, opaque), **options
         )
-        async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(build(ran), registry, auth=resource), nursery)
-            async with client.lifespan():
-                yield client, issuer, ran, resource
-                await client.wait_all_done()
-        client.check()
+        async with served(McpHttpApp(build(ran), registry, auth=resource)) as client:
+            yield client, issuer, ran, resource
 
 
 def challenge(exchange: HttpExchange) -> dict[str, str]:
@@ -96,11 +96,11 @@ def result_text(exchange: HttpExchange) -> str:
     return str(reply["result"]["content"][0]["text"])
 
 
-async def test_an_unauthenticated_post_gets_401_with_a_metadata_challenge_naming_the_issuer() -> (
-    None
-):
+async def test_an_unauthenticated_post_gets_401_with_a_metadata_challenge_naming_the_issuer(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected(required_scopes=["mcp"]) as (client, issuer, ran, _):
+        async with protected(mcp_registry, required_scopes=["mcp"]) as (client, issuer, ran, _):
             refused = await call(client, None)
             assert refused.status == 401
             params = challenge(refused)
@@ -139,9 +139,11 @@ async def test_an_unauthenticated_post_gets_401_with_a_metadata_challenge_naming
         ("opaque for another audience", "the token is not for this resource"),
     ],
 )
-async def test_a_bad_token_gets_401_invalid_token_saying_why(case: str, description: str) -> None:
+async def test_a_bad_token_gets_401_invalid_token_saying_why(
+    case: str, description: str, mcp_registry: Registry
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             now = time.time()
             tokens = {
                 "expired": lambda: issuer.mint(aud=RESOURCE, expires_in=-120),
@@ -179,9 +181,11 @@ async def test_a_bad_token_gets_401_invalid_token_saying_why(case: str, descript
             assert ran == []
 
 
-async def test_a_valid_jwt_calls_the_tool_and_its_later_requests_do_not_ask_the_issuer() -> None:
+async def test_a_valid_jwt_calls_the_tool_and_its_later_requests_do_not_ask_the_issuer(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             token = issuer.mint("client-a", RESOURCE)
             assert result_text(await call(client, token, text="one")) == "one"
             asked = dict(issuer.calls)
@@ -191,9 +195,11 @@ async def test_a_valid_jwt_calls_the_tool_and_its_later_requests_do_not_ask_the_
             assert ran == ["echo one", "echo two"]
 
 
-async def test_an_unknown_kid_refetches_the_rotated_jwks_at_most_once_per_interval() -> None:
+async def test_an_unknown_kid_refetches_the_rotated_jwks_at_most_once_per_interval(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             assert result_text(await call(client, issuer.mint(aud=RESOURCE))) == "hi"
             issuer.rotate()  # the old key is gone, a new one signs
             await trio.sleep(0.25)  # past the refresh interval since the first fetch
@@ -208,9 +214,11 @@ async def test_an_unknown_kid_refetches_the_rotated_jwks_at_most_once_per_interv
             assert len(ran) == 2
 
 
-async def test_an_opaque_token_is_introspected_once_for_its_lifetime() -> None:
+async def test_an_opaque_token_is_introspected_once_for_its_lifetime(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             token = issuer.mint_opaque("client-a", RESOURCE)
             for text in ("a", "b", "c"):
                 assert result_text(await call(client, token, text=text)) == text
@@ -218,9 +226,11 @@ async def test_an_opaque_token_is_introspected_once_for_its_lifetime() -> None:
             assert ran == ["echo a", "echo b", "echo c"]
 
 
-async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_500() -> None:
+async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_500(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             token = issuer.mint_opaque("client-a", RESOURCE)
             issuer.down = True
             refused = await call(client, token)
@@ -236,9 +246,11 @@ async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_50
             assert ran == []
 
 
-async def test_a_jwks_that_cannot_be_fetched_is_asked_once_per_interval_and_answers_503() -> None:
+async def test_a_jwks_that_cannot_be_fetched_is_asked_once_per_interval_and_answers_503(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, issuer, ran, _):
+        async with protected(mcp_registry) as (client, issuer, ran, _):
             assert result_text(await call(client, issuer.mint(aud=RESOURCE))) == "hi"
             await trio.sleep(0.25)  # past the refresh interval
             issuer.rotate()
@@ -251,12 +263,14 @@ async def test_a_jwks_that_cannot_be_fetched_is_asked_once_per_interval_and_answ
             assert ran == ["echo hi"]
 
 
-async def test_an_unreachable_authorization_server_answers_503_within_the_timeout() -> None:
+async def test_an_unreachable_authorization_server_answers_503_within_the_timeout(
+    mcp_registry: Registry,
+) -> None:
     closed = "http://127.0.0.1:9"  # discard: nothing listens there
     resource = OAuthResource(RESOURCE, [closed], JwtVerifier(closed, RESOURCE, timeout=1))
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(build([]), registry, auth=resource), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(build([]), mcp_registry, auth=resource), nursery)
             async with client.lifespan():
                 refused = await call(client, "a.b.c")
                 assert refused.status in (401, 503)  # 'a.b.c' is not even a JWT: 401
@@ -271,9 +285,11 @@ async def test_an_unreachable_authorization_server_answers_503_within_the_timeou
                 assert "no authorization server metadata" in refused.json()["error"]["message"]
 
 
-async def test_a_tool_with_a_required_scope_answers_403_insufficient_scope() -> None:
+async def test_a_tool_with_a_required_scope_answers_403_insufficient_scope(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected(required_scopes=["mcp"]) as (client, issuer, ran, _):
+        async with protected(mcp_registry, required_scopes=["mcp"]) as (client, issuer, ran, _):
             without = issuer.mint(aud=RESOURCE, scope="mcp files:read")
             refused = await call(client, without, name="write")
             assert refused.status == 403
@@ -288,27 +304,31 @@ async def test_a_tool_with_a_required_scope_answers_403_insufficient_scope() -> 
             assert ran == ["echo hi", "write hi"]
 
 
-async def test_a_token_without_the_scope_every_request_needs_is_refused_403() -> None:
+async def test_a_token_without_the_scope_every_request_needs_is_refused_403(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected(required_scopes=["mcp"]) as (client, issuer, ran, _):
+        async with protected(mcp_registry, required_scopes=["mcp"]) as (client, issuer, ran, _):
             refused = await call(client, issuer.mint(aud=RESOURCE, scope="other"))
             assert refused.status == 403
             assert challenge(refused)["scope"] == "mcp"
             assert ran == []
 
 
-async def test_a_broader_scope_implies_the_narrower_ones_it_includes() -> None:
+async def test_a_broader_scope_implies_the_narrower_ones_it_includes(
+    mcp_registry: Registry,
+) -> None:
     implied = {"files": ["files:read", "files:write"]}
     with trio.fail_after(TIMEOUT):
-        async with protected(implied_scopes=implied) as (client, issuer, ran, _):
+        async with protected(mcp_registry, implied_scopes=implied) as (client, issuer, ran, _):
             token = issuer.mint(aud=RESOURCE, scope="files")
             assert result_text(await call(client, token, name="write")) == "written"
             assert ran == ["write hi"]
 
 
-async def test_a_non_bearer_scheme_or_a_malformed_header_gets_401() -> None:
+async def test_a_non_bearer_scheme_or_a_malformed_header_gets_401(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with protected() as (client, _, ran, _resource):
+        async with protected(mcp_registry) as (client, _, ran, _resource):
             headers = modern_headers("tools/call", "echo")
             for value, error in (("Basic dXNlcjpwYXNz", None), ("Bearer", "invalid_token"),
                                  ("Bearer a b", "invalid_token")):  # fmt: skip
@@ -327,7 +347,7 @@ def test_the_verifier_refuses_none_and_hmac_algorithms_in_its_allow_list() -> No
         JwtVerifier("http://as.test", RESOURCE, algorithms=["HS256"])
 
 
-async def test_a_custom_verifier_plugs_in_through_the_protocol() -> None:
+async def test_a_custom_verifier_plugs_in_through_the_protocol(mcp_registry: Registry) -> None:
     class Static:
         async def verify(self, token: str) -> AccessToken:
             if token != "letmein":
@@ -337,8 +357,8 @@ async def test_a_custom_verifier_plugs_in_through_the_protocol() -> None:
     resource = OAuthResource(RESOURCE, ["https://as.test"], Static(), required_scopes="mcp")
     ran: list[str] = []
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(build(ran), registry, auth=resource), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(build(ran), mcp_registry, auth=resource), nursery)
             async with client.lifespan():
                 assert result_text(await call(client, "letmein")) == "hi"
                 refused = await call(client, "guess")

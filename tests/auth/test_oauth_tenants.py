@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 import trio.lowlevel
 from asgi_harness import (
@@ -25,10 +26,11 @@ from asgi_harness import (
     modern_headers,
     modern_request,
     notification,
+    served,
 )
 from oauth_harness import running_auth_server
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
@@ -59,22 +61,25 @@ def build(release: trio.Event, seen: list[str]) -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @asynccontextmanager
-async def two_tenants() -> AsyncIterator[tuple[AsgiClient, dict[str, str], dict[str, str], Any]]:
+async def two_tenants(
+    registry: Registry,
+) -> AsyncIterator[tuple[AsgiClient, dict[str, str], dict[str, str], Any]]:
     release = trio.Event()
     seen: list[str] = []
     async with running_auth_server() as issuer:
         resource = OAuthResource(RESOURCE, [issuer.issuer], JwtVerifier(issuer.issuer, RESOURCE))
-        async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
-            app = McpHttpApp(build(release, seen), registry, auth=resource)
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                a = {"authorization": f"Bearer {issuer.mint('client-a', RESOURCE)}"}
-                b = {"authorization": f"Bearer {issuer.mint('client-b', RESOURCE)}"}
-                yield client, a, b, (release, seen, registry, issuer)
-                release.set()
-                await client.wait_all_done()
-        client.check()
+        app = McpHttpApp(build(release, seen), registry, auth=resource)
+        # B's cancel of A's call id is kept as an early cancel in B's own session.
+        async with served(app, no_leaks=False) as client:
+            a = {"authorization": f"Bearer {issuer.mint('client-a', RESOURCE)}"}
+            b = {"authorization": f"Bearer {issuer.mint('client-b', RESOURCE)}"}
+            yield client, a, b, (release, seen, registry, issuer)
+            release.set()
 
 
 async def open_session(client: AsgiClient, auth: dict[str, str]) -> str:
@@ -93,9 +98,11 @@ def reply(exchange: HttpExchange) -> dict[str, Any]:
     return answer
 
 
-async def test_principal_b_cannot_reuse_or_delete_principal_as_legacy_session() -> None:
+async def test_principal_b_cannot_reuse_or_delete_principal_as_legacy_session(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_tenants() as (client, a, b, _):
+        async with two_tenants(mcp_registry) as (client, a, b, _):
             session = await open_session(client, a)
             stolen = await client.post({**legacy_headers(session), **b}, legacy_call(1, "ask", {}))
             assert stolen.status == 404
@@ -105,9 +112,11 @@ async def test_principal_b_cannot_reuse_or_delete_principal_as_legacy_session() 
             assert mine.status == 200
 
 
-async def test_principal_b_cannot_cancel_principal_as_call_by_its_request_id() -> None:
+async def test_principal_b_cannot_cancel_principal_as_call_by_its_request_id(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_tenants() as (client, a, b, (release, seen, _registry, _)):
+        async with two_tenants(mcp_registry) as (client, a, b, (release, seen, _registry, _)):
             session_a = await open_session(client, a)
             session_b = await open_session(client, b)
             call = client.start("POST", {**legacy_headers(session_a), **a}, legacy_call(7, "wait"))
@@ -127,9 +136,11 @@ async def test_principal_b_cannot_cancel_principal_as_call_by_its_request_id() -
             assert seen == ["wait finished"]
 
 
-async def test_principal_b_can_neither_read_nor_cancel_principal_as_task() -> None:
+async def test_principal_b_can_neither_read_nor_cancel_principal_as_task(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_tenants() as (client, a, b, (release, seen, _registry, _)):
+        async with two_tenants(mcp_registry) as (client, a, b, (release, seen, _registry, _)):
             created = await client.post(
                 {**modern_headers("tools/call", "wait"), **a},
                 modern_call(1, "wait", capabilities=WITH_TASKS),
@@ -154,11 +165,13 @@ async def test_principal_b_can_neither_read_nor_cancel_principal_as_task() -> No
                     await trio.sleep(0.01)
 
 
-async def test_principal_b_cannot_replay_principal_as_mrtr_request_state() -> None:
+async def test_principal_b_cannot_replay_principal_as_mrtr_request_state(
+    mcp_registry: Registry,
+) -> None:
     caps = {"elicitation": {}}
     answer = {"topic": {"action": "accept", "content": {"topic": "trio"}}}
     with trio.fail_after(TIMEOUT):
-        async with two_tenants() as (client, a, b, _):
+        async with two_tenants(mcp_registry) as (client, a, b, _):
             asked = await client.post(
                 {**modern_headers("tools/call", "ask"), **a},
                 modern_call(1, "ask", capabilities=caps),

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import trio
+from cancellation_tools import probe_server
 from oauth_harness import AuthServer, running_auth_server
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -24,11 +25,8 @@ TIMEOUT = 20
 
 
 def build() -> McpServer:
-    server = McpServer("oauth-ws")
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
+    """The probe server and a tool only the ``admin`` scope may call."""
+    server = probe_server("oauth-ws")
 
     @server.tool(scopes=["admin"])
     async def admin(ctx: ToolContext) -> str:
@@ -38,7 +36,7 @@ def build() -> McpServer:
 
 
 @asynccontextmanager
-async def serving() -> AsyncIterator[tuple[str, AuthServer]]:
+async def serving(registry: Registry) -> AsyncIterator[tuple[str, AuthServer]]:
     async with running_auth_server() as issuer:
         resource = OAuthResource(
             RESOURCE,
@@ -46,7 +44,7 @@ async def serving() -> AsyncIterator[tuple[str, AuthServer]]:
             JwtVerifier(issuer.issuer, RESOURCE),
             required_scopes=["mcp"],
         )
-        async with open_registry() as registry, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             server = await nursery.start(
                 partial(serve_mcp_websocket, build(), registry, "127.0.0.1", 0, auth=resource)
             )
@@ -85,10 +83,10 @@ async def tool_call(ws: Any, request_id: int, name: str, arguments: dict[str, An
     [(None, 401, None), ("garbage", 401, "invalid_token"), ("no-scope", 403, "insufficient_scope")],
 )
 async def test_an_unauthorized_upgrade_is_rejected_with_the_http_challenge(
-    token: str | None, status: int, error: str | None
+    token: str | None, status: int, error: str | None, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving() as (url, issuer):
+        async with serving(mcp_registry) as (url, issuer):
             value = {None: None, "garbage": "garbage", "no-scope": issuer.mint(aud=RESOURCE)}
             headers = [] if token is None else bearer(value[token] or "")
             with pytest.raises(ConnectionRejected) as rejected:
@@ -100,9 +98,11 @@ async def test_an_unauthorized_upgrade_is_rejected_with_the_http_challenge(
             assert params["resource_metadata"].endswith("/.well-known/oauth-protected-resource/mcp")
 
 
-async def test_an_authorized_connection_is_closed_on_a_tool_it_lacks_the_scope_for() -> None:
+async def test_an_authorized_connection_is_closed_on_a_tool_it_lacks_the_scope_for(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving() as (url, issuer):
+        async with serving(mcp_registry) as (url, issuer):
             token = issuer.mint(aud=RESOURCE, scope="mcp")
             async with open_websocket_url(url, extra_headers=bearer(token)) as ws:
                 await handshake(ws)
@@ -119,9 +119,9 @@ async def test_an_authorized_connection_is_closed_on_a_tool_it_lacks_the_scope_f
                 assert closed.value.reason.reason == "insufficient_scope: admin"
 
 
-async def test_a_connection_is_closed_when_its_token_expires() -> None:
+async def test_a_connection_is_closed_when_its_token_expires(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with serving() as (url, issuer):
+        async with serving(mcp_registry) as (url, issuer):
             token = issuer.mint(aud=RESOURCE, scope="mcp", expires_in=1)
             async with open_websocket_url(url, extra_headers=bearer(token)) as ws:
                 await handshake(ws)

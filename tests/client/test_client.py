@@ -249,7 +249,7 @@ async def test_http_client_reports_a_dead_endpoint() -> None:
                     await client.call_tool("echo", {"text": "x"})
 
 
-@pytest.mark.registry(grace_period=0.2)
+@pytest.mark.mcp_registry(grace_period=0.2)
 async def test_websocket_client_round_trip_and_cancel(mcp_registry: Registry) -> None:
     b = Downstream()
     with trio.fail_after(BOUND):

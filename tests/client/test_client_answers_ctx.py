@@ -20,7 +20,7 @@ import trio
 from client_harness import http_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import RequestCancelled, open_registry
+from trio_mcp_cancel import Registry, RequestCancelled
 from trio_mcp_cancel.client import (
     ClientHandlers,
     open_http_client,
@@ -213,15 +213,15 @@ async def test_leaving_the_test_client_with_a_question_pending_stops_its_handler
     assert seen == ["cancelled: disconnect"]
 
 
-async def test_over_websocket_a_legacy_question_is_answered_and_a_cancel_stops_the_handler() -> (
-    None
-):
+async def test_over_websocket_a_legacy_question_is_answered_and_a_cancel_stops_the_handler(
+    mcp_registry: Registry,
+) -> None:
     seen: list[str] = []
     answers = Answers()
     with trio.fail_after(BOUND):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             ws = await nursery.start(
-                serve_mcp_websocket, make_server(seen), registry, "127.0.0.1", 0
+                serve_mcp_websocket, make_server(seen), mcp_registry, "127.0.0.1", 0
             )
             url = f"ws://127.0.0.1:{ws.port}/mcp"
             async with open_websocket_client(
@@ -235,7 +235,7 @@ async def test_over_websocket_a_legacy_question_is_answered_and_a_cancel_stops_t
                         await answers.asking.wait()
                         scope.cancel()
                 await answers.stopped.wait()
-                await registry.wait_idle()
+                await mcp_registry.wait_idle()
             nursery.cancel_scope.cancel()
     assert seen == ["acted", "cancelled: client"]
 

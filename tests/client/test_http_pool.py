@@ -22,7 +22,7 @@ import trio
 import trustme
 from hypercorn.config import Config
 
-from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel.client import McpTransportError, open_http_client
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer, ToolContext
@@ -52,11 +52,21 @@ class Slow:
             return text
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=0.2)
+
+
 @asynccontextmanager
 async def served(
-    server: McpServer, tmp_path: Path | None = None, ca: trustme.CA | None = None
+    registry: Registry,
+    server: McpServer,
+    tmp_path: Path | None = None,
+    ca: trustme.CA | None = None,
 ) -> AsyncIterator[tuple[str, Registry, set[Any]]]:
-    """*server* on 127.0.0.1 (TLS with a cert from *ca*): ``(url, registry, connections)``."""
+    """*server* on 127.0.0.1 on *registry* (TLS with a cert from *ca*).
+
+    Yields ``(url, registry, connections)``.
+    """
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.errorlog = None
@@ -68,7 +78,7 @@ async def served(
         config.certfile = config.keyfile = str(tmp_path / "server.pem")
     connections: set[Any] = set()
     seen_headers.clear()
-    async with open_registry(grace_period=0.2) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         app = McpHttpApp(server, registry)
 
         async def counting(scope: Any, receive: Any, send: Any) -> None:
@@ -82,10 +92,13 @@ async def served(
         nursery.cancel_scope.cancel()
 
 
-async def test_a_hundred_sequential_calls_share_one_connection() -> None:
+async def test_a_hundred_sequential_calls_share_one_connection(mcp_registry: Registry) -> None:
     slow = Slow()
     with trio.fail_after(BOUND):
-        async with served(slow.server) as (url, _, connections), open_http_client(url) as client:
+        async with (
+            served(mcp_registry, slow.server) as (url, _, connections),
+            open_http_client(url) as client,
+        ):
             for i in range(100):
                 result = await client.call_tool("echo", {"text": str(i)})
                 assert result["content"][0]["text"] == str(i)
@@ -95,13 +108,14 @@ async def test_a_hundred_sequential_calls_share_one_connection() -> None:
 @pytest.mark.parametrize("http2", [False, True])
 async def test_a_cancelled_call_is_a_disconnect_and_the_others_on_the_pool_go_on(
     http2: bool,
+    mcp_registry: Registry,
 ) -> None:
     # HTTP/1.1: the cancelled request's connection is closed, not pooled;
     # HTTP/2: its stream is reset and the connection carries the rest.
     slow = Slow()
     with trio.fail_after(BOUND):
         async with (
-            served(slow.server) as (url, registry, connections),
+            served(mcp_registry, slow.server) as (url, registry, connections),
             open_http_client(url, http2=http2) as client,
         ):
             events = EventRecorder.attach(registry)
@@ -128,13 +142,13 @@ async def test_a_cancelled_call_is_a_disconnect_and_the_others_on_the_pool_go_on
             assert len(connections) == (1 if http2 else 3)
 
 
-async def test_https_with_a_local_ca_and_http2(tmp_path: Path) -> None:
+async def test_https_with_a_local_ca_and_http2(tmp_path: Path, mcp_registry: Registry) -> None:
     ca = trustme.CA()
     context = ssl.create_default_context()
     ca.configure_trust(context)
     slow = Slow()
     with trio.fail_after(BOUND):
-        async with served(slow.server, tmp_path, ca) as (url, _, connections):
+        async with served(mcp_registry, slow.server, tmp_path, ca) as (url, _, connections):
             assert url.startswith("https://")
             for http2 in (False, True):
                 async with open_http_client(url, verify=context, http2=http2) as client:
@@ -231,7 +245,7 @@ async def test_a_legacy_stream_that_ends_early_is_resumed_with_last_event_id() -
     ]
 
 
-async def test_an_auth_hook_and_custom_headers_go_on_every_request() -> None:
+async def test_an_auth_hook_and_custom_headers_go_on_every_request(mcp_registry: Registry) -> None:
     class Bearer(httpx2.Auth):
         def auth_flow(self, request: httpx2.Request) -> Any:
             request.headers["Authorization"] = "Bearer t0k"
@@ -240,7 +254,7 @@ async def test_an_auth_hook_and_custom_headers_go_on_every_request() -> None:
     slow = Slow()
     with trio.fail_after(BOUND):
         async with (
-            served(slow.server) as (url, _, _),
+            served(mcp_registry, slow.server) as (url, _, _),
             open_http_client(url, auth=Bearer(), headers={"X-Tenant": "a"}) as client,
         ):
             await client.call_tool("echo", {"text": "x"})

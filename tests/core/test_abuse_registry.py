@@ -124,7 +124,7 @@ def refill(reg: Registry, namespace: str, round_: int) -> bool:
     return False
 
 
-@pytest.mark.registry(
+@pytest.mark.mcp_registry(
     max_rows_per_namespace=QUOTA, max_rows=CAP, grace_period=GRACE, early_cancel_ttl=3600
 )
 @pytest.mark.parametrize("shape", ["deep", "wide"])

@@ -69,7 +69,7 @@ async def test_without_a_registry_the_error_says_what_to_do() -> None:
         await checkpoint_cancelled()
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_child_tasks_see_the_request_that_spawned_them(mcp_registry: Registry) -> None:
     seen: list[bool] = []
 
@@ -91,7 +91,7 @@ async def test_nested_tracked_blocks_restore_the_outer_request(mcp_registry: Reg
         assert current_request() is outer
 
 
-@pytest.mark.registry(grace_period=2)
+@pytest.mark.mcp_registry(grace_period=2)
 async def test_hard_cancel_emits_an_event_and_raises_request_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -174,7 +174,7 @@ async def test_events_are_logged(caplog: pytest.LogCaptureFixture, mcp_registry:
     assert all("\n" not in m for m in messages)
 
 
-@pytest.mark.registry(grace_period=7)
+@pytest.mark.mcp_registry(grace_period=7)
 async def test_advance_past_grace_period_with_autojump(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -183,7 +183,7 @@ async def test_advance_past_grace_period_with_autojump(
     assert 7 < trio.current_time() - start < 7.01
 
 
-@pytest.mark.registry(grace_period=3)
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_advance_past_grace_period_with_a_hand_driven_clock(
     mock_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -204,7 +204,7 @@ async def test_advance_past_grace_period_with_a_hand_driven_clock(
         assert outcome == ["aborted"]
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_advance_past_grace_period_refuses_a_registry_that_never_hard_cancels(
     mcp_registry: Registry,
 ) -> None:
@@ -241,7 +241,7 @@ class TestAnOverriddenConfig:
         assert mcp_events.of_type(CleanupEvent) == [CleanupEvent(0, 0)]
 
 
-@pytest.mark.registry(max_rows_per_namespace=1)
+@pytest.mark.mcp_registry(max_rows_per_namespace=1)
 async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
     caplog: pytest.LogCaptureFixture,
     mcp_registry: Registry,
@@ -259,7 +259,7 @@ async def test_warnings_a_client_can_trigger_are_rate_limited_in_the_log(
     assert 1 <= len(lines) <= 20
 
 
-@pytest.mark.registry(max_rows_per_namespace=None, max_rows=400)
+@pytest.mark.mcp_registry(max_rows_per_namespace=None, max_rows=400)
 async def test_eviction_log_line_is_bounded(
     caplog: pytest.LogCaptureFixture, mcp_registry: Registry
 ) -> None:

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import trio
 
-from trio_mcp_cancel import RequestCancelled, open_registry, tracked
-from trio_mcp_cancel._core.registry import Registry
+from trio_mcp_cancel import Registry, RequestCancelled, tracked
 from trio_mcp_cancel.process import CLOSE_STDIN, run_process
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
-pytestmark = pytest.mark.subprocess
+# Every test starts child processes; ``registry(...)`` configures ``mcp_registry``.
+pytestmark = [pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=10)]
 
 PY = sys.executable
 BOUND = 30  # seconds: a hang fails the test instead of the suite
@@ -58,10 +58,10 @@ async def wait_gone(pid: int) -> None:
 
 
 @pytest.fixture
-async def registry() -> AsyncIterator[Registry]:
-    async with open_registry(grace_period=10) as reg:
-        yield reg
-        assert_no_leaks(reg)
+async def registry(mcp_registry: Registry) -> AsyncIterator[Registry]:
+    """``mcp_registry``, which every test here must leave empty."""
+    yield mcp_registry
+    assert_no_leaks(mcp_registry)
 
 
 class Lines:

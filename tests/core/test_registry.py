@@ -18,7 +18,6 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
-    open_registry,
     tracked,
 )
 from trio_mcp_cancel.lowlevel import (
@@ -52,6 +51,15 @@ async def park(
         return
     if outcome is not None:
         outcome.append("finished")
+
+
+async def parked(
+    nursery: trio.Nursery, reg: Registry, request_id: object, namespace: str
+) -> tuple[TrackedRequest, list[object]]:
+    """Start :func:`park` in *nursery*: its tracked request, and the list its end lands in."""
+    outcome: list[object] = []
+    request = await nursery.start(partial(park, reg, request_id, namespace, outcome=outcome))
+    return request, outcome
 
 
 async def test_tracked_tracks_and_untracks(
@@ -91,7 +99,7 @@ async def test_outer_cancellation_propagates_as_cancelled_and_untracks(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -106,14 +114,13 @@ async def test_outer_cancellation_wins_even_when_both_scopes_are_cancelled(
 
 
 async def test_notify_ignores_requests_not_in_flight(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     assert mcp_registry.notify_cancelled("s", 1, "nope") is CancelOutcome.NOT_IN_FLIGHT
     async with tracked(1, "s", registry=mcp_registry):
         pass
     assert mcp_registry.notify_cancelled("s", 1, "too late") is CancelOutcome.NOT_IN_FLIGHT
-    assert mcp_registry.row_count == 0 and events.events == []
+    assert mcp_registry.row_count == 0 and mcp_events.events == []
 
 
 async def test_notify_rejects_invalid_ids_without_raising(
@@ -124,13 +131,12 @@ async def test_notify_rejects_invalid_ids_without_raising(
     assert mcp_registry.row_count == 0
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_flag_first_then_hard_cancel_after_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         start = trio.current_time()
         assert mcp_registry.notify_cancelled("s", 1, "user pressed stop") is CancelOutcome.CANCELLED
         assert request.cancelled and request.reason == "user pressed stop"
@@ -150,20 +156,19 @@ async def test_flag_first_then_hard_cancel_after_grace(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_grace_zero_cancels_at_once(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        _, outcome = await parked(nursery, mcp_registry, 1, "s")
         start = trio.current_time()
         mcp_registry.notify_cancelled("s", 1, None)
         await trio.testing.wait_all_tasks_blocked()
         assert len(outcome) == 1 and trio.current_time() == start
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_grace_none_never_hard_cancels(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -175,7 +180,7 @@ async def test_grace_none_never_hard_cancels(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=30)
+@pytest.mark.mcp_registry(grace_period=30)
 async def test_checkpoint_cancelled_stops_a_loop_before_the_grace_period(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -218,7 +223,7 @@ async def test_checkpoint_cancelled_is_a_checkpoint(
         assert namespace.cancelled_caught
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_tool_that_finishes_despite_the_flag_returns_normally(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -231,15 +236,13 @@ async def test_tool_that_finishes_despite_the_flag_returns_normally(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_same_id_in_two_scopes_is_two_requests(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        a_out: list[object] = []
-        b_out: list[object] = []
-        a = await nursery.start(partial(park, mcp_registry, 1, "session:a", outcome=a_out))
-        b = await nursery.start(partial(park, mcp_registry, 1, "session:b", outcome=b_out))
+        a, a_out = await parked(nursery, mcp_registry, 1, "session:a")
+        b, b_out = await parked(nursery, mcp_registry, 1, "session:b")
         assert mcp_registry.notify_cancelled("session:a", 1, "a only") is CancelOutcome.CANCELLED
         await trio.testing.wait_all_tasks_blocked()
         assert a.cancelled and not b.cancelled
@@ -248,7 +251,7 @@ async def test_same_id_in_two_scopes_is_two_requests(
         b.cancel_scope.cancel()
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_same_id_twice_in_one_scope(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -260,9 +263,8 @@ async def test_same_id_twice_in_one_scope(
                 task_status.started(request)
                 await first_done.wait()
 
-        outcome: list[object] = []
         first = await nursery.start(quick)
-        second = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        second, outcome = await parked(nursery, mcp_registry, 1, "s")
         assert first is not second and mcp_registry.requests() == [first, second]
         first_done.set()
         await trio.testing.wait_all_tasks_blocked()
@@ -274,7 +276,7 @@ async def test_same_id_twice_in_one_scope(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_cancel_hits_every_request_sharing_the_key(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -288,7 +290,7 @@ async def test_a_cancel_hits_every_request_sharing_the_key(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_row_survives_until_the_last_duplicate_leaves(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -300,15 +302,16 @@ async def test_row_survives_until_the_last_duplicate_leaves(
     assert_no_leaks(mcp_registry)
 
 
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    async with open_registry(grace_period=0) as reg, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         results: list[object] = []
 
         async def tool() -> None:
             try:
-                async with tracked(1, "s", registry=reg):
+                async with tracked(1, "s", registry=mcp_registry):
                     await trio.sleep(1)
             except RequestCancelled:
                 results.append("aborted")
@@ -317,7 +320,7 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
 
         async def canceller() -> None:
             await trio.sleep(1)  # wakes in the same tick as the tool
-            results.append(reg.notify_cancelled("s", 1, "race"))
+            results.append(mcp_registry.notify_cancelled("s", 1, "race"))
 
         nursery.start_soon(tool)
         nursery.start_soon(canceller)
@@ -329,10 +332,10 @@ async def test_cancel_racing_completion_is_ignored_and_leaves_nothing(
         [CancelOutcome.CANCELLED, "finished"],
         [CancelOutcome.CANCELLED, "aborted"],
     )
-    assert_no_leaks(reg)
+    assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -345,15 +348,13 @@ async def test_cancel_after_the_body_returned_but_before_exit_does_not_leak(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_server_cancel_is_keyed_to_the_private_token(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        mine: list[object] = []
-        theirs: list[object] = []
-        a = await nursery.start(partial(park, mcp_registry, 1, "ip:192.0.2.1", outcome=mine))
-        b = await nursery.start(partial(park, mcp_registry, 1, "ip:192.0.2.1", outcome=theirs))
+        a, mine = await parked(nursery, mcp_registry, 1, "ip:192.0.2.1")
+        b, theirs = await parked(nursery, mcp_registry, 1, "ip:192.0.2.1")
         assert a.token != b.token
         assert mcp_registry.cancel_request(a, "stream lifetime", kind="server")
         await trio.testing.wait_all_tasks_blocked()
@@ -369,13 +370,12 @@ async def test_server_cancel_is_keyed_to_the_private_token(
         assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_server_cancel_with_its_own_grace(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         mcp_registry.cancel_request(request, "client went away", kind="disconnect", grace_period=2)
         assert request.cancelled
         await trio.sleep(1.9)
@@ -384,7 +384,7 @@ async def test_server_cancel_with_its_own_grace(
         assert len(outcome) == 1
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_cancelled_counts_client_and_server_cancellations(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -397,14 +397,13 @@ async def test_cancelled_counts_client_and_server_cancellations(
         assert cancelled() and reason() == "client says"
 
 
-@pytest.mark.registry(grace_period=50)
+@pytest.mark.mcp_registry(grace_period=50)
 async def test_first_cancellation_wins_but_a_shorter_grace_applies(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
     async with trio.open_nursery() as nursery:
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 1, "s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 1, "s")
         mcp_registry.notify_cancelled("s", 1, "client first")
         mcp_registry.cancel_request(request, "disconnect second", kind="disconnect", grace_period=1)
         await trio.sleep(1.1)
@@ -412,7 +411,7 @@ async def test_first_cancellation_wins_but_a_shorter_grace_applies(
         assert len(outcome) == 1
 
 
-@pytest.mark.registry(grace_period=3)
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_time(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -421,8 +420,7 @@ async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_t
         assert outcome_of is CancelOutcome.PENDING
         assert mcp_registry.client_cancelled(5, "session:s") and mcp_registry.row_count == 1
         await trio.sleep(1)
-        outcome: list[object] = []
-        request = await nursery.start(partial(park, mcp_registry, 5, "session:s", outcome=outcome))
+        request, outcome = await parked(nursery, mcp_registry, 5, "session:s")
         assert request.cancelled and request.reason == "pre-emptive"
         # The grace period counts from the cancellation, not from the start.
         await trio.sleep(2.1)
@@ -431,14 +429,13 @@ async def test_an_early_cancel_in_a_session_cancels_the_request_that_starts_in_t
 
 
 async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outcome(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     async with tracked(1, "s", registry=mcp_registry):
         assert mcp_registry.notify_cancelled("s", 1, "first") is CancelOutcome.CANCELLED
         assert mcp_registry.notify_cancelled("s", 1, "second") is CancelOutcome.CANCELLED
         assert mcp_registry.client_reason(1, "s") == "first" and reason() == "first"
-        assert events.names() == ["request.cancelled"]
+        assert mcp_events.names() == ["request.cancelled"]
         outcome = mcp_registry.notify_cancelled("s", 1.5, "x")
         assert outcome is CancelOutcome.INVALID_REQUEST_ID
         mcp_registry.clear(1, "s")
@@ -448,9 +445,8 @@ async def test_a_repeated_cancel_keeps_the_first_reason_and_a_bad_id_is_an_outco
 
 
 async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     async with tracked(1, "ip:192.0.2.1", registry=mcp_registry):
         pass
     for namespace in ("ip:192.0.2.1", "global", "session:s"):
@@ -458,27 +454,26 @@ async def test_a_cancel_of_an_unknown_or_finished_request_leaves_nothing_behind(
         assert outcome is CancelOutcome.NOT_IN_FLIGHT
     # A shared namespace keeps nothing on a client's word, even when asked to.
     assert mcp_registry.notify_cancelled("ip:192.0.2.1", 2, "early") is CancelOutcome.NOT_IN_FLIGHT
-    assert events.names() == [] and mcp_registry.row_count == 0
+    assert mcp_events.names() == [] and mcp_registry.row_count == 0
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_reason_length=10)
+@pytest.mark.mcp_registry(max_reason_length=10)
 async def test_reason_is_sanitised(autojump_clock: MockClock, mcp_registry: Registry) -> None:
     async with tracked(1, "s", registry=mcp_registry):
         mcp_registry.notify_cancelled("s", 1, "\x1b[31mred\nalert and much more")
         assert reason() == "[31mred al"
 
 
-@pytest.mark.registry(max_rows_per_namespace=3, max_rows=None)
+@pytest.mark.mcp_registry(max_rows_per_namespace=3, max_rows=None)
 async def test_quota_is_the_only_rejection(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     greedy, polite = "session:greedy", "session:polite"
     for i in range(3):
         assert mcp_registry.notify_cancelled(greedy, i, None) is CancelOutcome.PENDING
     assert mcp_registry.notify_cancelled(greedy, 99, None) is CancelOutcome.LIMIT_REACHED
-    assert events.names()[-1] == "cancellation.limit_reached"
+    assert mcp_events.names()[-1] == "cancellation.limit_reached"
     assert mcp_registry.notify_cancelled(polite, 99, None) is CancelOutcome.PENDING
     async with tracked(100, greedy, registry=mcp_registry) as request:
         assert mcp_registry.notify_cancelled(greedy, 100, None) is CancelOutcome.LIMIT_REACHED
@@ -487,11 +482,10 @@ async def test_quota_is_the_only_rejection(
         assert mcp_registry.notify_cancelled(polite, 100, None) is CancelOutcome.CANCELLED
 
 
-@pytest.mark.registry(max_rows_per_namespace=256, max_rows=1000)
+@pytest.mark.mcp_registry(max_rows_per_namespace=256, max_rows=1000)
 async def test_global_cap_never_rejects_and_evicts_the_flooder(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     for namespace in range(4):
         for i in range(256):
             mcp_registry.notify_cancelled(f"session:flood{namespace}", i, None)
@@ -499,12 +493,12 @@ async def test_global_cap_never_rejects_and_evicts_the_flooder(
     # Under its own quota: always served.
     assert mcp_registry.notify_cancelled("session:victim", 1, "mine") is CancelOutcome.PENDING
     assert mcp_registry.client_cancelled(1, "session:victim")
-    evictions = [e for e in events.events if e.name == "cancellation.evicted"]
+    evictions = [e for e in mcp_events.events if e.name == "cancellation.evicted"]
     assert evictions and all("session:victim" not in e.namespaces for e in evictions)  # type: ignore[union-attr]
     assert mcp_registry.row_count <= 1000
 
 
-@pytest.mark.registry(max_rows_per_namespace=None, max_rows=20, grace_period=None)
+@pytest.mark.mcp_registry(max_rows_per_namespace=None, max_rows=20, grace_period=None)
 async def test_eviction_never_unflags_a_running_request(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -518,11 +512,10 @@ async def test_eviction_never_unflags_a_running_request(
         )
 
 
-@pytest.mark.registry(ttl=10, cleanup_interval=None, grace_period=None)
+@pytest.mark.mcp_registry(ttl=10, cleanup_interval=None, grace_period=None)
 async def test_cleanup_expires_rows_by_ttl(
-    autojump_clock: MockClock, mcp_registry: Registry
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     # Two long requests (low-level track: no block), cancelled 6s apart.
     first, second = track(mcp_registry, 1, "s"), track(mcp_registry, 2, "s")
     mcp_registry.notify_cancelled("s", 1, None)
@@ -532,13 +525,13 @@ async def test_cleanup_expires_rows_by_ttl(
     assert mcp_registry.cleanup() == 1
     assert [r.request_id for r in mcp_registry.rows()] == [2]
     assert mcp_registry.cleanup(ttl=0) == 1
-    assert [(e.removed, e.in_flight_removed) for e in events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
+    assert [(e.removed, e.in_flight_removed) for e in mcp_events.events[-2:]] == [(1, 0), (1, 0)]  # type: ignore[union-attr]
     assert first.cancelled and second.cancelled  # the flags stay
     untrack(mcp_registry, first)
     untrack(mcp_registry, second)
 
 
-@pytest.mark.registry(cleanup_interval=None)
+@pytest.mark.mcp_registry(cleanup_interval=None)
 async def test_cleanup_removes_requests_of_dead_tasks(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -559,7 +552,7 @@ async def test_cleanup_removes_requests_of_dead_tasks(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(ttl=5, cleanup_interval=30, grace_period=None)
+@pytest.mark.mcp_registry(ttl=5, cleanup_interval=30, grace_period=None)
 async def test_janitor_runs_every_cleanup_interval(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -623,7 +616,7 @@ async def test_config_validation_and_overrides(autojump_clock: MockClock) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_ten_thousand_concurrent_requests_all_cancelled_leave_nothing(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -672,7 +665,7 @@ async def test_lookups_with_invalid_ids_match_nothing(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_rows_per_namespace=1)
+@pytest.mark.mcp_registry(max_rows_per_namespace=1)
 async def test_a_refused_cancel_does_no_work_on_its_reason(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -689,7 +682,7 @@ async def test_a_refused_cancel_does_no_work_on_its_reason(
     assert mcp_registry.client_reason(1, session) == "first"
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_many_requests_sharing_one_key_untrack_independently(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -709,15 +702,15 @@ async def test_many_requests_sharing_one_key_untrack_independently(
 # -- early cancels ----------------------------------------------------------
 
 
-@pytest.mark.registry(grace_period=1.0, early_cancel_ttl=5.0)
+@pytest.mark.mcp_registry(grace_period=1.0, early_cancel_ttl=5.0)
 async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request_starts(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     # The cancel's POST overtook its call's: nothing runs yet.
     assert mcp_registry.notify_cancelled("session:a", 7, "too slow") is CancelOutcome.PENDING
-    assert events.events == []  # announced only if it cancels something
+    assert mcp_events.events == []  # announced only if it cancels something
     await trio.sleep(0.5)  # within the grace, counted from the cancel
     outcome: list[object] = []
     async with tracked(7, "session:a", registry=mcp_registry) as request:
@@ -727,7 +720,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
         except RequestCancelled as exc:
             outcome.append(exc.reason)
     assert outcome == ["too slow"]
-    [event] = events.of_type(RequestCancelledEvent)
+    [event] = mcp_events.of_type(RequestCancelledEvent)
     assert (event.request_id, event.namespace, event.kind) == (7, "session:a", "client")
     # Applied once: the row went with the request, a new call with the id is not cancelled.
     async with tracked(7, "session:a", registry=mcp_registry) as again:
@@ -735,7 +728,7 @@ async def test_an_early_cancel_in_a_session_is_kept_and_applied_when_the_request
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(early_cancel_ttl=5.0)
+@pytest.mark.mcp_registry(early_cancel_ttl=5.0)
 async def test_an_early_cancel_expires_unused(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -753,20 +746,23 @@ async def test_an_early_cancel_expires_unused(
 
 
 @pytest.mark.parametrize(
-    ("namespace", "ttl"),
-    [("ip:192.0.2.1", 5.0), ("global", 5.0), ("session:a", None)],
+    ("namespace", "mcp_registry_config"),
+    [
+        ("ip:192.0.2.1", RegistryConfig(early_cancel_ttl=5.0)),
+        ("global", RegistryConfig(early_cancel_ttl=5.0)),
+        ("session:a", RegistryConfig(early_cancel_ttl=None)),
+    ],
 )
 async def test_early_cancels_are_kept_only_in_private_namespaces(
-    namespace: str, ttl: float | None
+    namespace: str, mcp_registry: Registry
 ) -> None:
     # An address or the global namespace may be shared by strangers: nothing
     # is kept there on a client's word alone.
-    async with open_registry(early_cancel_ttl=ttl) as reg:
-        assert reg.notify_cancelled(namespace, 1, None) is CancelOutcome.NOT_IN_FLIGHT
-        assert_no_leaks(reg)
+    assert mcp_registry.notify_cancelled(namespace, 1, None) is CancelOutcome.NOT_IN_FLIGHT
+    assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(max_rows_per_namespace=3)
+@pytest.mark.mcp_registry(max_rows_per_namespace=3)
 async def test_early_cancels_count_against_the_namespace_quota(mcp_registry: Registry) -> None:
     outcomes = [mcp_registry.notify_cancelled("session:a", i, None) for i in range(5)]
     assert outcomes == [CancelOutcome.PENDING] * 3 + [CancelOutcome.LIMIT_REACHED] * 2

@@ -32,7 +32,7 @@ from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks, open_test_cl
 BOUND = 30
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_on_cancelled_fires_once_when_the_flag_is_set(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -50,7 +50,7 @@ async def test_on_cancelled_fires_once_when_the_flag_is_set(
         await request.wait_cancelled()  # returns at once (a checkpoint)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_wait_cancelled_blocks_until_the_flag(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -70,7 +70,7 @@ async def test_wait_cancelled_blocks_until_the_flag(
     assert woke_at == [7]
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_the_flag_is_visible_in_worker_threads(mcp_registry: Registry) -> None:
     async with tracked(1) as request:
         assert await trio.to_thread.run_sync(cancelled) is False  # Trio copies the context
@@ -80,7 +80,7 @@ async def test_the_flag_is_visible_in_worker_threads(mcp_registry: Registry) -> 
         assert token_seen == (True, "stop")
 
 
-@pytest.mark.registry(grace_period=60)
+@pytest.mark.mcp_registry(grace_period=60)
 async def test_a_thread_waiting_on_its_token_stops_cooperatively(mcp_registry: Registry) -> None:
     recorder = EventRecorder.attach(mcp_registry)
     started = threading.Event()
@@ -106,7 +106,7 @@ async def test_a_thread_waiting_on_its_token_stops_cooperatively(mcp_registry: R
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_thread_ignoring_the_flag_is_abandoned_at_the_hard_cancel(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -337,7 +337,7 @@ def test_thread_limits_are_checked_and_made_per_run() -> None:
     assert trio.run(limiter) is not trio.run(limiter)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_a_flagged_request_still_gets_a_free_thread_and_a_queued_one_stops(
     autojump_clock: MockClock,
     mcp_registry: Registry,

@@ -37,12 +37,12 @@ from asgi_harness import (
     legacy_headers,
     modern_call,
     modern_headers,
+    served,
 )
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import assert_no_leaks
 
 TOKEN = "tokA"
 AUTH = f"Bearer {TOKEN}"
@@ -85,17 +85,15 @@ def build(ran: list[str]) -> McpServer:
     return server
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=1)
+
+
 @asynccontextmanager
-async def serving(ran: list[str], **options: Any) -> AsyncIterator[AsgiClient]:
-    async with open_registry(grace_period=1) as registry:
-        app = McpHttpApp(build(ran), registry, auth=bearer_auth({TOKEN: "alice"}), **options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield client
-                await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+async def serving(registry: Registry, ran: list[str], **options: Any) -> AsyncIterator[AsgiClient]:
+    app = McpHttpApp(build(ran), registry, auth=bearer_auth({TOKEN: "alice"}), **options)
+    async with served(app) as client:
+        yield client
 
 
 def refused_for(exchange: HttpExchange, header: str) -> None:
@@ -127,10 +125,10 @@ FIRST_COPIES = {
 
 @pytest.mark.parametrize("header", sorted(FIRST_COPIES))
 async def test_a_repeated_singleton_header_is_400_in_the_modern_era(
-    autojump_clock: trio.testing.MockClock, header: str
+    autojump_clock: trio.testing.MockClock, header: str, mcp_registry: Registry
 ) -> None:
     ran: list[str] = []
-    async with serving(ran) as client:
+    async with serving(mcp_registry, ran) as client:
         message, headers = modern_routed()
         if header == "content-length":
             headers["content-length"] = str(len(json.dumps(message)))
@@ -147,10 +145,10 @@ async def test_a_repeated_singleton_header_is_400_in_the_modern_era(
     "header", ["mcp-session-id", "authorization", "content-type", "mcp-protocol-version"]
 )
 async def test_a_repeated_singleton_header_is_400_in_the_legacy_era(
-    autojump_clock: trio.testing.MockClock, header: str
+    autojump_clock: trio.testing.MockClock, header: str, mcp_registry: Registry
 ) -> None:
     ran: list[str] = []
-    async with serving(ran) as client:
+    async with serving(mcp_registry, ran) as client:
         exchange = await client.post(
             legacy_headers(version=None, authorization=AUTH), initialize_message()
         )
@@ -164,9 +162,10 @@ async def test_a_repeated_singleton_header_is_400_in_the_legacy_era(
 
 async def test_a_repeated_accept_header_combines_its_values(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     ran: list[str] = []
-    async with serving(ran) as client:
+    async with serving(mcp_registry, ran) as client:
         message, headers = modern_routed()
         del headers["accept"]
         pairs = Repeated(headers.items())
@@ -178,9 +177,10 @@ async def test_a_repeated_accept_header_combines_its_values(
 
 async def test_a_head_over_the_bound_is_431_and_one_within_it_is_served(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     ran: list[str] = []
-    async with serving(ran) as client:
+    async with serving(mcp_registry, ran) as client:
         message, headers = modern_routed()
         big = await client.post({**headers, "x-pad": "a" * (16 * 1024)}, message)
         assert big.status == 431, big.content
@@ -190,24 +190,29 @@ async def test_a_head_over_the_bound_is_431_and_one_within_it_is_served(
     assert ran == ["eu"]
 
 
-async def test_the_head_bound_is_configurable(autojump_clock: trio.testing.MockClock) -> None:
+async def test_the_head_bound_is_configurable(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
     ran: list[str] = []
-    async with serving(ran, http_limits=HttpLimits(max_head_size=64 * 1024)) as client:
+    async with serving(
+        mcp_registry, ran, http_limits=HttpLimits(max_head_size=64 * 1024)
+    ) as client:
         message, headers = modern_routed()
         exchange = await client.post({**headers, "x-pad": "a" * (40 * 1024)}, message)
         assert exchange.status == 200, exchange.content
-    async with serving(ran, http_limits=HttpLimits(max_head_size=1024)) as client:
+    async with serving(mcp_registry, ran, http_limits=HttpLimits(max_head_size=1024)) as client:
         exchange = await client.post({**headers, "x-pad": "a" * 1024}, message)
         assert exchange.status == 431
 
 
 async def test_a_refusal_from_the_head_reads_the_body_it_drops_within_the_body_bounds(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     """A refused POST is answered once its body was read (so no stream is left sending),
     but a body that stalls is not waited for longer than ``body_timeout``."""
     ran: list[str] = []
-    async with serving(ran, http_limits=HttpLimits(body_timeout=3)) as client:
+    async with serving(mcp_registry, ran, http_limits=HttpLimits(body_timeout=3)) as client:
         message, headers = modern_routed()
         refused = {**headers, "content-type": "text/plain"}
         whole = client.start("POST", refused, message, chunk_size=16)

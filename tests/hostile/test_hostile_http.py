@@ -25,6 +25,7 @@ from asgi_harness import (
     legacy_headers,
     modern_call,
     notification,
+    served,
 )
 
 from trio_mcp_cancel import (
@@ -33,13 +34,12 @@ from trio_mcp_cancel import (
     RegistryConfig,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder
 
 GRACE = 5.0
 WRITE_TIMEOUT = 3.0
@@ -110,29 +110,24 @@ def over_defaults(given: Any, **defaults: Any) -> Any:
     return attrs.evolve(given, **unset)
 
 
+#: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
+pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
+
+
 @asynccontextmanager
 async def serving(
-    config: RegistryConfig | None = None,
-    server_options: dict[str, Any] | None = None,
-    **app_options: Any,
+    registry: Registry, server_options: dict[str, Any] | None = None, **app_options: Any
 ) -> AsyncIterator[Served]:
     notes = Notes()
     server = build(notes, **(server_options or {}))
     app_options["limits"] = over_defaults(
         app_options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
     )
-    async with open_registry(config or RegistryConfig(grace_period=GRACE)) as registry:
-        events = EventRecorder.attach(registry)
-        app = McpHttpApp(server, registry, **app_options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield Served(client, registry, events, notes, app)
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
-        assert Dispatcher.of(server).calls_in_flight == 0
+    events = EventRecorder.attach(registry)
+    app = McpHttpApp(server, registry, **app_options)
+    async with served(app) as client:
+        yield Served(client, registry, events, notes, app)
+    assert Dispatcher.of(server).calls_in_flight == 0
 
 
 def start_modern(asgi: AsgiClient, message: dict[str, Any], **options: Any) -> HttpExchange:
@@ -148,8 +143,9 @@ def chatter(request_id: object, **arguments: Any) -> dict[str, Any]:
 
 async def test_a_client_that_stops_reading_does_not_pin_its_tool(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = start_modern(s.client, chatter(1))
         await exchange.wait_started()
         await trio.sleep(0.5)  # the first progress message was read
@@ -173,8 +169,11 @@ async def test_a_client_that_stops_reading_does_not_pin_its_tool(
 
 async def test_progress_piling_up_behind_a_slow_client_disconnects_it(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(limits=ConnectionLimits(write_timeout=None, max_buffered_bytes=10_000)) as s:
+    async with serving(
+        mcp_registry, limits=ConnectionLimits(write_timeout=None, max_buffered_bytes=10_000)
+    ) as s:
         exchange = start_modern(s.client, chatter(1, size=3000))
         await exchange.wait_started()
         exchange.stop_reading()
@@ -191,8 +190,9 @@ async def test_progress_piling_up_behind_a_slow_client_disconnects_it(
 
 async def test_a_slow_client_that_catches_up_in_time_is_served(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = start_modern(s.client, chatter(1, seconds=5))
         await exchange.wait_started()
         exchange.stop_reading()
@@ -207,8 +207,9 @@ async def test_a_slow_client_that_catches_up_in_time_is_served(
 
 async def test_a_stalled_plain_response_is_given_up_after_the_write_timeout(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "wait", {"seconds": 0})
         exchange = start_modern(s.client, message)
         exchange.stop_reading()
@@ -221,8 +222,9 @@ async def test_a_stalled_plain_response_is_given_up_after_the_write_timeout(
 
 async def test_legacy_disconnect_setting_does_not_spare_a_stalled_client(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(legacy_disconnect_cancels=False) as s:
+    async with serving(mcp_registry, legacy_disconnect_cancels=False) as s:
         init = await s.client.post(legacy_headers(version=None), initialize_message())
         session = init.headers["mcp-session-id"]
         exchange = s.client.start(
@@ -239,8 +241,9 @@ async def test_legacy_disconnect_setting_does_not_spare_a_stalled_client(
 
 async def test_a_stalled_body_gets_408_after_the_body_timeout(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(http_limits=HttpLimits(body_timeout=7.0)) as s:
+    async with serving(mcp_registry, http_limits=HttpLimits(body_timeout=7.0)) as s:
         message = modern_call(1, "wait", {"seconds": 0})
         exchange = start_modern(s.client, message, chunk_size=10)
         exchange.stall_body()
@@ -294,10 +297,11 @@ TOKENS = {"alice-token": "alice", "mallory-token": "mallory"}
 
 async def test_a_session_flood_never_ends_another_tenants_calls(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     auth = bearer_auth(TOKENS)
     async with serving(
-        auth=auth, http_limits=HttpLimits(max_sessions=10, max_sessions_per_tenant=4)
+        mcp_registry, auth=auth, http_limits=HttpLimits(max_sessions=10, max_sessions_per_tenant=4)
     ) as s:
         alice = session_of(await open_session(s.client, token="alice-token"))
         call = start_legacy_wait(s.client, alice, 1, token="alice-token")
@@ -317,8 +321,9 @@ async def test_a_session_flood_never_ends_another_tenants_calls(
 
 async def test_a_tenant_whose_sessions_are_all_busy_is_refused_with_429(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(http_limits=HttpLimits(max_sessions_per_tenant=2)) as s:
+    async with serving(mcp_registry, http_limits=HttpLimits(max_sessions_per_tenant=2)) as s:
         calls = []
         for i in range(2):
             session = session_of(await open_session(s.client))
@@ -341,8 +346,11 @@ async def test_a_tenant_whose_sessions_are_all_busy_is_refused_with_429(
 
 async def test_a_full_store_evicts_the_largest_tenants_idle_session_or_answers_503(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(http_limits=HttpLimits(max_sessions=4, max_sessions_per_tenant=3)) as s:
+    async with serving(
+        mcp_registry, http_limits=HttpLimits(max_sessions=4, max_sessions_per_tenant=3)
+    ) as s:
         small = session_of(await open_session(s.client, address="192.0.2.1"))
         big = [session_of(await open_session(s.client, address="192.0.2.2")) for _ in range(3)]
         # Full: a new tenant's session takes the place of the big tenant's
@@ -384,9 +392,10 @@ async def test_a_full_store_evicts_the_largest_tenants_idle_session_or_answers_5
 
 async def test_server_wide_cap_holds_across_sessions_and_eras(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     options = {"max_concurrent_calls": 3, "max_calls_per_tenant": None}
-    async with serving(server_options=options) as s:
+    async with serving(mcp_registry, server_options=options) as s:
         calls = [
             start_modern(
                 s.client, modern_call(i, "wait", {"seconds": 5}), client=(f"192.0.2.{i}", 1)
@@ -416,9 +425,10 @@ async def test_server_wide_cap_holds_across_sessions_and_eras(
 
 async def test_per_tenant_cap_counts_every_session_of_the_tenant(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     options = {"max_calls_per_tenant": 2}
-    async with serving(server_options=options) as s:
+    async with serving(mcp_registry, server_options=options) as s:
         sessions = [session_of(await open_session(s.client)) for _ in range(3)]
         calls = [start_legacy_wait(s.client, sid, n) for n, sid in enumerate(sessions[:2])]
         await trio.testing.wait_all_tasks_blocked()
@@ -440,11 +450,12 @@ async def test_per_tenant_cap_counts_every_session_of_the_tenant(
 # -- item 5: a tool that shields itself ------------------------------------------------
 
 
+@pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=2.0)
 async def test_a_shielded_tool_is_reported_and_its_result_never_sent_as_success(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    config = RegistryConfig(grace_period=GRACE, overrun_margin=2.0)
-    async with serving(config, limits=ConnectionLimits(max_request_time=4.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(max_request_time=4.0)) as s:
         message = modern_call(1, "shielded", {"seconds": 30})
         exchange = start_modern(s.client, message)
         await exchange.done.wait()
@@ -458,11 +469,12 @@ async def test_a_shielded_tool_is_reported_and_its_result_never_sent_as_success(
         assert final["error"]["data"] == {"reason": "request time limit reached"}
 
 
+@pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=1.0)
 async def test_a_shielded_tool_the_client_cancelled_sends_nothing(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    config = RegistryConfig(grace_period=GRACE, overrun_margin=1.0)
-    async with serving(config) as s:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "shielded", {"seconds": 20})
         exchange = start_modern(s.client, message)
         await exchange.wait_started()

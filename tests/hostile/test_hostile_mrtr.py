@@ -26,7 +26,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from redis_harness import prefix, redis
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel._protocol.mrtr import StateSigner, binding, secret_from_text
@@ -563,7 +563,7 @@ async def test_depth_bombs_are_invalid_params_on_stream_transports(
 
 
 async def test_a_depth_bomb_on_stdio_is_answered_and_the_line_after_it_served(
-    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, mcp_registry: Registry
 ) -> None:
     server, ran = build()
     client_stream, server_stream = trio.testing.memory_stream_pair()
@@ -579,9 +579,11 @@ async def test_a_depth_bomb_on_stdio_is_answered_and_the_line_after_it_served(
             "params": {"name": "take", "arguments": {"data": {}}},
         }
     )
-    async with open_registry() as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            partial(serve_mcp_stdio, server, registry, stdin=server_stream, stdout=server_stream)
+            partial(
+                serve_mcp_stdio, server, mcp_registry, stdin=server_stream, stdout=server_stream
+            )
         )
         with caplog.at_level(logging.DEBUG):
             await client_stream.send_all(bomb.encode() + fine.encode() + b"\n")

@@ -74,6 +74,9 @@ BIG = 20_000
 """Bytes of one progress message of the ``flood`` tool."""
 
 TOKENS = {"tok-alice": "alice", "tok-mallory": "mallory"}
+#: The registry settings of the tests served by ``setup``: a function's own marker, so
+#: that it travels with the tests ``test_http_plain_asgi`` imports from here.
+SHORT_GRACE = pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=0.5)
 
 
 # -- the server under test ---------------------------------------------------------
@@ -213,22 +216,21 @@ def over_defaults(given: Any, **defaults: Any) -> Any:
 
 @asynccontextmanager
 async def setup(
-    probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
+    registry: Registry, probe: Probe, *, caps: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[tuple[Served, Registry, Returns]]:
-    """A registry with a short grace period, the app, hypercorn; no leaks at the end."""
+    """The app on *registry* (a test marked ``SHORT_GRACE``), hypercorn; no leaks at the end."""
     options["limits"] = over_defaults(
         options.get("limits", ConnectionLimits()), write_timeout=WRITE_TIMEOUT
     )
     options["http_limits"] = over_defaults(
         options.get("http_limits", HttpLimits()), body_timeout=BODY_TIMEOUT
     )
-    async with open_registry(grace_period=GRACE, overrun_margin=0.5) as registry:
-        app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
-        async with serving(app) as served:
-            yield served, registry, app
-        await registry.wait_idle()
-        assert_no_leaks(registry)
-        assert app.app.dispatcher.calls_in_flight == 0
+    app = Returns(McpHttpApp(make_server(probe, **(caps or {})), registry, **options))
+    async with serving(app) as served:
+        yield served, registry, app
+    await registry.wait_idle()
+    assert_no_leaks(registry)
+    assert app.app.dispatcher.calls_in_flight == 0
 
 
 # -- raw HTTP/1.1 clients ----------------------------------------------------------
@@ -346,13 +348,22 @@ async def wait_until(condition: Callable[[], bool]) -> None:
         ("write timeout", {"max_buffered_bytes": 1 << 30}, 0.02),
     ],
 )
+@SHORT_GRACE
 async def test_slow_reader_is_disconnected_and_others_are_served(
-    path: str, options: dict[str, Any], delay: float, caplog: pytest.LogCaptureFixture
+    path: str,
+    options: dict[str, Any],
+    delay: float,
+    caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_mcp_cancel.http")
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, limits=ConnectionLimits(**options)) as (served, registry, app):
+        async with setup(mcp_registry, probe, limits=ConnectionLimits(**options)) as (
+            served,
+            registry,
+            app,
+        ):
             events = EventRecorder.attach(registry)
             cancelled_at: list[float] = []
             registry.events.subscribe(
@@ -495,8 +506,9 @@ async def test_graceful_shutdown_with_a_stuck_client(
             assert_no_leaks(registry)
 
 
+@pytest.mark.mcp_registry(grace_period=GRACE)
 @pytest.mark.slow
-async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
+async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Registry) -> None:
     """One connection pipelines many small requests and reads nothing: the kernel's
     buffers fill with whole responses, the next head blocks, the app gives up on the
     client after ``write_timeout``; the server must survive that."""
@@ -504,48 +516,47 @@ async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
     crashed: list[BaseException] = []
     answers: list[str] = []
     with trio.fail_after(TIMEOUT):
-        async with open_registry(grace_period=GRACE) as registry:
-            app = McpHttpApp(
-                make_server(probe), registry, limits=ConnectionLimits(write_timeout=WRITE_TIMEOUT)
-            )
-            config = Config()
-            config.bind = ["127.0.0.1:0"]
-            config.errorlog = None
+        app = McpHttpApp(
+            make_server(probe), mcp_registry, limits=ConnectionLimits(write_timeout=WRITE_TIMEOUT)
+        )
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.errorlog = None
 
-            async def run(task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
-                except Exception as exc:  # the crash; Cancelled is no Exception
-                    crashed.append(exc)
+        async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+            try:
+                await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+            except Exception as exc:  # the crash; Cancelled is no Exception
+                crashed.append(exc)
 
-            async with trio.open_nursery() as nursery:
-                binds = await nursery.start(run)
-                port = int(binds[0].rsplit(":", 1)[1])
-                async with await connect(port, rcvbuf=RCVBUF) as stuck:
-                    # Notifications: each answered 202 with an empty body, so the
-                    # write that blocks is a response head.
-                    body = json.dumps(notification("notifications/x")).encode()
-                    head = post_head(port, modern_headers(None), len(body))
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(run)
+            port = int(binds[0].rsplit(":", 1)[1])
+            async with await connect(port, rcvbuf=RCVBUF) as stuck:
+                # Notifications: each answered 202 with an empty body, so the
+                # write that blocks is a response head.
+                body = json.dumps(notification("notifications/x")).encode()
+                head = post_head(port, modern_headers(None), len(body))
 
-                    async def pipeline() -> None:
-                        with contextlib.suppress(trio.BrokenResourceError):
-                            await stuck.send_all((head + body) * 3000)
+                async def pipeline() -> None:
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        await stuck.send_all((head + body) * 3000)
 
-                    nursery.start_soon(pipeline)
+                nursery.start_soon(pipeline)
+                async with httpx.AsyncClient(timeout=5) as client:
+                    deadline = trio.current_time() + 3 * WRITE_TIMEOUT + MARGIN
+                    while trio.current_time() < deadline and not crashed:
+                        with contextlib.suppress(httpx.TransportError):
+                            await client.get(f"{binds[0]}/nope")
+                        await trio.sleep(0.1)
+                if not crashed:
+                    message = modern_call(1, "echo", {"text": "still here"})
                     async with httpx.AsyncClient(timeout=5) as client:
-                        deadline = trio.current_time() + 3 * WRITE_TIMEOUT + MARGIN
-                        while trio.current_time() < deadline and not crashed:
-                            with contextlib.suppress(httpx.TransportError):
-                                await client.get(f"{binds[0]}/nope")
-                            await trio.sleep(0.1)
-                    if not crashed:
-                        message = modern_call(1, "echo", {"text": "still here"})
-                        async with httpx.AsyncClient(timeout=5) as client:
-                            reply = await client.post(
-                                f"{binds[0]}/mcp", headers=headers_of(message), json=message
-                            )
-                        answers.append(text_of(reply))
-                nursery.cancel_scope.cancel()
+                        reply = await client.post(
+                            f"{binds[0]}/mcp", headers=headers_of(message), json=message
+                        )
+                    answers.append(text_of(reply))
+            nursery.cancel_scope.cancel()
     assert not crashed, f"serve() crashed: {crashed[0]!r}"
     assert answers == ["still here"]
 
@@ -553,13 +564,16 @@ async def test_pipelined_requests_to_a_client_that_never_reads() -> None:
 # -- c. request bodies that never arrive -------------------------------------------
 
 
+@SHORT_GRACE
 @pytest.mark.slow
-async def test_slow_bodies_get_408_while_others_are_served() -> None:
+async def test_slow_bodies_get_408_while_others_are_served(mcp_registry: Registry) -> None:
     connections = 50
     body_timeout = 1.5  # room to serve a normal client while they all wait
     probe = Probe()
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(body_timeout=body_timeout)) as (
+        async with setup(
+            mcp_registry, probe, http_limits=HttpLimits(body_timeout=body_timeout)
+        ) as (
             served,
             registry,
             app,
@@ -629,14 +643,18 @@ async def hold_in(client: httpx.AsyncClient, url: str, headers: dict[str, str]) 
     return text_of(response)
 
 
-async def test_session_flood_by_one_principal_spares_another() -> None:
+@SHORT_GRACE
+async def test_session_flood_by_one_principal_spares_another(mcp_registry: Registry) -> None:
     probe = Probe()
     alice = {"authorization": "Bearer tok-alice"}
     mallory = {"authorization": "Bearer tok-mallory"}
     cap = 5
     with trio.fail_after(TIMEOUT):
         async with setup(
-            probe, auth=bearer_auth(TOKENS), http_limits=HttpLimits(max_sessions_per_tenant=cap)
+            mcp_registry,
+            probe,
+            auth=bearer_auth(TOKENS),
+            http_limits=HttpLimits(max_sessions_per_tenant=cap),
         ) as (
             served,
             registry,
@@ -691,12 +709,15 @@ def from_address(source: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=5, transport=httpx.AsyncHTTPTransport(local_address=source))
 
 
-async def test_session_flood_from_one_address_when_the_store_is_full() -> None:
+@SHORT_GRACE
+async def test_session_flood_from_one_address_when_the_store_is_full(
+    mcp_registry: Registry,
+) -> None:
     """Unauthenticated: tenants are client addresses; the store's bound is hit first."""
     probe = Probe()
     total = 6
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (
+        async with setup(mcp_registry, probe, http_limits=HttpLimits(max_sessions=total)) as (
             served,
             registry,
             app,
@@ -745,12 +766,17 @@ async def test_session_flood_from_one_address_when_the_store_is_full() -> None:
             assert results == ["released"] * total
 
 
-async def test_session_flood_tied_with_the_victim_evicts_its_own() -> None:
+@SHORT_GRACE
+async def test_session_flood_tied_with_the_victim_evicts_its_own(mcp_registry: Registry) -> None:
     """A full store, the attacker as big as the victim: the attacker should pay."""
     probe = Probe()
     total = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, http_limits=HttpLimits(max_sessions=total)) as (served, _, app):
+        async with setup(mcp_registry, probe, http_limits=HttpLimits(max_sessions=total)) as (
+            served,
+            _,
+            app,
+        ):
             store = app.app.sessions
             assert store is not None
             url = served.url
@@ -780,11 +806,16 @@ async def test_session_flood_tied_with_the_victim_evicts_its_own() -> None:
 # -- e. server-wide, tenant and session caps on calls in flight ---------------------
 
 
-async def test_server_cap_on_calls_in_flight() -> None:
+@SHORT_GRACE
+async def test_server_cap_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()
     cap = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(probe, caps={"max_concurrent_calls": cap}) as (served, _, app):
+        async with setup(mcp_registry, probe, caps={"max_concurrent_calls": cap}) as (
+            served,
+            _,
+            app,
+        ):
             url = served.url
             results: list[str] = []
             async with (
@@ -829,10 +860,12 @@ async def test_server_cap_on_calls_in_flight() -> None:
             assert counted == ["counted 20"] * cap
 
 
-async def test_tenant_and_session_caps_on_calls_in_flight() -> None:
+@SHORT_GRACE
+async def test_tenant_and_session_caps_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
         async with setup(
+            mcp_registry,
             probe,
             caps={"max_calls_per_tenant": 3},
             limits=ConnectionLimits(max_concurrent_calls=2),

@@ -24,7 +24,7 @@ import trio.testing
 from redis_harness import prefix, redis, running
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.backends.base import TaskStoreFull
 from trio_mcp_cancel.backends.memory import PURGE_BATCH, MemoryTaskStore
 from trio_mcp_cancel.backends.redis import RedisBackend
@@ -354,8 +354,8 @@ async def test_redis_counts_a_tenants_records_across_its_owners(redis: Any, pref
 
 
 @asynccontextmanager
-async def ws_serving(server: McpServer, **options: Any) -> AsyncIterator[str]:
-    async with open_registry() as registry, trio.open_nursery() as nursery:
+async def ws_serving(registry: Registry, server: McpServer, **options: Any) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
         ws_server = await nursery.start(
             partial(serve_mcp_websocket, server, registry, "127.0.0.1", 0, **options)
         )
@@ -405,11 +405,13 @@ def split(answers: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
     return created, [a["error"] for a in answers if "error" in a]
 
 
-async def test_nine_websocket_connections_from_one_address_are_one_tenant() -> None:
+async def test_nine_websocket_connections_from_one_address_are_one_tenant(
+    mcp_registry: Registry,
+) -> None:
     release = trio.Event()
     server = make_server(release, MemoryTaskStore(), max_running=8, max_running_per_owner=3)
     with trio.fail_after(TIMEOUT):
-        async with ws_serving(server) as url:
+        async with ws_serving(mcp_registry, server) as url:
             async with nine_and_one(url, [], []) as (answers, last):
                 created, errors = split([*answers, last])
                 assert created == 3 and Dispatcher.of(server).runtime.tasks.running_count == 3
@@ -419,14 +421,16 @@ async def test_nine_websocket_connections_from_one_address_are_one_tenant() -> N
                 await Dispatcher.of(server).runtime.tasks.wait_idle()
 
 
-async def test_nine_websocket_connections_of_one_principal_cannot_take_anothers_slots() -> None:
+async def test_nine_websocket_connections_of_one_principal_cannot_take_anothers_slots(
+    mcp_registry: Registry,
+) -> None:
     release = trio.Event()
     server = make_server(release, MemoryTaskStore(), max_running=8, max_running_per_owner=3)
     auth = bearer_auth({"m-token": "mallory", "a-token": "alice"})
     mallory = [(b"authorization", b"Bearer m-token")]
     alice = [(b"authorization", b"Bearer a-token")]
     with trio.fail_after(TIMEOUT):
-        async with ws_serving(server, auth=auth) as url:
+        async with ws_serving(mcp_registry, server, auth=auth) as url:
             async with nine_and_one(url, mallory, alice) as (answers, last):
                 created, errors = split(answers)
                 assert created == 3 and len(errors) == 6

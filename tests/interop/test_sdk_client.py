@@ -34,7 +34,6 @@ from trio_mcp_cancel import (
     RequestCancelled,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
@@ -122,10 +121,14 @@ def make_server(fx: Fixture) -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
+
+
 @asynccontextmanager
-async def running(*, grace: float = GRACE, **options: Any) -> AsyncIterator[Fixture]:
+async def running(registry: Registry, **options: Any) -> AsyncIterator[Fixture]:
     """Serve ``McpHttpApp(server, registry, **options)`` on 127.0.0.1:0."""
-    async with open_registry(grace_period=grace) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None
@@ -195,9 +198,9 @@ def no_server_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 # -- 1. connecting and calling -------------------------------------------------
 
 
-async def test_auto_mode_negotiates_modern_and_calls_tools() -> None:
+async def test_auto_mode_negotiates_modern_and_calls_tools(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, Client(fx.url) as c:
+        async with running(mcp_registry) as fx, Client(fx.url) as c:
             assert c.protocol_version == MODERN
             assert c.session.discover_result is not None
             assert c.session.initialize_result is None
@@ -210,9 +213,9 @@ async def test_auto_mode_negotiates_modern_and_calls_tools() -> None:
 
 
 @pytest.mark.parametrize("mode", [MODERN, "legacy"])
-async def test_pinned_modes_call_tools(mode: str) -> None:
+async def test_pinned_modes_call_tools(mode: str, mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, client(fx.url, mode) as c:
+        async with running(mcp_registry) as fx, client(fx.url, mode) as c:
             assert c.protocol_version == (MODERN if mode == MODERN else LEGACY)
             if mode == "legacy":
                 assert c.session.initialize_result is not None
@@ -229,10 +232,12 @@ async def test_pinned_modes_call_tools(mode: str) -> None:
 
 
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
-async def test_progress_reaches_the_callback(mode: str, version: str, kind: str) -> None:
+async def test_progress_reaches_the_callback(
+    mode: str, version: str, kind: str, mcp_registry: Registry
+) -> None:
     progress: Progress = []
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, client(fx.url, mode) as c:
+        async with running(mcp_registry) as fx, client(fx.url, mode) as c:
             assert c.protocol_version == version
             result = await c.call_tool("count", {"n": 3}, progress_callback=recorder(progress))
             assert text_of(result) == "counted to 3"
@@ -248,10 +253,14 @@ async def test_progress_reaches_the_callback(mode: str, version: str, kind: str)
 
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_cancelling_the_callers_scope_stops_the_tool(
-    mode: str, version: str, kind: str
+    mode: str, version: str, kind: str, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, client(fx.url, mode) as c, trio.open_nursery() as nursery:
+        async with (
+            running(mcp_registry) as fx,
+            client(fx.url, mode) as c,
+            trio.open_nursery() as nursery,
+        ):
             assert c.protocol_version == version
             scope = trio.CancelScope()
 
@@ -277,10 +286,10 @@ async def test_cancelling_the_callers_scope_stops_the_tool(
 
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_a_tool_ignoring_the_flag_is_hard_cancelled(
-    mode: str, version: str, kind: str
+    mode: str, version: str, kind: str, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, client(fx.url, mode) as c:
+        async with running(mcp_registry) as fx, client(fx.url, mode) as c:
             with trio.move_on_after(10) as scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(c.call_tool, "stubborn", {"seconds": 30})
@@ -303,10 +312,12 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
-async def test_keepalives_keep_a_silent_call_alive(mode: str, version: str, kind: str) -> None:
+async def test_keepalives_keep_a_silent_call_alive(
+    mode: str, version: str, kind: str, mcp_registry: Registry
+) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            running(limits=ConnectionLimits(keepalive_interval=0.3)) as fx,
+            running(mcp_registry, limits=ConnectionLimits(keepalive_interval=0.3)) as fx,
             client(fx.url, mode, read_timeout=1.0) as c,
         ):
             assert c.protocol_version == version
@@ -320,7 +331,7 @@ async def test_keepalives_keep_a_silent_call_alive(mode: str, version: str, kind
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_without_keepalives_the_read_timeout_cuts_the_call(
-    mode: str, version: str, kind: str
+    mode: str, version: str, kind: str, mcp_registry: Registry
 ) -> None:
     """The control for the test above: the same call, no keep-alives, is cut."""
     with trio.fail_after(TIMEOUT):
@@ -328,7 +339,9 @@ async def test_without_keepalives_the_read_timeout_cuts_the_call(
             # resume_window=None: no resumption, else the legacy SDK client resumes
             # the cut stream with Last-Event-ID and gets the answer (see
             # test_sdk_resumption.py).
-            running(limits=ConnectionLimits(keepalive_interval=None), resume_window=None) as fx,
+            running(
+                mcp_registry, limits=ConnectionLimits(keepalive_interval=None), resume_window=None
+            ) as fx,
             client(fx.url, mode, read_timeout=1.0) as c,
         ):
             assert c.protocol_version == version
@@ -352,13 +365,13 @@ async def test_without_keepalives_the_read_timeout_cuts_the_call(
 
 @pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
 async def test_client_is_usable_after_a_cancel(
-    mode: str, version: str, kind: str, caplog: pytest.LogCaptureFixture
+    mode: str, version: str, kind: str, caplog: pytest.LogCaptureFixture, mcp_registry: Registry
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="mcp")
     first: Progress = []
     second: Progress = []
     with trio.fail_after(TIMEOUT):
-        async with running() as fx, client(fx.url, mode) as c:
+        async with running(mcp_registry) as fx, client(fx.url, mode) as c:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(

@@ -23,7 +23,7 @@ from hypercorn.trio import serve
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 
-from trio_mcp_cancel import Registry, open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
@@ -56,9 +56,15 @@ def make_server(seen: list[str]) -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=0.3)
+
+
 @asynccontextmanager
-async def running(seen: list[str], **options: Any) -> AsyncIterator[tuple[str, Registry]]:
-    async with open_registry(grace_period=0.3) as registry, trio.open_nursery() as nursery:
+async def running(
+    registry: Registry, seen: list[str], **options: Any
+) -> AsyncIterator[tuple[str, Registry]]:
+    async with trio.open_nursery() as nursery:
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.errorlog = None
@@ -92,11 +98,13 @@ async def on_roots(context: Any) -> types.ListRootsResult:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-async def test_the_sdk_answers_a_tool_written_once_in_both_eras(mode: str) -> None:
+async def test_the_sdk_answers_a_tool_written_once_in_both_eras(
+    mode: str, mcp_registry: Registry
+) -> None:
     seen: list[str] = []
     with trio.fail_after(TIMEOUT):
         async with (
-            running(seen) as (url, registry),
+            running(mcp_registry, seen) as (url, registry),
             Client(
                 url,
                 mode=mode,  # type: ignore[arg-type]
@@ -113,7 +121,7 @@ async def test_the_sdk_answers_a_tool_written_once_in_both_eras(mode: str) -> No
     assert seen == ["greet: done"]
 
 
-async def test_a_declined_elicitation_reaches_the_tool_as_a_value() -> None:
+async def test_a_declined_elicitation_reaches_the_tool_as_a_value(mcp_registry: Registry) -> None:
     seen: list[str] = []
 
     async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -121,14 +129,16 @@ async def test_a_declined_elicitation_reaches_the_tool_as_a_value() -> None:
 
     with trio.fail_after(TIMEOUT):
         async with (
-            running(seen) as (url, _),
+            running(mcp_registry, seen) as (url, _),
             Client(url, mode="legacy", elicitation_callback=decline) as client,
         ):
             result = await client.call_tool("greet", {})
     assert result.content[0].text == "no name (decline)"  # type: ignore[union-attr]
 
 
-async def test_a_cancelled_tool_cancels_the_sdks_pending_elicitation_handler() -> None:
+async def test_a_cancelled_tool_cancels_the_sdks_pending_elicitation_handler(
+    mcp_registry: Registry,
+) -> None:
     seen: list[str] = []
     handler: list[str] = []
     entered = trio.Event()
@@ -145,7 +155,7 @@ async def test_a_cancelled_tool_cancels_the_sdks_pending_elicitation_handler() -
     limits = ConnectionLimits(max_request_time=1.0)
     with trio.fail_after(TIMEOUT):
         async with (
-            running(seen, limits=limits) as (url, registry),
+            running(mcp_registry, seen, limits=limits) as (url, registry),
             Client(url, mode="legacy", elicitation_callback=never) as client,
         ):
             with pytest.raises(MCPError) as caught:

@@ -21,13 +21,14 @@ from functools import partial
 from typing import Any
 
 import httpx2
+import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from trio_mcp_cancel import Event, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Event, Registry, RequestCancelledEvent
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
@@ -54,9 +55,13 @@ def make_server() -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=0.3)
+
+
 @asynccontextmanager
-async def running(server: McpServer) -> AsyncIterator[tuple[str, list[Event]]]:
-    async with open_registry(grace_period=0.3) as registry, trio.open_nursery() as nursery:
+async def running(registry: Registry, server: McpServer) -> AsyncIterator[tuple[str, list[Event]]]:
+    async with trio.open_nursery() as nursery:
         events: list[Event] = []
         registry.events.subscribe(events.append)
         config = Config()
@@ -81,14 +86,16 @@ async def legacy_client(url: str, read_timeout: float) -> AsyncIterator[Client]:
         yield c
 
 
-async def test_the_sdk_resumes_a_cut_stream_and_gets_every_progress_and_the_answer_once() -> None:
+async def test_the_sdk_resumes_a_cut_stream_and_gets_every_progress_and_the_answer_once(
+    mcp_registry: Registry,
+) -> None:
     progress: list[float] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         progress.append(value)
 
     with trio.fail_after(TIMEOUT):
-        async with running(make_server()) as (url, events):
+        async with running(mcp_registry, make_server()) as (url, events):
             async with legacy_client(url, read_timeout=1.0) as c:
                 result = await c.call_tool("halting", {}, progress_callback=on_progress)
                 assert not result.is_error
@@ -97,10 +104,13 @@ async def test_the_sdk_resumes_a_cut_stream_and_gets_every_progress_and_the_answ
             assert not [e for e in events if isinstance(e, RequestCancelledEvent)]
 
 
-async def test_the_sdk_sees_the_legacy_capabilities_and_subscribes() -> None:
+async def test_the_sdk_sees_the_legacy_capabilities_and_subscribes(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         server = make_server()
-        async with running(server) as (url, _), legacy_client(url, read_timeout=30.0) as c:
+        async with (
+            running(mcp_registry, server) as (url, _),
+            legacy_client(url, read_timeout=30.0) as c,
+        ):
             capabilities: Any = c.server_capabilities
             assert capabilities.resources.subscribe is True
             assert capabilities.resources.list_changed is True

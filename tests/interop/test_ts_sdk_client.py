@@ -25,20 +25,21 @@ from repo_paths import ROOT
 
 from trio_mcp_cancel import (
     Event,
+    Registry,
     RequestCancelled,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel.server import McpServer, ToolContext
 
-pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+# A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
+pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=5)]
 
 SCRIPT = ROOT / "conformance" / "ts_client_abort.mjs"
 
 
 @asynccontextmanager
-async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
+async def running(registry: Registry, seen: list[str], events: list[Event]) -> AsyncIterator[str]:
     server = McpServer("ts-sdk-test")
 
     @server.tool()
@@ -59,17 +60,18 @@ async def running(seen: list[str], events: list[Event]) -> AsyncIterator[str]:
         return text
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.
-    async with open_registry(grace_period=5) as registry:
-        registry.events.subscribe(events.append)
-        async with hypercorn_checked(server, registry) as url:
-            yield url
+    registry.events.subscribe(events.append)
+    async with hypercorn_checked(server, registry) as url:
+        yield url
 
 
-async def test_typescript_sdk_connects_calls_and_aborts_cleanly(node: Path) -> None:
+async def test_typescript_sdk_connects_calls_and_aborts_cleanly(
+    node: Path, mcp_registry: Registry
+) -> None:
     seen: list[str] = []
     events: list[Event] = []
     with trio.fail_after(90):
-        async with running(seen, events) as url:
+        async with running(mcp_registry, seen, events) as url:
             # ES modules resolve packages next to the script: run it from .tools/.
             report = await node_report(node, SCRIPT, url)
     # Connected (the SDK's legacy handshake: initialize, then a session), called with progress.

@@ -19,17 +19,18 @@ import trio
 from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
-from trio_mcp_cancel import RequestCancelled, open_registry
+from trio_mcp_cancel import Registry, RequestCancelled
 from trio_mcp_cancel.server import McpServer, ToolContext
 
-pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+# A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
+pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=2)]
 
 SCRIPT = ROOT / "conformance" / "ts_client_elicit.mjs"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 
 @asynccontextmanager
-async def running(seen: list[str]) -> AsyncIterator[str]:
+async def running(registry: Registry, seen: list[str]) -> AsyncIterator[str]:
     server = McpServer("ts-sdk-elicit")
 
     @server.tool()
@@ -49,15 +50,16 @@ async def running(seen: list[str]) -> AsyncIterator[str]:
             raise
         return "answered"
 
-    async with open_registry(grace_period=2) as registry:
-        async with hypercorn_checked(server, registry) as url:
-            yield url
+    async with hypercorn_checked(server, registry) as url:
+        yield url
 
 
-async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(node: Path) -> None:
+async def test_typescript_sdk_answers_elicitation_and_is_told_of_the_cancel(
+    node: Path, mcp_registry: Registry
+) -> None:
     seen: list[str] = []
     with trio.fail_after(90):
-        async with running(seen) as url:
+        async with running(mcp_registry, seen) as url:
             # ES modules resolve packages next to the script: run it from .tools/.
             report = await node_report(node, SCRIPT, url)
     assert report["protocolVersion"] == "2025-11-25"

@@ -18,16 +18,19 @@ import trio
 from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
-from trio_mcp_cancel import Event, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Event, Registry, RequestCancelledEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 
-pytestmark = [pytest.mark.node, pytest.mark.subprocess]
+# A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
+pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=1)]
 
 SCRIPT = ROOT / "conformance" / "ts_client_resume.mjs"
 
 
 @asynccontextmanager
-async def running(events: list[Event], closed: list[bool]) -> AsyncIterator[str]:
+async def running(
+    registry: Registry, events: list[Event], closed: list[bool]
+) -> AsyncIterator[str]:
     server = McpServer("ts-sdk-resume-test")
 
     @server.tool()
@@ -44,17 +47,18 @@ async def running(events: list[Event], closed: list[bool]) -> AsyncIterator[str]
         server.tools_changed()
         return "changed"
 
-    async with open_registry(grace_period=1) as registry:
-        registry.events.subscribe(events.append)
-        async with hypercorn_checked(server, registry) as url:
-            yield url
+    registry.events.subscribe(events.append)
+    async with hypercorn_checked(server, registry) as url:
+        yield url
 
 
-async def test_typescript_sdk_resumes_a_polled_stream_and_hears_the_get_stream(node: Path) -> None:
+async def test_typescript_sdk_resumes_a_polled_stream_and_hears_the_get_stream(
+    node: Path, mcp_registry: Registry
+) -> None:
     events: list[Event] = []
     closed: list[bool] = []
     with trio.fail_after(90):
-        async with running(events, closed) as url:
+        async with running(mcp_registry, events, closed) as url:
             report = await node_report(node, SCRIPT, url)
     assert report["protocolVersion"] == "2025-11-25"
     assert report["capabilities"]["tools"] == {"listChanged": True}

@@ -22,7 +22,7 @@ from cancellation_tools import probe_server
 
 import trio_mcp_cancel._core.registry as registry_module
 import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
-from trio_mcp_cancel import Registry, RegistryConfig, open_registry, tracked
+from trio_mcp_cancel import Registry, tracked
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel._protocol.jsonrpc import Notification
@@ -34,7 +34,7 @@ def cancel(request_id: object) -> Notification:
     return Notification("notifications/cancelled", {"requestId": request_id, "reason": "stop"})
 
 
-@pytest.mark.registry(max_rows_per_namespace=1)
+@pytest.mark.mcp_registry(max_rows_per_namespace=1)
 async def test_only_a_cancel_of_a_request_not_running_here_is_for_another_worker(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
@@ -105,15 +105,16 @@ async def test_the_registry_still_checks_the_ids_its_direct_callers_pass(
     assert_no_leaks(mcp_registry)
 
 
-async def test_early_cancels_evicted_by_the_cap_leave_nothing_behind() -> None:
-    config = RegistryConfig(max_rows=10, max_rows_per_namespace=None, early_cancel_ttl=3600)
-    async with open_registry(config) as registry:
-        for i in range(1000):
-            registry.notify_cancelled("session:flood", i, "early")
-        assert registry.row_count <= 10
-        # What is kept for requests not started yet is bounded by the rows.
-        assert len(registry._early) <= 10
-        # An evicted early cancel no longer cancels its request.
-        async with tracked(0, "session:flood", registry=registry) as request:
-            assert not request.cancelled
-        await trio.lowlevel.checkpoint()
+@pytest.mark.mcp_registry(max_rows=10, max_rows_per_namespace=None, early_cancel_ttl=3600)
+async def test_early_cancels_evicted_by_the_cap_leave_nothing_behind(
+    mcp_registry: Registry,
+) -> None:
+    for i in range(1000):
+        mcp_registry.notify_cancelled("session:flood", i, "early")
+    assert mcp_registry.row_count <= 10
+    # What is kept for requests not started yet is bounded by the rows.
+    assert len(mcp_registry._early) <= 10
+    # An evicted early cancel no longer cancels its request.
+    async with tracked(0, "session:flood", registry=mcp_registry) as request:
+        assert not request.cancelled
+    await trio.lowlevel.checkpoint()

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, modern_meta
+from asgi_harness import headers_of, modern_call, modern_headers, modern_meta, served
+from cancellation_tools import probe_server
 from trio.testing import MockClock
 
-from trio_mcp_cancel import Registry, open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
     ClientResponseCall,
@@ -26,24 +27,9 @@ from trio_mcp_cancel._protocol.calls import (
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Caller, Exchange
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer
 
 Message = dict[str, Any]
-
-
-def make_server(**options: Any) -> McpServer:
-    server = McpServer("dispatcher-test", **options)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str = "hi") -> str:
-        return text
-
-    @server.tool()
-    async def wait(ctx: ToolContext) -> str:
-        await trio.sleep(100)
-        return "done"
-
-    return server
 
 
 def tool_call(request_id: int, name: str, **arguments: Any) -> Message:
@@ -54,7 +40,7 @@ def tool_call(request_id: int, name: str, **arguments: Any) -> Message:
 async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
     mcp_registry: Registry,
 ) -> None:
-    server = make_server()
+    server = probe_server()
     dispatcher = Dispatcher.of(server)
     caller = Caller("ns", mcp_registry)
     request = dispatcher.prepare(tool_call(1, "echo"), caller)
@@ -74,7 +60,7 @@ async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
 
 
 def test_every_transport_of_a_server_gets_the_same_dispatcher() -> None:
-    server, other = make_server(), make_server()
+    server, other = probe_server(), probe_server()
     assert Dispatcher.of(server) is Dispatcher.of(server)
     assert Dispatcher.of(server) is not Dispatcher.of(other)
 
@@ -83,7 +69,7 @@ async def test_a_call_the_transport_admitted_is_counted_once_and_released_once(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    server = make_server(max_concurrent_calls=1)
+    server = probe_server(max_concurrent_calls=1)
     dispatcher = Dispatcher.of(server)
     caller = Caller("ns", mcp_registry)
     call = dispatcher.prepare(tool_call(1, "echo", text="once"), caller)
@@ -101,11 +87,11 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    server = make_server(max_concurrent_calls=1)
+    server = probe_server(max_concurrent_calls=1)
     dispatcher = Dispatcher.of(server)
     caller = Caller("ns", mcp_registry)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(dispatcher.handle, tool_call(1, "wait"), caller)
+        nursery.start_soon(dispatcher.handle, tool_call(1, "stubborn"), caller)
         await trio.sleep(1)
         assert dispatcher.calls_in_flight == 1
         second = dispatcher.prepare(tool_call(2, "echo"), caller)
@@ -119,7 +105,7 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
 
 
 async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry: Registry) -> None:
-    server = make_server(max_concurrent_calls=None)
+    server = probe_server(max_concurrent_calls=None)
     dispatcher = Dispatcher.of(server)
     caller = Caller("ns", mcp_registry)
     call = dispatcher.prepare(tool_call(1, "echo"), caller)
@@ -133,8 +119,10 @@ async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry
     assert dispatcher.calls_in_flight == 0
 
 
-async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange() -> None:
-    server = make_server()
+async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchange(
+    mcp_registry: Registry,
+) -> None:
+    server = probe_server()
     dispatcher = Dispatcher.of(server)
     seen: list[HandlerInput] = []
 
@@ -143,30 +131,26 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
         return {"method": h.request.method, "echo": h.params.get("x")}
 
     dispatcher.methods["test/probe"] = Method(probe)
-    async with open_registry() as registry:
-        caller = Caller("ns", registry)
-        exchange = Exchange()
-        message = {"jsonrpc": "2.0", "id": 5, "method": "test/probe", "params": {"x": 1}}
-        reply = await dispatcher.handle(message, caller, exchange)
+    caller = Caller("ns", mcp_registry)
+    exchange = Exchange()
+    message = {"jsonrpc": "2.0", "id": 5, "method": "test/probe", "params": {"x": 1}}
+    reply = await dispatcher.handle(message, caller, exchange)
     assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"method": "test/probe", "echo": 1}}
     [h] = seen
     assert (h.server, h.caller, h.exchange, h.era) == (server, caller, exchange, "legacy")
     # Another server's table is untouched.
-    assert "test/probe" not in Dispatcher.of(make_server()).methods
+    assert "test/probe" not in Dispatcher.of(probe_server()).methods
 
 
 async def test_a_modern_post_of_a_response_is_an_invalid_request_not_a_crash(
-    mcp_registry: Registry,
+    mcp_server: McpServer, mcp_registry: Registry
 ) -> None:
-    server = make_server()
-    app = McpHttpApp(server, mcp_registry)
-    async with trio.open_nursery() as nursery:
-        client = AsgiClient(app, nursery)
-        async with client.lifespan():
-            body = {"jsonrpc": "2.0", "id": 1, "result": {}, "params": {"_meta": modern_meta()}}
-            exchange = await client.request("POST", modern_headers(None), body)
-            assert exchange.status == 400
-            assert exchange.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
-            # The server keeps serving.
-            reply = await client.request("POST", headers_of(ok := modern_call(2, "echo")), ok)
-            assert reply.json()["result"]["content"][0]["text"] == "hi"
+    async with served(McpHttpApp(mcp_server, mcp_registry)) as client:
+        body = {"jsonrpc": "2.0", "id": 1, "result": {}, "params": {"_meta": modern_meta()}}
+        exchange = await client.request("POST", modern_headers(None), body)
+        assert exchange.status == 400
+        assert exchange.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+        # The server keeps serving.
+        ok = modern_call(2, "echo", {"text": "hi"})
+        reply = await client.request("POST", headers_of(ok), ok)
+        assert reply.json()["result"]["content"][0]["text"] == "hi"

@@ -470,13 +470,12 @@ async def test_a_message_without_method_or_result_is_refused() -> None:
     ],
 )
 async def test_client_responses_and_notifications_get_no_reply(
-    message: Message, mcp_registry: Registry
+    message: Message, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     # An address namespace keeps no early cancels (a session would keep
     # "nothing is running" a few seconds, in case its request comes late).
     assert await Dispatcher.of(SERVER).handle(message, Caller("ip:192.0.2.1", mcp_registry)) is None
-    assert events.events == []
+    assert mcp_events.events == []
     assert_no_leaks(mcp_registry)
 
 
@@ -511,12 +510,12 @@ async def call_and_cancel(
     return reply, trio.current_time() - start
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification_answers_request_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     reply, elapsed = await call_and_cancel(mcp_registry, 7, "count", "user pressed stop")
     assert reply == {
         "jsonrpc": "2.0",
@@ -529,13 +528,13 @@ async def test_cancel_by_notification_answers_request_cancelled(
     }
     # The tool stopped by itself at its next checkpoint, not at the hard cancel.
     assert elapsed <= 1.0 + 1e-6
-    assert events.of_type(HardCancelEvent) == []
-    [cancelled] = events.of_type(RequestCancelledEvent)
+    assert mcp_events.of_type(HardCancelEvent) == []
+    [cancelled] = mcp_events.of_type(RequestCancelledEvent)
     assert (cancelled.request_id, cancelled.namespace, cancelled.kind) == (7, SCOPE, "client")
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_without_reason_has_no_data(
     autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
@@ -548,22 +547,22 @@ async def test_cancel_without_reason_has_no_data(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     reply, elapsed = await call_and_cancel(mcp_registry, 8, "stubborn", "too slow")
     assert elapsed == pytest.approx(5)
     assert error_code(reply) == REQUEST_CANCELLED
     assert reply is not None and reply["error"]["data"] == {"reason": "too slow"}
-    [hard] = events.of_type(HardCancelEvent)
+    [hard] = mcp_events.of_type(HardCancelEvent)
     assert (hard.request_id, hard.kind) == (8, "client")
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -604,12 +603,12 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=0)
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_notification_from_another_scope_does_not_cancel(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     alice = Caller("session:alice", mcp_registry)
     mallory = Caller("session:mallory", mcp_registry)
     replies: list[Message | None] = []
@@ -628,14 +627,14 @@ async def test_a_notification_from_another_scope_does_not_cancel(
             "result": {"content": [{"type": "text", "text": "counted 3"}], "isError": False},
         }
     ]
-    assert events.events == []
+    assert mcp_events.events == []
     # Mallory's kept cancel expires unused.
     await trio.sleep(mcp_registry.config.early_cancel_ttl or 0)
     mcp_registry.cleanup()
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelled(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -662,12 +661,12 @@ async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelle
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=None)
+@pytest.mark.mcp_registry(grace_period=None)
 async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     exchange = Exchange()
     exchange.cancel("stream gone", kind="disconnect")
     assert exchange.request is None
@@ -683,17 +682,17 @@ async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
             "data": {"reason": "stream gone"},
         },
     }
-    [cancelled] = events.of_type(RequestCancelledEvent)
+    [cancelled] = mcp_events.of_type(RequestCancelledEvent)
     assert (cancelled.request_id, cancelled.kind) == (6, "disconnect")
     assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_exchange_cancel_while_running_hard_cancels_after_its_grace(
     autojump_clock: MockClock,
     mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    events = EventRecorder.attach(mcp_registry)
     exchange = Exchange()
     replies: list[Message | None] = []
     async with trio.open_nursery() as nursery:
@@ -706,7 +705,7 @@ async def test_exchange_cancel_while_running_hard_cancels_after_its_grace(
         exchange.cancel("connection closed", kind="disconnect", grace_period=0.5)
     assert trio.current_time() - start == pytest.approx(0.5)
     assert error_code(replies[0]) == REQUEST_CANCELLED
-    [hard] = events.of_type(HardCancelEvent)
+    [hard] = mcp_events.of_type(HardCancelEvent)
     assert hard.kind == "disconnect"
     assert_no_leaks(mcp_registry)
 
@@ -724,16 +723,15 @@ class Sink:
 
 @pytest.mark.parametrize("token", ["tok", 0, 17])
 async def test_progress_is_sent_with_a_progress_token(
-    autojump_clock: MockClock, token: object
+    autojump_clock: MockClock, token: object, mcp_registry: Registry
 ) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
-        reply = await Dispatcher.of(SERVER).handle(
-            message, Caller(SCOPE, registry), Exchange(send=sink)
-        )
-        assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
-        assert_no_leaks(registry)
+    message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
+    reply = await Dispatcher.of(SERVER).handle(
+        message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
+    )
+    assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
+    assert_no_leaks(mcp_registry)
     assert sink.messages == [
         {
             "jsonrpc": "2.0",
@@ -749,16 +747,15 @@ async def test_progress_is_sent_with_a_progress_token(
     [{}, {"_meta": {}}, {"_meta": "tok"}, {"_meta": {"progressToken": 1.5}}, {"_meta": None}],
 )
 async def test_no_progress_without_a_valid_token(
-    autojump_clock: MockClock, params: Message
+    autojump_clock: MockClock, params: Message, mcp_registry: Registry
 ) -> None:
     sink = Sink()
-    async with open_registry() as registry:
-        message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
-        reply = await Dispatcher.of(SERVER).handle(
-            message, Caller(SCOPE, registry), Exchange(send=sink)
-        )
-        assert reply is not None and reply["result"]["isError"] is False
-        assert_no_leaks(registry)
+    message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
+    reply = await Dispatcher.of(SERVER).handle(
+        message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
+    )
+    assert reply is not None and reply["result"]["isError"] is False
+    assert_no_leaks(mcp_registry)
     assert sink.messages == []
 
 

@@ -24,11 +24,11 @@ import pytest
 import tool_types_module as typed
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, headers_of, modern_request
+from asgi_harness import headers_of, modern_request, served
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # what pydantic validates on Python < 3.12
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
@@ -104,24 +104,21 @@ Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @asynccontextmanager
-async def over_http(server: McpServer) -> AsyncIterator[Send]:
-    async with open_registry(grace_period=2) as registry, trio.open_nursery() as nursery:
-        client = AsgiClient(McpHttpApp(server, registry), nursery)
-        async with client.lifespan():
+async def over_http(registry: Registry, server: McpServer) -> AsyncIterator[Send]:
+    async with served(McpHttpApp(server, registry)) as client:
 
-            async def send(message: dict[str, Any]) -> dict[str, Any]:
-                answer = (await client.post(headers_of(message), message)).answer()
-                assert isinstance(answer, dict)
-                return answer
+        async def send(message: dict[str, Any]) -> dict[str, Any]:
+            answer = (await client.post(headers_of(message), message)).answer()
+            assert isinstance(answer, dict)
+            return answer
 
-            yield send
-        client.check()
+        yield send
 
 
 @asynccontextmanager
-async def over_stdio(server: McpServer) -> AsyncIterator[Send]:
+async def over_stdio(registry: Registry, server: McpServer) -> AsyncIterator[Send]:
     client_end, server_end = trio.testing.memory_stream_pair()
-    async with open_registry(grace_period=2) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: serve_mcp_stdio(
                 server, registry, stdin=server_end, stdout=server_end, task_status=task_status
@@ -144,8 +141,8 @@ async def over_stdio(server: McpServer) -> AsyncIterator[Send]:
 
 
 @asynccontextmanager
-async def in_memory(server: McpServer) -> AsyncIterator[Send]:
-    async with open_test_client(server) as client:
+async def in_memory(registry: Registry, server: McpServer) -> AsyncIterator[Send]:
+    async with open_test_client(server, registry=registry) as client:
 
         async def send(message: dict[str, Any]) -> dict[str, Any]:
             params = {k: v for k, v in message["params"].items() if k != "_meta"}
@@ -157,12 +154,13 @@ async def in_memory(server: McpServer) -> AsyncIterator[Send]:
 TRANSPORTS = {"memory": in_memory, "http": over_http, "stdio": over_stdio}
 
 
+@pytest.mark.mcp_registry(grace_period=2)
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 async def test_a_fastmcp_style_module_is_listed_validated_and_converted_on_every_transport(
-    transport: str,
+    transport: str, mcp_registry: Registry
 ) -> None:
     typed.RECEIVED.clear()
-    async with TRANSPORTS[transport](typed.server) as send:
+    async with TRANSPORTS[transport](mcp_registry, typed.server) as send:
         listed = await send(modern_request(1, "tools/list"))
         wrong = await send(modern_request(2, "tools/call", {"name": "book", "arguments": BAD}))
         right = await send(modern_request(3, "tools/call", {"name": "book", "arguments": GOOD}))

@@ -35,7 +35,7 @@ from redis_harness import (
     wait_status,
 )
 
-from trio_mcp_cancel import Event, cancelled, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import Event, Registry, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
@@ -431,16 +431,17 @@ async def test_shutdown_records_running_tasks_failed_in_redis(
 
 async def test_backend_events_reach_the_registry_and_are_logged_once(
     caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
-    """One registry subscriber sees the backend's events with all the others."""
+    """One mcp_registry subscriber sees the backend's events with all the others."""
     backend = RedisBackend("redis://127.0.0.1:1/0", op_timeout=0.5, reconnect_delay=0.2)
     own: list[Event] = []
     backend.events.subscribe(own.append)
     app_events = EventRecorder()
     with caplog.at_level(logging.WARNING, logger="trio_mcp_cancel"):
-        async with open_registry() as registry, trio.open_nursery() as nursery:
-            registry.events.subscribe(app_events)
-            app = McpHttpApp(make_server(TaskManager(), []), registry, backend=backend)
+        async with trio.open_nursery() as nursery:
+            mcp_registry.events.subscribe(app_events)
+            app = McpHttpApp(make_server(TaskManager(), []), mcp_registry, backend=backend)
             client = AsgiClient(app, nursery)
             async with client.lifespan():
                 get = modern_request(1, "tasks/get", {"taskId": "x"}, capabilities=WITH_TASKS)

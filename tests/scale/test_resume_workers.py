@@ -13,12 +13,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 from asgi_harness import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers
 from deploy_harness import RedisServer
 from redis_harness import prefix, redis
 
-from trio_mcp_cancel import Event, RequestCancelledEvent, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import (
+    Event,
+    Registry,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+)
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
@@ -43,12 +49,17 @@ def make_server() -> McpServer:
     return server
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=0.5)
+
+
 @asynccontextmanager
 async def two_workers(
-    redis: RedisServer, prefix: str, **options: Any
+    registry: Registry, redis: RedisServer, prefix: str, **options: Any
 ) -> AsyncIterator[tuple[AsgiClient, AsgiClient, list[Event]]]:
+    """Two apps on *registry* sharing Redis."""
     events: list[Event] = []
-    async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         registry.events.subscribe(events.append)
         apps = [
             McpHttpApp(
@@ -79,10 +90,10 @@ async def until_progress(exchange: HttpExchange, progress: int) -> None:
 
 
 async def test_a_stream_cut_on_one_worker_is_resumed_on_the_other_exactly_once(
-    redis: RedisServer, prefix: str
+    redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_workers(redis, prefix) as (one, two, events):
+        async with two_workers(mcp_registry, redis, prefix) as (one, two, events):
             session = await initialize(one)
             call = one.start("POST", legacy_headers(session), legacy_call(1, "steps", {}, "t"))
             await until_progress(call, 2)
@@ -102,11 +113,15 @@ async def test_a_stream_cut_on_one_worker_is_resumed_on_the_other_exactly_once(
 
 
 async def test_a_resume_through_the_other_worker_counts_as_a_resume_for_the_window(
-    redis: RedisServer, prefix: str
+    redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:
     # A 1 s window, a resume after 0.3 s that stays 2 s: not a disconnect.
     with trio.fail_after(TIMEOUT):
-        async with two_workers(redis, prefix, resume_window=1.0) as (one, two, events):
+        async with two_workers(mcp_registry, redis, prefix, resume_window=1.0) as (
+            one,
+            two,
+            events,
+        ):
             session = await initialize(one)
             arguments = {"n": 10, "delay": 0.3}
             call = one.start(
@@ -124,10 +139,14 @@ async def test_a_resume_through_the_other_worker_counts_as_a_resume_for_the_wind
 
 
 async def test_a_cut_stream_resumed_nowhere_is_a_disconnect_and_a_late_resume_is_409(
-    redis: RedisServer, prefix: str
+    redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with two_workers(redis, prefix, resume_window=0.5) as (one, two, events):
+        async with two_workers(mcp_registry, redis, prefix, resume_window=0.5) as (
+            one,
+            two,
+            events,
+        ):
             session = await initialize(one)
             arguments = {"n": 100, "delay": 0.1}
             call = one.start(
@@ -145,7 +164,7 @@ async def test_a_cut_stream_resumed_nowhere_is_a_disconnect_and_a_late_resume_is
 
 
 async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_other(
-    redis: RedisServer, prefix: str
+    redis: RedisServer, prefix: str, mcp_registry: Registry
 ) -> None:
     servers = [make_server(), make_server()]
     for server in servers:
@@ -155,9 +174,9 @@ async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_othe
             return "doc"
 
     with trio.fail_after(TIMEOUT):
-        async with open_registry(grace_period=0.5) as registry, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             apps = [
-                McpHttpApp(server, registry, backend=RedisBackend(redis.url, prefix=prefix))
+                McpHttpApp(server, mcp_registry, backend=RedisBackend(redis.url, prefix=prefix))
                 for server in servers
             ]
             one, two = (AsgiClient(app, nursery) for app in apps)
@@ -186,4 +205,4 @@ async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_othe
                 assert len(get.messages()) == 3
                 get.disconnect()
                 await one.wait_all_done()
-            assert_no_leaks(registry)
+            assert_no_leaks(mcp_registry)

@@ -22,7 +22,7 @@ import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call
 from test_tasks import GRACE, WITH_TASKS, wall_clock
 
-from trio_mcp_cancel import RegistryConfig, cancelled, open_registry
+from trio_mcp_cancel import Registry, RegistryConfig, cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
@@ -159,9 +159,10 @@ async def test_http_task_whose_creation_was_delivered_survives_the_stream_closin
             assert await rig.status(task["taskId"]) == "completed"
 
 
+@pytest.mark.mcp_registry(grace_period=GRACE)
 @pytest.mark.parametrize("how", ["write fails", "write hangs"])
 async def test_message_stream_reply_never_written_cancels_the_task(
-    autojump_clock: trio.testing.MockClock, how: str
+    autojump_clock: trio.testing.MockClock, how: str, mcp_registry: Registry
 ) -> None:
     """stdio / WebSocket / memory: the peer goes away before the reply is written.
 
@@ -181,26 +182,23 @@ async def test_message_stream_reply_never_written_cancels_the_task(
 
     async with trio.open_nursery() as nursery:
         await nursery.start(Dispatcher.of(server).runtime.tasks.run)
-        async with open_registry(grace_period=GRACE) as registry:
-            connection = MessageConnection(
-                server,
-                connection_caller("test", registry),
-                write,
-                limits=ConnectionLimits(write_timeout=5.0),
-            )
-            to_server, incoming = trio.open_memory_channel[str](math.inf)
-            nursery.start_soon(connection.serve, incoming)
-            to_server.send_nowait(
-                json.dumps(modern_call(1, "stubborn", {}, capabilities=WITH_TASKS))
-            )
-            await store.entered.wait()
-            store.gate.set()
-            await trio.testing.wait_all_tasks_blocked()
-            assert [json.loads(text)["id"] for text in written] == [1]
-            lost_at = trio.current_time() + (5.0 if how == "write hangs" else 0.0)
-            await rig.assert_stopped(cancelled_at=lost_at)
-            assert await rig.status() == "cancelled"
-            to_server.close()
+        connection = MessageConnection(
+            server,
+            connection_caller("test", mcp_registry),
+            write,
+            limits=ConnectionLimits(write_timeout=5.0),
+        )
+        to_server, incoming = trio.open_memory_channel[str](math.inf)
+        nursery.start_soon(connection.serve, incoming)
+        to_server.send_nowait(json.dumps(modern_call(1, "stubborn", {}, capabilities=WITH_TASKS)))
+        await store.entered.wait()
+        store.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [json.loads(text)["id"] for text in written] == [1]
+        lost_at = trio.current_time() + (5.0 if how == "write hangs" else 0.0)
+        await rig.assert_stopped(cancelled_at=lost_at)
+        assert await rig.status() == "cancelled"
+        to_server.close()
         nursery.cancel_scope.cancel()
 
 

@@ -18,7 +18,7 @@ from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, reques
 from test_tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import Event, RegistryConfig, open_registry
+from trio_mcp_cancel import Event, Registry, RegistryConfig, open_registry
 from trio_mcp_cancel.lowlevel import Dispatcher
 from trio_mcp_cancel.testing import McpTestClient, assert_no_leaks, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -218,12 +218,13 @@ async def test_sigterm_stops_a_stdio_task_as_a_server_shutdown(tmp_path: Path) -
             assert "Traceback" not in text
 
 
-async def test_tasks_over_a_real_websocket() -> None:
+@pytest.mark.mcp_registry(grace_period=GRACE)
+async def test_tasks_over_a_real_websocket(mcp_registry: Registry) -> None:
     seen = Seen()
     server = make_server(seen)
     with trio.fail_after(TIMEOUT):
-        async with open_registry(grace_period=GRACE) as registry, trio.open_nursery() as nursery:
-            ws_server = await nursery.start(serve_mcp_websocket, server, registry)
+        async with trio.open_nursery() as nursery:
+            ws_server = await nursery.start(serve_mcp_websocket, server, mcp_registry)
             assert Dispatcher.of(server).runtime.tasks.running
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"
             async with open_websocket_url(url) as ws:
@@ -246,4 +247,4 @@ async def test_tasks_over_a_real_websocket() -> None:
                 assert (await ask(3, "tasks/get", {"taskId": task_id}))["status"] == "cancelled"
             nursery.cancel_scope.cancel()
     assert not Dispatcher.of(server).runtime.tasks.running
-    assert_no_leaks(registry)
+    assert_no_leaks(mcp_registry)

@@ -18,13 +18,13 @@ import pytest
 import trio
 import trio.testing
 from asgi_harness import (
-    AsgiClient,
     cancelled,
     headers_of,
     initialize,
     legacy_call,
     legacy_headers,
     modern_call,
+    served,
 )
 from cancellation_tools import probe_server
 from opentelemetry.sdk.trace import ReadableSpan
@@ -34,7 +34,7 @@ from stdio_harness import call as stdio_call
 from stdio_harness import cancel_note, encode
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import RegistryConfig, open_registry
+from trio_mcp_cancel import Registry, RegistryConfig
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.stdio import serve_mcp_stdio
@@ -168,17 +168,20 @@ async def test_the_servers_time_limit_is_a_server_cancel_with_its_cause(
     assert_cancel_metrics(otel, "server", "time_limit", "hard_cancel", "stubborn")
 
 
+@pytest.mark.mcp_registry(grace_period=2)
 async def test_a_stdio_notification_cancel_is_parented_on_the_meta_traceparent(
-    otel: Otel, autojump_clock: trio.testing.MockClock
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
     client_stream, server_stream = trio.testing.memory_stream_pair()
-    async with open_registry(grace_period=2) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         done = trio.Event()
 
         async def serve() -> None:
             try:
-                await serve_mcp_stdio(server, registry, stdin=server_stream, stdout=server_stream)
+                await serve_mcp_stdio(
+                    server, mcp_registry, stdin=server_stream, stdout=server_stream
+                )
             finally:
                 done.set()
 
@@ -188,7 +191,7 @@ async def test_a_stdio_notification_cancel_is_parented_on_the_meta_traceparent(
         )
         await trio.sleep(1.5)
         await client_stream.send_all(encode(cancel_note(7, "enough")))
-        await registry.wait_idle()
+        await mcp_registry.wait_idle()
         await client_stream.send_eof()
         await done.wait()
         nursery.cancel_scope.cancel()
@@ -198,22 +201,20 @@ async def test_a_stdio_notification_cancel_is_parented_on_the_meta_traceparent(
     assert_cancel_metrics(otel, "client", "client", "flag", "count")
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_closed_modern_http_stream_is_a_disconnect_parented_on_the_traceparent_header(
-    otel: Otel, autojump_clock: trio.testing.MockClock
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
-    async with open_registry(RegistryConfig(grace_period=5)) as registry:
-        app = McpHttpApp(server, registry, limits=ConnectionLimits(disconnect_grace_period=2.0))
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                message = modern_call(5, "stubborn", progress_token="p")
-                headers = {**headers_of(message), "traceparent": TRACEPARENT}
-                exchange = client.start("POST", headers, message)
-                await trio.sleep(1)
-                exchange.disconnect()
-                await client.wait_all_done()
-                await registry.wait_idle()
+    app = McpHttpApp(server, mcp_registry, limits=ConnectionLimits(disconnect_grace_period=2.0))
+    async with served(app) as client:
+        message = modern_call(5, "stubborn", progress_token="p")
+        headers = {**headers_of(message), "traceparent": TRACEPARENT}
+        exchange = client.start("POST", headers, message)
+        await trio.sleep(1)
+        exchange.disconnect()
+        await client.wait_all_done()
+        await mcp_registry.wait_idle()
     span = otel.span("tools/call stubborn")
     assert_remote_parent(span)
     attributes = assert_cancelled_span(span, "disconnect", "disconnect", "hard_cancel")
@@ -222,19 +223,15 @@ async def test_a_closed_modern_http_stream_is_a_disconnect_parented_on_the_trace
 
 
 async def test_a_meta_traceparent_wins_over_the_http_header_which_becomes_a_link(
-    otel: Otel, autojump_clock: trio.testing.MockClock
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
     header_parent = f"00-{'1' * 32}-{'2' * 16}-01"
-    async with open_registry() as registry:
-        app = McpHttpApp(server, registry)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                message = modern_call(1, "echo", {"text": "hi"}, traceparent=TRACEPARENT)
-                headers = {**headers_of(message), "traceparent": header_parent}
-                exchange = await client.post(headers, message)
-                assert exchange.answer()["result"]["content"][0]["text"] == "hi"
+    async with served(McpHttpApp(server, mcp_registry)) as client:
+        message = modern_call(1, "echo", {"text": "hi"}, traceparent=TRACEPARENT)
+        headers = {**headers_of(message), "traceparent": header_parent}
+        exchange = await client.post(headers, message)
+        assert exchange.answer()["result"]["content"][0]["text"] == "hi"
     span = otel.span("tools/call echo")
     assert_remote_parent(span)
     assert [link.context.trace_id for link in span.links] == [int("1" * 32, 16)]
@@ -242,25 +239,22 @@ async def test_a_meta_traceparent_wins_over_the_http_header_which_becomes_a_link
     assert not event_names(span)
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_legacy_http_notification_cancel_is_parented_on_meta_and_names_the_session(
-    otel: Otel, autojump_clock: trio.testing.MockClock
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
-    async with open_registry(RegistryConfig(grace_period=5)) as registry:
-        app = McpHttpApp(server, registry)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                session = await initialize(client)
-                message = legacy_call(3, "count", {"n": 100})
-                message["params"]["_meta"] = {"traceparent": TRACEPARENT}
-                client.start("POST", legacy_headers(session), message)
-                await trio.sleep(1.5)
-                note = await client.post(legacy_headers(session), cancelled(3, "enough"))
-                assert note.status == 202
-                await registry.wait_idle()
-                await client.request("DELETE", legacy_headers(session))
-                await client.wait_all_done()
+    async with served(McpHttpApp(server, mcp_registry)) as client:
+        session = await initialize(client)
+        message = legacy_call(3, "count", {"n": 100})
+        message["params"]["_meta"] = {"traceparent": TRACEPARENT}
+        client.start("POST", legacy_headers(session), message)
+        await trio.sleep(1.5)
+        note = await client.post(legacy_headers(session), cancelled(3, "enough"))
+        assert note.status == 202
+        await mcp_registry.wait_idle()
+        await client.request("DELETE", legacy_headers(session))
+        await client.wait_all_done()
     span = otel.span("tools/call count")
     assert_remote_parent(span)
     attributes = assert_cancelled_span(span, "client", "client", "flag")
@@ -270,22 +264,19 @@ async def test_a_legacy_http_notification_cancel_is_parented_on_meta_and_names_t
     assert_cancel_metrics(otel, "client", "client", "flag", "count")
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
-    otel: Otel, autojump_clock: trio.testing.MockClock
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
-    async with open_registry(RegistryConfig(grace_period=5)) as registry:
-        app = McpHttpApp(server, registry)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                session = await initialize(client)
-                client.start("POST", legacy_headers(session), legacy_call(4, "stubborn"))
-                await trio.sleep(1)
-                ended = await client.request("DELETE", legacy_headers(session))
-                assert ended.status in (200, 204)
-                await registry.wait_idle()
-                await client.wait_all_done()
+    async with served(McpHttpApp(server, mcp_registry)) as client:
+        session = await initialize(client)
+        client.start("POST", legacy_headers(session), legacy_call(4, "stubborn"))
+        await trio.sleep(1)
+        ended = await client.request("DELETE", legacy_headers(session))
+        assert ended.status in (200, 204)
+        await mcp_registry.wait_idle()
+        await client.wait_all_done()
     attributes = assert_cancelled_span(
         otel.span("tools/call stubborn"), "server", "session_end", "hard_cancel"
     )
@@ -293,24 +284,26 @@ async def test_a_session_ending_is_a_server_cancel_with_cause_session_end(
     assert_cancel_metrics(otel, "server", "session_end", "hard_cancel", "stubborn")
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_websocket_notification_cancel_is_parented_on_the_meta_traceparent(
     otel: Otel,
+    mcp_registry: Registry,
 ) -> None:
     server = probe_server(telemetry=otel.telemetry)
     with trio.fail_after(20):
-        async with open_registry(grace_period=5) as registry, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             listener = await nursery.start(
-                partial(serve_mcp_websocket, server, registry, "127.0.0.1", 0)
+                partial(serve_mcp_websocket, server, mcp_registry, "127.0.0.1", 0)
             )
             url = f"ws://127.0.0.1:{listener.port}/mcp"
             async with open_websocket_url(url) as ws:
                 arguments = {"n": 1000, "delay": 0.05}
                 message = stdio_call(9, "count", arguments, traceparent=TRACEPARENT)
                 await ws.send_message(json.dumps(message))
-                while not registry.in_flight_count:
+                while not mcp_registry.in_flight_count:
                     await trio.sleep(0.01)
                 await ws.send_message(json.dumps(cancel_note(9, "closing the tab")))
-                await registry.wait_idle()
+                await mcp_registry.wait_idle()
             nursery.cancel_scope.cancel()
     span = otel.span("tools/call count")
     assert_remote_parent(span)

@@ -23,7 +23,7 @@ from asgi_harness import (
 from trio.testing import MockClock
 from trio_websocket import open_websocket_url
 
-from trio_mcp_cancel import Registry, RequestCancelled, open_registry
+from trio_mcp_cancel import Registry, RequestCancelled
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
@@ -73,7 +73,9 @@ def call(request_id: object) -> Message:
     return legacy_call(request_id, "greet")
 
 
-async def test_stdio_carries_the_question_and_the_answer(autojump_clock: MockClock) -> None:
+async def test_stdio_carries_the_question_and_the_answer(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
     client, server_stream = trio.testing.memory_stream_pair()
     lines: list[Message] = []
     buffer = bytearray()
@@ -91,11 +93,11 @@ async def test_stdio_carries_the_question_and_the_answer(autojump_clock: MockClo
         await client.send_all(json.dumps(message).encode() + b"\n")
 
     seen: list[str] = []
-    async with open_registry() as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: serve_mcp_stdio(
                 make_server(seen),
-                registry,
+                mcp_registry,
                 stdin=server_stream,
                 stdout=server_stream,
                 task_status=task_status,

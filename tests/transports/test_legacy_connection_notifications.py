@@ -16,8 +16,9 @@ from typing import Any
 
 import trio
 import trio.testing
+from cancellation_tools import probe_server
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
@@ -25,11 +26,8 @@ Message = dict[str, Any]
 
 
 def build_server() -> McpServer:
-    server = McpServer("legacy-notes", max_listen_streams=1)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
+    """The probe server with one listen slot and a resource to subscribe to."""
+    server = probe_server("legacy-notes", max_listen_streams=1)
 
     @server.resource("test://a", name="a")
     async def a(ctx: ToolContext) -> str:
@@ -39,8 +37,8 @@ def build_server() -> McpServer:
 
 
 @asynccontextmanager
-async def connected(server: McpServer) -> AsyncIterator[MemoryEnd]:
-    async with open_registry() as registry, trio.open_nursery() as nursery:
+async def connected(registry: Registry, server: McpServer) -> AsyncIterator[MemoryEnd]:
+    async with trio.open_nursery() as nursery:
         client, end = memory_transport_pair()
         await nursery.start(serve_mcp_memory, server, end, registry)
         yield client
@@ -86,9 +84,10 @@ async def nothing_pending(client: MemoryEnd) -> bool:
 
 async def test_a_legacy_connection_is_promised_and_sent_list_changes_and_subscribed_updates(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build_server()
-    async with connected(server) as client:
+    async with connected(mcp_registry, server) as client:
         capabilities = (await initialize(client))["result"]["capabilities"]
         assert capabilities["tools"] == {"listChanged": True}
         assert capabilities["resources"]["subscribe"] is True
@@ -123,9 +122,10 @@ async def test_a_legacy_connection_is_promised_and_sent_list_changes_and_subscri
 
 async def test_a_client_before_initialize_or_a_modern_one_hears_nothing_unasked(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build_server()
-    async with connected(server) as client:
+    async with connected(mcp_registry, server) as client:
         envelope = {
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -144,13 +144,14 @@ async def test_a_client_before_initialize_or_a_modern_one_hears_nothing_unasked(
 
 async def test_the_notification_stream_takes_a_listen_slot_and_gives_it_back(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build_server()  # max_listen_streams=1
-    async with connected(server) as first:
+    async with connected(mcp_registry, server) as first:
         await initialize(first)
         await send(first, {"id": 1, "method": "ping"})
         await receive(first)
-        async with connected(server) as second:
+        async with connected(mcp_registry, server) as second:
             await initialize(second)
             await send(second, {"id": 1, "method": "ping"})
             await receive(second)
@@ -162,7 +163,7 @@ async def test_the_notification_stream_takes_a_listen_slot_and_gives_it_back(
             # The server's one slot is the first connection's: the second is not notified.
             assert (await receive(first))["method"] == "notifications/tools/list_changed"
             assert await nothing_pending(second)
-    async with connected(server) as third:  # the slots were given back
+    async with connected(mcp_registry, server) as third:  # the slots were given back
         await initialize(third)
         await send(third, {"id": 1, "method": "ping"})
         await receive(third)

@@ -33,7 +33,6 @@ from trio_mcp_cancel import (
     RegistryConfig,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
@@ -177,12 +176,16 @@ async def test_control_spawning_calls_without_waiting_loses_cancels(
 # -- stdio ----------------------------------------------------------------------
 
 
+@pytest.mark.mcp_registry(**STRICT)
 @pytest.mark.parametrize(
     "pair", [trio.testing.memory_stream_pair, trio.testing.lockstep_stream_pair]
 )
 @pytest.mark.parametrize("chunking", ["all-at-once", "pair-by-pair", "7-byte-pieces"])
 async def test_stdio_back_to_back_pairs_lose_no_cancel(
-    autojump_clock: MockClock, pair: Callable[[], tuple[Any, Any]], chunking: str
+    autojump_clock: MockClock,
+    pair: Callable[[], tuple[Any, Any]],
+    chunking: str,
+    mcp_registry: Registry,
 ) -> None:
     lines = [
         json.dumps(message).encode() + b"\n" for i in range(PAIRS) for message in pair_messages(i)
@@ -197,13 +200,13 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
     client, server_stream = pair()
     answers: list[Message] = []
     with trio.fail_after(1000):
-        async with open_registry(**STRICT) as registry, trio.open_nursery() as nursery:
-            events = EventRecorder.attach(registry)
+        async with trio.open_nursery() as nursery:
+            events = EventRecorder.attach(mcp_registry)
             await nursery.start(
                 partial(
                     serve_mcp_stdio,
                     SERVER,
-                    registry,
+                    mcp_registry,
                     stdin=server_stream,
                     stdout=server_stream,
                     limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
@@ -225,7 +228,7 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
                 io.start_soon(read)
                 io.start_soon(write)
             assert_every_call_cancelled_by_its_own_cancel(
-                answers, list(range(PAIRS)), events, registry
+                answers, list(range(PAIRS)), events, mcp_registry
             )
             await client.send_eof()
 
@@ -233,16 +236,17 @@ async def test_stdio_back_to_back_pairs_lose_no_cancel(
 # -- WebSocket (real sockets, real clock) ----------------------------------------
 
 
-async def test_websocket_back_to_back_pairs_lose_no_cancel() -> None:
+@pytest.mark.mcp_registry(**STRICT)
+async def test_websocket_back_to_back_pairs_lose_no_cancel(mcp_registry: Registry) -> None:
     answers: list[Message] = []
     with trio.fail_after(30):
-        async with open_registry(**STRICT) as registry, trio.open_nursery() as nursery:
-            events = EventRecorder.attach(registry)
+        async with trio.open_nursery() as nursery:
+            events = EventRecorder.attach(mcp_registry)
             ws_server = await nursery.start(
                 partial(
                     serve_mcp_websocket,
                     SERVER,
-                    registry,
+                    mcp_registry,
                     "127.0.0.1",
                     0,
                     limits=ConnectionLimits(max_concurrent_calls=PAIRS + 1),
@@ -255,9 +259,9 @@ async def test_websocket_back_to_back_pairs_lose_no_cancel() -> None:
                         await ws.send_message(json.dumps(message))
                 while len(answers) < PAIRS:
                     answers.append(json.loads(await ws.get_message()))
-            await registry.wait_idle()
+            await mcp_registry.wait_idle()
             assert_every_call_cancelled_by_its_own_cancel(
-                answers, list(range(PAIRS)), events, registry
+                answers, list(range(PAIRS)), events, mcp_registry
             )
             nursery.cancel_scope.cancel()
 

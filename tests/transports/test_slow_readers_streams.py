@@ -229,7 +229,7 @@ async def test_a_peer_that_never_drains_does_not_block_the_tool_and_is_disconnec
         assert incoming.statistics().current_buffer_used == 1
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -256,7 +256,7 @@ async def test_cancelling_serve_ends_it_at_once_even_while_a_write_hangs(
 # -- the outbox bound -------------------------------------------------------------
 
 
-@pytest.mark.registry(grace_period=100)
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -297,7 +297,7 @@ async def test_a_full_outbox_disconnects_the_peer_without_any_write_timeout(
         await client_end.receive.receive()
 
 
-@pytest.mark.registry(grace_period=1)
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_replies_are_never_refused_but_a_backlog_stops_reading(
     autojump_clock: MockClock,
     mcp_registry: Registry,
@@ -357,8 +357,10 @@ def test_the_bounds_are_validated() -> None:
 # -- a peer that reads: order kept, a large result delivered ----------------------
 
 
+@pytest.mark.mcp_registry(grace_period=1)
 async def test_a_reading_peer_gets_everything_in_order_and_a_result_larger_than_the_limit(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     probe = Probe()
     limit = 16 * 1024  # well above all the notes, which may queue up together
@@ -366,32 +368,31 @@ async def test_a_reading_peer_gets_everything_in_order_and_a_result_larger_than_
     # A one-message channel: every write waits for the client to take the last.
     client_end, server_end = memory_transport_pair(1)
     received: list[Message] = []
-    async with open_registry(grace_period=1) as registry:
-        timeline = Timeline.attach(registry)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                partial(
-                    serve_mcp_memory,
-                    make_server(probe),
-                    server_end,
-                    registry,
-                    limits=ConnectionLimits(write_timeout=1.0, max_buffered_bytes=limit),
-                )
+    timeline = Timeline.attach(mcp_registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            partial(
+                serve_mcp_memory,
+                make_server(probe),
+                server_end,
+                mcp_registry,
+                limits=ConnectionLimits(write_timeout=1.0, max_buffered_bytes=limit),
             )
+        )
 
-            async def read() -> None:
-                async for text in client_end.receive:
-                    received.append(json.loads(text))
+        async def read() -> None:
+            async for text in client_end.receive:
+                received.append(json.loads(text))
 
-            nursery.start_soon(read)
-            for request_id, n in ((1, 40), (2, 25)):
-                arguments = {"n": n, "result_size": big}
-                await client_end.send.send(
-                    json.dumps(call(request_id, "steps", arguments, progressToken=f"t{request_id}"))
-                )
-            while len(received) < 40 + 25 + 2:
-                await trio.sleep(0.1)
-            await client_end.send.aclose()  # end the session
+        nursery.start_soon(read)
+        for request_id, n in ((1, 40), (2, 25)):
+            arguments = {"n": n, "result_size": big}
+            await client_end.send.send(
+                json.dumps(call(request_id, "steps", arguments, progressToken=f"t{request_id}"))
+            )
+        while len(received) < 40 + 25 + 2:
+            await trio.sleep(0.1)
+        await client_end.send.aclose()  # end the session
     notes = [m for m in received if m.get("method") == "notifications/progress"]
     # Exactly the order in which the tools queued their notes, across both calls.
     assert [(m["params"]["progressToken"], m["params"]["progress"]) for m in notes] == probe.sent
@@ -406,7 +407,7 @@ async def test_a_reading_peer_gets_everything_in_order_and_a_result_larger_than_
         assert received[answer]["result"]["content"][0]["text"] == "y" * big
     assert len(json.dumps(received[answer])) > limit
     assert timeline.of_type(RequestCancelledEvent) == []
-    assert_no_leaks(registry)
+    assert_no_leaks(mcp_registry)
 
 
 # -- stdio: a host that stops reading stdout -----------------------------------
@@ -496,7 +497,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await trio.sleep(0.01)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_websocket_client_that_stops_reading_is_disconnected_and_others_are_served(
     caplog: pytest.LogCaptureFixture,
     mcp_registry: Registry,

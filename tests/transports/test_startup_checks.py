@@ -72,8 +72,7 @@ async def test_open_test_client_with_a_registry_not_running_fails_at_once(
             raise AssertionError("the block must not run")
 
 
-async def test_the_same_transports_serve_once_the_registry_runs() -> None:
-    async with open_registry() as registry:
-        async with open_test_client(SERVER, registry=registry) as client:
-            result = await client.call_tool("echo", {"text": "up"})
+async def test_the_same_transports_serve_once_the_registry_runs(mcp_registry: Registry) -> None:
+    async with open_test_client(SERVER, registry=mcp_registry) as client:
+        result = await client.call_tool("echo", {"text": "up"})
     assert result["content"][0]["text"] == "up"

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from asgi_harness import (
@@ -23,20 +24,18 @@ from asgi_harness import (
     legacy_headers,
     modern_request,
     request,
+    served,
 )
+from cancellation_tools import probe_server
 
-from trio_mcp_cancel import Registry, RegistryConfig, open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.testing import assert_no_leaks
 
 
 def build_server(**options: Any) -> McpServer:
-    server = McpServer("get-stream-test", **options)
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
+    """The probe server with two resources to subscribe to and a prompt."""
+    server = probe_server("get-stream-test", **options)
 
     @server.resource("test://a", name="a")
     async def a(ctx: ToolContext) -> str:
@@ -64,21 +63,18 @@ class Served:
         return self.app.dispatcher.listen_streams
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=1.0)
+
+
 @asynccontextmanager
 async def serving(
-    server_options: dict[str, Any] | None = None, **options: Any
+    registry: Registry, server_options: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[Served]:
     server = build_server(**(server_options or {}))
-    async with open_registry(RegistryConfig(grace_period=1.0)) as registry:
-        app = McpHttpApp(server, registry, **options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield Served(client, registry, server, app)
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+    app = McpHttpApp(server, registry, **options)
+    async with served(app) as client:
+        yield Served(client, registry, server, app)
 
 
 async def open_get(s: Served, session: str) -> HttpExchange:
@@ -88,14 +84,27 @@ async def open_get(s: Served, session: str) -> HttpExchange:
     return get
 
 
+async def session_with_get(s: Served) -> tuple[str, HttpExchange]:
+    """A new legacy session and its open GET stream."""
+    session = await initialize(s.client)
+    return session, await open_get(s, session)
+
+
+async def close(get: HttpExchange) -> None:
+    """Drop *get* from the client's side and wait until the app let it go."""
+    get.disconnect()
+    await get.done.wait()
+
+
 def methods(exchange: HttpExchange) -> list[str]:
     return [m["method"] for m in exchange.messages()]
 
 
 async def test_initialize_promises_list_changes_and_subscriptions_on_the_legacy_era(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         reply = await s.client.post(legacy_headers(version=None), initialize_message())
         capabilities = reply.answer()["result"]["capabilities"]
         assert capabilities["tools"] == {"listChanged": True}
@@ -105,10 +114,10 @@ async def test_initialize_promises_list_changes_and_subscriptions_on_the_legacy_
 
 async def test_list_changes_reach_the_sessions_get_stream(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry) as s:
+        _, get = await session_with_get(s)
         assert get.status == 200 and get.is_sse and get.primed and get.retry == 1000
         s.server.tools_changed()
         s.server.prompts_changed()
@@ -120,17 +129,16 @@ async def test_list_changes_reach_the_sessions_get_stream(
             "notifications/resources/list_changed",
         ]
         assert all(item.id is not None for item in get.items if item.kind == "message")
-        get.disconnect()
-        await get.done.wait()
+        await close(get)
         assert s.listen_streams() == 0
 
 
 async def test_resources_subscribe_delivers_updates_of_that_uri_until_unsubscribe(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry) as s:
+        session, get = await session_with_get(s)
         s.server.resource_updated("test://a")  # not subscribed yet
         subscribed = await s.client.post(
             legacy_headers(session), request(1, "resources/subscribe", {"uri": "test://a"})
@@ -161,14 +169,13 @@ async def test_resources_subscribe_delivers_updates_of_that_uri_until_unsubscrib
 
 async def test_a_second_get_stream_of_the_same_session_is_409(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        first = await open_get(s, session)
+    async with serving(mcp_registry) as s:
+        session, first = await session_with_get(s)
         second = await s.client.request("GET", legacy_headers(session))
         assert second.status == 409
-        first.disconnect()
-        await first.done.wait()
+        await close(first)
         third = await open_get(s, session)  # the first one is gone: a new one may open
         assert third.status == 200
         third.disconnect()
@@ -176,15 +183,15 @@ async def test_a_second_get_stream_of_the_same_session_is_409(
 
 async def test_get_streams_count_against_the_listen_bounds(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving({"max_listen_streams_per_tenant": 1}) as s:
+    async with serving(mcp_registry, {"max_listen_streams_per_tenant": 1}) as s:
         one, two = await initialize(s.client), await initialize(s.client)
         first = await open_get(s, one)
         assert s.listen_streams() == 1
         refused = await s.client.request("GET", legacy_headers(two))
         assert refused.status == 429 and refused.headers["retry-after"] == "1"
-        first.disconnect()
-        await first.done.wait()
+        await close(first)
         assert s.listen_streams() == 0
         second = await open_get(s, two)
         assert second.status == 200
@@ -193,11 +200,11 @@ async def test_get_streams_count_against_the_listen_bounds(
 
 async def test_a_get_stream_that_stops_reading_is_dropped_and_frees_its_slot(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     limits = ConnectionLimits(max_buffered_bytes=4096, write_timeout=5.0)
-    async with serving(limits=limits) as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry, limits=limits) as s:
+        session, get = await session_with_get(s)
         get.stop_reading()
         for _ in range(200):  # far more than 4 KiB
             s.server.tools_changed()
@@ -213,10 +220,10 @@ async def test_a_get_stream_that_stops_reading_is_dropped_and_frees_its_slot(
 
 async def test_a_delete_ends_the_sessions_get_stream(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry) as s:
+        session, get = await session_with_get(s)
         deleted = await s.client.request("DELETE", legacy_headers(session))
         assert deleted.status == 204
         with trio.fail_after(10):
@@ -226,16 +233,15 @@ async def test_a_delete_ends_the_sessions_get_stream(
 
 async def test_a_get_stream_resumed_with_its_last_event_id_replays_what_was_missed(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry) as s:
+        session, get = await session_with_get(s)
         s.server.tools_changed()
         await trio.testing.wait_all_tasks_blocked()
         assert get.last_event_id is not None
         last = get.last_event_id
-        get.disconnect()
-        await get.done.wait()
+        await close(get)
         resumed = s.client.start("GET", {**legacy_headers(session), "last-event-id": last})
         await resumed.wait_started()
         s.server.prompts_changed()
@@ -246,8 +252,9 @@ async def test_a_get_stream_resumed_with_its_last_event_id_replays_what_was_miss
 
 async def test_get_needs_a_known_session_and_the_legacy_era(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         missing = await s.client.request("GET", legacy_headers())
         assert missing.status == 400
         unknown = await s.client.request("GET", legacy_headers("nope"))
@@ -259,16 +266,15 @@ async def test_get_needs_a_known_session_and_the_legacy_era(
 
 async def test_a_dropped_get_stream_is_forgotten_after_the_resume_window(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(resume_window=5.0) as s:
-        session = await initialize(s.client)
-        get = await open_get(s, session)
+    async with serving(mcp_registry, resume_window=5.0) as s:
+        session, get = await session_with_get(s)
         s.server.tools_changed()
         await trio.testing.wait_all_tasks_blocked()
         last = get.last_event_id
         assert last is not None
-        get.disconnect()
-        await get.done.wait()
+        await close(get)
         await trio.sleep(6)
         late = await s.client.request("GET", {**legacy_headers(session), "last-event-id": last})
         assert late.status == 409

@@ -21,7 +21,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from test_http import call, server
 
-from trio_mcp_cancel import Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
@@ -94,19 +94,24 @@ def _headers(events: list[h2.events.Event]) -> dict[bytes, bytes]:
     raise AssertionError("no response headers")
 
 
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @pytest.fixture
-async def h2_server(nursery: trio.Nursery) -> AsyncIterator[tuple[int, Registry]]:
-    async with open_registry(grace_period=5) as registry:
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.errorlog = None
-        # resume_window=0: a reset legacy stream is not waited for (see test_resumption.py).
-        limits = ConnectionLimits(disconnect_grace_period=0.2)
-        app = McpHttpApp(server, registry, limits=limits, resume_window=0)
-        binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
-        yield int(binds[0].rsplit(":", 1)[1]), registry
-        assert_no_leaks(registry)
-        nursery.cancel_scope.cancel()
+async def h2_server(
+    nursery: trio.Nursery, mcp_registry: Registry
+) -> AsyncIterator[tuple[int, Registry]]:
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.errorlog = None
+    # resume_window=0: a reset legacy stream is not waited for (see test_resumption.py).
+    limits = ConnectionLimits(disconnect_grace_period=0.2)
+    app = McpHttpApp(server, mcp_registry, limits=limits, resume_window=0)
+    binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
+    yield int(binds[0].rsplit(":", 1)[1]), mcp_registry
+    assert_no_leaks(mcp_registry)
+    nursery.cancel_scope.cancel()
 
 
 async def test_resetting_an_http2_stream_cancels_only_that_call(

@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, modern_call, modern_headers
+from asgi_harness import AsgiClient, modern_call, modern_headers, served
 from cancellation_tools import probe_server
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol.calls import RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
-from trio_mcp_cancel.testing import assert_no_leaks, open_test_client
+from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http.answer import Responder, Routed
 
 
@@ -45,24 +45,21 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield made
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @asynccontextmanager
-async def serving(server: McpServer) -> AsyncIterator[AsgiClient]:
-    async with open_registry(grace_period=5) as registry:
-        app = McpHttpApp(server, registry)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield client
-                await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+async def serving(registry: Registry, server: McpServer) -> AsyncIterator[AsgiClient]:
+    async with served(McpHttpApp(server, registry)) as client:
+        yield client
 
 
 async def test_a_tool_call_over_http_is_admitted_once(
-    autojump_clock: trio.testing.MockClock, checks: list[str]
+    autojump_clock: trio.testing.MockClock, checks: list[str], mcp_registry: Registry
 ) -> None:
     server = probe_server(max_concurrent_calls=4)
-    async with serving(server) as client:
+    async with serving(mcp_registry, server) as client:
         answer = await client.post(
             modern_headers("tools/call", "echo"), modern_call(1, "echo", {"text": "hi"})
         )
@@ -82,11 +79,11 @@ async def test_a_tool_call_over_a_stream_transport_is_admitted_once(
 
 
 async def test_a_call_over_the_server_cap_is_a_429_checked_once_and_takes_nothing(
-    autojump_clock: trio.testing.MockClock, checks: list[str]
+    autojump_clock: trio.testing.MockClock, checks: list[str], mcp_registry: Registry
 ) -> None:
     server = probe_server(max_concurrent_calls=1)
     dispatcher = Dispatcher.of(server)
-    async with serving(server) as client:
+    async with serving(mcp_registry, server) as client:
         running = client.start(
             "POST", modern_headers("tools/call", "count"), modern_call(1, "count")
         )
@@ -147,7 +144,7 @@ async def _never_called() -> MutableMapping[str, Any]:  # pragma: no cover
 
 @pytest.mark.parametrize("hang", [False, True], ids=["refused", "cancelled-while-asking"])
 async def test_a_call_admitted_here_but_not_across_workers_gives_its_slots_back(
-    autojump_clock: trio.testing.MockClock, hang: bool
+    autojump_clock: trio.testing.MockClock, hang: bool, mcp_registry: Registry
 ) -> None:
     server = probe_server(max_calls_per_tenant=5)
     dispatcher = Dispatcher.of(server)
@@ -158,13 +155,12 @@ async def test_a_call_admitted_here_but_not_across_workers_gives_its_slots_back(
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    async with open_registry() as registry:
-        caller = Caller("ip:192.0.2.1", registry, tenant="ip:192.0.2.1")
-        call = dispatcher.prepare(modern_call(1, "echo", {"text": "hi"}), caller)
-        assert isinstance(call, RequestCall)
-        routed = Routed(call, caller, [], "modern")
-        with trio.move_on_after(1):
-            await responder.answer(routed, _never_called, send)
+    caller = Caller("ip:192.0.2.1", mcp_registry, tenant="ip:192.0.2.1")
+    call = dispatcher.prepare(modern_call(1, "echo", {"text": "hi"}), caller)
+    assert isinstance(call, RequestCall)
+    routed = Routed(call, caller, [], "modern")
+    with trio.move_on_after(1):
+        await responder.answer(routed, _never_called, send)
     assert counters.asked == 1
     assert dispatcher.calls_in_flight == 0 and dispatcher.calls.by_tenant == {}
     if hang:

@@ -36,22 +36,21 @@ from asgi_harness import (
     modern_request,
     notification,
     request,
+    served,
 )
 from mcp_types._v2026_07_28 import CallToolResult, DiscoverResult, ListToolsResult
 
 from trio_mcp_cancel import (
     HardCancelEvent,
     Registry,
-    RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder
 
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
@@ -167,26 +166,21 @@ class Served:
         return self.events.of_type(HardCancelEvent)
 
 
+#: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
+pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
+
+
 @asynccontextmanager
 async def serving(
-    config: RegistryConfig | None = None,
-    server_options: dict[str, Any] | None = None,
-    **app_options: Any,
+    registry: Registry, server_options: dict[str, Any] | None = None, **app_options: Any
 ) -> AsyncIterator[Served]:
-    """An app on a fresh registry; on exit every request must have ended cleanly."""
+    """An app on the test's registry; on exit every request must have ended cleanly."""
     probe = Probe()
     server = build_server(probe, **(server_options or {}))
-    async with open_registry(config or RegistryConfig(grace_period=GRACE)) as registry:
-        events = EventRecorder.attach(registry)
-        app = McpHttpApp(server, registry, **app_options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield Served(client, registry, events, probe, app)
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+    events = EventRecorder.attach(registry)
+    app = McpHttpApp(server, registry, **app_options)
+    async with served(app) as client:
+        yield Served(client, registry, events, probe, app)
 
 
 async def post_modern(client: AsgiClient, message: dict[str, Any]) -> HttpExchange:
@@ -240,8 +234,10 @@ async def settle() -> None:
 # -- modern era: results ------------------------------------------------------------
 
 
-async def test_modern_discover_shape(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_discover_shape(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_request(1, "server/discover"))
         assert exchange.status == 200
         body = exchange.json()
@@ -259,8 +255,9 @@ async def test_modern_discover_shape(autojump_clock: trio.testing.MockClock) -> 
 
 async def test_modern_tools_list_shape_and_descriptions(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_request("list", "tools/list"))
         assert exchange.status == 200
         result = exchange.json()["result"]
@@ -280,8 +277,9 @@ async def test_modern_tools_list_shape_and_descriptions(
 
 async def test_legacy_tools_list_has_no_modern_fields(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), request(2, "tools/list"))
         result = exchange.json()["result"]
@@ -292,8 +290,9 @@ async def test_legacy_tools_list_has_no_modern_fields(
 
 async def test_modern_call_results_carry_result_type_and_server_info(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         # A non-cancellable tool answers with one JSON body.
         exchange = await post_modern(s.client, modern_call(1, "instant"))
         assert exchange.status == 200
@@ -315,8 +314,9 @@ async def test_modern_call_results_carry_result_type_and_server_info(
 
 async def test_modern_ignores_and_never_mints_session_ids(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "echo", {"text": "x"})
         headers = {**headers_of(message), "mcp-session-id": "no-such-session"}
         exchange = await s.client.post(headers, message)
@@ -356,8 +356,9 @@ async def test_modern_header_mismatch(
     headers: dict[str, str],
     message: dict[str, Any],
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await s.client.post(headers, message)
         assert exchange.status == 400, case
         assert exchange.json()["id"] == 7
@@ -366,8 +367,10 @@ async def test_modern_header_mismatch(
         assert s.events.events == []
 
 
-async def test_modern_base64_mcp_name_is_decoded(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_base64_mcp_name_is_decoded(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "echo", {"text": "y"})
         headers = {**headers_of(message), "mcp-name": b64_header("echo")}
         exchange = await s.client.post(headers, message)
@@ -383,9 +386,9 @@ async def test_modern_base64_mcp_name_is_decoded(autojump_clock: trio.testing.Mo
     ],
 )
 async def test_modern_missing_required_meta_is_400_invalid_params(
-    meta: dict[str, Any] | None, autojump_clock: trio.testing.MockClock
+    meta: dict[str, Any] | None, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         params: dict[str, Any] = {} if meta is None else {"_meta": meta}
         exchange = await s.client.post(
             modern_headers("tools/list"), request(3, "tools/list", params)
@@ -395,8 +398,10 @@ async def test_modern_missing_required_meta_is_400_invalid_params(
         assert exchange.json()["id"] == 3
 
 
-async def test_modern_unsupported_version(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_unsupported_version(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         message = modern_request(4, "tools/list", version="2099-01-01")
         exchange = await s.client.post(modern_headers("tools/list", version="2099-01-01"), message)
         assert exchange.status == 400
@@ -405,8 +410,10 @@ async def test_modern_unsupported_version(autojump_clock: trio.testing.MockClock
         assert error["data"] == {"supported": [MODERN], "requested": "2099-01-01"}
 
 
-async def test_modern_missing_client_capability(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_missing_client_capability(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_call(5, "samples"))
         assert exchange.status == 400
         error = error_of(exchange)
@@ -423,8 +430,9 @@ async def test_modern_missing_client_capability(autojump_clock: trio.testing.Moc
 
 async def test_legacy_missing_client_capability_uses_initialize(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         without = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(without), legacy_call(1, "samples"))
         assert exchange.status == 200  # legacy answers protocol errors inside a 200
@@ -444,9 +452,12 @@ async def test_legacy_missing_client_capability_uses_initialize(
     ],
 )
 async def test_modern_unknown_method_is_404(
-    method: str, params: dict[str, Any], autojump_clock: trio.testing.MockClock
+    method: str,
+    params: dict[str, Any],
+    autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_request(8, method, params))
         assert exchange.status == 404
         assert exchange.json()["id"] == 8
@@ -456,8 +467,9 @@ async def test_modern_unknown_method_is_404(
 
 async def test_legacy_methods_are_served_in_the_legacy_era(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), request(1, "ping"))
         assert exchange.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
@@ -468,9 +480,9 @@ async def test_legacy_methods_are_served_in_the_legacy_era(
 
 @pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
 async def test_modern_get_and_delete_are_405(
-    method: str, autojump_clock: trio.testing.MockClock
+    method: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await s.client.request(method, modern_headers(None))
         assert exchange.status == 405
         assert exchange.headers["allow"] == "POST"
@@ -478,9 +490,10 @@ async def test_modern_get_and_delete_are_405(
 
 async def test_get_without_sse_in_its_accept_is_406_in_the_legacy_era(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # A legacy GET opens the session's SSE stream (see test_get_stream.py).
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         headers = {**legacy_headers(session), "accept": "application/json"}
         exchange = await s.client.request("GET", headers)
@@ -488,8 +501,10 @@ async def test_get_without_sse_in_its_accept_is_406_in_the_legacy_era(
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-async def test_origin_is_checked(era: str, autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_origin_is_checked(
+    era: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         if era == "modern":
             message = modern_request(1, "tools/list")
             headers = headers_of(message)
@@ -501,7 +516,7 @@ async def test_origin_is_checked(era: str, autojump_clock: trio.testing.MockCloc
         assert len(s.app.sessions or ()) == 0
         exchange = await s.client.post({**headers, "origin": "http://localhost:6274"}, message)
         assert exchange.status == 200
-    async with serving(allowed_origins=["https://app.example"]) as s:
+    async with serving(mcp_registry, allowed_origins=["https://app.example"]) as s:
         exchange = await s.client.post({**headers, "origin": "http://localhost:6274"}, message)
         assert exchange.status == 403
         exchange = await s.client.post({**headers, "origin": "https://app.example"}, message)
@@ -510,8 +525,9 @@ async def test_origin_is_checked(era: str, autojump_clock: trio.testing.MockCloc
 
 async def test_modern_tool_argument_errors_are_tool_results(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         for request_id, arguments in enumerate([{"text": 5}, {}, {"text": "x", "extra": 1}]):
             exchange = await post_modern(s.client, modern_call(request_id, "echo", arguments))
             assert exchange.status == 200
@@ -524,8 +540,9 @@ async def test_modern_tool_argument_errors_are_tool_results(
 
 async def test_legacy_tool_argument_errors_are_tool_results(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = await s.client.post(
             legacy_headers(session), legacy_call(1, "polite", {"steps": "many"})
@@ -538,9 +555,9 @@ async def test_legacy_tool_argument_errors_are_tool_results(
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_unknown_tool_is_invalid_params(
-    era: str, autojump_clock: trio.testing.MockClock
+    era: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         if era == "modern":
             message = modern_call(9, "nope")
             exchange = await post_modern(s.client, message)
@@ -559,8 +576,9 @@ async def test_unknown_tool_is_invalid_params(
 
 async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(limits=ConnectionLimits(disconnect_grace_period=2.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(disconnect_grace_period=2.0)) as s:
         exchange = start_modern(s.client, modern_call(5, "stubborn", progress_token="p"))
         first = await exchange.next_message()
         assert first["method"] == "notifications/progress"
@@ -589,8 +607,9 @@ async def test_modern_stream_close_cancels_then_hard_cancels_and_writes_nothing(
 
 async def test_modern_stream_close_polite_tool_stops_at_its_next_checkpoint(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = start_modern(s.client, modern_call(1, "polite", progress_token=1))
         await exchange.next_message()
         await trio.sleep(0.5)
@@ -604,8 +623,9 @@ async def test_modern_stream_close_polite_tool_stops_at_its_next_checkpoint(
 
 async def test_modern_stream_close_cancels_only_that_request(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         # Same id, same client address: the disconnect is keyed to the stream.
         one = start_modern(s.client, modern_call(1, "polite", {"steps": 5}))
         two = start_modern(s.client, modern_call(1, "polite", {"steps": 5}))
@@ -620,9 +640,9 @@ async def test_modern_stream_close_cancels_only_that_request(
 
 @pytest.mark.parametrize("with_meta", [True, False])
 async def test_modern_cancelled_notification_is_202_and_ignored(
-    with_meta: bool, autojump_clock: trio.testing.MockClock
+    with_meta: bool, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = start_modern(s.client, modern_call(3, "polite", {"steps": 5}))
         await trio.sleep(1.5)
         body = cancelled(3, "please stop")
@@ -648,9 +668,10 @@ async def test_modern_cancelled_notification_is_202_and_ignored(
 
 async def test_modern_json_response_disconnect_writes_nothing(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     async with serving(
-        json_response=True, limits=ConnectionLimits(disconnect_grace_period=1.0)
+        mcp_registry, json_response=True, limits=ConnectionLimits(disconnect_grace_period=1.0)
     ) as s:
         exchange = start_modern(s.client, modern_call(1, "stubborn"))
         await trio.sleep(2.5)
@@ -675,9 +696,9 @@ async def test_modern_json_response_disconnect_writes_nothing(
     ],
 )
 async def test_legacy_initialize_negotiates_and_creates_a_session(
-    requested: str, answered: str, autojump_clock: trio.testing.MockClock
+    requested: str, answered: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await s.client.post(legacy_headers(version=None), initialize_message(requested))
         assert exchange.status == 200
         result = exchange.json()["result"]
@@ -692,8 +713,10 @@ async def test_legacy_initialize_negotiates_and_creates_a_session(
         assert listing.headers["mcp-session-id"] == session
 
 
-async def test_legacy_session_required_and_checked(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_legacy_session_required_and_checked(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         exchange = await s.client.post(legacy_headers(), request(1, "tools/list"))
         assert exchange.status == 400
         exchange = await s.client.post(legacy_headers("not-a-session"), request(1, "tools/list"))
@@ -702,8 +725,9 @@ async def test_legacy_session_required_and_checked(autojump_clock: trio.testing.
 
 async def test_legacy_cancelled_notification_cancels_and_the_stream_ends_without_response(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = s.client.start(
             "POST", legacy_headers(session), legacy_call(3, "polite", token="t")
@@ -723,8 +747,10 @@ async def test_legacy_cancelled_notification_cancels_and_the_stream_ends_without
         assert exchange.after_disconnect == []
 
 
-async def test_legacy_no_progress_after_cancel(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_legacy_no_progress_after_cancel(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = s.client.start(
             "POST", legacy_headers(session), legacy_call(4, "stubborn", token="t")
@@ -745,8 +771,9 @@ async def test_legacy_no_progress_after_cancel(autojump_clock: trio.testing.Mock
 
 async def test_legacy_cancel_from_another_session_does_nothing(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         mine = await initialize(s.client)
         theirs = await initialize(s.client)
         exchange = s.client.start(
@@ -767,8 +794,9 @@ async def test_legacy_cancel_from_another_session_does_nothing(
 
 async def test_legacy_json_response_cancel_answers_32800(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(json_response=True) as s:
+    async with serving(mcp_registry, json_response=True) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(5, "polite"))
         await trio.sleep(1.5)
@@ -783,9 +811,9 @@ async def test_legacy_json_response_cancel_answers_32800(
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 async def test_max_request_time_answers_32800_with_reason(
-    era: str, autojump_clock: trio.testing.MockClock
+    era: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving(limits=ConnectionLimits(max_request_time=10.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(max_request_time=10.0)) as s:
         if era == "legacy":
             session = await initialize(s.client)
             exchange = s.client.start("POST", legacy_headers(session), legacy_call(6, "polite"))
@@ -803,8 +831,9 @@ async def test_max_request_time_answers_32800_with_reason(
 
 async def test_max_request_time_hard_cancel_still_answers(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(limits=ConnectionLimits(max_request_time=10.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(max_request_time=10.0)) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(7, "stubborn"))
         started_at = trio.current_time()
@@ -817,8 +846,9 @@ async def test_max_request_time_hard_cancel_still_answers(
 
 async def test_delete_session_cancels_its_calls_with_32800(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         other = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(8, "polite"))
@@ -837,8 +867,10 @@ async def test_delete_session_cancels_its_calls_with_32800(
         assert (await final_of(survivor))["result"]["content"][0]["text"] == "counted to 4"
 
 
-async def test_legacy_disconnect_cancels_by_default(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_legacy_disconnect_cancels_by_default(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(1, "polite"))
         await trio.sleep(1.5)
@@ -851,8 +883,9 @@ async def test_legacy_disconnect_cancels_by_default(autojump_clock: trio.testing
 
 async def test_legacy_disconnect_does_not_cancel_when_disabled(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(legacy_disconnect_cancels=False) as s:
+    async with serving(mcp_registry, legacy_disconnect_cancels=False) as s:
         session = await initialize(s.client)
         exchange = s.client.start(
             "POST", legacy_headers(session), legacy_call(1, "polite", {"steps": 100}, token=1)
@@ -875,8 +908,9 @@ async def test_legacy_disconnect_does_not_cancel_when_disabled(
 
 async def test_modern_disconnect_cancels_even_when_legacy_disconnects_do_not(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(legacy_disconnect_cancels=False) as s:
+    async with serving(mcp_registry, legacy_disconnect_cancels=False) as s:
         exchange = start_modern(s.client, modern_call(1, "polite"))
         await trio.sleep(1.5)
         exchange.disconnect()
@@ -889,8 +923,9 @@ async def test_modern_disconnect_cancels_even_when_legacy_disconnects_do_not(
 
 async def test_early_cancel_is_applied_when_the_request_starts(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         notified = await s.client.post(legacy_headers(session), cancelled(9, "changed my mind"))
         assert notified.status == 202
@@ -908,8 +943,10 @@ async def test_early_cancel_is_applied_when_the_request_starts(
         assert s.registry.row_count == 0  # used up by the request it cancelled
 
 
-async def test_early_cancel_expires(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_early_cancel_expires(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         await s.client.post(legacy_headers(session), cancelled(9))
         await trio.sleep(5.5)  # past the default early_cancel_ttl
@@ -921,8 +958,11 @@ async def test_early_cancel_expires(autojump_clock: trio.testing.MockClock) -> N
         assert s.registry.row_count == 0
 
 
-async def test_early_cancel_disabled_is_lost(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving(RegistryConfig(grace_period=GRACE, early_cancel_ttl=None)) as s:
+@pytest.mark.mcp_registry(grace_period=GRACE, early_cancel_ttl=None)
+async def test_early_cancel_disabled_is_lost(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         await s.client.post(legacy_headers(session), cancelled(9))
         assert s.registry.row_count == 0
@@ -935,10 +975,11 @@ async def test_early_cancel_disabled_is_lost(autojump_clock: trio.testing.MockCl
 
 async def test_early_cancel_not_kept_without_a_session(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # sessions=False: the namespace is the client's address, shared by
     # strangers behind one NAT, so an early cancel is not kept there.
-    async with serving(sessions=False) as s:
+    async with serving(mcp_registry, sessions=False) as s:
         notified = await s.client.post(legacy_headers(), cancelled(9))
         assert notified.status == 202
         assert s.registry.row_count == 0
@@ -952,9 +993,9 @@ async def test_early_cancel_not_kept_without_a_session(
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_keepalive_comments_for_a_silent_tool_then_none_after_the_response(
-    era: str, autojump_clock: trio.testing.MockClock
+    era: str, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         if era == "modern":
             exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 40}))
         else:
@@ -981,13 +1022,14 @@ async def test_keepalive_comments_for_a_silent_tool_then_none_after_the_response
 
 async def test_keepalive_interval_is_configurable_and_can_be_off(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(limits=ConnectionLimits(keepalive_interval=4.0)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(keepalive_interval=4.0)) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 10}))
         t0 = trio.current_time()
         await final_of(exchange)
         assert [c.at - t0 for c in exchange.comments()] == [4.0, 8.0]
-    async with serving(limits=ConnectionLimits(keepalive_interval=None)) as s:
+    async with serving(mcp_registry, limits=ConnectionLimits(keepalive_interval=None)) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 40}))
         await final_of(exchange)
         assert exchange.comments() == []
@@ -995,9 +1037,10 @@ async def test_keepalive_interval_is_configurable_and_can_be_off(
 
 async def test_keepalive_stops_when_the_stream_closes(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     async with serving(
-        limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace_period=30.0)
+        mcp_registry, limits=ConnectionLimits(keepalive_interval=1.0, disconnect_grace_period=30.0)
     ) as s:
         exchange = start_modern(s.client, modern_call(1, "silent", {"seconds": 20}))
         await trio.sleep(2.5)
@@ -1009,8 +1052,9 @@ async def test_keepalive_stops_when_the_stream_closes(
 
 async def test_non_cancellable_tool_answers_json_without_keepalive(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_call(1, "instant"))
         assert exchange.headers["content-type"] == "application/json"
         assert exchange.comments() == []
@@ -1029,16 +1073,19 @@ def logged(exchange: HttpExchange) -> list[str]:
 
 async def test_modern_log_level_absent_sends_no_log_messages(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty"))
         final = await final_of(exchange)
         assert final["result"]["content"][0]["text"] == "logged"
         assert logged(exchange) == []
 
 
-async def test_modern_log_level_filters_per_request(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_log_level_filters_per_request(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty", log_level="warning"))
         await final_of(exchange)
         assert logged(exchange) == ["warning", "error"]
@@ -1051,15 +1098,19 @@ async def test_modern_log_level_filters_per_request(autojump_clock: trio.testing
         assert logged(exchange) == []
 
 
-async def test_modern_invalid_log_level_is_400(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_modern_invalid_log_level_is_400(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         exchange = await post_modern(s.client, modern_call(1, "chatty", log_level="loud"))
         assert exchange.status == 400
         assert error_of(exchange)["code"] == INVALID_PARAMS
 
 
-async def test_legacy_log_level_follows_set_level(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_legacy_log_level_follows_set_level(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(session), legacy_call(1, "chatty"))
         await final_of(exchange)
@@ -1086,23 +1137,29 @@ async def test_legacy_log_level_follows_set_level(autojump_clock: trio.testing.M
 # -- odds and ends ------------------------------------------------------------------------
 
 
-async def test_unknown_path_is_404(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_unknown_path_is_404(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         message = modern_request(1, "tools/list")
         exchange = await s.client.request("POST", headers_of(message), message, path="/other")
         assert exchange.status == 404
 
 
-async def test_a_chunked_body_is_read_whole(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_a_chunked_body_is_read_whole(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "echo", {"text": "z" * 100})
         exchange = s.client.start("POST", headers_of(message), message, chunk_size=7)
         final = await final_of(exchange)
         assert final["result"]["content"][0]["text"] == "z" * 100
 
 
-async def test_client_gone_while_the_body_is_read(autojump_clock: trio.testing.MockClock) -> None:
-    async with serving() as s:
+async def test_client_gone_while_the_body_is_read(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "polite")
         exchange = s.client.start("POST", headers_of(message), message, chunk_size=5)
         exchange.disconnect()  # before the app read a byte
@@ -1114,8 +1171,9 @@ async def test_client_gone_while_the_body_is_read(autojump_clock: trio.testing.M
 
 async def test_legacy_initialize_ignores_a_session_header_and_starts_a_new_one(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         first = await initialize(s.client)
         exchange = await s.client.post(legacy_headers(first, version=None), initialize_message())
         assert exchange.headers["mcp-session-id"] != first
@@ -1123,19 +1181,23 @@ async def test_legacy_initialize_ignores_a_session_header_and_starts_a_new_one(
 
 async def test_notification_without_session_in_legacy_is_400(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         exchange = await s.client.post(legacy_headers(), notification("notifications/cancelled"))
         assert exchange.status == 400
 
 
 async def test_max_request_time_holds_after_a_legacy_disconnect_that_does_not_cancel(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # The client went away without cancelling: the call goes on, but no
     # longer than the server's time limit allows.
     async with serving(
-        legacy_disconnect_cancels=False, limits=ConnectionLimits(max_request_time=10.0)
+        mcp_registry,
+        legacy_disconnect_cancels=False,
+        limits=ConnectionLimits(max_request_time=10.0),
     ) as s:
         session = await initialize(s.client)
         exchange = s.client.start("POST", legacy_headers(session), legacy_call(1, "polite"))
@@ -1152,9 +1214,10 @@ async def test_max_request_time_holds_after_a_legacy_disconnect_that_does_not_ca
 
 async def test_early_cancel_kept_in_a_principal_namespace(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     auth = bearer_auth({"secret-token": "alice"})
-    async with serving(sessions=False, auth=auth) as s:
+    async with serving(mcp_registry, sessions=False, auth=auth) as s:
         alice = legacy_headers(authorization="Bearer secret-token")
         assert (await s.client.post(legacy_headers(), cancelled(9))).status == 401
         notified = await s.client.post(alice, cancelled(9, "early"))
@@ -1168,8 +1231,9 @@ async def test_early_cancel_kept_in_a_principal_namespace(
 
 async def test_a_legacy_notification_cannot_cancel_a_modern_request(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(sessions=False) as s:
+    async with serving(mcp_registry, sessions=False) as s:
         exchange = start_modern(s.client, modern_call(1, "polite", {"steps": 5}))
         await trio.sleep(1.5)
         notified = await s.client.post(legacy_headers(version=None), cancelled(1, "stranger"))

@@ -20,12 +20,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, notification
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.transports.http import inline
@@ -73,46 +74,48 @@ async def serving(app: Any) -> AsyncIterator[str]:
         nursery.cancel_scope.cancel()
 
 
-async def test_whole_responses_skip_the_writer_task_and_streams_keep_it() -> None:
+@pytest.mark.mcp_registry(grace_period=0.2)
+async def test_whole_responses_skip_the_writer_task_and_streams_keep_it(
+    mcp_registry: Registry,
+) -> None:
     writers = _Writers()
     trio.lowlevel.add_instrument(writers)
     try:
         with trio.fail_after(TIMEOUT):
-            async with open_registry(grace_period=0.2) as registry:
-                app = McpHttpApp(build(), registry)
-                async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
-                    for request_id, name, text in [(1, "instant", "done"), (2, "plain", "plain")]:
-                        message = modern_call(request_id, name)
-                        reply = await client.post(
-                            f"{base}/mcp", headers=headers_of(message), json=message
-                        )
-                        assert reply.headers["content-type"] == "application/json"
-                        assert reply.json()["result"]["content"][0]["text"] == text
-                    note = notification("notifications/x")
-                    ack = await client.post(f"{base}/mcp", headers=modern_headers(None), json=note)
-                    assert ack.status_code == 202
-                    assert writers.spawned == 0  # three whole responses, all inline
-                    # A call still running streams SSE through writer tasks (on demand:
-                    # one while there is something to write, see writer.py).
-                    message = modern_call(3, "waits")
+            app = McpHttpApp(build(), mcp_registry)
+            async with serving(app) as base, httpx.AsyncClient(timeout=5) as client:
+                for request_id, name, text in [(1, "instant", "done"), (2, "plain", "plain")]:
+                    message = modern_call(request_id, name)
                     reply = await client.post(
                         f"{base}/mcp", headers=headers_of(message), json=message
                     )
-                    assert reply.headers["content-type"] == "text/event-stream"
-                    assert "slept" in reply.text
-                    assert writers.spawned >= 1
+                    assert reply.headers["content-type"] == "application/json"
+                    assert reply.json()["result"]["content"][0]["text"] == text
+                note = notification("notifications/x")
+                ack = await client.post(f"{base}/mcp", headers=modern_headers(None), json=note)
+                assert ack.status_code == 202
+                assert writers.spawned == 0  # three whole responses, all inline
+                # A call still running streams SSE through writer tasks (on demand:
+                # one while there is something to write, see writer.py).
+                message = modern_call(3, "waits")
+                reply = await client.post(f"{base}/mcp", headers=headers_of(message), json=message)
+                assert reply.headers["content-type"] == "text/event-stream"
+                assert "slept" in reply.text
+                assert writers.spawned >= 1
     finally:
         trio.lowlevel.remove_instrument(writers)
 
 
-async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn() -> None:
+async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn(
+    mcp_registry: Registry,
+) -> None:
     # Not hypercorn's HTTP/1.1 send (the in-memory harness, any callable): never inline.
     async def send(message: Any) -> None:
         pass
 
     assert not inline.can_write_now(send, 10)
-    async with open_registry() as registry, trio.open_nursery() as nursery:
-        harness = AsgiClient(McpHttpApp(build(), registry), nursery)
+    async with trio.open_nursery() as nursery:
+        harness = AsgiClient(McpHttpApp(build(), mcp_registry), nursery)
         exchange = harness.start("POST", modern_headers(None), notification("n"))
         await exchange.wait_complete()
         assert not inline.can_write_now(exchange.send, 10)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from asgi_harness import (
@@ -26,9 +27,10 @@ from asgi_harness import (
     legacy_call,
     legacy_headers,
     modern_call,
+    served,
 )
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
@@ -53,21 +55,21 @@ def build() -> McpServer:
     return server
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=0)
+
+
 @asynccontextmanager
-async def serving(**options: Any) -> AsyncIterator[AsgiClient]:
-    async with open_registry(grace_period=0) as registry, trio.open_nursery() as nursery:
-        client = AsgiClient(McpHttpApp(build(), registry, **options), nursery)
-        async with client.lifespan():
-            yield client
-            with trio.fail_after(60):
-                await client.wait_all_done()
-        assert registry.in_flight_count == 0
+async def serving(registry: Registry, **options: Any) -> AsyncIterator[AsgiClient]:
+    async with served(McpHttpApp(build(), registry, **options), settle=60) as client:
+        yield client
 
 
 async def test_an_instant_call_answers_json_in_both_eras(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as client:
+    async with serving(mcp_registry) as client:
         message = modern_call(1, "instant")
         modern = await client.post(headers_of(message), message)
         assert modern.status == 200 and not modern.is_sse
@@ -89,8 +91,9 @@ async def test_an_instant_call_answers_json_in_both_eras(
 
 async def test_progress_before_the_first_suspension_commits_to_sse(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as client:
+    async with serving(mcp_registry) as client:
         message = modern_call(1, "reports", progress_token="p")
         exchange = await client.post(headers_of(message), message)
         assert exchange.is_sse, exchange.headers
@@ -106,8 +109,9 @@ async def test_progress_before_the_first_suspension_commits_to_sse(
 
 async def test_a_call_that_suspends_gets_its_sse_head_at_once_and_keepalives(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(limits=ConnectionLimits(keepalive_interval=5)) as client:
+    async with serving(mcp_registry, limits=ConnectionLimits(keepalive_interval=5)) as client:
         message = modern_call(1, "waits", {"seconds": 12})
         exchange = client.start("POST", headers_of(message), message)
         t0 = trio.current_time()
@@ -120,12 +124,13 @@ async def test_a_call_that_suspends_gets_its_sse_head_at_once_and_keepalives(
 
 async def test_a_cancel_before_the_call_ran_sends_no_answer_even_for_an_instant_tool(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # Legacy: a notifications/cancelled that arrives before its call is kept
     # and applied when the call starts.  The instant tool still "finishes",
     # but MCP forbids answering a request its client cancelled: the response
     # is an SSE stream that ends without a message, never a JSON result.
-    async with serving() as client:
+    async with serving(mcp_registry) as client:
         session = await initialize(client)
         note = await client.post(legacy_headers(session), cancelled(7, "changed my mind"))
         assert note.status == 202
@@ -136,8 +141,9 @@ async def test_a_cancel_before_the_call_ran_sends_no_answer_even_for_an_instant_
 
 async def test_a_client_cancel_while_suspended_ends_the_stream_silently(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as client:
+    async with serving(mcp_registry) as client:
         session = await initialize(client)
         exchange = client.start(
             "POST", legacy_headers(session), legacy_call(3, "waits", {"seconds": 100})
@@ -152,16 +158,19 @@ async def test_a_client_cancel_while_suspended_ends_the_stream_silently(
 
 async def test_json_response_mode_and_time_limits_still_answer_json(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # json_response=True never streams; a call the time limit cancels gets
     # -32800 in its JSON body (an HTTP response must carry something).
-    async with serving(json_response=True, limits=ConnectionLimits(max_request_time=2)) as client:
+    async with serving(
+        mcp_registry, json_response=True, limits=ConnectionLimits(max_request_time=2)
+    ) as client:
         message = modern_call(1, "waits", {"seconds": 100})
         exchange = await client.post(headers_of(message), message)
         assert not exchange.is_sse
         assert exchange.json()["error"]["code"] == -32800
     # With SSE allowed, the same time limit ends the committed stream with -32800.
-    async with serving(limits=ConnectionLimits(max_request_time=2)) as client:
+    async with serving(mcp_registry, limits=ConnectionLimits(max_request_time=2)) as client:
         message = modern_call(2, "waits", {"seconds": 100})
         exchange = await client.post(headers_of(message), message)
         assert exchange.is_sse

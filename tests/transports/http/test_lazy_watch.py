@@ -94,7 +94,7 @@ async def test_a_failing_hook_closes_the_coroutine() -> None:
 
 from asgi_harness import AsgiClient, headers_of, modern_call  # noqa: E402
 
-from trio_mcp_cancel import open_registry  # noqa: E402
+from trio_mcp_cancel import Registry  # noqa: E402
 from trio_mcp_cancel.http import McpHttpApp  # noqa: E402
 from trio_mcp_cancel.server import McpServer, ToolContext  # noqa: E402
 
@@ -108,8 +108,10 @@ class _Watchers(trio.abc.Instrument):
             self.spawned += 1
 
 
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is_watched(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = McpServer("lazy")
 
@@ -125,8 +127,8 @@ async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is
     watchers = _Watchers()
     trio.lowlevel.add_instrument(watchers)
     try:
-        async with open_registry(grace_period=0) as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(server, registry), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(server, mcp_registry), nursery)
             async with client.lifespan():
                 message = modern_call(1, "instant")
                 quick = client.start("POST", headers_of(message), message)
@@ -145,6 +147,6 @@ async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is
                 slow.disconnect()  # the watcher sees it: the tool is cancelled
                 with trio.fail_after(10):
                     await client.wait_all_done()
-                assert registry.in_flight_count == 0
+                assert mcp_registry.in_flight_count == 0
     finally:
         trio.lowlevel.remove_instrument(watchers)

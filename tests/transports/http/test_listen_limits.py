@@ -15,13 +15,20 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, modern_request
+from asgi_harness import (
+    AsgiClient,
+    HttpExchange,
+    modern_call,
+    modern_headers,
+    modern_request,
+    served,
+)
 
-from trio_mcp_cancel import RegistryConfig, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.testing import McpError, assert_no_leaks, open_test_client
+from trio_mcp_cancel.testing import McpError, open_test_client
 
 LISTEN = {"notifications": {"toolsListChanged": True}}
 
@@ -42,18 +49,16 @@ def build(**limits: Any) -> McpServer:
     return server
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @asynccontextmanager
-async def serving(server: McpServer, **options: Any) -> AsyncIterator[AsgiClient]:
-    async with open_registry(grace_period=5) as registry:
-        app = McpHttpApp(server, registry, **options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield client
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+async def serving(
+    registry: Registry, server: McpServer, **options: Any
+) -> AsyncIterator[AsgiClient]:
+    async with served(McpHttpApp(server, registry, **options)) as client:
+        yield client
 
 
 def listen(client: AsgiClient, request_id: int, ip: str = "192.0.2.1") -> HttpExchange:
@@ -91,9 +96,10 @@ async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
 
 async def test_per_tenant_listen_cap_over_http_is_a_429_and_leaves_calls_alone(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build(max_calls_per_tenant=1, max_listen_streams_per_tenant=1)
-    async with serving(server) as client:
+    async with serving(mcp_registry, server) as client:
         mine = listen(client, 1)
         assert (await mine.next_message())["method"] == "notifications/subscriptions/acknowledged"
         # The tenant's one call slot is not taken by its listen stream.
@@ -118,9 +124,12 @@ async def test_per_tenant_listen_cap_over_http_is_a_429_and_leaves_calls_alone(
 
 async def test_max_request_time_ends_calls_but_not_listen_streams_over_http(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
-    async with serving(server, limits=ConnectionLimits(max_request_time=10)) as client:
+    async with serving(
+        mcp_registry, server, limits=ConnectionLimits(max_request_time=10)
+    ) as client:
         stream = listen(client, 1)
         await stream.next_message()
         call = client.start(

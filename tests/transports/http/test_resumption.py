@@ -27,18 +27,17 @@ from asgi_harness import (
     legacy_call,
     legacy_headers,
     modern_call,
+    served,
 )
 
 from trio_mcp_cancel import (
     Registry,
-    RegistryConfig,
     RequestCancelledEvent,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, app_from_env
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.resume import parse_event_id
 
 WINDOW = 5.0
@@ -72,19 +71,23 @@ class Served:
         ]
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=1.0)
+
+
 @asynccontextmanager
-async def serving(**app_options: Any) -> AsyncIterator[Served]:
-    async with open_registry(RegistryConfig(grace_period=1.0)) as registry:
-        events = EventRecorder.attach(registry)
-        app = McpHttpApp(build_server(), registry, **app_options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield Served(client, registry, events, app)
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+async def serving(registry: Registry, **app_options: Any) -> AsyncIterator[Served]:
+    events = EventRecorder.attach(registry)
+    app = McpHttpApp(build_server(), registry, **app_options)
+    async with served(app) as client:
+        yield Served(client, registry, events, app)
+
+
+async def start_steps(s: Served, **arguments: Any) -> tuple[str, HttpExchange]:
+    """A new legacy session and its call 1 of ``steps`` (progress token ``t``), started."""
+    session = await initialize(s.client)
+    call = s.client.start("POST", legacy_headers(session), legacy_call(1, "steps", arguments, "t"))
+    return session, call
 
 
 def progress_of(messages: list[Any]) -> list[int]:
@@ -104,15 +107,20 @@ async def read_until_progress(exchange: HttpExchange, progress: int) -> None:
             return
 
 
+def resume_headers(session: str, last_event_id: str) -> dict[str, str]:
+    return {**legacy_headers(session), "last-event-id": last_event_id}
+
+
 def resume(served: Served, session: str, last_event_id: str) -> HttpExchange:
-    headers = {**legacy_headers(session), "last-event-id": last_event_id}
-    return served.client.start("GET", headers)
+    """Start a resume of the stream *last_event_id* names."""
+    return served.client.start("GET", resume_headers(session, last_event_id))
 
 
 async def test_a_legacy_stream_starts_primed_and_numbers_every_event_with_its_stream(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         call = await s.client.post(legacy_headers(session), legacy_call(1, "steps", {"n": 3}, "t"))
         assert call.is_sse and call.primed and call.retry == 1000
@@ -126,10 +134,10 @@ async def test_a_legacy_stream_starts_primed_and_numbers_every_event_with_its_st
 
 async def test_a_cut_stream_resumed_with_last_event_id_gets_every_progress_and_the_result_once(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        call = s.client.start("POST", legacy_headers(session), legacy_call(1, "steps", {}, "t"))
+    async with serving(mcp_registry) as s:
+        session, call = await start_steps(s)
         await read_until_progress(call, 2)
         call.disconnect()
         await trio.sleep(2.5)  # progress 3 and 4 go on into the replay buffer
@@ -146,10 +154,10 @@ async def test_a_cut_stream_resumed_with_last_event_id_gets_every_progress_and_t
 
 async def test_a_stream_can_be_resumed_again_after_its_resume_drops_too(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        call = s.client.start("POST", legacy_headers(session), legacy_call(1, "steps", {}, "t"))
+    async with serving(mcp_registry) as s:
+        session, call = await start_steps(s)
         await read_until_progress(call, 1)
         call.disconnect()
         assert call.last_event_id is not None
@@ -168,12 +176,10 @@ async def test_a_stream_can_be_resumed_again_after_its_resume_drops_too(
 
 async def test_a_cut_stream_not_resumed_within_the_window_cancels_its_call_as_a_disconnect(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(resume_window=WINDOW) as s:
-        session = await initialize(s.client)
-        call = s.client.start(
-            "POST", legacy_headers(session), legacy_call(1, "steps", {"n": 100}, "t")
-        )
+    async with serving(mcp_registry, resume_window=WINDOW) as s:
+        session, call = await start_steps(s, n=100)
         await read_until_progress(call, 1)
         call.disconnect()
         cut_at = trio.current_time()
@@ -189,20 +195,16 @@ async def test_a_cut_stream_not_resumed_within_the_window_cancels_its_call_as_a_
         assert trio.current_time() - cut_at >= WINDOW
         # The stream is gone with its call: a late resume is refused.
         assert call.last_event_id is not None
-        late = await s.client.request(
-            "GET", {**legacy_headers(session), "last-event-id": call.last_event_id}
-        )
+        late = await s.client.request("GET", resume_headers(session, call.last_event_id))
         assert late.status == 409
 
 
 async def test_a_call_that_finishes_while_cut_keeps_its_answer_for_a_resume(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
-        session = await initialize(s.client)
-        call = s.client.start(
-            "POST", legacy_headers(session), legacy_call(1, "steps", {"n": 2, "delay": 1.0}, "t")
-        )
+    async with serving(mcp_registry) as s:
+        session, call = await start_steps(s, n=2, delay=1.0)
         await read_until_progress(call, 1)
         call.disconnect()
         await trio.sleep(3)  # the call finished meanwhile
@@ -216,13 +218,12 @@ async def test_a_call_that_finishes_while_cut_keeps_its_answer_for_a_resume(
 
 async def test_a_resume_the_session_cannot_serve_is_409_with_the_reason(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         session = await initialize(s.client)
         for bad in ["nonsense", "abc.def", "0123456789ab.3"]:
-            refused = await s.client.request(
-                "GET", {**legacy_headers(session), "last-event-id": bad}
-            )
+            refused = await s.client.request("GET", resume_headers(session, bad))
             assert refused.status == 409
             assert b"Last-Event-ID" in refused.content
         # Another session's stream is not this session's to resume.
@@ -230,9 +231,7 @@ async def test_a_resume_the_session_cannot_serve_is_409_with_the_reason(
         call = s.client.start("POST", legacy_headers(other), legacy_call(1, "steps", {}, "t"))
         await read_until_progress(call, 1)
         assert call.last_event_id is not None
-        stolen = await s.client.request(
-            "GET", {**legacy_headers(session), "last-event-id": call.last_event_id}
-        )
+        stolen = await s.client.request("GET", resume_headers(session, call.last_event_id))
         assert stolen.status == 409
         s.client.start("POST", legacy_headers(other), cancelled(1))
         await call.done.wait()
@@ -240,16 +239,13 @@ async def test_a_resume_the_session_cannot_serve_is_409_with_the_reason(
 
 async def test_a_replay_buffer_overflow_while_cut_cancels_the_call_at_once(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     # 2 KB of replay: a few 500-byte progress messages overflow it, and an
     # event dropped before any connection took it makes a whole resume impossible.
     limits = HttpLimits(replay_buffer_size=2000)
-    async with serving(http_limits=limits) as s:
-        session = await initialize(s.client)
-        arguments = {"n": 100, "delay": 0.1, "size": 500}
-        call = s.client.start(
-            "POST", legacy_headers(session), legacy_call(1, "steps", arguments, "t")
-        )
+    async with serving(mcp_registry, http_limits=limits) as s:
+        session, call = await start_steps(s, n=100, delay=0.1, size=500)
         await read_until_progress(call, 1)
         call.disconnect()
         cut_at = trio.current_time()
@@ -259,37 +255,32 @@ async def test_a_replay_buffer_overflow_while_cut_cancels_the_call_at_once(
         ]
         assert trio.current_time() - cut_at < 2  # not the 5 s window
         assert call.last_event_id is not None
-        refused = await s.client.request(
-            "GET", {**legacy_headers(session), "last-event-id": call.last_event_id}
-        )
+        refused = await s.client.request("GET", resume_headers(session, call.last_event_id))
         assert refused.status == 409
 
 
 async def test_a_resume_older_than_the_buffer_holds_is_refused(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     limits = HttpLimits(replay_buffer_size=2000)
-    async with serving(http_limits=limits) as s:
-        session = await initialize(s.client)
-        arguments = {"n": 20, "delay": 0.1, "size": 500}
-        call = s.client.start(
-            "POST", legacy_headers(session), legacy_call(1, "steps", arguments, "t")
-        )
+    async with serving(mcp_registry, http_limits=limits) as s:
+        session, call = await start_steps(s, n=20, delay=0.1, size=500)
         await read_until_progress(call, 1)
         first_id = call.last_event_id
         await read_until_progress(call, 10)  # delivered, and dropped from the buffer since
         assert first_id is not None
-        old = await s.client.request("GET", {**legacy_headers(session), "last-event-id": first_id})
+        old = await s.client.request("GET", resume_headers(session, first_id))
         assert old.status == 409 and b"no longer held" in old.content
         await call.wait_complete()
 
 
 async def test_without_resumption_a_cut_stream_cancels_at_once_and_carries_no_ids(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(resume_window=None) as s:
-        session = await initialize(s.client)
-        call = s.client.start("POST", legacy_headers(session), legacy_call(1, "steps", {}, "t"))
+    async with serving(mcp_registry, resume_window=None) as s:
+        _, call = await start_steps(s)
         await read_until_progress(call, 1)
         assert not call.primed and call.last_event_id is None
         call.disconnect()
@@ -301,12 +292,10 @@ async def test_without_resumption_a_cut_stream_cancels_at_once_and_carries_no_id
 
 async def test_with_legacy_disconnect_cancels_off_a_cut_call_runs_on_and_stays_resumable(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving(legacy_disconnect_cancels=False) as s:
-        session = await initialize(s.client)
-        call = s.client.start(
-            "POST", legacy_headers(session), legacy_call(1, "steps", {"n": 10}, "t")
-        )
+    async with serving(mcp_registry, legacy_disconnect_cancels=False) as s:
+        session, call = await start_steps(s, n=10)
         await read_until_progress(call, 1)
         call.disconnect()
         await trio.sleep(WINDOW + 2)  # past the window: still running
@@ -320,8 +309,9 @@ async def test_with_legacy_disconnect_cancels_off_a_cut_call_runs_on_and_stays_r
 
 async def test_the_modern_era_numbers_nothing_and_a_closed_stream_cancels_at_once(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         message = modern_call(1, "steps", {"n": 100}, progress_token="t")
         call = s.client.start("POST", headers_of(message), message)
         await read_until_progress(call, 1)
@@ -346,8 +336,9 @@ def test_resume_window_comes_from_mcp_resume_window() -> None:
 
 async def test_a_tool_may_close_its_stream_and_the_client_polls_for_the_rest(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with serving() as s:
+    async with serving(mcp_registry) as s:
         closed: list[bool] = []
 
         @s.app.server.tool()

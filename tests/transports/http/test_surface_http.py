@@ -13,14 +13,21 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, b64_header, modern_headers, modern_request
+from asgi_harness import (
+    AsgiClient,
+    HttpExchange,
+    b64_header,
+    modern_headers,
+    modern_request,
+    served,
+)
 
-from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.rules import check_param_headers
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
@@ -52,21 +59,17 @@ def build() -> McpServer:
     return server
 
 
+#: The registry of every test here (the ``mcp_registry`` fixture).
+pytestmark = pytest.mark.mcp_registry(grace_period=5)
+
+
 @asynccontextmanager
 async def serving(
-    server: McpServer, **options: Any
+    registry: Registry, server: McpServer, **options: Any
 ) -> AsyncIterator[tuple[AsgiClient, EventRecorder]]:
-    async with open_registry(grace_period=5) as registry:
-        events = EventRecorder.attach(registry)
-        app = McpHttpApp(server, registry, **options)
-        async with trio.open_nursery() as nursery:
-            client = AsgiClient(app, nursery)
-            async with client.lifespan():
-                yield client, events
-                with trio.fail_after(3600):
-                    await client.wait_all_done()
-        client.check()
-        assert_no_leaks(registry)
+    events = EventRecorder.attach(registry)
+    async with served(McpHttpApp(server, registry, **options)) as client:
+        yield client, events
 
 
 def reply_of(exchange: HttpExchange) -> dict[str, Any]:
@@ -83,9 +86,10 @@ def post(client: AsgiClient, message: dict[str, Any], name: str | None = None) -
 
 async def test_listen_over_http_ends_when_the_client_closes_it(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
-    async with serving(server) as (client, events):
+    async with serving(mcp_registry, server) as (client, events):
         listen = post(
             client,
             modern_request(
@@ -119,9 +123,10 @@ async def test_listen_over_http_ends_when_the_client_closes_it(
 
 async def test_modern_resource_read_and_prompt_mrtr_over_http(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
-    async with serving(server) as (client, _):
+    async with serving(mcp_registry, server) as (client, _):
         read = post(
             client, modern_request(1, "resources/read", {"uri": "test://doc"}), "test://doc"
         )
@@ -158,30 +163,27 @@ async def test_modern_resource_read_and_prompt_mrtr_over_http(
         assert message["content"]["text"] == "Talk about trio (asked)"
 
 
-@pytest.mark.registry(grace_period=5)
 async def test_listen_needs_a_streamed_response(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
     server = build()
-    async with trio.open_nursery() as nursery:
-        client = AsgiClient(McpHttpApp(server, mcp_registry, json_response=True), nursery)
-        async with client.lifespan():
-            message = modern_request(
-                1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
-            )
-            listen = post(client, message)
-            with trio.fail_after(10):
-                await listen.done.wait()
-        assert listen.json()["error"]["code"] == -32600
-        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
-        assert_no_leaks(mcp_registry)
+    async with serving(mcp_registry, server, json_response=True) as (client, _):
+        message = modern_request(
+            1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+        )
+        listen = post(client, message)
+        with trio.fail_after(10):
+            await listen.done.wait()
+    assert listen.json()["error"]["code"] == -32600
+    assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
 
 
 async def test_closing_a_resource_read_stream_cancels_the_read(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
-    async with serving(server) as (client, events):
+    async with serving(mcp_registry, server) as (client, events):
         message = modern_request(3, "resources/read", {"uri": "test://slow"}, progress_token="r")
         read = post(client, message, "test://slow")
         first = await read.next_message()
@@ -234,6 +236,7 @@ def test_param_headers_must_mirror_the_body(
 
 async def test_param_header_mismatch_is_400_before_the_tool_runs(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
     ran: list[str] = []
@@ -243,7 +246,7 @@ async def test_param_header_mismatch_is_400_before_the_tool_runs(
         ran.append(region)
         return region
 
-    async with serving(server) as (client, _):
+    async with serving(mcp_registry, server) as (client, _):
         message = modern_request(1, "tools/call", {"name": "routed", "arguments": {"region": "eu"}})
         headers = modern_headers("tools/call", "routed")
         bad = client.start("POST", {**headers, "mcp-param-region": "us"}, message)
@@ -295,10 +298,11 @@ async def ask_then_retry(
 
 async def test_anonymous_state_is_bound_to_the_client_address_bucket(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     """Without a principal, a state sealed for one IP bucket is refused from another."""
     server = build()
-    async with serving(server) as (client, _):
+    async with serving(mcp_registry, server) as (client, _):
         here = {"address": ("192.0.2.1", 1000)}
         same_bucket = {"address": ("192.0.2.1", 2000)}  # another port, the same client
         elsewhere = {"address": ("198.51.100.7", 1000)}
@@ -316,10 +320,11 @@ async def test_anonymous_state_is_bound_to_the_client_address_bucket(
 
 async def test_state_is_bound_to_the_principal_over_modern_http(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = build()
     auth = bearer_auth({"token-a": "alice", "token-b": "bob"})
-    async with serving(server, auth=auth) as (client, _):
+    async with serving(mcp_registry, server, auth=auth) as (client, _):
         alice = {"address": ("192.0.2.1", 1), "headers": {"authorization": "Bearer token-a"}}
         bob = {"address": ("192.0.2.1", 1), "headers": {"authorization": "Bearer token-b"}}
         assert "result" in await ask_then_retry(client, alice, alice)

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from asgi_harness import AsgiClient, headers_of, modern_call
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.transports.http.resume import ResumableStream
@@ -160,8 +161,10 @@ def test_an_event_dropped_before_any_connection_took_it_overflows_the_stream() -
     assert stream.overflowed and not stream.can_resume(1)
 
 
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_suspended_streamed_call_holds_its_watcher_and_no_writer_task(
     autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
 ) -> None:
     server = McpServer("suspended")
 
@@ -174,8 +177,8 @@ async def test_a_suspended_streamed_call_holds_its_watcher_and_no_writer_task(
     tasks = _Tasks()
     trio.lowlevel.add_instrument(tasks)
     try:
-        async with open_registry(grace_period=0) as registry, trio.open_nursery() as nursery:
-            client = AsgiClient(McpHttpApp(server, registry), nursery)
+        async with trio.open_nursery() as nursery:
+            client = AsgiClient(McpHttpApp(server, mcp_registry), nursery)
             async with client.lifespan():
                 message = modern_call(1, "waits", progress_token="p")
                 call = client.start("POST", headers_of(message), message)
@@ -187,7 +190,7 @@ async def test_a_suspended_streamed_call_holds_its_watcher_and_no_writer_task(
                 call.disconnect()  # still watched: the disconnect cancels the call
                 with trio.fail_after(10):
                     await client.wait_all_done()
-                assert registry.in_flight_count == 0
+                assert mcp_registry.in_flight_count == 0
                 assert tasks.live.get("watcher") == 0
     finally:
         trio.lowlevel.remove_instrument(tasks)

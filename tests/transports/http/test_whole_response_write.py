@@ -24,7 +24,7 @@ from hypercorn.events import RawData
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
-from trio_mcp_cancel import open_registry
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
@@ -106,12 +106,11 @@ async def exchange(port: int, ids: list[int]) -> list[tuple[bytes, bytes]]:
 
 
 async def test_whole_responses_go_out_in_one_write_and_the_connection_is_reused(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, mcp_registry: Registry
 ) -> None:
     with counting_writes(monkeypatch) as writes, trio.fail_after(TIMEOUT):
-        async with open_registry() as registry:
-            async with serving(McpHttpApp(build(), registry)) as port:
-                answers = await exchange(port, [1, 2, 3])
+        async with serving(McpHttpApp(build(), mcp_registry)) as port:
+            answers = await exchange(port, [1, 2, 3])
     assert len(writes) == 3  # one per response, not three
     for request_id, (head, body) in zip([1, 2, 3], answers, strict=True):
         assert head.startswith(b"HTTP/1.1 200 ")
@@ -122,32 +121,31 @@ async def test_whole_responses_go_out_in_one_write_and_the_connection_is_reused(
 
 
 async def test_the_bytes_are_the_ones_hypercorn_writes_in_three(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, mcp_registry: Registry
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry:
-            async with serving(McpHttpApp(build(), registry)) as port:
-                fused = await exchange(port, [7])
+        async with serving(McpHttpApp(build(), mcp_registry)) as port:
+            fused = await exchange(port, [7])
         with counting_writes(monkeypatch) as writes:
-            async with open_registry() as registry:
-                plain = McpHttpApp(build(), registry, hypercorn_fast_paths=False)
-                async with serving(plain) as port:
-                    unfused = await exchange(port, [7])
+            plain = McpHttpApp(build(), mcp_registry, hypercorn_fast_paths=False)
+            async with serving(plain) as port:
+                unfused = await exchange(port, [7])
     assert len(writes) >= 2  # off: hypercorn's own writes (head, body)
     same = [(_without_date(h), b) for h, b in fused]
     assert same == [(_without_date(h), b) for h, b in unfused]
 
 
-async def test_the_last_response_hypercorn_allows_on_a_connection_closes_it() -> None:
+async def test_the_last_response_hypercorn_allows_on_a_connection_closes_it(
+    mcp_registry: Registry,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry:
-            async with serving(McpHttpApp(build(), registry), max_requests=2) as port:
-                answers = await exchange(port, [1, 2])
-                first, second = (head for head, _ in answers)
-                assert b"connection: close" not in first
-                assert b"connection: close" in second
-                # And a new connection is served as usual.
-                ((head, body),) = await exchange(port, [3])
+        async with serving(McpHttpApp(build(), mcp_registry), max_requests=2) as port:
+            answers = await exchange(port, [1, 2])
+            first, second = (head for head, _ in answers)
+            assert b"connection: close" not in first
+            assert b"connection: close" in second
+            # And a new connection is served as usual.
+            ((head, body),) = await exchange(port, [3])
     assert head.startswith(b"HTTP/1.1 200 ") and json.loads(body)["id"] == 3
 
 
@@ -155,24 +153,26 @@ def _without_date(head: bytes) -> bytes:
     return b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"date:"))
 
 
-async def test_a_body_refused_before_it_is_read_closes_the_connection_and_says_so() -> None:
+async def test_a_body_refused_before_it_is_read_closes_the_connection_and_says_so(
+    mcp_registry: Registry,
+) -> None:
     # A 413 answered from the declared length leaves the body unread: the
     # connection cannot carry another request, and the client is told not to
     # try (a client that reuses it would race the server's close).
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry:
-            app = McpHttpApp(build(), registry, limits=ConnectionLimits(max_message_size=1000))
-            async with serving(app) as port:
-                async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
-                    message = modern_call(1, "instant")
-                    head = "".join(f"{k}: {v}\r\n" for k, v in headers_of(message).items())
-                    start = f"POST /mcp HTTP/1.1\r\nhost: x\r\n{head}content-length: 5000\r\n"
-                    await stream.send_all(start.encode() + b"\r\n")
-                    buffer = bytearray()
-                    response_head, body = await read_response(stream, buffer)
-                    assert response_head.startswith(b"HTTP/1.1 413 ")
-                    assert b"connection: close" in response_head.lower()
-                    assert json.loads(body)["error"]["code"] == -32600
-                    while chunk := await stream.receive_some(65536):  # then the server closes
-                        buffer += chunk
-                    assert buffer == b""
+        limits = ConnectionLimits(max_message_size=1000)
+        app = McpHttpApp(build(), mcp_registry, limits=limits)
+        async with serving(app) as port:
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                message = modern_call(1, "instant")
+                head = "".join(f"{k}: {v}\r\n" for k, v in headers_of(message).items())
+                start = f"POST /mcp HTTP/1.1\r\nhost: x\r\n{head}content-length: 5000\r\n"
+                await stream.send_all(start.encode() + b"\r\n")
+                buffer = bytearray()
+                response_head, body = await read_response(stream, buffer)
+                assert response_head.startswith(b"HTTP/1.1 413 ")
+                assert b"connection: close" in response_head.lower()
+                assert json.loads(body)["error"]["code"] == -32600
+                while chunk := await stream.receive_some(65536):  # then the server closes
+                    buffer += chunk
+                assert buffer == b""

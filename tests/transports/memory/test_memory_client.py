@@ -19,6 +19,7 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import (
     HardCancelEvent,
+    Registry,
     RegistryConfig,
     RequestCancelled,
     RequestCancelledEvent,
@@ -239,24 +240,25 @@ async def test_a_helper_task_stopping_at_the_flag_ends_the_call(
         assert_no_leaks(client.registry)
 
 
+@pytest.mark.mcp_registry(grace_period=0)
 async def test_a_cancel_from_another_connection_does_not_cancel(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    async with open_registry(grace_period=0) as registry:
-        events = EventRecorder.attach(registry)
-        async with (
-            open_test_client(SERVER, registry=registry) as alice,
-            open_test_client(SERVER, registry=registry) as mallory,
-        ):
-            assert alice.namespace != mallory.namespace
-            call = alice.start_call("count", {"n": 3})
-            await alice.wait_in_flight(call)
-            await mallory.notify("notifications/cancelled", {"requestId": call.id})
-            await mallory.settle()
-            assert registry.row_count == 0
-            assert text_of(await call.result()) == "counted 3"
-        assert events.events == []
-        assert_no_leaks(registry)
+    async with (
+        open_test_client(SERVER, registry=mcp_registry) as alice,
+        open_test_client(SERVER, registry=mcp_registry) as mallory,
+    ):
+        assert alice.namespace != mallory.namespace
+        call = alice.start_call("count", {"n": 3})
+        await alice.wait_in_flight(call)
+        await mallory.notify("notifications/cancelled", {"requestId": call.id})
+        await mallory.settle()
+        assert mcp_registry.row_count == 0
+        assert text_of(await call.result()) == "counted 3"
+    assert mcp_events.events == []
+    assert_no_leaks(mcp_registry)
 
 
 async def test_cancelling_the_caller_sends_notifications_cancelled(
@@ -275,38 +277,40 @@ async def test_cancelling_the_caller_sends_notifications_cancelled(
         assert client.unexpected == []
 
 
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_leaving_the_block_disconnects_and_cancels_what_still_runs(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
+    mcp_events: EventRecorder,
 ) -> None:
-    async with open_registry(grace_period=3) as registry:
-        events = EventRecorder.attach(registry)
+    start = trio.current_time()
+    async with open_test_client(SERVER, registry=mcp_registry) as client:
+        client.start_call("count")
+        client.start_call("stubborn")
+        await client.settle()
+        assert mcp_registry.in_flight_count == 2
         start = trio.current_time()
-        async with open_test_client(SERVER, registry=registry) as client:
-            client.start_call("count")
-            client.start_call("stubborn")
-            await client.settle()
-            assert registry.in_flight_count == 2
-            start = trio.current_time()
-        # The block ended once both stopped: the stubborn one at the grace period.
-        assert trio.current_time() - start == pytest.approx(3)
-        assert {e.kind for e in events.of_type(RequestCancelledEvent)} == {"disconnect"}
-        [hard] = events.of_type(HardCancelEvent)
-        assert hard.kind == "disconnect"
-        assert_no_leaks(registry)
+    # The block ended once both stopped: the stubborn one at the grace period.
+    assert trio.current_time() - start == pytest.approx(3)
+    assert {e.kind for e in mcp_events.of_type(RequestCancelledEvent)} == {"disconnect"}
+    [hard] = mcp_events.of_type(HardCancelEvent)
+    assert hard.kind == "disconnect"
+    assert_no_leaks(mcp_registry)
 
 
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_connection_grace_overrides_the_registry_for_disconnects(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with open_registry(grace_period=100) as registry:
-        async with open_test_client(
-            SERVER, registry=registry, limits=ConnectionLimits(disconnect_grace_period=0.5)
-        ) as client:
-            client.start_call("stubborn")
-            await client.settle()
-            start = trio.current_time()
-        assert trio.current_time() - start == pytest.approx(0.5)
-        assert_no_leaks(registry)
+    async with open_test_client(
+        SERVER, registry=mcp_registry, limits=ConnectionLimits(disconnect_grace_period=0.5)
+    ) as client:
+        client.start_call("stubborn")
+        await client.settle()
+        start = trio.current_time()
+    assert trio.current_time() - start == pytest.approx(0.5)
+    assert_no_leaks(mcp_registry)
 
 
 async def test_max_request_time_cancels_server_side_with_an_answer(

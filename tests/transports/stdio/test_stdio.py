@@ -42,19 +42,17 @@ from stdio_harness import (
 )
 from trio.testing import MockClock
 
-from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent, open_registry
+from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from trio_mcp_cancel.lowlevel import Caller, Dispatcher
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
+SERVER = probe_server("stdio-test")
 
-def make_server() -> McpServer:
-    return probe_server("stdio-test")
-
-
-SERVER = make_server()
+#: The registry of every test here (``mcp_registry``), unless a test's own marker differs.
+pytestmark = pytest.mark.mcp_registry(grace_period=2)
 
 
 # -- in-process, over an in-memory stream pair ----------------------------------
@@ -99,19 +97,18 @@ class Peer:
 
 @asynccontextmanager
 async def stdio_session(
+    registry: Registry,
     server: McpServer = SERVER,
     pair: Callable[[], tuple[Any, Any]] = trio.testing.memory_stream_pair,
     **options: Any,
 ) -> AsyncIterator[Peer]:
-    """Serve *server* over a stream pair; yield the client's end.
+    """Serve *server* over a stream pair on *registry*; yield the client's end.
 
     The block ends by closing the client's output (end of file) unless the
     test did, and waits for the server to return.
     """
-    options.setdefault("grace_period", 2)
-    registry_options = {k: options.pop(k) for k in list(options) if k in ("grace_period",)}
     client_stream, server_stream = pair()
-    async with open_registry(**registry_options) as registry, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         done = trio.Event()
 
         async def serve(task_status: trio.TaskStatus[Caller]) -> None:
@@ -138,8 +135,10 @@ async def stdio_session(
         nursery.cancel_scope.cancel()  # the reader
 
 
-async def test_modern_and_legacy_requests_on_one_process(autojump_clock: MockClock) -> None:
-    async with stdio_session() as peer:
+async def test_modern_and_legacy_requests_on_one_process(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    async with stdio_session(mcp_registry) as peer:
         assert peer.caller.namespace.startswith("session:stdio-")
         await peer.send(call(1, "whoami"))
         modern = await peer.wait_answer(1)
@@ -161,15 +160,19 @@ async def test_modern_and_legacy_requests_on_one_process(autojump_clock: MockClo
         assert (await peer.wait_answer(5))["result"]["structuredContent"]["era"] == "modern"
 
 
-async def test_each_session_has_its_own_namespace(autojump_clock: MockClock) -> None:
-    async with stdio_session() as first, stdio_session() as second:
+async def test_each_session_has_its_own_namespace(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    async with stdio_session(mcp_registry) as first, stdio_session(mcp_registry) as second:
         assert first.caller.namespace != second.caller.namespace
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with stdio_session(grace_period=5) as peer:
+    async with stdio_session(mcp_registry) as peer:
         events = EventRecorder.attach(peer.registry)
         await peer.send(call(7, "count", {"delay": 1.0}, progressToken="p7"))
         await trio.sleep(2.5)
@@ -191,11 +194,12 @@ async def test_cancel_by_notification_stops_the_tool_and_nothing_more_is_written
         assert_no_leaks(peer.registry)
 
 
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_listen_on_stdio_ends_with_notifications_cancelled(
-    autojump_clock: MockClock, mcp_server: McpServer
+    autojump_clock: MockClock, mcp_server: McpServer, mcp_registry: Registry
 ) -> None:
     """``subscriptions/listen`` is a cancellation path too: on stdio the client ends it by id."""
-    async with stdio_session(mcp_server, grace_period=5) as peer:
+    async with stdio_session(mcp_registry, mcp_server) as peer:
         filters = {"notifications": {"toolsListChanged": True}, "_meta": ENVELOPE}
         await peer.send(request(9, "subscriptions/listen", filters))
         await trio.sleep(1)
@@ -217,10 +221,12 @@ async def test_listen_on_stdio_ends_with_notifications_cancelled(
         assert_no_leaks(peer.registry)
 
 
+@pytest.mark.mcp_registry(grace_period=3)
 async def test_end_of_file_cancels_everything_and_returns_within_the_grace_period(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with stdio_session(grace_period=3) as peer:
+    async with stdio_session(mcp_registry) as peer:
         events = EventRecorder.attach(peer.registry)
         await peer.send(call(1, "count"), call(2, "stubborn"), call(3, "echo", {"text": "hi"}))
         await peer.wait_answer(3)
@@ -239,11 +245,13 @@ async def test_end_of_file_cancels_everything_and_returns_within_the_grace_perio
         assert_no_leaks(peer.registry)
 
 
+@pytest.mark.mcp_registry(grace_period=100)
 async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
     async with stdio_session(
-        grace_period=100, limits=ConnectionLimits(disconnect_grace_period=0.25)
+        mcp_registry, limits=ConnectionLimits(disconnect_grace_period=0.25)
     ) as peer:
         await peer.send(call(1, "stubborn"))
         await trio.testing.wait_all_tasks_blocked()
@@ -255,8 +263,9 @@ async def test_the_stdio_grace_overrides_the_registry_for_end_of_file(
 
 async def test_blank_lines_crlf_and_bad_json_are_handled_line_by_line(
     autojump_clock: MockClock,
+    mcp_registry: Registry,
 ) -> None:
-    async with stdio_session() as peer:
+    async with stdio_session(mcp_registry) as peer:
         good = json.dumps(call(1, "echo", {"text": "crlf"})).encode()
         await peer.stream.send_all(b"\n  \n" + good + b"\r\n{oops\n[]\n")
         await peer.send(call(2, "echo", {"text": "after"}))
@@ -270,10 +279,12 @@ async def test_blank_lines_crlf_and_bad_json_are_handled_line_by_line(
     "pair", [trio.testing.memory_stream_pair, trio.testing.lockstep_stream_pair]
 )
 async def test_an_over_long_line_is_refused_once_and_skipped(
-    autojump_clock: MockClock, pair: Callable[[], tuple[Any, Any]]
+    autojump_clock: MockClock, pair: Callable[[], tuple[Any, Any]], mcp_registry: Registry
 ) -> None:
     limit = 1000
-    async with stdio_session(pair=pair, limits=ConnectionLimits(max_message_size=limit)) as peer:
+    async with stdio_session(
+        mcp_registry, pair=pair, limits=ConnectionLimits(max_message_size=limit)
+    ) as peer:
         exact = json.dumps(call(1, "echo", {"text": ""})).encode()
         exact = json.dumps(call(1, "echo", {"text": "x" * (limit - len(exact))})).encode()
         assert len(exact) == limit
@@ -298,14 +309,16 @@ async def test_an_over_long_line_is_refused_once_and_skipped(
         }
 
 
-async def test_a_huge_line_is_never_held_in_memory() -> None:
+async def test_a_huge_line_is_never_held_in_memory(mcp_registry: Registry) -> None:
     """16 MiB without a newline through a lockstep pair (the sender waits for
     every read): the server must not buffer more than its limit."""
     limit = 64 * 1024
     chunk = b"z" * (64 * 1024)
     with trio.fail_after(TIMEOUT):
         async with stdio_session(
-            pair=trio.testing.lockstep_stream_pair, limits=ConnectionLimits(max_message_size=limit)
+            mcp_registry,
+            pair=trio.testing.lockstep_stream_pair,
+            limits=ConnectionLimits(max_message_size=limit),
         ) as peer:
             tracemalloc.start()
             try:
@@ -324,21 +337,25 @@ async def test_a_huge_line_is_never_held_in_memory() -> None:
 async def test_a_slow_non_tool_request_does_not_block_the_read_loop(
     autojump_clock: MockClock,
     mcp_server: McpServer,
+    mcp_registry: Registry,
 ) -> None:
     @mcp_server.tool(cancellable=False)
     async def slow_quiet(ctx: ToolContext) -> str:
         await trio.sleep(100)
         return "slow"
 
-    async with stdio_session(mcp_server) as peer:
+    async with stdio_session(mcp_registry, mcp_server) as peer:
         await peer.send(call(1, "slow_quiet"), call(2, "echo", {"text": "fast"}))
         await peer.wait_answer(2)
         assert trio.current_time() < 1 and peer.answer(1) is None
         assert (await peer.wait_answer(1))["result"]["content"][0]["text"] == "slow"
 
 
-async def test_a_trailing_line_without_newline_is_read(autojump_clock: MockClock) -> None:
-    async with stdio_session(grace_period=1) as peer:
+@pytest.mark.mcp_registry(grace_period=1)
+async def test_a_trailing_line_without_newline_is_read(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    async with stdio_session(mcp_registry) as peer:
         events = EventRecorder.attach(peer.registry)
         await peer.stream.send_all(json.dumps(call(1, "count")).encode())
         await peer.stream.send_eof()

@@ -13,13 +13,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from stdio_harness import TIMEOUT, call, encode, launched, request
 from test_stdio import SERVER, assert_json_lines
 from trio.testing import MockClock
 
-from trio_mcp_cancel import RequestCancelledEvent, open_registry
+from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
@@ -57,39 +58,35 @@ class EndAlreadyKnown(trio.abc.ReceiveStream):
         await trio.lowlevel.checkpoint()
 
 
-async def serve_one_write(
-    *messages: dict[str, Any],
-) -> tuple[list[dict[str, Any]], EventRecorder]:
-    """Serve the messages, then end of file; what the server wrote once it
-    returned, and the registry's events."""
+#: The registry of every test here (``mcp_registry``).
+pytestmark = pytest.mark.mcp_registry(grace_period=2)
+
+
+async def serve_one_write(registry: Registry, *messages: dict[str, Any]) -> list[dict[str, Any]]:
+    """Serve the messages, then end of file; what the server wrote once it returned."""
     stdout = trio.testing.MemorySendStream()
-    async with open_registry(grace_period=2) as registry:
-        events = EventRecorder.attach(registry)
-        await serve_mcp_stdio(
-            SERVER, registry, stdin=EndAlreadyKnown(encode(*messages)), stdout=stdout
-        )
-        assert_no_leaks(registry)
-    written = assert_json_lines(stdout.get_data_nowait())
-    return written, events
+    await serve_mcp_stdio(SERVER, registry, stdin=EndAlreadyKnown(encode(*messages)), stdout=stdout)
+    assert_no_leaks(registry)
+    return assert_json_lines(stdout.get_data_nowait())
 
 
 async def test_initialize_and_tools_list_then_end_of_file_in_one_write_get_both_replies(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, mcp_registry: Registry
 ) -> None:
-    written, _ = await serve_one_write(INITIALIZE, TOOLS_LIST)
+    written = await serve_one_write(mcp_registry, INITIALIZE, TOOLS_LIST)
     assert [m["id"] for m in written] == [1, 2]
     assert written[0]["result"]["protocolVersion"] == "2025-06-18"
     assert "echo" in {tool["name"] for tool in written[1]["result"]["tools"]}
 
 
 async def test_a_tool_call_running_at_end_of_file_is_cancelled_silently_the_rest_answered(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, mcp_registry: Registry, mcp_events: EventRecorder
 ) -> None:
     """The end of the requests still cancels the calls in flight, as before."""
     start = trio.current_time()
-    written, events = await serve_one_write(INITIALIZE, call(3, "stubborn"), TOOLS_LIST)
+    written = await serve_one_write(mcp_registry, INITIALIZE, call(3, "stubborn"), TOOLS_LIST)
     assert [m["id"] for m in written] == [1, 2]  # no answer for the cancelled call
-    [cancelled] = events.of_type(RequestCancelledEvent)
+    [cancelled] = mcp_events.of_type(RequestCancelledEvent)
     assert (cancelled.request_id, cancelled.kind) == (3, "disconnect")
     assert trio.current_time() - start <= 2  # bounded by the grace period
 
@@ -112,6 +109,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.subprocess
 async def test_a_real_process_answers_both_requests_piped_with_stdin_closed(
     tmp_path: Path,
 ) -> None:

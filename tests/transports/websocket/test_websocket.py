@@ -26,7 +26,6 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     cancelled,
     checkpoint_cancelled,
-    open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import (
     INTERNAL_ERROR,
@@ -237,7 +236,7 @@ async def test_tools_call_streams_progress_then_the_result(mcp_registry: Registr
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_cancel_by_notification(mcp_registry: Registry) -> None:
     probe = Probe()
     with trio.fail_after(TIMEOUT):
@@ -283,7 +282,7 @@ async def test_silent_on_cancel_sends_nothing(mcp_registry: Registry) -> None:
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=60)
+@pytest.mark.mcp_registry(grace_period=60)
 async def test_closing_the_socket_cancels_every_request_of_that_connection(
     mcp_registry: Registry,
 ) -> None:
@@ -342,7 +341,7 @@ async def test_closing_the_socket_cancels_every_request_of_that_connection(
             assert_no_leaks(mcp_registry)
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_cancel_on_one_connection_does_not_touch_the_same_id_on_another(
     mcp_registry: Registry,
 ) -> None:
@@ -383,9 +382,10 @@ def error(reply: Message) -> tuple[object, int]:
 
 async def test_bad_input_is_answered_and_the_connection_keeps_serving(
     caplog: pytest.LogCaptureFixture,
+    mcp_registry: Registry,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_registry() as registry, serving(make_server(Probe()), registry) as url:
+        async with serving(make_server(Probe()), mcp_registry) as url:
             async with open_websocket_url(url + "/mcp") as ws:
                 await ws.send_message("this is not json")
                 assert error(await receive(ws)) == (None, PARSE_ERROR)
@@ -438,12 +438,12 @@ async def test_bad_input_is_answered_and_the_connection_keeps_serving(
                     "id": 10,
                     "result": {},
                 }
-            assert registry.row_count == 0
-            assert_no_leaks(registry)
+            assert mcp_registry.row_count == 0
+            assert_no_leaks(mcp_registry)
         assert "WebSocket connection failed" not in caplog.text
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
@@ -563,7 +563,7 @@ def _masked_text_frame(text: str) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-@pytest.mark.registry(grace_period=5)
+@pytest.mark.mcp_registry(grace_period=5)
 async def test_a_peer_that_answers_no_ping_is_disconnected_and_its_calls_cancelled(
     mcp_registry: Registry,
 ) -> None:
