@@ -27,6 +27,7 @@ from hypercorn.trio.tcp_server import TCPServer
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.transports.http import hypercorn_compat
 
 TIMEOUT = 15
 
@@ -176,3 +177,33 @@ async def test_a_body_refused_before_it_is_read_closes_the_connection_and_says_s
                 while chunk := await stream.receive_some(65536):  # then the server closes
                     buffer += chunk
                 assert buffer == b""
+
+
+async def test_a_cancelled_task_gets_no_one_write_and_hypercorn_state_stays_untouched() -> None:
+    # Once h11's state moved on the bytes must go out; a task that is already
+    # cancelled would be stopped at the send lock before writing, so it is
+    # refused up front and the response is written the ordinary way.
+    outcomes: list[bool] = []
+    head = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": f"{message['type']}.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        with trio.CancelScope() as cancelled:
+            cancelled.cancel()
+            outcomes.append(await hypercorn_compat.send_whole(send, head, b"no"))
+        with trio.CancelScope(shield=True):  # the test leaves once the response is read
+            outcomes.append(await hypercorn_compat.send_whole(send, head, b"ok"))
+
+    with trio.fail_after(TIMEOUT):
+        async with serving(app) as port:
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                await stream.send_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+                response_head, body = await read_response(stream, bytearray())
+    assert outcomes == [False, True]
+    assert response_head.startswith(b"HTTP/1.1 200 ") and body == b"ok"

@@ -56,6 +56,7 @@ guard is not applied (the containment always is).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -454,9 +455,14 @@ async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> 
     three.  The bytes on the wire are the same.
 
     Only for a write that cannot block (the caller asked
-    :func:`~.inline.can_write_now`); the write is shielded once the h11
-    state moved on, so it always goes out.  ``False``, having done nothing,
-    when *send* is not hypercorn's HTTP/1.1 stream in the state this expects.
+    :func:`~.inline.can_write_now`: nobody holds the send lock).  Once the
+    h11 state moved on the bytes must go out, and they do: the only point
+    where ``protocol_send`` could raise ``Cancelled`` before writing is the
+    lock's ``checkpoint_if_cancelled``, and a task found not cancelled here
+    reaches it without a scheduling point in between (hypercorn shields the
+    write itself).  ``False``, having done nothing, when the task is
+    cancelled or *send* is not hypercorn's HTTP/1.1 stream in the state this
+    expects.
     """
     names = _whole_names()
     stream: Any = getattr(send, "__self__", None)
@@ -474,6 +480,7 @@ async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> 
         or status < 200
         or connection.our_state is not h11.SEND_RESPONSE
         or connection.their_state is h11.ERROR
+        or trio.current_effective_deadline() == -math.inf  # cancelled: see above
     ):
         return False
     config = protocol.config
@@ -489,8 +496,7 @@ async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> 
         data += connection.send(h11.Data(data=body))
     data += connection.send(h11.EndOfMessage())
     stream.state = names.closed_state
-    with trio.CancelScope(shield=True):
-        await protocol.send(names.raw_data(data=data))
+    await protocol.send(names.raw_data(data=data))
     await config.log.access(stream.scope, head, time.time() - stream.start_time)
     await stream.send(names.stream_closed(stream_id=stream.stream_id))
     return True
