@@ -90,10 +90,12 @@ Per-call counts that do not depend on the machine's load (`python -m
 benchmarks.percall`: the benchmark server's app driven through ASGI in
 process, no socket; Python function calls per call, all and this
 library's; Trio scheduling points; the bytes a call allocates at its peak;
-and, for context only, wall-clock µs, the min of five batches).  Without
-hypercorn's `send` the whole response goes through the writer task here,
-where under hypercorn it is written inline (`transports/http/inline.py`):
-the HTTP stages over-count that part.
+and, for context only, wall-clock µs, the min of five batches).  The
+harness delivers a body as hypercorn's HTTP/1.1 does (two messages) and
+answers `can_write_now` as an idle hypercorn socket would, so a whole
+response is written in the request's task as under hypercorn; the one
+socket write of `hypercorn_compat.send_whole` needs hypercorn's own
+objects, so here it is two `send()` calls.
 
 """
 

@@ -72,14 +72,19 @@ def _stats(action: str, path: str) -> dict[str, Any]:
     elif action == "tm-start":
         import tracemalloc
 
-        tracemalloc.start(8)
+        tracemalloc.start(int(path or 8))  # path: frames kept per traceback
         PROFILE["tm"] = tracemalloc.take_snapshot()
     elif action == "tm-top":
         import tracemalloc
 
         gc.collect()
-        diff = tracemalloc.take_snapshot().compare_to(PROFILE.pop("tm"), "traceback")
-        PROFILE["top"] = _allocations(diff)
+        before, after = PROFILE.pop("tm"), tracemalloc.take_snapshot()
+        if path:  # both snapshots, for benchmarks.memory_sites
+            before.dump(path + ".before")
+            after.dump(path)
+            with open(path + ".json", "w") as file:
+                json.dump({"before": path + ".before"}, file)
+        PROFILE["top"] = _allocations(after.compare_to(before, "traceback"))
     elif action == "gc":
         gc.collect()
     return {

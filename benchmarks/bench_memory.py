@@ -9,7 +9,8 @@ call in flight per connection), and once every one of them has reported
 progress (so it runs, and the server counts *N* in flight) the RSS is read
 again.  The row is the growth divided by *N*: everything one more in-flight
 call costs the server process (connection, request, stream, tool task,
-registry entry), measured at N = 1,000 and 10,000.  Target: <= 20 KiB.
+registry entry), measured at N = 1,000 and 10,000.  Target: <= 30 KiB (issue 27).  Where the
+heap of a call goes, independent of the machine's load: :mod:`.memory_sites`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ._common import Row
 
 NAME = "memory"
 BENCH = "6 memory"
-TARGET = 20 * 1024
+TARGET = 30 * 1024
 #: Connections being opened at once (the server's listen backlog is larger).
 OPENING = 64
 

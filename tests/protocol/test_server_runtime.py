@@ -68,3 +68,21 @@ def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
     ]
     assert received[1]["params"] == {"uri": "test://doc"}
     runtime.subscriptions.close(listener)
+
+
+def test_a_served_server_is_freed_with_its_dispatcher_once_nothing_refers_to_it() -> None:
+    import gc
+    import weakref
+
+    server = McpServer("short-lived")
+
+    @server.tool
+    async def echo(text: str) -> str:
+        return text
+
+    dispatcher = Dispatcher.of(server)
+    assert Dispatcher.of(server) is dispatcher  # one per server, kept while it lives
+    gone = weakref.ref(server)
+    del server, dispatcher, echo
+    gc.collect()
+    assert gone() is None

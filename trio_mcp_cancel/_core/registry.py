@@ -163,12 +163,7 @@ class Tracking:
         self._request: TrackedRequest | None = None
 
     async def __aenter__(self) -> TrackedRequest:
-        if self._request is not None:
-            raise RuntimeError("a tracked() block cannot be entered twice")
-        request = self._request = self._registry._track(self._request_id, self._namespace)
-        request.cancel_scope.__enter__()
-        self._token = current_request_var.set(request)
-        return request
+        return self.__enter__()
 
     async def __aexit__(
         self,
@@ -176,6 +171,27 @@ class Tracking:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        self.__exit__(exc_type, exc, tb)
+        return False
+
+    # The work of both is synchronous (tracking never blocks): the dispatcher,
+    # on every call's path, uses it as a plain ``with`` and saves the two
+    # coroutines an ``async with`` makes.
+
+    def __enter__(self) -> TrackedRequest:
+        if self._request is not None:
+            raise RuntimeError("a tracked() block cannot be entered twice")
+        request = self._request = self._registry._track(self._request_id, self._namespace)
+        request.cancel_scope.__enter__()
+        self._token = current_request_var.set(request)
+        return request
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         request = self._request
         assert request is not None
         try:
@@ -197,7 +213,6 @@ class Tracking:
             # The block ran past its hard cancel without seeing it (a shield,
             # or no checkpoint): it was cancelled, whatever it returned.
             raise RequestCancelled(cancellation.reason, cancellation.kind)
-        return False
 
 
 class Registry:

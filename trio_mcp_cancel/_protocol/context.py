@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -51,6 +52,8 @@ __all__ = [
     "input_required",
     "invoke",
     "make_context",
+    "needs_state",
+    "new_context",
     "mrtr_identity",
     "only_rounds",
     "run_target",
@@ -284,8 +287,27 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
 
     A ``requestState`` is opened (verified) and used up here, before any
     code of the server runs, so a tampered or replayed one never reaches a
-    tool (``-32602``).
+    tool (``-32602``).  Only that needs an ``await`` (the used-state set may
+    be shared): :func:`needs_state` says when, and :func:`new_context` is the
+    rest, which a caller on the hot path calls directly.
     """
+    ctx = new_context(h)
+    if needs_state(h):
+        signer = h.server.state_signer
+        opened = signer.open_token(h.call.request.params["requestState"], _mrtr_binding(h, target))
+        if not await h.runtime.used_states.use(opened.key, opened.expires_at, signer.now()):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
+        ctx._answers, ctx.request_state = mrtr_answers(opened.state, ctx.input_responses)
+    return ctx
+
+
+def needs_state(h: HandlerInput) -> bool:
+    """Whether the request carries a ``requestState`` to open (modern era only)."""
+    return h.call.era == "modern" and "requestState" in h.call.request.params
+
+
+def new_context(h: HandlerInput) -> ToolContext:
+    """:func:`make_context` without the ``requestState``: everything that never awaits."""
     request = h.call.request
     params = request.params
     meta = params.get("_meta")
@@ -304,13 +326,8 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
         if responses is not None and not isinstance(responses, dict):
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: inputResponses must be an object")
         ctx.input_responses = responses
-        if "requestState" in params:
-            signer = h.server.state_signer
-            opened = signer.open_token(params["requestState"], _mrtr_binding(h, target))
-            if not await h.runtime.used_states.use(opened.key, opened.expires_at, signer.now()):
-                raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
-            ctx.request_state = opened.state
-        ctx._answers, ctx.request_state = mrtr_answers(ctx.request_state, responses)
+        if "requestState" not in params:
+            ctx._answers, ctx.request_state = mrtr_answers(None, responses)
     return ctx
 
 
@@ -390,7 +407,7 @@ async def run_target(
                 if key is None
                 else tracked(*key, registry=registry)
             )
-            async with tracking as tracked_request:
+            with tracking as tracked_request:  # never blocks: a plain ``with``
                 h.exchange.attach(tracked_request, registry)
                 h.started()
                 return await body()
@@ -435,8 +452,10 @@ async def invoke(
             value = await tool.fn(ctx, **arguments)
         return value
 
+    # The common case (no *ask*): the tool's own coroutine is the body, one frame fewer.
+    work: Callable[[], Awaitable[Any]] = body if ask else partial(tool.fn, ctx, **arguments)
     try:
-        value = await run_target(h, body, key)
+        value = await run_target(h, work, key)
         if isinstance(value, InputRequired):
             return input_required(h, value, tool.name)
         return tool.result(value)

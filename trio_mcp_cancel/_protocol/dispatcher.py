@@ -31,10 +31,9 @@ this order:
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Coroutine, Mapping
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 import trio
 
@@ -74,10 +73,6 @@ __all__ = ["Dispatcher"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
-_DISPATCHERS: Final[weakref.WeakKeyDictionary[McpServerBase, Dispatcher]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 class Dispatcher:
     """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
@@ -105,10 +100,16 @@ class Dispatcher:
 
     @classmethod
     def of(cls, server: McpServerBase) -> Dispatcher:
-        """The dispatcher of *server*, made on first use and kept while the server lives."""
-        dispatcher = _DISPATCHERS.get(server)
-        if dispatcher is None:
-            dispatcher = _DISPATCHERS[server] = cls(server)
+        """The dispatcher of *server*, made on first use and kept while the server lives.
+
+        Kept on the server itself (``served_by``), not in a weak-keyed table:
+        the dispatcher refers to its server, so a table's value would keep
+        its own key alive, and no server would ever be freed.  The pair is a
+        plain reference cycle the garbage collector frees together.
+        """
+        dispatcher = server.served_by
+        if not isinstance(dispatcher, cls):
+            dispatcher = server.served_by = cls(server)
         return dispatcher
 
     @property
@@ -123,11 +124,19 @@ class Dispatcher:
 
     # -- classify -------------------------------------------------------------
 
-    def prepare(self, message: object, caller: Caller, *, envelope: Envelope | None = None) -> Call:
+    def prepare(
+        self,
+        message: object,
+        caller: Caller,
+        *,
+        envelope: Envelope | None = None,
+        legacy: bool = False,
+    ) -> Call:
         """Classify *message* and bind it to its handler; never awaits, never raises.
 
         The era is modern when the request carries the modern envelope (a
-        transport that already read it passes *envelope*), else legacy.
+        transport that already read it passes *envelope*; one that already
+        found there is none passes ``legacy=True``), else legacy.
         """
         try:
             parsed = jsonrpc.classify(message)
@@ -138,7 +147,7 @@ class Dispatcher:
         if isinstance(parsed, jsonrpc.ClientResponse):
             return ClientResponseCall(parsed)  # an answer to a ctx.elicit (legacy)
         try:
-            if envelope is None and has_modern_meta(parsed.params):
+            if envelope is None and not legacy and has_modern_meta(parsed.params):
                 envelope = read_envelope(parsed.params)
             era: Era = "legacy" if envelope is None else "modern"
             method = self.methods.get(parsed.method)

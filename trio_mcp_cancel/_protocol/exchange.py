@@ -133,7 +133,7 @@ class Exchange:
     (a resumable legacy HTTP stream: the client resumes it); ``None``: not possible."""
     _registry: Registry | None = None
     _pending: tuple[str, CancelKind, float | UseConfig | None] | None = None
-    _on_lost: list[Callable[[], object]] = attrs.field(factory=list)
+    _on_lost: list[Callable[[], object]] | None = None  # made by the first when_lost()
 
     def when_lost(self, callback: Callable[[], object]) -> None:
         """Call *callback* if this exchange's answer is never delivered (see :meth:`lost`).
@@ -142,6 +142,8 @@ class Exchange:
         never saw the ``CreateTaskResult`` cannot poll or cancel the task,
         so nobody would ever stop it.
         """
+        if self._on_lost is None:
+            self._on_lost = []
         self._on_lost.append(callback)
 
     def lost(self) -> None:
@@ -150,8 +152,8 @@ class Exchange:
         Called by the dispatcher (a silenced answer) and by the transport (a
         stream closed, or a write that never completed); idempotent.
         """
-        callbacks, self._on_lost = self._on_lost, []
-        for callback in callbacks:
+        callbacks, self._on_lost = self._on_lost, None
+        for callback in callbacks or ():
             callback()
 
     def cancel(

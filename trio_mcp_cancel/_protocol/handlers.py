@@ -23,6 +23,8 @@ from .context import (
     input_required,
     invoke,
     make_context,
+    needs_state,
+    new_context,
     only_rounds,
 )
 from .exchange import Exchange, LegacyState
@@ -129,7 +131,7 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
         arguments = tool.bind(h.params.get("arguments"))
     except ToolArgumentError as exc:
         return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
-    ctx = await make_context(h, tool.name)
+    ctx = await make_context(h, tool.name) if needs_state(h) else new_context(h)
     if h.call.era == "modern" and tool.task_support != "forbidden":
         if h.runtime.tasks.wanted(tool.task_support, client_capabilities(h)):
             if tool.before_task is not None:

@@ -140,6 +140,9 @@ class McpServerBase(ServerFeatures):
 
         The one in use, running or not, is ``Dispatcher.of(server).runtime.tasks``
         (:class:`~.runtime.ServerRuntime`)."""
+        self.served_by: object = None
+        """Low-level: the dispatcher serving this server (``Dispatcher.of`` sets it; the
+        server never imports the dispatcher, so it is typed loosely here)."""
         self._init_features(
             state_secret, state_secret_previous, state_ttl, resource_ttl_ms, resource_cache_scope
         )

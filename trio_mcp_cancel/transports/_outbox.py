@@ -25,6 +25,11 @@ live here once:
   dropped unwritten (:meth:`Outbox.lose`): a reply's ``Exchange.lost``, so
   an answer that never reached the peer is reported as such.
 
+The queue itself exists only while something is queued (``None`` when
+empty): an empty :class:`~collections.deque` is 600 bytes, and most of the
+time a peer that reads has nothing waiting (an HTTP call suspended in its
+tool holds one such queue, issue 27).
+
 Invariants: ``bytes == sum of the sizes queued``; ``bounded_bytes`` is the
 part of it in bounded items; once ``closed`` nothing more is accepted;
 once ``lost`` the queue is empty and stays empty.
@@ -70,7 +75,7 @@ class Outbox(Generic[T]):
     )
 
     def __init__(self, limit: int, timeout: float | None = None, lenient: bool = False) -> None:
-        self._items: deque[tuple[T, int, bool, Callable[[], object] | None]] = deque()
+        self._items: deque[tuple[T, int, bool, Callable[[], object] | None]] | None = None
         self._wakeup: trio.lowlevel.ParkingLot | None = None
         self.limit = limit
         self.timeout = timeout
@@ -89,10 +94,10 @@ class Outbox(Generic[T]):
         """When the pending write's peer counts as stalled (``inf``: none pending)."""
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return self._items is not None
 
     def __len__(self) -> int:
-        return len(self._items)
+        return 0 if self._items is None else len(self._items)
 
     # -- the producer's side ---------------------------------------------------
 
@@ -108,9 +113,12 @@ class Outbox(Generic[T]):
             if on_lost is not None:
                 on_lost()
             return True
-        if bounded and self._items and not self._fits(size):
+        items = self._items
+        if items is None:
+            items = self._items = deque()
+        elif bounded and not self._fits(items, size):
             return False
-        self._items.append((item, size, bounded, on_lost))
+        items.append((item, size, bounded, on_lost))
         self.bytes += size
         if bounded:
             self.bounded_bytes += size
@@ -118,9 +126,11 @@ class Outbox(Generic[T]):
             self._wakeup.unpark_all()
         return True
 
-    def _fits(self, size: int) -> bool:
+    def _fits(
+        self, items: deque[tuple[T, int, bool, Callable[[], object] | None]], size: int
+    ) -> bool:
         waiting = self.bounded_bytes
-        _, head_size, head_bounded, _ = self._items[0]
+        _, head_size, head_bounded, _ = items[0]
         if head_bounded:
             waiting -= head_size  # in flight: never counted
         if self.lenient and not waiting:
@@ -129,7 +139,8 @@ class Outbox(Generic[T]):
 
     def backlogged(self) -> bool:
         """More than ``limit`` bytes (of any kind) wait behind the item in flight."""
-        return bool(self._items) and self.bytes - self._items[0][1] > self.limit
+        items = self._items
+        return items is not None and self.bytes - items[0][1] > self.limit
 
     def close(self) -> None:
         """Accept nothing more; what is queued is still written."""
@@ -144,8 +155,9 @@ class Outbox(Generic[T]):
     def lose(self) -> None:
         """The peer cannot be written to: drop the queue, calling its lost callbacks."""
         self.closed = self.ending = self.lost = True
-        lost = [on_lost for *_, on_lost in self._items if on_lost is not None]
-        self._items.clear()
+        items = self._items or ()
+        lost = [on_lost for *_, on_lost in items if on_lost is not None]
+        self._items = None
         self.bytes = self.bounded_bytes = 0
         self._wake()
         for on_lost in lost:
@@ -159,7 +171,7 @@ class Outbox(Generic[T]):
 
     async def wait(self) -> None:
         """Wait until something is queued, or the queue ends (``ending``)."""
-        if self._items or self.ending:
+        if self._items is not None or self.ending:
             return
         if self._wakeup is None:  # made only when a writer waits: most never do
             self._wakeup = trio.lowlevel.ParkingLot()
@@ -171,7 +183,7 @@ class Outbox(Generic[T]):
         The item stays queued, in flight, until :meth:`written`.
         """
         items = self._items
-        if not items:
+        if items is None:
             return None
         if self.timeout is not None:
             self.stall_at = trio.current_time() + self.timeout
@@ -180,9 +192,12 @@ class Outbox(Generic[T]):
     def written(self) -> None:
         """The oldest item was written: drop it."""
         self.stall_at = math.inf
-        if not self._items:
+        items = self._items
+        if items is None:
             return  # lost while it was being written
-        _, size, bounded, _ = self._items.popleft()
+        _, size, bounded, _ = items.popleft()
+        if not items:
+            self._items = None
         self.bytes -= size
         if bounded:
             self.bounded_bytes -= size

@@ -95,12 +95,13 @@ async def test_whole_responses_skip_the_writer_task_and_streams_keep_it(
                 ack = await client.post(f"{base}/mcp", headers=modern_headers(None), json=note)
                 assert ack.status_code == 202
                 assert writers.spawned == 0  # three whole responses, all inline
-                # A call still running streams SSE through a writer task.
+                # A call still running streams SSE through writer tasks (on demand:
+                # one while there is something to write, see writer.py).
                 message = modern_call(3, "waits")
                 reply = await client.post(f"{base}/mcp", headers=headers_of(message), json=message)
                 assert reply.headers["content-type"] == "text/event-stream"
                 assert "slept" in reply.text
-                assert writers.spawned == 1
+                assert writers.spawned >= 1
     finally:
         trio.lowlevel.remove_instrument(writers)
 

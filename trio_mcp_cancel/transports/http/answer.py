@@ -10,7 +10,8 @@ refused call is a ``429`` before any response is committed to.
 
 **Writes never block a request.**  Every response is queued in a
 :class:`~.writer.ResponseWriter` (see there for why) and written by a task
-of its own in the app's service nursery, except a whole response the
+of its own in the app's service nursery (on demand: only while something
+waits to be written), except a whole response the
 socket can take at once (:func:`~.inline.can_write_now`), which is written
 in the request's own task.  A client that leaves a write pending for
 ``write_timeout``, or lets the queue overflow, is treated as gone: its call
@@ -41,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -63,7 +63,7 @@ from .response import CallResponse, State
 from .resume import ResumableStream
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import ResponseWriter
+from .writer import WRITER_TASK, ResponseWriter, write_now
 
 __all__ = ["Post", "Responder", "Routed"]
 
@@ -77,9 +77,11 @@ Headers = list[Header]
 #: Room for a whole response's head (status line, headers) next to its body.
 _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
+#: The watcher tasks' name, as trio would make it (given: not one string per task).
+_WATCHER: Final = f"{__name__}.Responder._watch"
 
 
-@attrs.frozen
+@attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
 class Post:
     """One POST's message and who sent it, once its body is read."""
 
@@ -92,7 +94,7 @@ class Post:
     registry: Registry
 
 
-@attrs.frozen
+@attrs.define  # not frozen, as Post
 class Routed:
     """A request its era's rules accepted: the call, its caller, and the extra headers.
 
@@ -139,8 +141,10 @@ class Responder:
 
     # -- the dispatcher, called from here only -----------------------------------
 
-    def prepare(self, message: object, caller: Caller, envelope: Any = None) -> Call:
-        return self.dispatcher.prepare(message, caller, envelope=envelope)
+    def prepare(
+        self, message: object, caller: Caller, envelope: Any = None, *, legacy: bool = False
+    ) -> Call:
+        return self.dispatcher.prepare(message, caller, envelope=envelope, legacy=legacy)
 
     def notify(self, notification: jsonrpc.Notification, caller: Caller) -> bool:
         """Handle *notification*; whether to forward it (see :meth:`Dispatcher.notify`)."""
@@ -224,130 +228,111 @@ class Responder:
 
         Its helper tasks (the watcher, the writer) run in *nursery* (the
         service nursery when there is one), so a call that never suspends
-        opens no nursery of its own.
+        opens no nursery of its own; and its :class:`CallResponse` is made
+        only when needed (see :class:`_CallRun`), so one that also sends
+        nothing is answered with one whole response, as a plain call is.
         """
-        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
-        on_stall = partial(
-            exchange.cancel, "client stopped reading", grace_period=self.disconnect_grace_period
-        )
-        response = CallResponse(writer, routed.extra, not self.json_response, on_stall)
-        if response.sse:
-            exchange.send = response.send_message
-            session = routed.session
-            if self.resume_window is not None and session is not None and routed.era == "legacy":
-                response.open_stream = partial(session.streams.open, self.replay_limit)
-                exchange.close_stream = response.close_stream
-        # The writer task starts when the response commits to SSE, or
-        # not at all when the whole answer can be written inline.
-        response.start_writer = partial(self._start_writer, writer, nursery)
-        watching: list[trio.CancelScope] = []
-
-        def watch() -> None:
-            # Still running: commit to SSE now, so a silent call's head and
-            # keep-alives reach the client.
-            response.commit()
-            limited = not routed.call.long_lived  # a listen stream is meant to stay open
-            watching.append(scope := trio.CancelScope())
-            nursery.start_soon(self._watch, scope, receive, exchange, response, routed.era, limited)
-
+        run = _CallRun(self, routed, exchange, receive, send, nursery)
+        if run.sse:
+            exchange.send = run.send_message
+            if run.resumable:
+                exchange.close_stream = run.close_stream
         try:
             # The watcher starts when the call first suspends: one that
             # never does cannot be disconnected from mid-way (see lazy.py).
-            reply = await await_then(self._call(routed, exchange, response.sse), watch)
+            reply = await await_then(self._call(routed, exchange, run.sse), run.watch)
+            response = run.response
+            if response is None and reply is not None:
+                # Never suspended, sent nothing: one whole response.
+                if not await self.respond(
+                    send, 200, jsonrpc.encode(reply), routed.extra, json=True
+                ):
+                    exchange.lost()  # the answer never reached the client
+                return
+            response = run.get()
             response.finish(reply)
+            writer = response.writer
             if response.start_writer is not None:
                 # Never committed: one whole response, or nothing (client gone).
-                await self._write_whole(writer, send, response.start_writer)
+                await self._write_whole(writer, send, nursery)
             if response.stream is not None:
                 await self._deliver(response.stream)
             else:
                 await self._drain(writer)
         finally:
-            # The call is over: so is the watcher's job.
-            for scope in watching:
-                scope.cancel()
-            if not writer.done:
-                writer.abandon()  # cancelled (shutdown): leave the client
-            stream = response.stream
-            if stream is not None and routed.session is not None:
-                if not stream.delivered:
-                    stream.detach()  # a resuming GET still attached ends too
-                routed.session.streams.close(stream)
-            if not response.settle():
-                exchange.lost()  # the answer never reached the client
+            if run.response is not None:
+                run.settle()
 
-    async def _watch(
-        self,
-        scope: trio.CancelScope,
-        receive: Receive,
-        exchange: Exchange,
-        response: CallResponse,
-        era: Era,
-        limited: bool,
-    ) -> None:
-        """Watch a call's stream until *scope* is cancelled (its request ended).
+    async def _watch(self, run: _CallRun, response: CallResponse) -> None:
+        """Wait for the client to go, sending keep-alives and enforcing the time limits,
+        until the call's request ended (:meth:`_CallRun.settle`).
 
         It runs in the service nursery, where an exception would stop the
         whole app: a bug here fails this call only (cancelled, kind
-        ``"server"``).
+        ``"server"``).  One frame (not a wrapper around the loop's) and one
+        cancel scope at a time, not a scope for the watcher's life plus one
+        per wait (each is a scope and a cancel status, ~650 bytes of a
+        suspended call, issue 27): the wait's scope is also the one
+        :meth:`_CallRun.settle` cancels (``run.watching``), and ``run.over``
+        tells the two apart.
         """
-        with scope:
-            try:
-                await self._watch_stream(receive, exchange, response, era, limited)
-            except Exception:
-                logger.exception("the stream watcher of a call failed; cancelling the call")
-                exchange.cancel("internal error", kind="server")
-
-    async def _watch_stream(
-        self,
-        receive: Receive,
-        exchange: Exchange,
-        response: CallResponse,
-        era: Era,
-        limited: bool,
-    ) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limits."""
-        now = trio.current_time()
-        limit = self.max_request_time if limited else None
-        limit_at = math.inf if limit is None else now + limit
-        interval = self.keepalive_interval if response.sse else None
-        keepalive_at = math.inf if interval is None else now + interval
-        writer = response.writer
-        stream = response.stream
-        while True:
-            with trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at)) as wait:
-                writer.wakes = wait
-                if (await receive())["type"] == "http.disconnect":
-                    break
-                continue  # trailing body chunks; the body was already read whole
-            now = trio.current_time()
-            if stream is not None and stream.writer is not writer:
-                # Detached (a stall), or a resuming GET carries the stream now.
-                writer.wakes = None
-                await self._await_resume(stream, exchange, limit_at)
+        try:
+            if run.over:
                 return
-            if now >= writer.stall_at:
-                response.stall("write timeout")
-                if stream is not None:
+            exchange, receive = run.exchange, run.receive
+            now = trio.current_time()
+            # A listen stream is meant to stay open: no time limit.
+            limit = None if run.routed.call.long_lived else self.max_request_time
+            limit_at = math.inf if limit is None else now + limit
+            interval = self.keepalive_interval if response.sse else None
+            keepalive_at = math.inf if interval is None else now + interval
+            writer = response.writer
+            stream = response.stream
+            while True:
+                wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
+                run.watching = writer.wakes = wait
+                with wait:
+                    if (await receive())["type"] == "http.disconnect":
+                        break
+                    continue  # trailing body chunks; the body was already read whole
+                if run.over:
+                    writer.wakes = None
+                    return
+                now = trio.current_time()
+                if stream is not None and stream.writer is not writer:
+                    # Detached (a stall), or a resuming GET carries the stream now.
+                    writer.wakes = None
+                    with run.outlived():
+                        await self._await_resume(stream, exchange, limit_at)
+                    return
+                if now >= writer.stall_at:
+                    response.stall("write timeout")
+                    if stream is not None:
+                        with run.outlived():
+                            await self._await_resume(stream, exchange, limit_at)
+                    return
+                if now >= limit_at:
+                    limit_at = math.inf
+                    exchange.cancel("request time limit reached", kind="server")
+                if interval is not None and now >= keepalive_at:
+                    response.keepalive()
+                    keepalive_at = now + interval
+            writer.wakes = None
+            response.disconnected()
+            if stream is not None:
+                with run.outlived():
                     await self._await_resume(stream, exchange, limit_at)
                 return
-            if now >= limit_at:
-                limit_at = math.inf
-                exchange.cancel("request time limit reached", kind="server")
-            if interval is not None and now >= keepalive_at:
-                response.keepalive()
-                keepalive_at = now + interval
-        writer.wakes = None
-        response.disconnected()
-        if stream is not None:
-            await self._await_resume(stream, exchange, limit_at)
-            return
-        if era == "modern" or self.legacy_disconnect_cancels:
-            exchange.cancel("client disconnected", grace_period=self.disconnect_grace_period)
-        elif limit_at < math.inf and response.state is State.ABANDONED:
-            # The call goes on without its client, but within the time limit.
-            await trio.sleep_until(limit_at)
-            exchange.cancel("request time limit reached", kind="server")
+            if run.routed.era == "modern" or self.legacy_disconnect_cancels:
+                exchange.cancel("client disconnected", grace_period=self.disconnect_grace_period)
+            elif limit_at < math.inf and response.state is State.ABANDONED:
+                # The call goes on without its client, but within the time limit.
+                with run.outlived():
+                    await trio.sleep_until(limit_at)
+                    exchange.cancel("request time limit reached", kind="server")
+        except Exception:
+            logger.exception("the stream watcher of a call failed; cancelling the call")
+            run.exchange.cancel("internal error", kind="server")
 
     async def _await_resume(
         self, stream: ResumableStream, exchange: Exchange, limit_at: float
@@ -396,14 +381,22 @@ class Responder:
 
     # -- writing ------------------------------------------------------------------
 
-    def _start_writer(self, writer: ResponseWriter, nursery: trio.Nursery) -> None:
-        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*)."""
-        writer.outbox.timeout = self.write_timeout
-        (self.service or nursery).start_soon(writer.run)
-
-    async def _write_whole(
-        self, writer: ResponseWriter, send: Send, start_writer: Callable[[], None]
+    def _start_writer(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
     ) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
+
+        *on_demand* (a stream, which may wait between writes): in tasks that
+        live only while something is to be written (:meth:`ResponseWriter.start`);
+        a whole response is one task that writes it and ends, as ever.
+        """
+        writer.outbox.timeout = self.write_timeout
+        if on_demand:
+            writer.start((self.service or nursery).start_soon)
+        else:
+            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
+
+    async def _write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
         """Write *writer*'s whole response in this task when that cannot block, else start it.
 
         See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
@@ -415,7 +408,7 @@ class Responder:
         ):
             await writer.run()
         else:
-            start_writer()
+            self._start_writer(writer, nursery)
 
     async def _drain(self, writer: ResponseWriter) -> None:
         """Wait until *writer* wrote everything, or give up on a client that does not read.
@@ -440,13 +433,144 @@ class Responder:
 
     async def respond(
         self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
-    ) -> None:
-        """Send a whole response, through a writer (see the module docstring)."""
+    ) -> bool:
+        """Send a whole response (see the module docstring); whether it reached the socket.
+
+        One that cannot block is written here, in two ``send()`` calls and
+        no queue; any other goes through a writer.
+        """
+        service = self.service
+        if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
+            return await write_now(send, status, body, extra, json=json, fast_paths=True)
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         writer.put_whole(status, body, extra, json=json)
-        service = self.service
         if service is None:
             await writer.run()  # no lifespan: write inline, as an ASGI app usually does
-            return
-        await self._write_whole(writer, send, partial(self._start_writer, writer, service))
-        await self._drain(writer)
+        else:
+            self._start_writer(writer, service)
+            await self._drain(writer)
+        return writer.done and not writer.abandoned
+
+
+class _CallRun:
+    """One cancellable call's response side, made on first need.
+
+    The :class:`CallResponse` (its writer, queue and state machine) exists
+    once the call suspends (the watcher needs it), sends a message or
+    closes its stream; a call that does none of these (a no-op, a lookup in
+    memory: the common case) is answered by :meth:`Responder.respond` and
+    never makes one.  Plain attributes rather than closures: one object per
+    call.
+    """
+
+    __slots__ = (
+        "exchange",
+        "nursery",
+        "over",
+        "receive",
+        "responder",
+        "response",
+        "resumable",
+        "routed",
+        "send",
+        "sse",
+        "watching",
+    )
+
+    def __init__(
+        self,
+        responder: Responder,
+        routed: Routed,
+        exchange: Exchange,
+        receive: Receive,
+        send: Send,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.responder = responder
+        self.routed = routed
+        self.exchange = exchange
+        self.receive = receive
+        self.send = send
+        self.nursery = nursery
+        self.sse = not responder.json_response
+        self.resumable = (
+            self.sse
+            and responder.resume_window is not None
+            and routed.session is not None
+            and routed.era == "legacy"
+        )
+        self.response: CallResponse | None = None
+        self.watching: trio.CancelScope | None = None
+        """The watcher's current wait, which :meth:`settle` cancels."""
+        self.over = False
+        """The request ended (:meth:`settle`): the watcher's job is done."""
+
+    def get(self) -> CallResponse:
+        """The call's response, made now if it was not yet."""
+        response = self.response
+        if response is None:
+            responder, routed = self.responder, self.routed
+            writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
+            # Bound methods of this object, not partials (each with its own
+            # argument tuple and keyword dict, kept for the call's life).
+            response = self.response = CallResponse(writer, routed.extra, self.sse, self._stalled)
+            if self.resumable:
+                response.open_stream = self._open_stream
+            # The writer starts when the response commits to SSE, or not at
+            # all when the whole answer can be written inline.
+            response.start_writer = self._start_writer
+        return response
+
+    def _stalled(self) -> None:
+        grace = self.responder.disconnect_grace_period
+        self.exchange.cancel("client stopped reading", grace_period=grace)
+
+    def _open_stream(self) -> ResumableStream:
+        session = self.routed.session
+        assert session is not None
+        return session.streams.open(self.responder.replay_limit)
+
+    def _start_writer(self) -> None:
+        assert self.response is not None
+        self.responder._start_writer(self.response.writer, self.nursery, on_demand=True)
+
+    def outlived(self) -> trio.CancelScope:
+        """The scope of the watcher's waits once its stream's wait is over: cancelled
+        by :meth:`settle`, or at once when the request already ended."""
+        scope = self.watching = trio.CancelScope()
+        if self.over:
+            scope.cancel()
+        return scope
+
+    async def send_message(self, message: Message) -> None:
+        """``Exchange.send``: a progress or log message, on the call's (SSE) response."""
+        await self.get().send_message(message)
+
+    def close_stream(self) -> bool:
+        """``Exchange.close_stream`` (a resumable legacy stream)."""
+        return self.get().close_stream()
+
+    def settle(self) -> None:
+        """The call is over: so is the watcher's job; report an answer that was lost."""
+        response = self.get()
+        self.over = True
+        if self.watching is not None:
+            self.watching.cancel()
+        writer = response.writer
+        if not writer.done:
+            writer.abandon()  # cancelled (shutdown): leave the client
+        stream, session = response.stream, self.routed.session
+        if stream is not None and session is not None:
+            if not stream.delivered:
+                stream.detach()  # a resuming GET still attached ends too
+            session.streams.close(stream)
+        if not response.settle():
+            self.exchange.lost()  # the answer never reached the client
+
+    def watch(self) -> None:
+        """The call suspends, still running: commit to SSE now, so a silent call's head
+        and keep-alives reach the client, and watch its stream."""
+        response = self.get()
+        response.commit()
+        # A constant name: trio would otherwise build one string per task.
+        self.nursery.start_soon(self.responder._watch, self, response, name=_WATCHER)

@@ -344,7 +344,7 @@ class McpHttpApp:
                         return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                access = await self._principal(headers)
+                access = None if self.auth is None else await self._principal(headers)
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -431,7 +431,13 @@ class McpHttpApp:
         principal: str | None,
         access: str | AccessToken | None = None,
     ) -> None:
-        body = await self._read_body(receive)
+        # The usual body is queued already: taken without a scheduling point,
+        # and only a body still on its way needs the time limit (a cancel scope).
+        reader = _Body(self.max_message_size)
+        if self.hypercorn_fast_paths and reader.take_queued(receive):
+            body = reader.data()
+        else:
+            body = await _read_rest(receive, reader, self.body_timeout)
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
@@ -458,18 +464,14 @@ class McpHttpApp:
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
             await self._responder.answer(routed, receive, send)
 
-    async def _read_body(self, receive: Receive) -> bytes:
-        body = _Body(self.max_message_size)
-        # Messages queued already are taken without waiting; only a body
-        # still on its way needs the time limit (and its cancel scope).
-        while self.hypercorn_fast_paths and (message := receive_now(receive)) is not None:
-            if body.add(message):
-                return body.data()
-        with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
-            while not body.add(await receive()):
-                pass
-            return body.data()
-        raise HttpError(408, "Request Timeout", headers=[(b"connection", b"close")])
+
+async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:
+    """The rest of a request body still on its way, within *body_timeout* seconds."""
+    with trio.move_on_after(math.inf if body_timeout is None else body_timeout):
+        while not body.add(await receive()):
+            pass
+        return body.data()
+    raise HttpError(408, "Request Timeout", headers=rules.CLOSE)
 
 
 class _Body:
@@ -487,14 +489,25 @@ class _Body:
         if message["type"] == "http.disconnect":
             raise _ClientGone
         chunk: bytes = message.get("body", b"")
-        self._size += len(chunk)
-        if self._size > self._limit:
-            raise HttpError(413, "Payload Too Large")
-        self._chunks.append(chunk)
+        if chunk:
+            self._size += len(chunk)
+            if self._size > self._limit:
+                raise HttpError(413, "Payload Too Large", headers=rules.CLOSE)
+            self._chunks.append(chunk)
         return not message.get("more_body", False)
 
+    def take_queued(self, receive: Receive) -> bool:
+        """Take the messages hypercorn queued already (no scheduling point); ``True``
+        once the body is complete.  hypercorn queues an HTTP/1.1 body read at once as
+        two messages: the data, then an empty one that ends it."""
+        while (message := receive_now(receive)) is not None:
+            if self.add(message):
+                return True
+        return False
+
     def data(self) -> bytes:
-        return b"".join(self._chunks)  # one chunk: CPython returns it as is
+        chunks = self._chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _check_window(window: float | None) -> float | None:

@@ -30,9 +30,10 @@ release that renames something only loses the shortcut, never a request:
     line after that, so a client cannot flood the log), and lets the
     server go on.
 
-* **Shortcuts of the hot path** (:func:`receive_now`, :func:`idle_socket_of`)
-  and one repair (:func:`mark_head_blocked`), duck-typed and answering
-  "no shortcut" when the shape is not hypercorn's.
+* **Shortcuts of the hot path** (:func:`receive_now`, :func:`idle_socket_of`,
+  :func:`send_whole`) and one repair (:func:`mark_head_blocked`), duck-typed
+  (or type-checked against hypercorn's own classes) and answering "no
+  shortcut" when the shape is not hypercorn's.
 
 **The off switch for the shortcuts and the repair.**  They are used only
 when :func:`fast_paths_default` says so: hypercorn is installed, its
@@ -55,8 +56,10 @@ guard is not applied (the containment always is).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import metadata
 from typing import Any, Final
@@ -75,6 +78,7 @@ __all__ = [
     "install",
     "mark_head_blocked",
     "receive_now",
+    "send_whole",
     "status",
     "tcp_server_of",
     "uninstall",
@@ -385,3 +389,114 @@ def idle_socket_of(send: Any) -> Any:
     if sock is None or not callable(locked) or locked():
         return None
     return sock
+
+
+# -- one socket write per whole response -----------------------------------------
+
+
+@attrs.frozen
+class _Names:
+    """hypercorn's (and h11's) names :func:`send_whole` uses, imported once."""
+
+    h11: Any
+    raw_data: Any
+    stream_closed: Any
+    h11_protocol: Any
+    http_stream: Any
+    request_state: Any
+    closed_state: Any
+    build_and_validate_headers: Callable[[Any], list[tuple[bytes, bytes]]]
+    suppress_body: Callable[[str, int], bool]
+
+
+_names: _Names | None = None
+_names_missing = False
+
+
+def _whole_names() -> _Names | None:
+    global _names, _names_missing
+    if _names is None and not _names_missing:
+        try:
+            import h11
+            from hypercorn.events import RawData
+            from hypercorn.protocol.events import StreamClosed
+            from hypercorn.protocol.h11 import H11Protocol
+            from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
+            from hypercorn.utils import build_and_validate_headers, suppress_body
+
+            _names = _Names(
+                h11,
+                RawData,
+                StreamClosed,
+                H11Protocol,
+                HTTPStream,
+                ASGIHTTPState.REQUEST,
+                ASGIHTTPState.CLOSED,
+                build_and_validate_headers,
+                suppress_body,
+            )
+        except (ImportError, AttributeError):
+            _names_missing = True
+    return _names
+
+
+async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> bool:
+    """Write a whole HTTP/1.1 response (*head*, then all of *body*) in one socket write.
+
+    hypercorn writes a response in three: the head when
+    ``http.response.start`` arrives, the body, then the (empty, for a
+    ``Content-Length`` response) end of the message, each under the
+    connection's send lock, in a shielded cancel scope, with a scheduling
+    point.  An app that hands over the whole response at once can have the
+    same bytes written in one: this does what ``HTTPStream.app_send`` and
+    ``H11Protocol.stream_send`` do with the two messages, in their order and
+    with their state changes (the h11 connection, the stream's ASGI state,
+    the access log, the keep-alive recycle), with one ``RawData`` instead of
+    three.  The bytes on the wire are the same.
+
+    Only for a write that cannot block (the caller asked
+    :func:`~.inline.can_write_now`: nobody holds the send lock).  Once the
+    h11 state moved on the bytes must go out, and they do: the only point
+    where ``protocol_send`` could raise ``Cancelled`` before writing is the
+    lock's ``checkpoint_if_cancelled``, and a task found not cancelled here
+    reaches it without a scheduling point in between (hypercorn shields the
+    write itself).  ``False``, having done nothing, when the task is
+    cancelled or *send* is not hypercorn's HTTP/1.1 stream in the state this
+    expects.
+    """
+    names = _whole_names()
+    stream: Any = getattr(send, "__self__", None)
+    if names is None or type(stream) is not names.http_stream:
+        return False
+    protocol: Any = getattr(stream.send, "__self__", None)
+    if type(protocol) is not names.h11_protocol or protocol.stream is not stream:
+        return False
+    h11 = names.h11
+    connection = protocol.connection
+    status = int(head["status"])
+    if (
+        stream.state is not names.request_state
+        or stream.closed
+        or status < 200
+        or connection.our_state is not h11.SEND_RESPONSE
+        or connection.their_state is h11.ERROR
+        or trio.current_effective_deadline() == -math.inf  # cancelled: see above
+    ):
+        return False
+    config = protocol.config
+    headers = [
+        *names.build_and_validate_headers(head.get("headers", [])),
+        *config.response_headers("h11"),
+    ]
+    if protocol.keep_alive_requests >= config.keep_alive_max_requests:
+        headers.append((b"connection", b"close"))
+    data = connection.send(h11.Response(headers=headers, status_code=status))
+    stream.response = head
+    if body and not names.suppress_body(stream.scope["method"], status):
+        data += connection.send(h11.Data(data=body))
+    data += connection.send(h11.EndOfMessage())
+    stream.state = names.closed_state
+    await protocol.send(names.raw_data(data=data))
+    await config.log.access(stream.scope, head, time.time() - stream.start_time)
+    await stream.send(names.stream_closed(stream_id=stream.stream_id))
+    return True

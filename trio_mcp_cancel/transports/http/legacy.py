@@ -58,7 +58,9 @@ class LegacyEra:
         """Find (or, for ``initialize``, start) the session; ``None`` when answered already."""
         session: Session | None = None
         if not rules.is_initialize(post.message):
-            session = await self.session(post.headers, post.principal)
+            session = self._local_session(post.headers, post.principal)
+            if session is None:
+                session = await self.session(post.headers, post.principal)
         elif self.sessions is not None:
             session = await self._create(post)
             if session is None:
@@ -81,7 +83,8 @@ class LegacyEra:
             post.tenant,
         )
         extra: Headers = [session.header] if session else []
-        call = self.responder.prepare(post.message, caller)
+        # The app chose this era because the body carries no modern envelope.
+        call = self.responder.prepare(post.message, caller, legacy=True)
         if isinstance(call, NotificationCall):
             await self._notify(call, caller)
         elif isinstance(call, ClientResponseCall) and session is not None:
@@ -141,6 +144,20 @@ class LegacyEra:
         await self.sharing.forward_response(
             session_key(session.id), response.id, response.result, response.error
         )
+
+    def _local_session(self, headers: dict[str, str], principal: str | None) -> Session | None:
+        """:meth:`session` when it needs no await: sessions this process alone keeps.
+
+        ``None`` sends the caller to :meth:`session` (sessions off, no id, an
+        unknown id, or sessions shared through a backend, which are touched there).
+        """
+        sessions = self.sessions
+        if sessions is None or self.sharing is not None:
+            return None
+        session_id = headers.get(rules.SESSION_ID)
+        if session_id is None:
+            return None
+        return sessions.get(session_id, principal, trio.current_time())
 
     async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
         """The session a request names (``None``: sessions are off); ``400``/``404`` else."""

@@ -25,6 +25,12 @@ way.  Each session holds one stream per running SSE call (bounded by its
 (:class:`StreamTable`); a stream is removed as soon as its answer was
 delivered, or given up.
 
+**Memory.**  A stream lives as long as its call, suspended calls
+included, so it is kept small (issue 27): the buffer is a list whose
+dropped head is cut off in batches (a :class:`~collections.deque` is 600
+bytes even when it holds one event), and the event that wakes waiters
+for a (de)attach exists only while somebody waits.
+
 Sans-IO apart from :class:`~.writer.ResponseWriter`'s ``put`` (which never
 blocks) and the waits on attach/detach, so every transition runs in the
 task that causes it.
@@ -33,7 +39,7 @@ task that causes it.
 from __future__ import annotations
 
 import secrets
-from collections import deque
+from itertools import islice
 from typing import Any, Final
 
 import attrs
@@ -48,6 +54,11 @@ RETRY_MS: Final = 1000
 #: Bytes counted per buffered event on top of its own (the deque entry, the tuple).
 _EVENT_OVERHEAD: Final = 64
 
+
+#: Dropped events (``None``) at the buffer's head before it is compacted (and only when
+#: they are half of it or more): amortised O(1) per event, as a deque's popleft.
+_COMPACT_AT: Final = 32
+_GONE: Final = (0, b"")
 
 #: Hex digits of a stream key.
 _KEY_LENGTH: Final = 12
@@ -80,7 +91,9 @@ class ResumableStream:
     """The session's GET stream (never ends by itself) rather than a call's."""
     seq: int = 0
     """The last sequence number given (0: the priming event's)."""
-    events: deque[tuple[int, bytes]] = attrs.field(factory=deque)
+    events: list[tuple[int, bytes]] = attrs.field(factory=list)
+    """The buffer; its first :attr:`dropped` entries were dropped already (not yet cut)."""
+    dropped: int = 0
     size: int = 0
     first_held: int = 1
     """The oldest sequence number still in the buffer (or the next one)."""
@@ -95,7 +108,8 @@ class ResumableStream:
     writer: ResponseWriter | None = None
     """The connection the stream is attached to (``None``: detached)."""
     final_writer: ResponseWriter | None = None
-    _changed: trio.Event = attrs.field(factory=trio.Event)
+    _changed: trio.Event | None = None
+    """Set at the next change; made by the first waiter (most streams never have one)."""
 
     def event_id(self, seq: int) -> bytes:
         return f"{self.key}.{seq}".encode()
@@ -111,8 +125,20 @@ class ResumableStream:
         return writer is not None and writer.done and not writer.abandoned
 
     def _touch(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def _wait_changed(self) -> None:
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = trio.Event()
+        await changed.wait()
+
+    def held(self) -> islice[tuple[int, bytes]]:
+        """The events in the buffer, oldest first."""
+        return islice(self.events, self.dropped, None)
 
     def prime(self) -> bool:
         """Send the priming event (id, ``retry``, empty data) to the attached connection."""
@@ -132,15 +158,11 @@ class ResumableStream:
         if final:
             self.final = (seq, data)
         else:
-            self.events.append((seq, data))
+            events = self.events
+            events.append((seq, data))
             self.size += len(data) + _EVENT_OVERHEAD
-            while self.size > self.limit and self.events:
-                dropped, frame = self.events.popleft()
-                self.size -= len(frame) + _EVENT_OVERHEAD
-                self.first_held = dropped + 1
-                if dropped > self.written and not self.overflowed:
-                    self.overflowed = True
-                    self._touch()
+            if self.size > self.limit:
+                self._drop_oldest(events)
         writer = self.writer
         if writer is None:
             if final:
@@ -153,6 +175,27 @@ class ResumableStream:
             self.final_writer = writer
             self._touch()
         return True
+
+    def _drop_oldest(self, events: list[tuple[int, bytes]]) -> None:
+        """Drop the oldest events until the buffer fits its limit (or holds nothing).
+
+        A dropped entry is replaced by :data:`_GONE` at once, so its bytes are
+        freed before the head is cut off.
+        """
+        dropped = self.dropped
+        while self.size > self.limit and dropped < len(events):
+            seq, frame = events[dropped]
+            events[dropped] = _GONE
+            dropped += 1
+            self.size -= len(frame) + _EVENT_OVERHEAD
+            self.first_held = seq + 1
+            if seq > self.written and not self.overflowed:
+                self.overflowed = True
+                self._touch()
+        if dropped >= _COMPACT_AT and dropped * 2 >= len(events):
+            del events[:dropped]
+            dropped = 0
+        self.dropped = dropped
 
     def keepalive(self, frame: bytes) -> bool:
         """A comment for the attached connection only (never numbered, never replayed)."""
@@ -178,7 +221,7 @@ class ResumableStream:
         self._touch()
         if after is None:
             return True
-        for seq, frame in self.events:
+        for seq, frame in self.held():
             if seq > after:
                 if not writer.put(_body(frame, False)):
                     return False
@@ -216,12 +259,12 @@ class ResumableStream:
         stream overflowed meanwhile, so none could be given everything)."""
         with trio.move_on_after(window):
             while self.writer is None and not self.overflowed:
-                await self._changed.wait()
+                await self._wait_changed()
         return self.writer is not None
 
     async def wait_detached(self) -> None:
         while self.writer is not None:
-            await self._changed.wait()
+            await self._wait_changed()
 
 
 def _drop(writer: ResponseWriter) -> None:

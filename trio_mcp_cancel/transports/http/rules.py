@@ -43,6 +43,7 @@ from ..._protocol.wire import (
 )
 
 __all__ = [
+    "CLOSE",
     "HttpError",
     "accepts",
     "check_accept",
@@ -94,6 +95,11 @@ SINGLETON_HEADERS: Final = frozenset(
 )
 #: Default bound of a request's head (:func:`request_headers`), as ``server_config()``'s.
 MAX_HEAD_BYTES: Final = 16 * 1024
+
+
+#: A response sent before its request's body was read whole: the connection
+#: cannot carry another request, and the client must not try (RFC 9112 9.6).
+CLOSE: Final[tuple[tuple[bytes, bytes], ...]] = ((b"connection", b"close"),)
 
 
 class HttpError(Exception):
@@ -200,7 +206,7 @@ def check_content_type(headers: Mapping[str, str]) -> None:
 def check_content_length(headers: Mapping[str, str], limit: int) -> None:
     length = headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > limit):
-        raise HttpError(413, "Payload Too Large")
+        raise HttpError(413, "Payload Too Large", headers=CLOSE)
 
 
 def _params(message: object) -> Mapping[str, Any] | None:

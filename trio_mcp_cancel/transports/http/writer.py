@@ -15,21 +15,35 @@ unbounded one.  Since a ``send()`` cannot be cancelled, the write deadline
 is not a cancel scope around it: while a write is pending,
 ``outbox.stall_at`` says when the client counts as gone, and the request's
 watcher (whose cancel scope is :attr:`ResponseWriter.wakes`) is woken then.
+
+**On demand** (:meth:`ResponseWriter.start`, a call's response): instead of
+one task parked on the queue for the response's whole life, a task is
+spawned when there is something to write and ends when the queue is
+empty.  A suspended call whose client reads its stream (the usual case:
+head, progress, then nothing for a while) then holds no writer task, its
+coroutine frames and its parking lot (about 2.5 KB of an in-flight
+call's heap, issue 27); a keep-alive or a progress message costs a task
+spawn instead of a wake-up.  The rules are :meth:`ResponseWriter.run`'s:
+same order, same deadline, and ``done`` only once the queue ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from .._outbox import Outbox
 from . import hypercorn_compat
 
-__all__ = ["ResponseWriter", "head"]
+__all__ = ["WRITER_TASK", "ResponseWriter", "head", "write_now"]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+#: The name of a writer's tasks, as trio would name :meth:`~ResponseWriter.run`'s
+#: (given, so that trio does not build one string per task).
+WRITER_TASK: Final = f"{__name__}.ResponseWriter.run"
 
 
 def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None) -> dict[str, Any]:
@@ -38,6 +52,33 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
     if json or (json is None and body):
         headers.append((b"content-type", b"application/json"))
     return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+async def write_now(
+    send: Send,
+    status: int,
+    body: bytes,
+    extra: Any = (),
+    *,
+    json: bool | None = None,
+    fast_paths: bool = True,
+) -> bool:
+    """Write a whole response in the calling task; whether it reached the server.
+
+    Only for a write that cannot block (:func:`~.inline.can_write_now`
+    said so): it needs no writer task, no queue and no deadline.  A server
+    that raises because the connection is gone is a ``False``, as with
+    :meth:`ResponseWriter.run`.
+    """
+    start = head(status, body, extra, json=json)
+    try:
+        if fast_paths and await hypercorn_compat.send_whole(send, start, body):
+            return True  # in one socket write
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    except Exception:
+        return False
+    return True
 
 
 class ResponseWriter:
@@ -55,10 +96,12 @@ class ResponseWriter:
         "_done",
         "_head",
         "_send",
+        "_spawn",
         "abandoned",
         "done",
         "fast_paths",
         "outbox",
+        "running",
         "stalled",
         "wakes",
     )
@@ -75,6 +118,10 @@ class ResponseWriter:
         self.abandoned = False
         self.stalled = False
         self.wakes: trio.CancelScope | None = None
+        self._spawn: Callable[..., object] | None = None
+        """Starts a writing task (on demand: see :meth:`start`); ``None``: not started."""
+        self.running = False
+        """A task of :meth:`start` is writing (or about to)."""
 
     @property
     def stall_at(self) -> float:
@@ -101,6 +148,8 @@ class ResponseWriter:
             return False
         if final:
             self.outbox.end()
+        if self._spawn is not None and not self.running:
+            self._kick()
         return True
 
     def put_whole(
@@ -113,6 +162,8 @@ class ResponseWriter:
     def close(self) -> None:
         """No more messages: the writer ends once the queue is written."""
         self.outbox.end()
+        if self._spawn is not None and not self.running:
+            self._kick()
 
     def abandon(self) -> None:
         """Write nothing more (the response will not be finished)."""
@@ -120,15 +171,63 @@ class ResponseWriter:
         self.outbox.end()
         if self._head is not None and self.fast_paths:
             hypercorn_compat.mark_head_blocked(self._send, self._head)
+        if self._spawn is not None and not self.running:
+            self._kick()
 
-    async def run(self) -> None:
-        """Write the queue in order until it ends; see the module docstring."""
+    def start(self, spawn: Callable[..., object]) -> None:
+        """Write the queue on demand (see the module docstring) with tasks that *spawn*
+        (a nursery's ``start_soon``) starts; instead of :meth:`run`, not with it."""
+        self._spawn = spawn
+        self._kick()
+
+    def _kick(self) -> None:
+        """Not running: start a task if there is something to write, or end if nothing
+        more will be (no task needed for that)."""
+        if self.done:
+            return
+        if self.outbox and not self.abandoned:
+            assert self._spawn is not None
+            self.running = True
+            try:
+                self._spawn(self._write_queued, name=WRITER_TASK)
+            except RuntimeError:  # the nursery closed (shutdown): never delivered
+                self.running = False
+                self.abandoned = True
+                self._finish()
+        elif self.outbox.ending or self.abandoned:
+            if self.outbox:
+                self.abandoned = True  # abandoned with messages unwritten
+            self._finish()
+
+    async def _write_queued(self) -> None:
+        """One task of :meth:`start`: write until the queue is empty, or ends."""
+        try:
+            await self.run(idle_exit=True)
+        finally:
+            self.running = False
+
+    def _finish(self) -> None:
+        self.outbox.stall_at = float("inf")
+        self.done = True
+        if self._done is not None:
+            self._done.set()
+
+    async def run(self, *, idle_exit: bool = False) -> None:
+        """Write the queue in order until it ends; see the module docstring.
+
+        *idle_exit* (:meth:`start`'s tasks): return, not done, once the queue
+        is empty but not ended, instead of waiting for more.
+        """
         outbox = self.outbox
+        idle = False
         try:
             while not self.abandoned:
                 message = outbox.start_write()
                 if message is None:
                     if outbox.ending:
+                        return
+                    if idle_exit:
+                        idle = True
                         return
                     await outbox.wait()
                     continue
@@ -149,6 +248,7 @@ class ResponseWriter:
             raise
         finally:
             outbox.stall_at = float("inf")
-            self.done = True
-            if self._done is not None:
-                self._done.set()
+            if not idle:  # (inline, not _finish(): this is every whole response's path)
+                self.done = True
+                if self._done is not None:
+                    self._done.set()
