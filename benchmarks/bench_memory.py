@@ -48,17 +48,22 @@ async def _open_calls(server: Server, n: int) -> list[Connection]:
     return conns
 
 
-async def per_call(kind: str, n: int) -> tuple[float, int]:
-    """(RSS growth per in-flight call in bytes, calls the server had in flight)."""
+async def warm(server: _client.Server) -> None:
+    """Initialize *server* and take every path a measured call takes once."""
     from .bench_latency import notification
 
+    if server.kind != "floor":
+        await _client.initialize(server)
+    for _ in range(50):
+        await _client.call(server, "noop")
+    if server.kind != "floor":
+        await notification(server, 20)  # start and cancel slow calls: warm every path
+
+
+async def per_call(kind: str, n: int) -> tuple[float, int]:
+    """(RSS growth per in-flight call in bytes, calls the server had in flight)."""
     async with _client.server(kind) as server:
-        if kind != "floor":
-            await _client.initialize(server)
-        for _ in range(50):
-            await _client.call(server, "noop")
-        if kind != "floor":
-            await notification(server, 20)  # start and cancel slow calls: warm every path
+        await warm(server)
         await _client.stats(server, "gc")
         before = server.rss()
         conns = await _open_calls(server, n)

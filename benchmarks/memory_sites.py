@@ -19,19 +19,13 @@ import tempfile
 import trio
 
 from . import _client
-from .bench_latency import notification
-from .bench_memory import _open_calls
+from .bench_memory import _open_calls, warm
 
 
 async def sites(n: int, kind: str = "ours", top: int = 40) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         async with _client.server(kind) as server:
-            if kind != "floor":
-                await _client.initialize(server)
-            for _ in range(50):
-                await _client.call(server, "noop")
-            if kind != "floor":
-                await notification(server, 20)
+            await warm(server)
             await _client.stats(server, "tm-start", "40")
             conns = await _open_calls(server, n)
             await _client.stats(server, "tm-top", f"{tmp}/after")

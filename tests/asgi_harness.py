@@ -409,6 +409,25 @@ async def served(
         assert_no_leaks(app.registry)
 
 
+def bare_app(
+    handle: Callable[[Any], Awaitable[None]],
+) -> Callable[[Any, Any, Any], Awaitable[None]]:
+    """A raw ASGI app for tests below the MCP layer: it completes the lifespan, reads each
+    request's body whole, then hands the request's ``send`` to *handle*."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": f"{message['type']}.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await handle(send)
+
+    return app
+
+
 # -- MCP message and header builders -------------------------------------------
 
 

@@ -22,7 +22,14 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from asgi_harness import AsgiClient, headers_of, modern_call, modern_headers, notification
+from asgi_harness import (
+    AsgiClient,
+    bare_app,
+    headers_of,
+    modern_call,
+    modern_headers,
+    notification,
+)
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -125,14 +132,7 @@ async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn(
     answers: list[bool] = []
     body = b"x" * 6_000  # with its head, well under 16 KiB, Trio's TCP_NOTSENT_LOWAT
 
-    async def probing(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": f"{message['type']}.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        while (await receive()).get("more_body"):
-            pass
+    async def probe(send: Any) -> None:
         room = inline.can_write_now(send, len(body) + 1024)
         answers.append(room)
         if room:
@@ -140,7 +140,7 @@ async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn(
             await send({"type": "http.response.body", "body": body})
 
     with trio.fail_after(TIMEOUT):
-        async with serving(probing) as base:
+        async with serving(bare_app(probe)) as base:
             port = int(base.rsplit(":", 1)[1])
             sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

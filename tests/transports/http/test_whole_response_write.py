@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import headers_of, modern_call
+from asgi_harness import bare_app, headers_of, modern_call
 from hypercorn.config import Config
 from hypercorn.events import RawData
 from hypercorn.trio import serve
@@ -186,14 +186,7 @@ async def test_a_cancelled_task_gets_no_one_write_and_hypercorn_state_stays_unto
     outcomes: list[bool] = []
     head = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": f"{message['type']}.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        while (await receive()).get("more_body"):
-            pass
+    async def respond(send: Any) -> None:
         with trio.CancelScope() as cancelled:
             cancelled.cancel()
             outcomes.append(await hypercorn_compat.send_whole(send, head, b"no"))
@@ -201,7 +194,7 @@ async def test_a_cancelled_task_gets_no_one_write_and_hypercorn_state_stays_unto
             outcomes.append(await hypercorn_compat.send_whole(send, head, b"ok"))
 
     with trio.fail_after(TIMEOUT):
-        async with serving(app) as port:
+        async with serving(bare_app(respond)) as port:
             async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
                 await stream.send_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
                 response_head, body = await read_response(stream, bytearray())
