@@ -140,6 +140,21 @@ def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
+#: The body of the benchmarks' legacy ``initialize`` (a client declaring nothing).
+INITIALIZE: Final = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        },
+    }
+).encode()
+
+
 def call_body(tool: str, arguments: dict[str, Any], *, modern: bool, progress: bool) -> bytes:
     """A ``tools/call`` request (modern: with its ``_meta`` envelope)."""
     meta: dict[str, Any] = {}
@@ -237,17 +252,7 @@ async def initialize(server: Server) -> None:
     """Open a legacy session on *server* (``initialize`` + ``notifications/initialized``)."""
     conn = await Connection.open(server.port)
     try:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LEGACY,
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        }
-        await conn.send(json.dumps(init).encode(), {})
+        await conn.send(INITIALIZE, {})
         status, headers, _ = await conn.response()
         if status != 200 or "mcp-session-id" not in headers:
             raise RuntimeError(f"{server.kind}: initialize answered {status}")

@@ -58,13 +58,12 @@ from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
 from . import hostile_redis, hostile_tasks, hostile_workers
+from ._client import INITIALIZE, LEGACY, MODERN
 from ._common import Row
 from ._hostile_serve import serving, until
 
 NAME = "hostile"
 BENCH = "9 hostile"
-MODERN = "2026-07-28"
-LEGACY = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
 JSON_HEADERS = {"accept": ACCEPT, "content-type": "application/json"}
 HANG_LIMIT = 30.0
@@ -139,18 +138,6 @@ def _legacy_call(request_id: object, name: str, arguments: dict[str, Any], token
     return json.dumps(message).encode()
 
 
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": LEGACY,
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "0"},
-        },
-    }
-).encode()
 PING = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}).encode()
 
 

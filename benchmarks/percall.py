@@ -31,7 +31,7 @@ from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.transports.http import answer
 
-from ._client import LEGACY, MODERN, call_body
+from ._client import INITIALIZE, LEGACY, MODERN, call_body
 from ._servers import _ours_app
 
 N = 2_000
@@ -241,17 +241,7 @@ async def _stages() -> dict[str, dict[str, float]]:
                 _LAST_PROFILE[0], out["HTTP modern stateless"]["µs (min of 5 batches)"]
             )
 
-            init = {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": LEGACY,
-                    "capabilities": {},
-                    "clientInfo": {"name": "bench", "version": "0"},
-                },
-            }
-            sent = await _Asgi(app, {})(json.dumps(init).encode())
+            sent = await _Asgi(app, {})(INITIALIZE)
             session = dict(sent[0]["headers"])[b"mcp-session-id"].decode()
             headers = {"mcp-protocol-version": LEGACY, "mcp-session-id": session}
             note = {"jsonrpc": "2.0", "method": "notifications/initialized"}

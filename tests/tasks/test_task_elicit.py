@@ -7,6 +7,9 @@ the answer, the tool going on from there (it is not run again).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import trio
 import trio.testing
 from test_tasks import get, serving
@@ -52,22 +55,33 @@ async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
     assert runs == ["started"]  # parked and resumed, never run again
 
 
-async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+def before_task_server(ask_first: Callable[[ToolContext], Awaitable[None]]) -> McpServer:
+    """A task-required tool whose ``before_task`` is *ask_first*."""
     server = McpServer("before-elicit", tasks=TaskManager(store=MemoryTaskStore()))
-
-    async def ask_first(ctx: ToolContext) -> None:
-        await ctx.elicit("Your name?", NAME)
 
     @server.tool(task="required", before_task=ask_first)
     async def later(ctx: ToolContext) -> str:
         return "ran"
 
-    async with serving(server, capabilities=CAPABILITIES) as (client, _):
-        first = await client.request("tools/call", {"name": "later", "arguments": {}})
-        assert first["resultType"] == "input_required" and "taskId" not in first
-        assert list(first["inputRequests"]) == ["ctx-0"]
+    return server
+
+
+async def first_round(client: Any) -> dict[str, Any]:
+    """Call the tool once: the question comes back as an MRTR round, before any task."""
+    first: dict[str, Any] = await client.request("tools/call", {"name": "later", "arguments": {}})
+    assert first["resultType"] == "input_required" and "taskId" not in first
+    assert list(first["inputRequests"]) == ["ctx-0"]
+    return first
+
+
+async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def ask_first(ctx: ToolContext) -> None:
+        await ctx.elicit("Your name?", NAME)
+
+    async with serving(before_task_server(ask_first), capabilities=CAPABILITIES) as (client, _):
+        first = await first_round(client)
         answers = {"ctx-0": {"action": "accept", "content": {"name": "Eve"}}}
         retry = {
             "name": "later",
@@ -85,17 +99,9 @@ async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists
 async def test_ctx_elicit_in_a_task_of_before_tasks_own_nursery_is_the_same_round(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    server = McpServer("before-elicit-nursery", tasks=TaskManager(store=MemoryTaskStore()))
-
     async def ask_first(ctx: ToolContext) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.elicit, "Your name?", NAME)
 
-    @server.tool(task="required", before_task=ask_first)
-    async def later(ctx: ToolContext) -> str:
-        return "ran"
-
-    async with serving(server, capabilities=CAPABILITIES) as (client, _):
-        first = await client.request("tools/call", {"name": "later", "arguments": {}})
-        assert first["resultType"] == "input_required" and "taskId" not in first
-        assert list(first["inputRequests"]) == ["ctx-0"]
+    async with serving(before_task_server(ask_first), capabilities=CAPABILITIES) as (client, _):
+        await first_round(client)
