@@ -441,7 +441,7 @@ class Responder:
         """
         service = self.service
         if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
-            return await write_now(send, status, body, extra, json=json, fast_paths=True)
+            return await write_now(send, status, body, extra, json=json)
         writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
         writer.put_whole(status, body, extra, json=json)
         if service is None:

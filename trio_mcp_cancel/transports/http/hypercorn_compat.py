@@ -55,6 +55,7 @@ guard is not applied (the containment always is).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -409,35 +410,30 @@ class _Names:
     suppress_body: Callable[[str, int], bool]
 
 
-_names: _Names | None = None
-_names_missing = False
-
-
+@functools.cache
 def _whole_names() -> _Names | None:
-    global _names, _names_missing
-    if _names is None and not _names_missing:
-        try:
-            import h11
-            from hypercorn.events import RawData
-            from hypercorn.protocol.events import StreamClosed
-            from hypercorn.protocol.h11 import H11Protocol
-            from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
-            from hypercorn.utils import build_and_validate_headers, suppress_body
+    """hypercorn's names, imported on first use (``None``: not there, or renamed)."""
+    try:
+        import h11
+        from hypercorn.events import RawData
+        from hypercorn.protocol.events import StreamClosed
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
+        from hypercorn.utils import build_and_validate_headers, suppress_body
 
-            _names = _Names(
-                h11,
-                RawData,
-                StreamClosed,
-                H11Protocol,
-                HTTPStream,
-                ASGIHTTPState.REQUEST,
-                ASGIHTTPState.CLOSED,
-                build_and_validate_headers,
-                suppress_body,
-            )
-        except (ImportError, AttributeError):
-            _names_missing = True
-    return _names
+        return _Names(
+            h11,
+            RawData,
+            StreamClosed,
+            H11Protocol,
+            HTTPStream,
+            ASGIHTTPState.REQUEST,
+            ASGIHTTPState.CLOSED,
+            build_and_validate_headers,
+            suppress_body,
+        )
+    except (ImportError, AttributeError):
+        return None
 
 
 async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> bool:

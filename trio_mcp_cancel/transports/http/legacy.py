@@ -58,8 +58,9 @@ class LegacyEra:
         """Find (or, for ``initialize``, start) the session; ``None`` when answered already."""
         session: Session | None = None
         if not rules.is_initialize(post.message):
-            session = self._local_session(post.headers, post.principal)
-            if session is None:
+            if self.sharing is None:  # the common case, without a coroutine
+                session = self._unshared_session(post.headers, post.principal)
+            else:
                 session = await self.session(post.headers, post.principal)
         elif self.sessions is not None:
             session = await self._create(post)
@@ -145,36 +146,30 @@ class LegacyEra:
             session_key(session.id), response.id, response.result, response.error
         )
 
-    def _local_session(self, headers: dict[str, str], principal: str | None) -> Session | None:
-        """:meth:`session` when it needs no await: sessions this process alone keeps.
-
-        ``None`` sends the caller to :meth:`session` (sessions off, no id, an
-        unknown id, or sessions shared through a backend, which are touched there).
-        """
+    def _unshared_session(self, headers: dict[str, str], principal: str | None) -> Session | None:
+        """:meth:`session` without a backend sharing the sessions: it needs no await."""
         sessions = self.sessions
-        if sessions is None or self.sharing is not None:
+        if sessions is None:
             return None
-        session_id = headers.get(rules.SESSION_ID)
-        if session_id is None:
-            return None
-        return sessions.get(session_id, principal, trio.current_time())
+        session_id = _session_id(headers)
+        session = sessions.get(session_id, principal, trio.current_time())
+        if session is None:
+            raise HttpError(404, sessions.not_found(session_id, shared=False))
+        return session
 
     async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
         """The session a request names (``None``: sessions are off); ``400``/``404`` else."""
-        if self.sessions is None:
-            return None
-        session_id = headers.get(rules.SESSION_ID)
-        if session_id is None:
-            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
-        session = self.sessions.get(session_id, principal, trio.current_time())
-        if session is None and self.sharing is not None:
-            # Maybe another worker's (see .shared).
-            session = await self.sharing.find(session_id, principal, self.sessions)
+        sessions, sharing = self.sessions, self.sharing
+        if sessions is None or sharing is None:
+            return self._unshared_session(headers, principal)
+        session_id = _session_id(headers)
+        session = sessions.get(session_id, principal, trio.current_time())
         if session is None:
-            shared = self.sharing is not None
-            raise HttpError(404, self.sessions.not_found(session_id, shared=shared))
-        if self.sharing is not None:
-            await self.sharing.touch(session)
+            # Maybe another worker's (see .shared).
+            session = await sharing.find(session_id, principal, sessions)
+        if session is None:
+            raise HttpError(404, sessions.not_found(session_id, shared=True))
+        await sharing.touch(session)
         return session
 
     async def delete(self, headers: dict[str, str], principal: str | None) -> None:
@@ -241,3 +236,11 @@ class LegacyEra:
                 self.sessions.end(session.id)
                 session.channel.cancel_all("session terminated")
                 session.streams.close_all()
+
+
+def _session_id(headers: dict[str, str]) -> str:
+    """The ``Mcp-Session-Id`` a legacy request must carry (``400`` without one)."""
+    session_id = headers.get(rules.SESSION_ID)
+    if session_id is None:
+        raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+    return session_id

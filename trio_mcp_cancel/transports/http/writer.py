@@ -61,18 +61,18 @@ async def write_now(
     extra: Any = (),
     *,
     json: bool | None = None,
-    fast_paths: bool = True,
 ) -> bool:
     """Write a whole response in the calling task; whether it reached the server.
 
     Only for a write that cannot block (:func:`~.inline.can_write_now`
-    said so): it needs no writer task, no queue and no deadline.  A server
-    that raises because the connection is gone is a ``False``, as with
-    :meth:`ResponseWriter.run`.
+    said so, which only hypercorn's fast paths do): it needs no writer
+    task, no queue and no deadline, and on hypercorn's HTTP/1.1 it is one
+    socket write.  A server that raises because the connection is gone is
+    a ``False``, as with :meth:`ResponseWriter.run`.
     """
     start = head(status, body, extra, json=json)
     try:
-        if fast_paths and await hypercorn_compat.send_whole(send, start, body):
+        if await hypercorn_compat.send_whole(send, start, body):
             return True  # in one socket write
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -148,8 +148,7 @@ class ResponseWriter:
             return False
         if final:
             self.outbox.end()
-        if self._spawn is not None and not self.running:
-            self._kick()
+        self._kick()
         return True
 
     def put_whole(
@@ -162,8 +161,7 @@ class ResponseWriter:
     def close(self) -> None:
         """No more messages: the writer ends once the queue is written."""
         self.outbox.end()
-        if self._spawn is not None and not self.running:
-            self._kick()
+        self._kick()
 
     def abandon(self) -> None:
         """Write nothing more (the response will not be finished)."""
@@ -171,8 +169,7 @@ class ResponseWriter:
         self.outbox.end()
         if self._head is not None and self.fast_paths:
             hypercorn_compat.mark_head_blocked(self._send, self._head)
-        if self._spawn is not None and not self.running:
-            self._kick()
+        self._kick()
 
     def start(self, spawn: Callable[..., object]) -> None:
         """Write the queue on demand (see the module docstring) with tasks that *spawn*
@@ -181,9 +178,9 @@ class ResponseWriter:
         self._kick()
 
     def _kick(self) -> None:
-        """Not running: start a task if there is something to write, or end if nothing
-        more will be (no task needed for that)."""
-        if self.done:
+        """On demand and not running: start a task if there is something to write, or
+        end if nothing more will be (no task needed for that)."""
+        if self._spawn is None or self.running or self.done:
             return
         if self.outbox and not self.abandoned:
             assert self._spawn is not None
@@ -247,8 +244,7 @@ class ResponseWriter:
             self.abandoned = True  # cancelled (shutdown) before the end: maybe never delivered
             raise
         finally:
-            outbox.stall_at = float("inf")
-            if not idle:  # (inline, not _finish(): this is every whole response's path)
-                self.done = True
-                if self._done is not None:
-                    self._done.set()
+            if idle:
+                outbox.stall_at = float("inf")
+            else:
+                self._finish()
