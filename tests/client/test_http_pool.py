@@ -328,9 +328,10 @@ async def test_fifty_calls_answered_over_sse_reuse_their_connections(
     era: Any, mcp_registry: Registry
 ) -> None:
     # The server ends each stream right after the answer; the client reads it
-    # to that end, so the connection goes back to the pool.  The caller gets
-    # the answer before the end is read, so the next call may find the
-    # connection still busy and open a second one, never more.
+    # to that end, so the connection goes back to the pool (before the fix:
+    # 50 new connections).  The caller gets the answer before the end is
+    # read, so the next call may find the connection still busy and open a
+    # second one; the two then take turns.
     progress: list[Any] = []
     with trio.fail_after(BOUND):
         async with (
@@ -339,6 +340,8 @@ async def test_fifty_calls_answered_over_sse_reuse_their_connections(
             open_http_client(proxied, era=era) as client,
         ):
             await client.call_tool("chatty", progress=progress.append)
+            while len(accepted) < (2 if era == "legacy" else 1):  # legacy: the GET stream too
+                await trio.sleep(0.01)
             warm = len(accepted)
             for _ in range(50):
                 result = await client.call_tool("chatty", progress=progress.append)
