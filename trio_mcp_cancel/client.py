@@ -19,8 +19,10 @@ call (the hard cancel, a timeout) does the same.
 Tasks (the Tasks extension, modern era): with ``tasks=True`` (or
 ``call_tool(..., task=True)``) a call declares the extension, and when the
 server answers with a task, ``call_tool`` polls ``tasks/get`` until it is
-done and returns its result; cancelling the call, either way, sends
-``tasks/cancel``, since a task outlives the request that made it.
+done and returns its result (a task that ends ``cancelled`` raises
+:class:`McpTaskCancelled`, the client's own error, never a ``-32800``);
+cancelling the call, either way, sends ``tasks/cancel``, since a task
+outlives the request that made it.
 
 Transports: :func:`open_http_client` (Streamable HTTP, both eras),
 :func:`open_websocket_client`, :func:`open_stdio_client` (a child process
@@ -48,7 +50,7 @@ from ._client.engine import ClientEngine
 from ._client.errors import McpError, McpTransportError, OAuthError
 from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
-from ._client.tasks import McpTaskError, TaskCallback, TaskPolling
+from ._client.tasks import McpTaskCancelled, McpTaskError, TaskCallback, TaskPolling
 from ._protocol.wire import MODERN_ERRORS
 from ._public import fixup_module_metadata
 
@@ -68,6 +70,7 @@ __all__ = [
     "InputHandler",
     "McpClient",
     "McpError",
+    "McpTaskCancelled",
     "McpTaskError",
     "McpTransportError",
     "OAuthError",

@@ -3,8 +3,9 @@
 Real 127.0.0.1 sockets where the behaviour lives in the socket layer (how
 many connections calls open, what a cancel does to a connection and to
 the requests sharing it, TLS); httpx2's ``MockTransport`` for what lives
-in the bytes (SSE framing, resumption, headers).  The server counts
-connections by the client address of each request's ASGI scope.
+in the bytes (SSE framing, resumption, headers, a stream's drain).  The
+server counts connections by the client address of each request's ASGI
+scope; :func:`counting_proxy` counts the TCP connections a client opens.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import pytest
 import trio
 import trustme
 from hypercorn.config import Config
+from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent
+from trio_mcp_cancel._client.http import DRAIN_BYTES, DRAIN_TIME
 from trio_mcp_cancel.client import McpTransportError, open_http_client
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer, ToolContext
@@ -260,3 +263,194 @@ async def test_an_auth_hook_and_custom_headers_go_on_every_request(mcp_registry:
             await client.call_tool("echo", {"text": "x"})
             await client.request("tools/list")
     assert [(h["authorization"], h["x-tenant"]) for h in seen_headers] == [("Bearer t0k", "a")] * 2
+
+
+# -- streamed answers: the connection goes back to the pool -----------------------------
+
+#: The connections the counting proxy accepts before it refuses more (a runaway test stays small).
+MAX_PROXIED = 200
+
+
+@asynccontextmanager
+async def counting_proxy(url: str) -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
+    """A TCP proxy on 127.0.0.1 in front of *url* that counts the connections it accepts.
+
+    Yields ``(proxied url, accepted)``: every connection a client opened,
+    whatever happens to it afterwards.  Bytes are copied as they come, in
+    both directions; when either side closes, both are closed.
+    """
+    host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
+    accepted: list[trio.SocketStream] = []
+
+    async def copy(
+        source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope
+    ) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        done.cancel()
+
+    async def handle(downstream: trio.SocketStream) -> None:
+        accepted.append(downstream)
+        async with downstream:
+            if len(accepted) > MAX_PROXIED:
+                return
+            async with await trio.open_tcp_stream(host, int(port)) as upstream:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(copy, downstream, upstream, nursery.cancel_scope)
+                    nursery.start_soon(copy, upstream, downstream, nursery.cancel_scope)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    proxy_port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        yield f"http://127.0.0.1:{proxy_port}/mcp", accepted
+        nursery.cancel_scope.cancel()
+
+
+def chatty_server() -> McpServer:
+    """A server whose ``chatty`` tool reports progress, so its answer comes over SSE."""
+    server = McpServer("chatty")
+
+    @server.tool()
+    async def chatty(ctx: ToolContext) -> str:
+        for step in (1, 2, 3):
+            await ctx.report_progress(step, 3)
+        return "done"
+
+    return server
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_fifty_calls_answered_over_sse_reuse_their_connections(
+    era: Any, mcp_registry: Registry
+) -> None:
+    # The server ends each stream right after the answer; the client reads it
+    # to that end, so the connection goes back to the pool (before the fix:
+    # 50 new connections).  The caller gets the answer before the end is
+    # read, so the next call may find the connection still busy and open a
+    # second one; the two then take turns.
+    progress: list[Any] = []
+    with trio.fail_after(BOUND):
+        async with (
+            served(mcp_registry, chatty_server()) as (url, _, _),
+            counting_proxy(url) as (proxied, accepted),
+            open_http_client(proxied, era=era) as client,
+        ):
+            await client.call_tool("chatty", progress=progress.append)
+            while len(accepted) < (2 if era == "legacy" else 1):  # legacy: the GET stream too
+                await trio.sleep(0.01)
+            warm = len(accepted)
+            for _ in range(50):
+                result = await client.call_tool("chatty", progress=progress.append)
+                assert result["content"][0]["text"] == "done"
+            assert len(progress) == 51 * 3  # every answer came over SSE
+            assert len(accepted) - warm <= 1
+
+
+@pytest.mark.parametrize("http2", [False, True])
+async def test_a_call_cancelled_while_its_answer_streams_still_closes_the_stream(
+    http2: bool, mcp_registry: Registry
+) -> None:
+    # Modern era: closing the stream *is* the cancel; the drain after an
+    # answer must never keep an unanswered stream open.
+    server = McpServer("streaming")
+    going = trio.Event()
+
+    @server.tool()
+    async def stream_forever(ctx: ToolContext) -> str:
+        await ctx.report_progress(1)
+        going.set()
+        await trio.sleep_forever()
+        return "never"
+
+    with trio.fail_after(BOUND):
+        async with (
+            served(mcp_registry, server) as (url, registry, _),
+            open_http_client(url, http2=http2) as client,
+        ):
+            events = EventRecorder.attach(registry)
+            progress: list[Any] = []
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        lambda: client.call_tool("stream_forever", progress=progress.append)
+                    )
+                    await going.wait()
+                    while not progress:
+                        await trio.sleep(0.01)
+                    scope.cancel()
+            while not events.of_type(RequestCancelledEvent):
+                await trio.sleep(0.01)
+            assert [e.kind for e in events.of_type(RequestCancelledEvent)] == ["disconnect"]
+
+
+def _sse_answering(after_answer: Any, closed: list[float]) -> httpx2.MockTransport:
+    """A server that streams a ``tools/list`` answer, then whatever *after_answer* yields.
+
+    *closed* gets the time the client closed the stream.
+    """
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        call_id = json.loads(request.content)["id"]
+        answer = json.dumps({"jsonrpc": "2.0", "id": call_id, "result": {"tools": []}})
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                yield f"id: 1\ndata: {answer}\n\n".encode()
+                async for chunk in after_answer():
+                    yield chunk
+            finally:
+                closed.append(trio.current_time())
+
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+    return httpx2.MockTransport(handler)
+
+
+async def test_a_stream_kept_open_after_its_answer_is_closed_after_a_short_drain(
+    autojump_clock: MockClock,
+) -> None:
+    # A hostile (or slow) server never ends the stream: the caller has its
+    # answer at once, and the client closes the stream DRAIN_TIME later.
+    async def forever() -> AsyncIterator[bytes]:
+        yield b": still here\n\n"
+        await trio.sleep_forever()
+        yield b""  # pragma: no cover
+
+    closed: list[float] = []
+    http = httpx2.AsyncClient(transport=_sse_answering(forever, closed))
+    with trio.fail_after(BOUND):
+        async with http, open_http_client("http://mcp.test/mcp", http_client=http) as client:
+            start = trio.current_time()
+            assert await client.list_tools() == []
+            assert trio.current_time() == start  # the answer did not wait for the drain
+            while not closed:
+                await trio.sleep(0.01)
+    assert closed[0] - start == pytest.approx(DRAIN_TIME, abs=0.02)
+
+
+async def test_a_stream_that_floods_after_its_answer_is_closed_after_a_few_kilobytes(
+    autojump_clock: MockClock,
+) -> None:
+    # The drain is bounded in bytes too: a server that pours keep-alives
+    # (here without ever letting the clock move) is cut after DRAIN_BYTES.
+    chunk = b": " + b"x" * 8190 + b"\n\n"
+    sent: list[int] = []
+
+    async def flood() -> AsyncIterator[bytes]:
+        while sum(sent) < 100 * DRAIN_BYTES:
+            sent.append(len(chunk))
+            yield chunk
+            await trio.lowlevel.checkpoint()
+
+    closed: list[float] = []
+    http = httpx2.AsyncClient(transport=_sse_answering(flood, closed))
+    with trio.fail_after(BOUND):
+        async with http, open_http_client("http://mcp.test/mcp", http_client=http) as client:
+            assert await client.list_tools() == []
+            while not closed:
+                await trio.lowlevel.checkpoint()
+    assert DRAIN_BYTES <= sum(sent) <= DRAIN_BYTES + 2 * len(chunk)

@@ -22,9 +22,9 @@ from trio_mcp_cancel._client.base import Receiver
 from trio_mcp_cancel._client.calls import cancel_notification
 from trio_mcp_cancel._client.engine import ClientEngine
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.client import McpClient, TaskPolling, open_http_client
-from trio_mcp_cancel.lowlevel import Dispatcher, JsonRpcError, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.client import McpClient, McpTaskCancelled, TaskPolling, open_http_client
+from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, Dispatcher, JsonRpcError, TaskManager
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -163,9 +163,66 @@ async def test_failed_cancelled_and_tool_error_tasks(autojump_clock: MockClock) 
             nursery.start_soon(cancel_it)
             with pytest.raises(McpTaskError) as caught:
                 await client.call_tool("stubborn", on_task=seen)
-        assert (caught.value.status, caught.value.code) == ("cancelled", -32800)
+        # Issue 36: the client's own error (code 0), not the server's -32800.
+        assert isinstance(caught.value, McpTaskCancelled)
+        assert (caught.value.status, caught.value.code) == ("cancelled", 0)
         assert caught.value.task_id == ids[0]
         assert [kind for _, kind in b.flagged] == ["client"]
+
+
+async def test_a_task_ended_by_tasks_cancel_raises_the_clients_own_error_not_a_32800(
+    autojump_clock: MockClock,
+) -> None:
+    # A caller must tell "the server answered my request -32800" from "the
+    # task I followed ended cancelled": only the first is the peer's error.
+    b = Downstream()
+    async with (
+        serving_tasks(b.server),
+        open_test_client(
+            b.server,
+            tasks=True,
+            limits=ConnectionLimits(max_request_time=1),
+            registry_config=RegistryConfig(grace_period=0.5),
+        ) as client,
+    ):
+        tasks: list[dict[str, Any]] = []
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_it() -> None:
+                while not tasks:
+                    await trio.sleep(0.1)
+                await client.cancel_task(tasks[0]["taskId"])
+
+            nursery.start_soon(cancel_it)
+            with pytest.raises(McpError) as caught:
+                await client.call_tool("stubborn", on_task=tasks.append)
+        error = caught.value
+        assert isinstance(error, McpTaskCancelled)
+        assert error.code != REQUEST_CANCELLED
+        assert (error.code, error.status, error.task_id) == (0, "cancelled", tasks[0]["taskId"])
+        assert error.status_message  # the server's reason, kept
+        assert error.status_message == error.task["statusMessage"]
+        assert error.status_message in str(error)
+        assert error.task["status"] == "cancelled"
+        # The server's own -32800 (it cancelled the request: max_request_time)
+        # is still the JSON-RPC error it sent.
+        with pytest.raises(McpError) as caught:
+            await client.call_tool("stubborn", task=False)
+        assert caught.value.code == REQUEST_CANCELLED
+        assert not isinstance(caught.value, McpTaskError)
+
+
+@pytest.mark.parametrize(("sent", "kept"), [(None, None), (42, None), (["a list"], None), ("", "")])
+def test_a_cancelled_task_without_a_usable_status_message_says_no_reason(
+    sent: object, kept: str | None
+) -> None:
+    task: dict[str, Any] = {"taskId": "t-1", "status": "cancelled"}
+    if sent is not None:
+        task["statusMessage"] = sent
+    error = McpTaskCancelled(task)
+    assert error.status_message == kept
+    assert (error.code, error.status, error.task_id) == (0, "cancelled", "t-1")
+    assert str(error) == "0: the task was cancelled: no reason given"
 
 
 async def test_a_cancelled_scope_sends_tasks_cancel(autojump_clock: MockClock) -> None:

@@ -326,8 +326,10 @@ class ClientEngine:
         With the Tasks extension declared (*task*, or the client's *tasks*)
         the server may run the call as a task: it is followed (``tasks/get``
         at the server's ``pollIntervalMs``; *on_task* sees every ``Task``)
-        and its result returned; a ``failed`` or ``cancelled`` task raises
-        :class:`McpTaskError`.  Cancelling the call sends ``tasks/cancel``.
+        and its result returned; a ``failed`` task raises :class:`McpTaskError`,
+        a ``cancelled`` one its subclass :class:`McpTaskCancelled` (code 0:
+        the client's own error, not the server's ``-32800``).  Cancelling
+        the call sends ``tasks/cancel``.
         """
         self._refuse_if_flagged()
         capabilities = self._call_capabilities(task)

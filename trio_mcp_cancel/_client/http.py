@@ -18,7 +18,13 @@ sessions (``initialize`` + ``Mcp-Session-Id``) post
 ``notifications/cancelled`` and stop reading once it was taken.
 
 SSE is decoded by httpx2's own ``EventSource`` (derived from httpx-sse),
-so comments (keep-alives), ``id`` and ``retry`` are understood.  On a
+so comments (keep-alives), ``id`` and ``retry`` are understood.  Once a
+stream brought its answer the caller has it at once, and the stream is
+read on to its end (the server closes it right after the answer), within
+:data:`DRAIN_TIME` and :data:`DRAIN_BYTES`: only a response read to its
+end puts its HTTP/1.1 connection back in the pool, so streamed answers
+reuse connections as JSON ones do; a server that keeps the stream open
+past the bound costs that one connection, never a wait.  On a
 legacy session a POST's stream that ends before its answer is resumed
 with ``GET`` + ``Last-Event-ID`` after the server's ``retry`` delay
 (MCP 2025-11-25, "Resumability and Redelivery"), a bounded number of
@@ -31,7 +37,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import httpx2
@@ -60,6 +66,18 @@ _JSON_ACCEPT = "application/json, text/event-stream"
 
 WRITE_TIMEOUT = 30.0
 """Seconds one write to the server may take (an HTTP/2 write is not cancelled halfway)."""
+
+DRAIN_TIME = 1.0
+"""Seconds a stream is still read after it brought its answer, for its end.
+
+The server ends the stream right after the answer, so the end is normally
+already on its way; past this bound the response is closed, and its
+connection with it (httpcore pools only a response read to its end).
+The caller does not wait for it: the answer was delivered first.
+"""
+
+DRAIN_BYTES = 64 * 1024
+"""Bytes a stream may still bring after its answer before it is closed (see :data:`DRAIN_TIME`)."""
 
 CANCEL_DRAIN = 5.0
 """Legacy: seconds a cancelled call's stream is still read after the cancel was taken.
@@ -366,19 +384,39 @@ class HttpTransport:
     async def _read_sse(
         self, response: httpx2.Response, call: PendingCall | None, state: _Stream
     ) -> None:
-        source = httpx2.EventSource(response, max_event_size=self.max_response)
+        """Read an SSE stream until it ends; once it brought *call*'s answer, drain it.
+
+        The drain (bounded by :data:`DRAIN_TIME` and :data:`DRAIN_BYTES`)
+        only lets the connection go back to the pool: the answer is already
+        delivered.  It runs inside the request's scope, so a cancel still
+        closes the stream at once; a call that is not answered is never
+        drained (its cancel is the stream's close, on the modern era).
+        """
+        metered = _Metered(response)
+        source = httpx2.EventSource(metered.as_response(), max_event_size=self.max_response)
         events: AsyncIterator[httpx2.ServerSentEvent] = source.__aiter__()
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
-                state.events += 1
-                if event.id:
-                    state.last_event_id = event.id
-                if event.retry is not None:
-                    state.retry_ms = event.retry
-                if event.data:  # a priming event (an id, no data) carries no message
-                    self.receiver.receive_text(event.data)
+                self._take(event, state)
                 if call is not None and call.finished:
-                    return  # the answer ends the stream; no need to wait for the close
+                    break
+            else:
+                return  # the stream ended
+            metered.limit = response.num_bytes_downloaded + DRAIN_BYTES
+            with trio.move_on_after(DRAIN_TIME) as drain:
+                async for event in events:
+                    self._take(event, state)
+            if drain.cancelled_caught or metered.cut:
+                logger.debug("%s kept a stream going after its answer: closed", self.url)
+
+    def _take(self, event: httpx2.ServerSentEvent, state: _Stream) -> None:
+        state.events += 1
+        if event.id:
+            state.last_event_id = event.id
+        if event.retry is not None:
+            state.retry_ms = event.retry
+        if event.data:  # a priming event (an id, no data) carries no message
+            self.receiver.receive_text(event.data)
 
     async def _resume(self, call: PendingCall, state: _Stream) -> None:
         """Legacy: the POST's stream ended before the answer; resume it by its last event id."""
@@ -402,6 +440,43 @@ class HttpTransport:
                 await self._read_sse(response, call, state)
                 if state.events > before:
                     attempts = 0
+
+
+@attrs.define(eq=False)
+class _Metered:
+    """A response as ``EventSource`` reads it, ended early past a byte *limit*.
+
+    ``EventSource`` reads ``aiter_text()`` whole; this stops that text once
+    the response has downloaded more than *limit* bytes (``None``: no
+    limit), so draining a stream is bounded in bytes, not only in time.
+    Only what ``EventSource`` uses is here.
+    """
+
+    response: httpx2.Response
+    limit: int | None = None
+    cut: bool = False
+    """The limit ended the text before the stream did."""
+
+    @property
+    def headers(self) -> httpx2.Headers:
+        return self.response.headers
+
+    @property
+    def request(self) -> httpx2.Request:
+        return self.response.request
+
+    async def aiter_text(self) -> AsyncIterator[str]:
+        texts = self.response.aiter_text()
+        async with contextlib.aclosing(texts):  # type: ignore[type-var]
+            async for text in texts:
+                yield text
+                if self.limit is not None and self.response.num_bytes_downloaded > self.limit:
+                    self.cut = True
+                    return
+
+    def as_response(self) -> httpx2.Response:
+        """This object, typed as what ``EventSource`` takes (it reads only these members)."""
+        return cast("httpx2.Response", self)
 
 
 def _why(exc: BaseException) -> str:

@@ -6,7 +6,9 @@ answer: the tool's result, or a ``CreateTaskResult`` (``resultType:
 second into the first, so ``call_tool`` returns a tool result either way:
 it polls ``tasks/get`` at the server's ``pollIntervalMs`` until the task is
 terminal and returns the inlined ``result`` (``completed``), or raises
-:class:`McpTaskError` (``failed``: the task's JSON-RPC error; ``cancelled``).
+:class:`McpTaskError` (``failed``: the task's JSON-RPC error) or
+:class:`McpTaskCancelled` (``cancelled``: the client's own error, never the
+server's ``-32800``).
 
 **Cancellation is the point.**  A task outlives the request that made it
 (and the connection), so closing a stream or ``notifications/cancelled``
@@ -50,12 +52,13 @@ import trio
 
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
-from .._protocol.wire import REQUEST_CANCELLED, TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
+from .._protocol.wire import TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
 from .calls import ProgressCallback
 from .errors import McpError, Message
 from .handlers import ClientHandlers
 
 __all__ = [
+    "McpTaskCancelled",
     "McpTaskError",
     "TaskCallback",
     "TaskPolling",
@@ -76,11 +79,12 @@ class McpTaskError(McpError):
     """A task ended without a result.
 
     ``status`` is ``"failed"`` (``code``/``message``/``data`` are the task's
-    JSON-RPC error), ``"cancelled"`` (code ``-32800``), or the status it
-    was in when the client gave up on it (``input_required``: this client
-    has no handlers, or the task asked more than ``max_rounds`` times;
-    ``working`` past its TTL).  ``task`` is
-    the last ``Task`` the server sent.
+    JSON-RPC error), ``"cancelled"`` (the subclass :class:`McpTaskCancelled`),
+    or the status it was in when the client gave up on it
+    (``input_required``: this client has no handlers, or the task asked more
+    than ``max_rounds`` times; ``working`` past its TTL; code 0, as for
+    every error the client makes itself).  ``task`` is the last ``Task``
+    the server sent.
     """
 
     def __init__(self, code: int, message: str, data: object, task: Message) -> None:
@@ -88,6 +92,25 @@ class McpTaskError(McpError):
         self.task = task
         self.task_id = str(task.get("taskId", ""))
         self.status = str(task.get("status", ""))
+
+
+class McpTaskCancelled(McpTaskError):
+    """A followed task ended ``cancelled`` (by ``tasks/cancel``, from here or elsewhere).
+
+    Made by the client from the task's status, so its ``code`` is 0 like
+    every error the client makes itself: a ``-32800`` would read as the
+    server's JSON-RPC answer to a cancelled *request*, which this is not
+    (the request that made the task was answered, with the task).
+    ``status`` is ``"cancelled"``; ``status_message`` is the task's
+    ``statusMessage`` (the server's reason), ``None`` when it gave none.
+    """
+
+    def __init__(self, task: Message) -> None:
+        message = task.get("statusMessage")
+        self.status_message = message if isinstance(message, str) else None
+        super().__init__(
+            0, f"the task was cancelled: {self.status_message or 'no reason given'}", None, task
+        )
 
 
 @attrs.frozen
@@ -157,7 +180,7 @@ def _checked(task: Message, task_id: str | None) -> Message:
 
 
 def _outcome(task: Message) -> Message:
-    """A terminal task's result, or :class:`McpTaskError`."""
+    """A terminal task's result, or :class:`McpTaskError` (:class:`McpTaskCancelled`)."""
     status = task["status"]
     if status == "completed":
         result = task.get("result")
@@ -174,12 +197,7 @@ def _outcome(task: Message) -> Message:
             error.get("data"),
             task,
         )
-    raise McpTaskError(
-        REQUEST_CANCELLED,
-        f"task cancelled: {task.get('statusMessage') or 'no reason given'}",
-        None,
-        task,
-    )
+    raise McpTaskCancelled(task)
 
 
 async def follow_task(
