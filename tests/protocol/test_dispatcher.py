@@ -26,7 +26,7 @@ from trio_mcp_cancel._protocol.calls import (
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Caller, Exchange
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, Caller, Exchange
 from trio_mcp_cancel.server import McpServer
 
 Message = dict[str, Any]
@@ -97,7 +97,7 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
         second = dispatcher.prepare(tool_call(2, "echo"), caller)
         assert isinstance(second, RequestCall)
         refused = dispatcher.admit(second, caller, Exchange())
-        assert refused is not None and refused["error"]["code"] == TOO_MANY_REQUESTS
+        assert refused is not None and refused["error"]["code"] == LEGACY_TOO_MANY_REQUESTS
         assert refused["error"]["data"] == {"limit": "server", "max": 1}
         assert dispatcher.calls_in_flight == 1
         nursery.cancel_scope.cancel()

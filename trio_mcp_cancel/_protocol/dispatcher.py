@@ -353,18 +353,18 @@ class Dispatcher:
                 caller.tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
             )
             if full is not None:
-                return too_many_requests(request.id, LISTEN_LIMITS[full[0]], full[1])
+                return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
         else:
             full = self.calls.full(
                 caller.tenant, server.max_concurrent_calls, server.max_calls_per_tenant
             )
             if full is not None:
-                return too_many_requests(request.id, CALL_LIMITS[full[0]], full[1])
+                return too_many_requests(request.id, call.era, CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
         if channel is not None and call.tracked:
             cap = channel.max_concurrent_calls
             if len(channel.exchanges) >= cap:
-                return too_many_requests(request.id, "channel", cap)
+                return too_many_requests(request.id, call.era, "channel", cap)
         return None
 
     def admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
