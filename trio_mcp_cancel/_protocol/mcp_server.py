@@ -58,8 +58,8 @@ class McpServerBase(ServerFeatures):
     tenant (*max_calls_per_tenant*: a principal, or a client address bucket
     when unauthenticated, however many sessions or connections it opens),
     besides each channel's own ``max_concurrent_calls``.  A call over any
-    of them is answered at once with error ``-32001`` (``data.limit`` says
-    which), never queued: a queue would turn a flood into a hang for
+    of them is answered at once with the refusal (``-31429``; ``-32001`` in the
+    legacy era; ``data.limit`` says which), never queued: a queue would turn a flood into a hang for
     everyone behind it.  ``None`` disables a cap.
 
     Resources, prompts, completion and ``subscriptions/listen`` are
@@ -68,7 +68,7 @@ class McpServerBase(ServerFeatures):
     run tracked, like tool calls; the first two count against the same caps.
     Open listen streams are not calls (they stay open for hours): they have
     their own bounds, *max_listen_streams* server-wide and
-    *max_listen_streams_per_tenant* (refused with ``-32001``, ``data.limit``
+    *max_listen_streams_per_tenant* (refused likewise, ``data.limit``
     ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
     transports' ``max_request_time`` does not end them.
     *state_secret* (at least 32 bytes, or their base64 text as in

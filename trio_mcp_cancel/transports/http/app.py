@@ -104,8 +104,8 @@ class McpHttpApp:
             every legacy session and modern call, as on the other
             transports: ``max_message_size`` is the largest request body
             (``413`` before it is read), ``max_concurrent_calls`` the
-            calls one legacy session runs at once (more: ``429``, error
-            ``-32001``), ``max_request_time`` (the client gets ``-32800``),
+            calls one legacy session runs at once (more: ``429``, the legacy
+            refusal ``-32001``), ``max_request_time`` (the client gets ``-32800``),
             ``keepalive_interval`` (SSE comments on a silent call's stream),
             ``write_timeout`` and ``max_buffered_bytes`` (a client that does
             not read its response counts as gone: its call is cancelled,
