@@ -373,7 +373,7 @@ async def test_unknown_tool(name: object) -> None:
     reply = await handle(message)
     assert error_code(reply) == INVALID_PARAMS
     assert reply is not None and reply["id"] == 3
-    assert reply["error"]["message"] == "Unknown tool"
+    assert reply["error"]["message"] == f"Unknown tool: {name}"
     assert reply["error"]["data"] == {"name": str(name)}
 
 

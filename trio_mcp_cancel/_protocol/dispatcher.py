@@ -173,7 +173,8 @@ class Dispatcher:
         name = params.get("name")
         tool = self.server.tools.get(name) if isinstance(name, str) else None
         if tool is None:
-            raise JsonRpcError(INVALID_PARAMS, "Unknown tool", {"name": str(name)[:100]})
+            shown = str(name)[:100]  # the client's own string, echoed bounded
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {shown}", {"name": shown})
         return tool
 
     # -- notifications ----------------------------------------------------------
