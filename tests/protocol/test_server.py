@@ -243,8 +243,8 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
         "properties": {},
         "additionalProperties": False,
     }
-    # No docstring still means a description: clients and models choose tools by it.
-    assert tools["nothing"]["description"] == "The nothing tool."
+    # No docstring: no description (a made-up one tells a model nothing), as the official SDK.
+    assert "description" not in tools["nothing"]
 
 
 # -- tools/call -------------------------------------------------------------

@@ -85,6 +85,12 @@ class McpServerBase(ServerFeatures):
     *telemetry*: OpenTelemetry spans and metrics when ``opentelemetry-api``
     is installed (the global providers, or a :class:`Telemetry`'s);
     ``False`` turns them off.
+    *lax_arguments*: tool arguments are validated strictly by default, so
+    what the published schema says is exactly what passes (``"1"`` is not an
+    ``int``); ``True`` converts them in pydantic's lax mode instead, as the
+    official Python SDK does (``"1"`` and ``2.0`` become ``1`` and ``2``),
+    for clients or models that send numbers as strings.  It applies to the
+    tools registered after it is set.
     """
 
     def __init__(
@@ -108,11 +114,14 @@ class McpServerBase(ServerFeatures):
         sync_tool_threads: int | trio.CapacityLimiter = 40,
         page_size: int = DEFAULT_PAGE_SIZE,
         telemetry: bool | Telemetry = True,
+        lax_arguments: bool = False,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
+        self.lax_arguments = lax_arguments
+        """Tools registered from now on convert arguments in pydantic's lax mode."""
         self.page_size = page_size
         """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self.telemetry: ServerTelemetry | None = for_server(telemetry)
@@ -267,6 +276,7 @@ class McpServerBase(ServerFeatures):
                 task_support=task,
                 before_task=before_task,
                 threads=self.sync_tool_threads if threads is None else threads,
+                lax_arguments=self.lax_arguments,
             )
             if needs:
                 self.tool_scopes[tool_name] = needs

@@ -218,8 +218,7 @@ def too_large(limit: int) -> HttpError:
     """413 naming the limit and the setting that raises it (the client's author reads it)."""
     return HttpError(
         413,
-        f"Payload Too Large: the body is over {limit} bytes"
-        " (ConnectionLimits.max_message_size)",
+        f"Payload Too Large: the body is over {limit} bytes (ConnectionLimits.max_message_size)",
         headers=CLOSE,
     )
 
