@@ -436,6 +436,7 @@ async def test_per_tenant_cap_counts_every_session_of_the_tenant(
             "POST", legacy_headers(sessions[2]), legacy_call(5, "wait", {}), client=("127.0.0.1", 1)
         )
         assert refused.status == 429
+        assert refused.json()["error"]["code"] == LEGACY_TOO_MANY_REQUESTS  # a legacy session
         assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 2}
         # Another tenant is not affected.
         other = modern_call(6, "wait", {"seconds": 0})

@@ -295,7 +295,8 @@ async def test_the_per_tenant_call_cap_counts_every_process(
             busy = one.start("POST", headers_of(long), long)
             await busy.wait_started()
             refused = await two.post(headers_of(long), modern_call(2, "count", {"n": 1}))
-            assert refused.status == 429
+            assert refused.status == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == TOO_MANY_REQUESTS  # the modern code
             assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 1}
             # Another tenant is not affected.
             other = AsgiClient(apps[1], nursery, client=("192.0.2.8", 1))
