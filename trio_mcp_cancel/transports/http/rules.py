@@ -111,14 +111,21 @@ class HttpError(Exception):
         message: str,
         code: int = INVALID_REQUEST,
         headers: Collection[tuple[bytes, bytes]] = (),
+        data: object = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.headers = list(headers)
+        self.data = data
+
+    @classmethod
+    def refusal(cls, refused: JsonRpcError, headers: Collection[tuple[bytes, bytes]]) -> HttpError:
+        """``429`` carrying an admission refusal (its code and ``data.limit``) before dispatch."""
+        return cls(429, refused.message, refused.code, headers, refused.data)
 
     def body(self) -> bytes:
-        return jsonrpc.encode(JsonRpcError(self.code, str(self)).to_message())
+        return jsonrpc.encode(JsonRpcError(self.code, str(self), self.data).to_message())
 
 
 def request_headers(
