@@ -162,8 +162,8 @@ class GetStreams:
         full = responder.admit_notification_stream(tenant)
         if full is not None:
             # A listen bound like subscriptions/listen's, so the same refusal (legacy code).
-            limit = LISTEN_LIMITS[full[0]]
-            refused = over_limit("legacy", "Too many notification streams", limit, full[1])
+            bound = LISTEN_LIMITS[full[0]]
+            refused = over_limit("legacy", "Too many notification streams", bound, full[1])
             raise HttpError.refusal(refused, RETRY_AFTER)
         hub = responder.dispatcher.runtime.subscriptions
         listener = hub.open(LegacyFilter(session.channel.resource_subscriptions))
