@@ -134,6 +134,18 @@ async def test_missing_accept_and_content_type_are_reported_missing(
         assert "must list application/json and text/event-stream" in error_of(wrong)["message"]
 
 
+async def test_a_legacy_request_without_its_session_header_is_told_it_is_missing(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    async with serving(mcp_registry) as client:
+        await initialize(client)
+        refused = await client.post(legacy_headers(), legacy_call(1, "echo"))
+        assert refused.status == 400
+        assert error_of(refused)["message"] == (
+            "Bad Request: the Mcp-Session-Id header is missing (initialize returns one)"
+        )
+
+
 @pytest.mark.parametrize(("method", "path"), [("GET", "/"), ("POST", "/"), ("GET", "/sse")])
 async def test_a_request_off_the_endpoint_is_told_where_the_endpoint_is(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry, method: str, path: str
