@@ -39,6 +39,7 @@ from ._core.validation import (
     sanitize_reason,
     validate_request_id,
 )
+from ._protocol.admission import too_many_requests_code
 from ._protocol.calls import (
     Call,
     ClientResponseCall,
@@ -64,7 +65,7 @@ from ._protocol.versions import (
     Envelope,
     Era,
 )
-from ._protocol.wire import TASKS_EXTENSION, TOO_MANY_REQUESTS
+from ._protocol.wire import LEGACY_TOO_MANY_REQUESTS, TASKS_EXTENSION, TOO_MANY_REQUESTS
 from ._public import fixup_module_metadata
 from ._work.threads import CancelToken, ThreadLimit
 
@@ -72,6 +73,7 @@ __all__ = [
     "GLOBAL_NAMESPACE",
     "LATEST_LEGACY_VERSION",
     "LATEST_VERSION",
+    "LEGACY_TOO_MANY_REQUESTS",
     "LEGACY_VERSIONS",
     "MAX_ID_BYTES",
     "MODERN_VERSIONS",
@@ -125,6 +127,7 @@ __all__ = [
     "reason",
     "sanitize_reason",
     "sample",
+    "too_many_requests_code",
     "track",
     "untrack",
     "validate_request_id",

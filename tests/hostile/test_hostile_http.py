@@ -37,7 +37,7 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
@@ -333,7 +333,7 @@ async def test_a_tenant_whose_sessions_are_all_busy_is_refused_with_429(
         assert refused.status == 429
         assert refused.headers["retry-after"] == "1"
         error = refused.json()["error"]
-        assert error["code"] == TOO_MANY_REQUESTS
+        assert error["code"] == LEGACY_TOO_MANY_REQUESTS
         assert error["data"] == {"limit": "tenant", "max": 2}
         # Another address bucket is another tenant.
         assert (await open_session(s.client, address="192.0.2.7")).status == 200
@@ -409,7 +409,7 @@ async def test_server_wide_cap_holds_across_sessions_and_eras(
         )
         assert refused.status == 429
         error = refused.json()["error"]
-        assert error["code"] == TOO_MANY_REQUESTS
+        assert error["code"] == LEGACY_TOO_MANY_REQUESTS
         assert error["data"] == {"limit": "server", "max": 3}
         assert refused.json()["id"] == 9
         for call in calls:
@@ -436,6 +436,7 @@ async def test_per_tenant_cap_counts_every_session_of_the_tenant(
             "POST", legacy_headers(sessions[2]), legacy_call(5, "wait", {}), client=("127.0.0.1", 1)
         )
         assert refused.status == 429
+        assert refused.json()["error"]["code"] == LEGACY_TOO_MANY_REQUESTS  # a legacy session
         assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 2}
         # Another tenant is not affected.
         other = modern_call(6, "wait", {"seconds": 0})

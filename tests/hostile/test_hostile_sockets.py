@@ -57,6 +57,7 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
@@ -321,13 +322,15 @@ async def open_session(client: httpx.AsyncClient, url: str, **headers: str) -> d
     return session
 
 
-def assert_refused(response: httpx.Response, status: int, limit: str, cap: int) -> None:
-    """An over-the-limit answer: *status*, ``-32001`` with ``data.limit``, ``Retry-After``."""
+def assert_refused(
+    response: httpx.Response, status: int, limit: str, cap: int, era: Era = "legacy"
+) -> None:
+    """An over-the-limit answer: *status*, the *era*'s code with ``data.limit``, ``Retry-After``."""
     assert response.status_code == status, (response.status_code, response.text)
     assert response.headers["content-type"] == "application/json"
     assert int(response.headers["retry-after"]) >= 1
     error = response.json()["error"]
-    assert error["code"] == -32001
+    assert error["code"] == (TOO_MANY_REQUESTS if era == "modern" else LEGACY_TOO_MANY_REQUESTS)
     assert error["data"] == {"limit": limit, "max": cap}
 
 
@@ -835,7 +838,7 @@ async def test_server_cap_on_calls_in_flight(mcp_registry: Registry) -> None:
                 message = modern_call(5, "echo", {"text": "fifth"})
                 for who in (client, other):  # whoever asks: it is the server's cap
                     refused = await who.post(url, headers=headers_of(message), json=message)
-                    assert_refused(refused, 429, "server", cap)
+                    assert_refused(refused, 429, "server", cap, "modern")
                 # Methods other than tool calls are not capped.
                 listed = modern_request(6, "tools/list")
                 reply = await other.post(url, headers=headers_of(listed), json=listed)
@@ -900,7 +903,7 @@ async def test_tenant_and_session_caps_on_calls_in_flight(mcp_registry: Registry
                 await wait_until(lambda: probe.holding == 3)
                 message = modern_call(4, "echo", {"text": "x"})
                 refused = await client.post(url, headers=headers_of(message), json=message)
-                assert_refused(refused, 429, "tenant", 3)
+                assert_refused(refused, 429, "tenant", 3, "modern")
                 refused = await client.post(
                     url, headers=second, json=legacy_call(5, "echo", {"text": "x"})
                 )

@@ -2,7 +2,7 @@
 
 Quotas are the *tenant's* (principal, else address bucket, else the
 process), so nine connections of one tenant get no more task slots than
-one, and never another tenant's; a full store refuses (``-32001``,
+one, and never another tenant's; a full store refuses (``TOO_MANY_REQUESTS``,
 ``data.limit == "task_store"``) instead of evicting somebody's unexpired
 record; and creating a task never walks the records that have not expired
 (checked structurally, never by timing).  In memory on MockClock, then
@@ -30,7 +30,7 @@ from trio_mcp_cancel.backends.memory import PURGE_BATCH, MemoryTaskStore
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Dispatcher, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -115,7 +115,8 @@ async def test_nine_connections_of_one_tenant_share_its_cap_and_leave_the_rest_t
             refused = [o for o in outcomes if isinstance(o, McpError)]
             assert len(created) == manager.max_running_per_owner == manager.running_count
             assert refused and all(
-                e.code == -32001 and e.data == {"limit": "tenant", "max": 32} for e in refused
+                e.code == TOO_MANY_REQUESTS and e.data == {"limit": "tenant", "max": 32}
+                for e in refused
             )
             # Another tenant still gets every slot it is entitled to.
             for _ in range(manager.max_running_per_owner):
@@ -181,7 +182,8 @@ async def test_a_full_store_refuses_and_another_tenants_finished_task_stays_read
                     refusals.append(answer)
             assert len(refusals) == 100 - 49 and len(store) == 50
             assert all(
-                e.code == -32001 and e.data == {"limit": "task_store", "max": 50} for e in refusals
+                e.code == TOO_MANY_REQUESTS and e.data == {"limit": "task_store", "max": 50}
+                for e in refusals
             )
             # Alice's finished task is still there, with its result, until its TTL.
             await trio.sleep(58.0)
@@ -416,7 +418,9 @@ async def test_nine_websocket_connections_from_one_address_are_one_tenant(
                 created, errors = split([*answers, last])
                 assert created == 3 and Dispatcher.of(server).runtime.tasks.running_count == 3
                 tenant_full = {"limit": "tenant", "max": 3}
-                assert [(e["code"], e["data"]) for e in errors] == [(-32001, tenant_full)] * 7
+                assert [(e["code"], e["data"]) for e in errors] == [
+                    (TOO_MANY_REQUESTS, tenant_full)
+                ] * 7
                 release.set()
                 await Dispatcher.of(server).runtime.tasks.wait_idle()
 

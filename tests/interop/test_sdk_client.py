@@ -25,7 +25,7 @@ from hypercorn.trio import serve
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from trio_mcp_cancel import (
     Event,
@@ -36,6 +36,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 
@@ -76,8 +77,8 @@ class Fixture:
         assert not self.app_errors, self.app_errors
 
 
-def make_server(fx: Fixture) -> McpServer:
-    server = McpServer("sdk-test")
+def make_server(fx: Fixture, **options: Any) -> McpServer:
+    server = McpServer("sdk-test", **options)
 
     @server.tool()
     async def count(ctx: ToolContext, n: int = 10, delay: float = 0.02) -> str:
@@ -126,7 +127,9 @@ pytestmark = pytest.mark.mcp_registry(grace_period=GRACE)
 
 
 @asynccontextmanager
-async def running(registry: Registry, **options: Any) -> AsyncIterator[Fixture]:
+async def running(
+    registry: Registry, server_options: dict[str, Any] | None = None, **options: Any
+) -> AsyncIterator[Fixture]:
     """Serve ``McpHttpApp(server, registry, **options)`` on 127.0.0.1:0."""
     async with trio.open_nursery() as nursery:
         config = Config()
@@ -136,7 +139,7 @@ async def running(registry: Registry, **options: Any) -> AsyncIterator[Fixture]:
         config.graceful_timeout = 0.5
         fx = Fixture("", registry)
         registry.events.subscribe(fx.events.append)
-        mcp_app = McpHttpApp(make_server(fx), registry, **options)
+        mcp_app = McpHttpApp(make_server(fx, **(server_options or {})), registry, **options)
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
             # hypercorn (errorlog=None) would swallow what the app raises.
@@ -401,3 +404,33 @@ async def test_client_is_usable_after_a_cancel(
     problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not problems, [r.getMessage() for r in problems]
     assert [event.kind for event in fx.of_type(RequestCancelledEvent)] == [kind]
+
+
+# -- 7. a refusal over a limit is not the client's own timeout -------------------------
+
+
+@pytest.mark.parametrize(("mode", "version", "kind"), ERAS)
+async def test_a_call_over_the_servers_cap_is_a_refusal_the_sdk_does_not_take_for_a_timeout(
+    mode: str, version: str, kind: str, mcp_registry: Registry
+) -> None:
+    """The SDK's own timeout is ``REQUEST_TIMEOUT`` (-32001), surfaced as the
+    same ``MCPError`` as a server's answer: the modern refusal must not reuse
+    it.  The legacy era keeps its documented -32001 (see docs/deployment.md)."""
+    with trio.fail_after(TIMEOUT):
+        async with (
+            running(mcp_registry, {"max_concurrent_calls": 1}) as fx,
+            client(fx.url, mode) as c,
+            trio.open_nursery() as nursery,
+        ):
+            assert c.protocol_version == version
+            nursery.start_soon(partial(c.call_tool, "stubborn", {"seconds": 30}))
+            await fx.started.wait()
+            with pytest.raises(MCPError) as caught:
+                await c.call_tool("echo", {"text": "one too many"})
+            assert caught.value.error.data == {"limit": "server", "max": 1}
+            if mode == MODERN:
+                assert caught.value.code == TOO_MANY_REQUESTS != REQUEST_TIMEOUT
+                assert not -32768 <= caught.value.code <= -32000  # outside every reserved range
+            else:
+                assert caught.value.code == LEGACY_TOO_MANY_REQUESTS
+            nursery.cancel_scope.cancel()

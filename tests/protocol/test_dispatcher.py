@@ -26,7 +26,13 @@ from trio_mcp_cancel._protocol.calls import (
 )
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Caller, Exchange
+from trio_mcp_cancel.lowlevel import (
+    LEGACY_TOO_MANY_REQUESTS,
+    TOO_MANY_REQUESTS,
+    Caller,
+    Exchange,
+    too_many_requests_code,
+)
 from trio_mcp_cancel.server import McpServer
 
 Message = dict[str, Any]
@@ -57,6 +63,37 @@ async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
     response = dispatcher.prepare(answer, caller)
     assert isinstance(response, ClientResponseCall) and response.response is not None
     assert (response.response.id, response.response.result) == (9, {})
+
+
+async def test_an_admission_refusal_carries_the_code_of_its_era(
+    autojump_clock: MockClock,
+    mcp_registry: Registry,
+) -> None:
+    """Modern: outside the ranges 2026-07-28 reserves (clients read -32001 as their own
+    timeout); legacy: the -32001 of earlier releases.  Same data either way."""
+    server = probe_server(max_concurrent_calls=1)
+    dispatcher = Dispatcher.of(server)
+    caller = Caller("ns", mcp_registry)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dispatcher.handle, tool_call(1, "stubborn"), caller)
+        await trio.sleep(1)
+        modern = tool_call(2, "echo")
+        modern["params"]["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        codes = {}
+        for message in (modern, tool_call(3, "echo")):
+            call = dispatcher.prepare(message, caller)
+            assert isinstance(call, RequestCall)
+            refused = dispatcher.admit(call, caller, Exchange())
+            assert refused is not None
+            assert refused["error"]["data"] == {"limit": "server", "max": 1}
+            codes[call.era] = refused["error"]["code"]
+        assert codes == {"modern": TOO_MANY_REQUESTS, "legacy": LEGACY_TOO_MANY_REQUESTS}
+        assert TOO_MANY_REQUESTS == too_many_requests_code("modern") == -31429
+        assert not -32768 <= TOO_MANY_REQUESTS <= -32000
+        nursery.cancel_scope.cancel()
 
 
 def test_every_transport_of_a_server_gets_the_same_dispatcher() -> None:
@@ -97,7 +134,7 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
         second = dispatcher.prepare(tool_call(2, "echo"), caller)
         assert isinstance(second, RequestCall)
         refused = dispatcher.admit(second, caller, Exchange())
-        assert refused is not None and refused["error"]["code"] == TOO_MANY_REQUESTS
+        assert refused is not None and refused["error"]["code"] == LEGACY_TOO_MANY_REQUESTS
         assert refused["error"]["data"] == {"limit": "server", "max": 1}
         assert dispatcher.calls_in_flight == 1
         nursery.cancel_scope.cancel()

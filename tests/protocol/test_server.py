@@ -243,8 +243,8 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
         "properties": {},
         "additionalProperties": False,
     }
-    # No docstring still means a description: clients and models choose tools by it.
-    assert tools["nothing"]["description"] == "The nothing tool."
+    # No docstring: no description (a made-up one tells a model nothing), as the official SDK.
+    assert "description" not in tools["nothing"]
 
 
 # -- tools/call -------------------------------------------------------------
@@ -373,7 +373,7 @@ async def test_unknown_tool(name: object) -> None:
     reply = await handle(message)
     assert error_code(reply) == INVALID_PARAMS
     assert reply is not None and reply["id"] == 3
-    assert reply["error"]["message"] == "Unknown tool"
+    assert reply["error"]["message"] == f"Unknown tool: {name}"
     assert reply["error"]["data"] == {"name": str(name)}
 
 

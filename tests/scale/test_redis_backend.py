@@ -39,7 +39,7 @@ from trio_mcp_cancel import Event, Registry, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Dispatcher, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, McpError
 
@@ -267,7 +267,10 @@ async def test_a_task_quota_cannot_be_bypassed_through_another_instance(
                 first = await on_a.request("tools/call", {"name": "count", "arguments": {}})
                 with pytest.raises(McpError) as caught:
                     await on_b.request("tools/call", {"name": "count", "arguments": {}})
-                assert caught.value.code == -32001 and caught.value.data["limit"] == "tenant"
+                assert (
+                    caught.value.code == TOO_MANY_REQUESTS
+                    and caught.value.data["limit"] == "tenant"
+                )
                 await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
                 await wait_status(on_b, first["taskId"], "cancelled")
                 # Its unit was given back: b may run one now.
@@ -292,7 +295,8 @@ async def test_the_per_tenant_call_cap_counts_every_process(
             busy = one.start("POST", headers_of(long), long)
             await busy.wait_started()
             refused = await two.post(headers_of(long), modern_call(2, "count", {"n": 1}))
-            assert refused.status == 429
+            assert refused.status == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == TOO_MANY_REQUESTS  # the modern code
             assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 1}
             # Another tenant is not affected.
             other = AsgiClient(apps[1], nursery, client=("192.0.2.8", 1))

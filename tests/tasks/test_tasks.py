@@ -15,7 +15,7 @@ from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import Dispatcher, JsonRpcError, TaskManager
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, Dispatcher, JsonRpcError, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
@@ -307,13 +307,13 @@ async def test_running_tasks_are_bounded_per_owner_and_server_wide(
         for _ in range(2):
             await start_task(client, "count", n=5)
         error = await refusal(client, "tools/call", {"name": "count", "arguments": {}})
-        assert error.code == -32001 and error.data["limit"] == "tenant"
+        assert error.code == TOO_MANY_REQUESTS and error.data["limit"] == "tenant"
         async with open_test_client(
             server, registry=client.registry, principal="other", client_capabilities=WITH_TASKS
         ) as other:  # another tenant (one without a principal shares the first one's quota)
             await start_task(other, "count", n=5)
             error = await refusal(other, "tools/call", {"name": "count", "arguments": {}})
-            assert error.code == -32001 and error.data["limit"] == "server"
+            assert error.code == TOO_MANY_REQUESTS and error.data["limit"] == "server"
             await Dispatcher.of(server).runtime.tasks.wait_idle()
         assert (await start_task(client, "count", n=1))["status"] == "working"
         await Dispatcher.of(server).runtime.tasks.wait_idle()
@@ -447,7 +447,7 @@ async def test_task_records_per_owner_are_bounded_until_they_expire(
             await start_task(client, "count", n=1)
         await Dispatcher.of(server).runtime.tasks.wait_idle()  # finished records still take room
         error = await refusal(client, "tools/call", {"name": "count", "arguments": {"n": 1}})
-        assert error.code == -32001
+        assert error.code == TOO_MANY_REQUESTS
         assert error.data == {"limit": "tasks", "max": 2}
         assert (
             Dispatcher.of(server).runtime.tasks.running_count == 0

@@ -17,23 +17,22 @@ from typing import Final, Literal
 import attrs
 
 from .._core.validation import RequestId
-from .jsonrpc import Message, error_message
-from .wire import TOO_MANY_REQUESTS
+from .jsonrpc import JsonRpcError, Message, error_message
+from .wire import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
 
 __all__ = [
     "CALL_LIMITS",
+    "LEGACY_TOO_MANY_REQUESTS",
     "LISTEN_LIMITS",
     "TOO_MANY_REQUESTS",
     "Limit",
     "Slots",
     "check_cap",
+    "over_limit",
     "too_many_requests",
+    "too_many_requests_code",
     "too_many_sessions",
 ]
-
-#: JSON-RPC error code (implementation-defined) for a call over an admission
-#: limit: a channel's ``max_concurrent_calls``, the server-wide or
-#: per-tenant caps, or the task manager's running-task bounds.
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.
 #: ``listen_server`` / ``listen_tenant``: the separate bounds of open
@@ -46,11 +45,27 @@ CALL_LIMITS: Final[dict[str, Limit]] = {"server": "server", "tenant": "tenant"}
 LISTEN_LIMITS: Final[dict[str, Limit]] = {"server": "listen_server", "tenant": "listen_tenant"}
 
 
-def too_many_requests(request_id: RequestId, limit: Limit = "channel", cap: int = 0) -> Message:
-    """The answer to a call over one of the admission limits."""
-    return error_message(
-        request_id, TOO_MANY_REQUESTS, "Too many concurrent requests", {"limit": limit, "max": cap}
-    )
+def too_many_requests_code(era: Era) -> int:
+    """The error code of every admission refusal in *era* (the one place it is chosen).
+
+    Modern: :data:`~.wire.TOO_MANY_REQUESTS`, outside the ranges 2026-07-28
+    reserves, so no client reads it as its own local timeout (``-32001``).
+    Legacy: :data:`~.wire.LEGACY_TOO_MANY_REQUESTS`, as it always was.
+    """
+    return TOO_MANY_REQUESTS if era == "modern" else LEGACY_TOO_MANY_REQUESTS
+
+
+def over_limit(era: Era, message: str, limit: str, cap: int | None) -> JsonRpcError:
+    """The refusal of work over an admission bound, to raise: ``data`` names *limit* and *cap*."""
+    return JsonRpcError(too_many_requests_code(era), message, {"limit": limit, "max": cap})
+
+
+def too_many_requests(
+    request_id: RequestId, era: Era, limit: Limit = "channel", cap: int = 0
+) -> Message:
+    """The answer to a call of *era* over one of the admission limits."""
+    refusal = over_limit(era, "Too many concurrent requests", limit, cap)
+    return error_message(request_id, refusal.code, refusal.message, refusal.data)
 
 
 def too_many_sessions(
@@ -58,11 +73,10 @@ def too_many_sessions(
 ) -> Message:
     """The answer to an ``initialize`` refused a legacy session (*limit*: which bound).
 
-    The same code as a call over a cap: the client should retry later.
+    The same code as a legacy call over a cap: the client should retry later.
     """
-    return error_message(
-        request_id, TOO_MANY_REQUESTS, "Too many sessions", {"limit": limit, "max": cap}
-    )
+    refusal = over_limit("legacy", "Too many sessions", limit, cap)
+    return error_message(request_id, refusal.code, refusal.message, refusal.data)
 
 
 def check_cap(cap: int | None) -> int | None:

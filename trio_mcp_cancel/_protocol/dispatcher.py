@@ -173,7 +173,8 @@ class Dispatcher:
         name = params.get("name")
         tool = self.server.tools.get(name) if isinstance(name, str) else None
         if tool is None:
-            raise JsonRpcError(INVALID_PARAMS, "Unknown tool", {"name": str(name)[:100]})
+            shown = str(name)[:100]  # the client's own string, echoed bounded
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {shown}", {"name": shown})
         return tool
 
     # -- notifications ----------------------------------------------------------
@@ -353,18 +354,18 @@ class Dispatcher:
                 caller.tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
             )
             if full is not None:
-                return too_many_requests(request.id, LISTEN_LIMITS[full[0]], full[1])
+                return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
         else:
             full = self.calls.full(
                 caller.tenant, server.max_concurrent_calls, server.max_calls_per_tenant
             )
             if full is not None:
-                return too_many_requests(request.id, CALL_LIMITS[full[0]], full[1])
+                return too_many_requests(request.id, call.era, CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
         if channel is not None and call.tracked:
             cap = channel.max_concurrent_calls
             if len(channel.exchanges) >= cap:
-                return too_many_requests(request.id, "channel", cap)
+                return too_many_requests(request.id, call.era, "channel", cap)
         return None
 
     def admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:

@@ -58,8 +58,8 @@ class McpServerBase(ServerFeatures):
     tenant (*max_calls_per_tenant*: a principal, or a client address bucket
     when unauthenticated, however many sessions or connections it opens),
     besides each channel's own ``max_concurrent_calls``.  A call over any
-    of them is answered at once with error ``-32001`` (``data.limit`` says
-    which), never queued: a queue would turn a flood into a hang for
+    of them is answered at once with the refusal (``-31429``; ``-32001`` in the
+    legacy era; ``data.limit`` says which), never queued: a queue would turn a flood into a hang for
     everyone behind it.  ``None`` disables a cap.
 
     Resources, prompts, completion and ``subscriptions/listen`` are
@@ -68,7 +68,7 @@ class McpServerBase(ServerFeatures):
     run tracked, like tool calls; the first two count against the same caps.
     Open listen streams are not calls (they stay open for hours): they have
     their own bounds, *max_listen_streams* server-wide and
-    *max_listen_streams_per_tenant* (refused with ``-32001``, ``data.limit``
+    *max_listen_streams_per_tenant* (refused likewise, ``data.limit``
     ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
     transports' ``max_request_time`` does not end them.
     *state_secret* (at least 32 bytes, or their base64 text as in
@@ -85,6 +85,12 @@ class McpServerBase(ServerFeatures):
     *telemetry*: OpenTelemetry spans and metrics when ``opentelemetry-api``
     is installed (the global providers, or a :class:`Telemetry`'s);
     ``False`` turns them off.
+    *lax_arguments*: tool arguments are validated strictly by default, so
+    what the published schema says is exactly what passes (``"1"`` is not an
+    ``int``); ``True`` converts them in pydantic's lax mode instead, as the
+    official Python SDK does (``"1"`` and ``2.0`` become ``1`` and ``2``),
+    for clients or models that send numbers as strings.  It applies to the
+    tools registered after it is set.
     """
 
     def __init__(
@@ -108,11 +114,14 @@ class McpServerBase(ServerFeatures):
         sync_tool_threads: int | trio.CapacityLimiter = 40,
         page_size: int = DEFAULT_PAGE_SIZE,
         telemetry: bool | Telemetry = True,
+        lax_arguments: bool = False,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
+        self.lax_arguments = lax_arguments
+        """Tools registered from now on convert arguments in pydantic's lax mode."""
         self.page_size = page_size
         """Items per page of the list methods (opaque ``cursor``/``nextCursor``)."""
         self.telemetry: ServerTelemetry | None = for_server(telemetry)
@@ -267,6 +276,7 @@ class McpServerBase(ServerFeatures):
                 task_support=task,
                 before_task=before_task,
                 threads=self.sync_tool_threads if threads is None else threads,
+                lax_arguments=self.lax_arguments,
             )
             if needs:
                 self.tool_scopes[tool_name] = needs

@@ -55,6 +55,7 @@ __all__ = [
     "ArgumentsInvalid",
     "ContextParameter",
     "Output",
+    "Returns",
     "Signature",
     "admits_none",
     "context_parameter",
@@ -498,6 +499,65 @@ def output_for(fn: Callable[..., Any], what: str) -> Output | None:
     except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError) as exc:
         raise TypeError(f"{what}: the return type cannot be described: {exc}") from exc
     return Output(adapter, schema)
+
+
+@attrs.frozen
+class Returns:
+    """A plain return annotation JSON cannot carry as is (``datetime``, ``UUID``, an enum, ...).
+
+    The value is turned into its JSON form by pydantic, the same form the
+    annotation's schema would describe: ISO 8601 text for dates and times,
+    the value of an enum, a string for ``UUID``, ``Decimal`` and ``Path``.
+    """
+
+    adapter: TypeAdapter[Any]
+
+    def to_json(self, value: object) -> object:
+        """*value*'s JSON form; *value* itself when pydantic cannot serialize it.
+
+        A tool that returns something other than its annotation says gets
+        pydantic's inference instead (no warning: the result is still right
+        for what was returned); a value nothing can serialize is left for the
+        usual strict-JSON error of the result.
+        """
+        try:
+            return self.adapter.dump_python(value, mode="json", warnings=False)
+        except pydantic_core.PydanticSerializationError:
+            return value
+
+
+def returns_for(fn: Callable[..., Any], what: str) -> Returns | None:
+    """The :class:`Returns` of *fn*'s return annotation, when it needs one.
+
+    ``None`` for no annotation, JSON types (``str``, ``int``, ``dict``,
+    lists of them...) and annotations naming this library's own result
+    types (content objects, ``ToolResult``, ``InputRequired``), which the
+    result builder handles itself.  An annotation pydantic cannot serialize
+    is a ``TypeError`` here, at registration, rather than a failed call.
+    """
+    hint = _unwrap(_signature(fn, what).return_annotation)
+    if (
+        hint in (inspect.Signature.empty, None, object)
+        or _json_native(hint)
+        or _names_own_type(hint)
+    ):
+        return None
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(hint)
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError) as exc:
+        shown = getattr(hint, "__name__", repr(hint))
+        raise TypeError(
+            f"{what}: the return type {shown} cannot be turned into JSON (pydantic cannot "
+            f"serialize it); return a str, a dict, content, or a type pydantic can serialize"
+        ) from exc
+    return Returns(adapter)
+
+
+def _names_own_type(hint: Any) -> bool:
+    """Whether *hint* mentions a class of this library (the result builder knows those)."""
+    if isinstance(hint, type) and hint.__module__.startswith("trio_mcp_cancel."):
+        return True
+    return any(_names_own_type(arg) for arg in get_args(hint))
 
 
 def admits_none(fn: Callable[..., Any], what: str) -> bool:

@@ -4,9 +4,10 @@ A task is admitted when it fits every bound (see :mod:`.tasks`): the
 tasks running in this process (``max_running``), the tasks its tenant runs
 here and, with a shared backend, on every process
 (``max_running_per_owner``), and the records its tenant holds in the store
-(``max_tasks_per_owner``, or a full store).  Each refusal is ``-32001``
-with ``data.limit`` naming the bound.  What was taken for a task that is
-then refused is given back, so a refusal never leaks a slot.
+(``max_tasks_per_owner``, or a full store).  Each refusal is the modern
+admission refusal (``-31429``: tasks are modern only), with ``data.limit``
+naming the bound.  What was taken for a task that is then refused is
+given back, so a refusal never leaks a slot.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .admission import TOO_MANY_REQUESTS
+from .admission import over_limit
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
 from .versions import MISSING_CLIENT_CAPABILITY
 from .wire import TASKS_EXTENSION
@@ -59,5 +59,8 @@ def tasks_not_served() -> JsonRpcError:
 
 
 def too_many_tasks(message: str, limit: str, cap: int | None) -> JsonRpcError:
-    """``-32001`` like every admission limit; ``data`` names the *limit* and its *cap*."""
-    return JsonRpcError(TOO_MANY_REQUESTS, message, {"limit": limit, "max": cap})
+    """An admission refusal like every other; ``data`` names the *limit* and its *cap*.
+
+    Tasks exist in the modern era only (SEP-2663), so the modern code.
+    """
+    return over_limit("modern", message, limit, cap)

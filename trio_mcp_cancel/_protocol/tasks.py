@@ -43,7 +43,7 @@ somebody else is "not found", exactly like an unknown one.
 the task ``failed`` (otherwise records expire with their TTL).
 
 **Bounds.**  Running tasks are bounded server-wide and per *tenant*
-(``-32001`` when full, like other admission limits), and so are the
+(``-31429`` when full, like other admission limits), and so are the
 records one tenant holds and the store as a whole (a full store refuses,
 it never evicts).  The tenant is the caller's principal, else its address
 bucket (``ip:<bucket>``), else ``global`` (a stdio process, the in-memory
@@ -121,16 +121,16 @@ class TaskManager:
     poll_interval_ms: int = 1000
     """The ``pollIntervalMs`` clients are asked to respect."""
     max_running: int = 256
-    """Tasks running in this process at once; ``-32001`` beyond (``data.limit == "server"``)."""
+    """Tasks running in this process at once; ``-31429`` beyond (``data.limit == "server"``)."""
     max_running_per_owner: int = 32
     """Tasks one tenant runs at once, over all its connections (and, with a
-    shared backend, all processes); ``-32001`` beyond (``data.limit ==
+    shared backend, all processes); ``-31429`` beyond (``data.limit ==
     "tenant"``).  Well below ``max_running``, so one tenant never takes
     every slot."""
     max_tasks_per_owner: int | None = 1000
     """Unexpired task records one tenant may hold, finished ones included (they
-    take room until their TTL); ``-32001`` beyond (``data.limit == "tasks"``).
-    A full store is ``-32001`` too (``data.limit == "task_store"``):
+    take room until their TTL); ``-31429`` beyond (``data.limit == "tasks"``).
+    A full store is ``-31429`` too (``data.limit == "task_store"``):
     nobody's unexpired record is evicted to make room."""
     purge_interval: float = 60.0
     progress_interval: float = 1.0

@@ -20,12 +20,14 @@ from .content import ToolResult, is_content, json_text, to_content
 from .signature import (
     ArgumentsInvalid,
     Output,
+    Returns,
     Signature,
     admits_none,
     check_callable,
     context_parameter,
     output_for,
     read_signature,
+    returns_for,
     with_context,
 )
 
@@ -69,7 +71,8 @@ class Tool:
     """A registered tool: the function, its schemas and how to call it."""
 
     name: str
-    description: str
+    description: str | None
+    """``None``: no docstring and none given, so none is sent (a made-up one misleads)."""
     fn: Callable[..., Awaitable[Any]]
     """``fn(ctx, **arguments)``: the function, its context put where it asks for it."""
     input_schema: dict[str, Any]
@@ -96,17 +99,18 @@ class Tool:
     """The derived schema's validator (``None`` for a hand-written ``input_schema``)."""
     output: Output | None = None
     """The return annotation's structured type (model, dataclass, ``TypedDict``)."""
+    returns: Returns | None = None
+    """Any other return annotation JSON cannot carry as is (``datetime``, ``UUID``, ...)."""
     none_ok: bool = True
     """The return annotation admits ``None``; a ``None`` from a tool that said ``-> str``
     is logged once (a forgotten ``return``)."""
     _warned: _Once = attrs.field(factory=_Once, eq=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        }
+        described: dict[str, Any] = {"name": self.name}
+        if self.description is not None:
+            described["description"] = self.description
+        described["inputSchema"] = self.input_schema
         if self.title is not None:
             described["title"] = self.title
         if self.output_schema is not None:
@@ -166,6 +170,10 @@ class Tool:
             value is None or isinstance(value, ToolResult) or is_content(value)
         ):
             value = self.output.structured(value)
+        elif self.returns is not None and not (
+            value is None or isinstance(value, (str, ToolResult)) or is_content(value)
+        ):
+            value = self.returns.to_json(value)
         result = tool_result(value, structured=self.output_schema is not None)
         if self.output_schema is not None and not result["isError"]:
             if not isinstance(result.get("structuredContent"), dict):
@@ -266,6 +274,7 @@ def make_tool(
     meta: Mapping[str, Any] | None = None,
     before_task: Callable[..., Awaitable[Any]] | None = None,
     threads: ThreadLimit | None = None,
+    lax_arguments: bool = False,
 ) -> Tool:
     """Build a :class:`Tool` from a function: ``async def`` or a plain ``def``.
 
@@ -280,8 +289,13 @@ def make_tool(
     dataclasses; ``additionalProperties: false``) and the validator that
     converts the arguments; descriptions come from ``Annotated[T,
     "description"]``, ``Field(description=...)`` or the docstring's
-    ``Args:`` section.  A type pydantic cannot express is a ``TypeError``
-    here.  A given *input_schema* is sent exactly as written (``$schema``,
+    ``Args:`` section; a function without a docstring (and no
+    *description*) has no description, as in the official SDK: a made-up
+    one would tell the model nothing it could use.  Arguments are validated
+    strictly (what the schema says is what passes) unless *lax_arguments*:
+    then pydantic's lax mode converts as the official SDK does (``"1"`` and
+    ``2.0`` are accepted for an ``int``).  A type pydantic cannot express is
+    a ``TypeError`` here.  A given *input_schema* is sent exactly as written (``$schema``,
     ``$defs``, ``additionalProperties``, ...) and only its top level is
     checked.  Without *output_schema*, a return annotation that is a
     pydantic model, a dataclass or a ``TypedDict`` gives the
@@ -293,9 +307,7 @@ def make_tool(
         raise ValueError(f"tool name {name!r}: use 1-128 of A-Z a-z 0-9 _ - .")
     what = f"tool {name!r}"
     raw_doc = inspect.getdoc(fn)
-    doc = description if description is not None else _summary(raw_doc)
-    # Clients and models pick tools by their description: never send an empty one.
-    doc = doc or f"The {name} tool."
+    doc = description if description is not None else (_summary(raw_doc) or None)
     if output_schema is not None and output_schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: outputSchema must have type 'object'")
     # A structured return annotation converts the value; its schema is shown unless given.
@@ -312,6 +324,7 @@ def make_tool(
         task_support=task_support,
         before_task=before_task,
         output=output,
+        returns=None if output is not None else returns_for(fn, what),
         none_ok=admits_none(fn, what),
     )
     if input_schema is not None:
@@ -319,7 +332,12 @@ def make_tool(
         checks, extra_arguments = _explicit_params(name, fn, schema)
         run = with_context(fn, context_parameter(fn, what), f"tool {name}", threads)
         return Tool(name, doc, run, schema, checks, extra_arguments=extra_arguments, **extras)
-    signature = read_signature(fn, what, descriptions=_doc_arguments(raw_doc))
+    signature = read_signature(
+        fn,
+        what,
+        mode="lax" if lax_arguments else "strict-json",
+        descriptions=_doc_arguments(raw_doc),
+    )
     _check_headers(name, signature.schema["properties"])
     run = with_context(fn, signature, f"tool {name}", threads)
     params: dict[str, tuple[tuple[type, ...], bool]] = {

@@ -34,6 +34,7 @@ __all__ = [
     "INVALID_REQUEST",
     "LATEST_LEGACY_VERSION",
     "LATEST_VERSION",
+    "LEGACY_TOO_MANY_REQUESTS",
     "LEGACY_VERSIONS",
     "META_CLIENT_CAPABILITIES",
     "META_CLIENT_INFO",
@@ -89,8 +90,21 @@ INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
-#: Admission refused: too many requests in flight (for the connection, the tenant or a tool).
-TOO_MANY_REQUESTS: Final = -32001
+#: Admission refused (too many requests in flight for the connection, the
+#: tenant, the server, or a task quota), in the modern era.  2026-07-28 says
+#: new implementations SHOULD NOT use -32000..-32019 (and receivers must not
+#: read any meaning into them), -32020..-32099 are the spec's own, and new
+#: application codes SHOULD sit outside -32768..-32000.  The official Python
+#: and TypeScript (v1) clients use -32001 for their *local* request timeout,
+#: so -32001 from the server reads as "timed out".  -31429 is outside every
+#: reserved range (429 for HTTP's Too Many Requests); ``data.limit`` says
+#: which bound, and HTTP still answers 429 with ``Retry-After``.
+TOO_MANY_REQUESTS: Final = -31429
+#: The same refusal in the legacy era (2025-11-25 and earlier), unchanged
+#: since 0.1: that era has no code policy (JSON-RPC leaves -32000..-32099 to
+#: the implementation) and legacy deployments match this code.  Use
+#: :func:`~trio_mcp_cancel._protocol.admission.too_many_requests_code` to pick.
+LEGACY_TOO_MANY_REQUESTS: Final = -32001
 #: 2026-07-28 error codes (renumbered from the draft's -32001/-32003/-32004).
 HEADER_MISMATCH: Final = -32020
 MISSING_CLIENT_CAPABILITY: Final = -32021

@@ -57,8 +57,9 @@ class ConnectionLimits:
     """
 
     max_concurrent_calls: int = attrs.field(default=64, validator=_at_least_one)
-    """Cancellable calls one connection runs at once; more are refused with
-    ``-32001`` at once (never queued: a queue turns a flood into a hang).
+    """Cancellable calls one connection runs at once; more are refused
+    (``-31429``; legacy ``-32001``) at once (never queued: a queue turns a
+    flood into a hang).
     64 is far above what a model's host runs in parallel."""
     max_message_size: int = attrs.field(default=1 << 20, validator=_at_least_one)
     """Bytes of one incoming message (a stdio line, a WebSocket message, an

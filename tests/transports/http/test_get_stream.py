@@ -30,6 +30,7 @@ from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 
@@ -191,6 +192,12 @@ async def test_get_streams_count_against_the_listen_bounds(
         assert s.listen_streams() == 1
         refused = await s.client.request("GET", legacy_headers(two))
         assert refused.status == 429 and refused.headers["retry-after"] == "1"
+        # The refusal of every listen bound: the legacy code, data naming the bound.
+        assert refused.json()["error"] == {
+            "code": LEGACY_TOO_MANY_REQUESTS,
+            "message": "Too many notification streams",
+            "data": {"limit": "listen_tenant", "max": 1},
+        }
         await close(first)
         assert s.listen_streams() == 0
         second = await open_get(s, two)

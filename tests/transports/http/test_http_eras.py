@@ -268,10 +268,10 @@ async def test_modern_tools_list_shape_and_descriptions(
         assert result["_meta"][SERVER_INFO]["name"] == "eras-test"
         tools = {tool["name"]: tool for tool in result["tools"]}
         assert tools["echo"]["description"] == "Echoes its text."
-        # No docstring: still a description a model can read.
-        assert isinstance(tools["nodoc"]["description"], str)
-        assert tools["nodoc"]["description"].strip()
-        assert all(tool["description"].strip() for tool in tools.values())
+        # No docstring: no description (issue 36: a placeholder tells a model nothing);
+        # the official SDK's schema accepts the tool without one.
+        assert "description" not in tools["nodoc"]
+        assert all(tool["description"].strip() for tool in tools.values() if "description" in tool)
         assert tools["echo"]["inputSchema"]["required"] == ["text"]
 
 

@@ -3,7 +3,7 @@
 A listen stream is meant to stay open for hours: it takes none of the
 tool-call slots (``max_concurrent_calls``, ``max_calls_per_tenant``), is
 bounded by ``max_listen_streams`` / ``max_listen_streams_per_tenant``
-instead (``-32001``, HTTP ``429``), and ``max_request_time`` does not end it.
+instead (``TOO_MANY_REQUESTS``, HTTP ``429``), and ``max_request_time`` does not end it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from asgi_harness import (
 from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
 
@@ -83,7 +84,7 @@ async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
         assert (await client.call_tool("echo"))["content"][0]["text"] == "hi"
         with pytest.raises(McpError) as refused:
             await client.request("subscriptions/listen", LISTEN)
-        assert refused.value.code == -32001
+        assert refused.value.code == TOO_MANY_REQUESTS
         assert refused.value.data == {"limit": "listen_server", "max": 2}
         await first.cancel()
         await trio.testing.wait_all_tasks_blocked()
@@ -113,7 +114,7 @@ async def test_per_tenant_listen_cap_over_http_is_a_429_and_leaves_calls_alone(
         over = listen(client, 3)
         await over.done.wait()
         assert over.status == 429
-        assert over.json()["error"]["code"] == -32001
+        assert over.json()["error"]["code"] == TOO_MANY_REQUESTS
         assert over.json()["error"]["data"] == {"limit": "listen_tenant", "max": 1}
         # Another address bucket is another tenant.
         other = listen(client, 4, ip="198.51.100.7")

@@ -37,8 +37,8 @@ from trio_mcp_cancel._protocol.jsonrpc import (
 from trio_mcp_cancel.http import bearer_auth
 from trio_mcp_cancel.lowlevel import (
     LATEST_LEGACY_VERSION,
+    LEGACY_TOO_MANY_REQUESTS,
     REQUEST_CANCELLED,
-    TOO_MANY_REQUESTS,
     OnCancel,
 )
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
@@ -462,7 +462,7 @@ async def test_too_many_concurrent_requests(mcp_registry: Registry) -> None:
                     "jsonrpc": "2.0",
                     "id": 3,
                     "error": {
-                        "code": TOO_MANY_REQUESTS,
+                        "code": LEGACY_TOO_MANY_REQUESTS,
                         "message": "Too many concurrent requests",
                         "data": {"limit": "channel", "max": 2},
                     },

@@ -104,8 +104,8 @@ class McpHttpApp:
             every legacy session and modern call, as on the other
             transports: ``max_message_size`` is the largest request body
             (``413`` before it is read), ``max_concurrent_calls`` the
-            calls one legacy session runs at once (more: ``429``, error
-            ``-32001``), ``max_request_time`` (the client gets ``-32800``),
+            calls one legacy session runs at once (more: ``429``, the legacy
+            refusal ``-32001``), ``max_request_time`` (the client gets ``-32800``),
             ``keepalive_interval`` (SSE comments on a silent call's stream),
             ``write_timeout`` and ``max_buffered_bytes`` (a client that does
             not read its response counts as gone: its call is cancelled,
@@ -342,7 +342,7 @@ class McpHttpApp:
                         await self._discard_body(receive)
                         await respond(send, *resource_metadata(self.oauth, scope["method"]))
                         return
-                    raise HttpError(404, "Not Found")
+                    raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
                 rules.check_origin(headers, self.allowed_origins)
                 access = None if self.auth is None else await self._principal(headers)
                 principal = access.principal if isinstance(access, AccessToken) else access
@@ -492,7 +492,7 @@ class _Body:
         if chunk:
             self._size += len(chunk)
             if self._size > self._limit:
-                raise HttpError(413, "Payload Too Large", headers=rules.CLOSE)
+                raise rules.too_large(self._limit)
             self._chunks.append(chunk)
         return not message.get("more_body", False)
 

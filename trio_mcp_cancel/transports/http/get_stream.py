@@ -33,6 +33,7 @@ import attrs
 import trio
 
 from ..._protocol import jsonrpc
+from ..._protocol.admission import LISTEN_LIMITS, over_limit
 from ..._protocol.subscriptions import LegacyFilter, Listener
 from ...backends.base import Backend
 from . import rules, sse
@@ -160,8 +161,10 @@ class GetStreams:
             raise HttpError(409, "Conflict: this session's GET stream is already open")
         full = responder.admit_notification_stream(tenant)
         if full is not None:
-            why = f"{full[0]} limit of {full[1]} notification streams"
-            raise HttpError(429, f"Too Many Requests: {why}", headers=RETRY_AFTER)
+            # A listen bound like subscriptions/listen's, so the same refusal (legacy code).
+            bound = LISTEN_LIMITS[full[0]]
+            refused = over_limit("legacy", "Too many notification streams", bound, full[1])
+            raise HttpError.refusal(refused, RETRY_AFTER)
         hub = responder.dispatcher.runtime.subscriptions
         listener = hub.open(LegacyFilter(session.channel.resource_subscriptions))
         try:

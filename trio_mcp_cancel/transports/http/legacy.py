@@ -242,5 +242,7 @@ def _session_id(headers: dict[str, str]) -> str:
     """The ``Mcp-Session-Id`` a legacy request must carry (``400`` without one)."""
     session_id = headers.get(rules.SESSION_ID)
     if session_id is None:
-        raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+        raise HttpError(
+            400, "Bad Request: the Mcp-Session-Id header is missing (initialize returns one)"
+        )
     return session_id

@@ -111,14 +111,21 @@ class HttpError(Exception):
         message: str,
         code: int = INVALID_REQUEST,
         headers: Collection[tuple[bytes, bytes]] = (),
+        data: object = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.headers = list(headers)
+        self.data = data
+
+    @classmethod
+    def refusal(cls, refused: JsonRpcError, headers: Collection[tuple[bytes, bytes]]) -> HttpError:
+        """``429`` carrying an admission refusal (its code and ``data.limit``) before dispatch."""
+        return cls(429, refused.message, refused.code, headers, refused.data)
 
     def body(self) -> bytes:
-        return jsonrpc.encode(JsonRpcError(self.code, str(self)).to_message())
+        return jsonrpc.encode(JsonRpcError(self.code, str(self), self.data).to_message())
 
 
 def request_headers(
@@ -194,11 +201,16 @@ def check_accept(headers: Mapping[str, str]) -> None:
     """406 unless the client accepts both response types, as MCP requires of it."""
     json_ok, sse_ok = accepts(headers)
     if not (json_ok and sse_ok):
-        raise HttpError(406, "Not Acceptable: accept application/json and text/event-stream")
+        why = "is missing" if "accept" not in headers else "must list"
+        raise HttpError(
+            406, f"Not Acceptable: the Accept header {why} application/json and text/event-stream"
+        )
 
 
 def check_content_type(headers: Mapping[str, str]) -> None:
-    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if "content-type" not in headers:
+        raise HttpError(415, "Unsupported Media Type: the Content-Type header is missing")
+    content_type = headers["content-type"].split(";", 1)[0].strip().lower()
     if content_type != "application/json":
         raise HttpError(415, "Unsupported Media Type: expected application/json")
 
@@ -206,7 +218,16 @@ def check_content_type(headers: Mapping[str, str]) -> None:
 def check_content_length(headers: Mapping[str, str], limit: int) -> None:
     length = headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > limit):
-        raise HttpError(413, "Payload Too Large", headers=CLOSE)
+        raise too_large(limit)
+
+
+def too_large(limit: int) -> HttpError:
+    """413 naming the limit and the setting that raises it (the client's author reads it)."""
+    return HttpError(
+        413,
+        f"Payload Too Large: the body is over {limit} bytes (ConnectionLimits.max_message_size)",
+        headers=CLOSE,
+    )
 
 
 def _params(message: object) -> Mapping[str, Any] | None:
@@ -261,15 +282,17 @@ def modern_envelope(headers: Mapping[str, str], message: Mapping[str, Any]) -> E
         envelope, unsupported = None, exc
     meta = params["_meta"]
     method = message.get("method")
-    if headers.get(PROTOCOL_VERSION) != meta.get(META_PROTOCOL_VERSION):
-        raise JsonRpcError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta")
+    version = headers.get(PROTOCOL_VERSION)
+    if version != meta.get(META_PROTOCOL_VERSION):
+        raise _header_error(HEADER_PROTOCOL_VERSION, version, "_meta")
     if headers.get(METHOD) != method:
-        raise JsonRpcError(HEADER_MISMATCH, "Mcp-Method header does not match the method")
+        raise _header_error(HEADER_METHOD, headers.get(METHOD), "the method")
     name_key = NAME_BEARING.get(method) if isinstance(method, str) else None
     if name_key is not None:
         expected = params.get(name_key)
-        if decode_header_value(headers.get(NAME)) != expected:
-            raise JsonRpcError(HEADER_MISMATCH, f"Mcp-Name header does not match {name_key!r}")
+        sent = headers.get(NAME)
+        if decode_header_value(sent) != expected:
+            raise _header_error(HEADER_NAME, sent, repr(name_key))
     if unsupported is not None:
         raise unsupported
     assert envelope is not None
@@ -306,9 +329,19 @@ def check_param_headers(
         if expected is None:
             continue
         if sent is None or decode_header_value(sent.strip()) != expected:
-            raise JsonRpcError(
-                HEADER_MISMATCH, f"Mcp-Param-{header} header does not match argument {name!r}"
-            )
+            raise _header_error(f"Mcp-Param-{header}", sent, f"argument {name!r}")
+
+
+def _header_error(header: str, sent: str | None, what: str) -> JsonRpcError:
+    """``-32020`` saying whether *header* was missing or disagrees with *what* in the body.
+
+    A client author debugging a 400 needs to know which of the two it is:
+    a header their HTTP stack never sent reads very differently from a
+    value it encoded wrongly.
+    """
+    if sent is None:
+        return JsonRpcError(HEADER_MISMATCH, f"{header} header is missing (it must match {what})")
+    return JsonRpcError(HEADER_MISMATCH, f"{header} header does not match {what}")
 
 
 def status_for(code: int, era: Era) -> int:

@@ -240,7 +240,7 @@ async def tenant_call_slot(
     A ``subscriptions/listen`` stream takes none: it is not a call, and
     has its own (per-process) bounds in :class:`~.dispatcher.Dispatcher`.
 
-    Yields the refusal (``-32001``, ``data.limit == "tenant"``) when the
+    Yields the refusal (``data.limit == "tenant"``, the era's code) when the
     tenant already runs *cap* calls across the deployment, else ``None``
     for as long as the call runs.  When the backend is unreachable the call
     is admitted on this process's own per-tenant limit alone (reported as a
@@ -258,7 +258,7 @@ async def tenant_call_slot(
         yield None
         return
     if not taken:
-        yield too_many_requests(request.id, "tenant", cap)
+        yield too_many_requests(request.id, call.era, "tenant", cap)
         return
     try:
         yield None
