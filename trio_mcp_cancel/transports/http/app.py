@@ -344,7 +344,11 @@ class McpHttpApp:
                         return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                access = None if self.auth is None else await self._principal(headers)
+                access = (
+                    None
+                    if self.auth is None
+                    else await self._principal(headers, scope.get("client"))
+                )
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -407,14 +411,14 @@ class McpHttpApp:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
 
-    async def _principal(self, headers: dict[str, str]) -> str | AccessToken | None:
+    async def _principal(self, headers: dict[str, str], client: object) -> str | AccessToken | None:
         """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
         auth = self.auth
         if auth is None:
             return None
         if isinstance(auth, OAuthResource):
             try:
-                return await auth.authenticate(headers)
+                return await auth.authenticate(headers, client)
             except Refusal as refused:
                 raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
         principal = await authenticate(auth, headers)
