@@ -187,15 +187,21 @@ class IntrospectionVerifier:
 
     async def _introspect(self, token: str, deadline: float) -> dict[str, Any]:
         """Ask the server about *token*, all of it (the wait for a slot too) by *deadline*."""
-        acquired = False
-        with trio.move_on_at(deadline):
-            await self._limiter.acquire()
-            acquired = True
-        if not acquired:
-            # Our own queue, not the server: no back-off window, just "not now".
-            raise AuthServerUnavailable(
-                f"too many tokens are being introspected; none free within {self.timeout}s", 1.0
-            )
+        queued = False
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            queued = True
+            with trio.move_on_at(deadline):
+                await self._limiter.acquire()
+                queued = False
+            if queued:
+                # Our own queue, not the server: no back-off window, just "not now".
+                raise AuthServerUnavailable(
+                    f"too many tokens are being introspected; no turn within {self.timeout}s",
+                    1.0,
+                ) from None
+            queued = True
         try:
             with trio.move_on_at(deadline):
                 endpoint = self.endpoint or await self._metadata.endpoint("introspection_endpoint")
@@ -206,13 +212,19 @@ class IntrospectionVerifier:
                     auth=(self.client_id, self.client_secret),
                     transport=self.transport,
                 )
+            if queued:
+                # What the queue left of the bound ran out: not the server's fault alone.
+                raise AuthServerUnavailable(
+                    f"no introspection answer within {self.timeout}s (queued first)", 1.0
+                )
             raise AuthServerUnavailable(
                 f"the authorization server did not answer the introspection within {self.timeout}s"
             )
         except AuthServerUnavailable as exc:
-            wait = self.retry_interval if exc.retry_after is None else exc.retry_after
-            self._down = (trio.current_time() + wait, str(exc))
-            exc.retry_after = wait
+            if not (queued and trio.current_time() >= deadline):
+                wait = self.retry_interval if exc.retry_after is None else exc.retry_after
+                self._down = (trio.current_time() + wait, str(exc))
+                exc.retry_after = wait
             raise
         finally:
             self._limiter.release()

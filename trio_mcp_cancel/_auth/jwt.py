@@ -301,8 +301,9 @@ class JwtVerifier:
             kid, alg = jwk.get("kid"), jwk.get("alg")
             restricted = alg if isinstance(alg, str) else None
             keys[kid if isinstance(kid, str) else None] = (key, restricted)
+        # ``_unfound`` is kept: a kid a refetch did not find may still come back
+        # through the general slot, but not through the new-kid budget again.
         self._keys = keys
-        self._unfound.clear()  # a kid the old set lacked may be in this one
 
 
 def _kid_digest(kid: str) -> bytes:
