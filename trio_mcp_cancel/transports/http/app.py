@@ -39,6 +39,7 @@ from ..._core.namespace import tenant_for
 from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
 from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher
+from ..._protocol.exchange import Exchange
 from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
@@ -51,12 +52,12 @@ from ..limits import (
     HttpLimits,
 )
 from . import hypercorn_compat, rules
-from .answer import Post, Responder
+from .answer import Post, Responder, Routed
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
-from .oauth import check_scopes, resource_metadata
+from .oauth import Expiries, check_scopes, expiry_of, resource_metadata, run_at
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -185,6 +186,8 @@ class McpHttpApp:
         )
         self.auth = auth
         self.oauth = auth if isinstance(auth, OAuthResource) else None
+        # What a token opened ends at its expiry (see .oauth): one timer for all.
+        self._expiries = Expiries() if self.oauth is not None else None
         self.json_response = json_response
         self.limits = limits
         self.http_limits = http_limits
@@ -291,6 +294,8 @@ class McpHttpApp:
                     await outer.start(self._get.serve_backend, self.backend)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
+                    if self._expiries is not None:
+                        await service.start(self._expiries.run)
                     self._responder.service = service
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
@@ -367,7 +372,7 @@ class McpHttpApp:
             elif method == "GET":
                 await self._discard_body(receive)
                 tenant = tenant_for(principal, scope.get("client"))
-                await self._get.get(headers, principal, tenant, receive, send)
+                await self._get.get(headers, principal, tenant, receive, send, expiry_of(access))
             else:
                 await self._discard_body(receive)
                 await self._legacy.delete(headers, principal)
@@ -463,10 +468,35 @@ class McpHttpApp:
             return
         telemetry = self.server.telemetry
         if telemetry is None or "traceparent" not in headers:
-            await self._responder.answer(routed, receive, send)
+            await self._answer(routed, receive, send, access)
             return
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
+            await self._answer(routed, receive, send, access)
+
+    async def _answer(
+        self, routed: Routed, receive: Receive, send: Send, access: str | AccessToken | None
+    ) -> None:
+        """Answer *routed*; a call made with an expiring token is cancelled at its expiry."""
+        expiry = expiry_of(access) if self._expiries is not None else None
+        if expiry is None:
             await self._responder.answer(routed, receive, send)
+            return
+        deadline, reason = expiry
+        exchange = Exchange()
+        end = partial(exchange.cancel, reason, kind="server")
+        expiries = self._expiries
+        assert expiries is not None
+        if expiries.running:
+            handle = expiries.add(deadline, end)
+            try:
+                await self._responder.answer(routed, receive, send, exchange)
+            finally:
+                expiries.discard(handle)
+            return
+        async with trio.open_nursery() as nursery:  # served without a lifespan
+            nursery.start_soon(run_at, deadline, end)
+            await self._responder.answer(routed, receive, send, exchange)
+            nursery.cancel_scope.cancel()
 
 
 async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:
