@@ -39,7 +39,6 @@ from ..._core.namespace import tenant_for
 from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
 from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher
-from ..._protocol.exchange import Exchange
 from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
@@ -57,7 +56,7 @@ from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
-from .oauth import Expiries, check_scopes, expiry_of, resource_metadata, run_at
+from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -349,11 +348,8 @@ class McpHttpApp:
                         return
                     raise HttpError(404, "Not Found")
                 rules.check_origin(headers, self.allowed_origins)
-                access = (
-                    None
-                    if self.auth is None
-                    else await self._principal(headers, scope.get("client"))
-                )
+                client = scope.get("client")
+                access = None if self.auth is None else await self._principal(headers, client)
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -477,26 +473,11 @@ class McpHttpApp:
         self, routed: Routed, receive: Receive, send: Send, access: str | AccessToken | None
     ) -> None:
         """Answer *routed*; a call made with an expiring token is cancelled at its expiry."""
-        expiry = expiry_of(access) if self._expiries is not None else None
-        if expiry is None:
-            await self._responder.answer(routed, receive, send)
-            return
-        deadline, reason = expiry
-        exchange = Exchange()
-        end = partial(exchange.cancel, reason, kind="server")
-        expiries = self._expiries
-        assert expiries is not None
-        if expiries.running:
-            handle = expiries.add(deadline, end)
-            try:
-                await self._responder.answer(routed, receive, send, exchange)
-            finally:
-                expiries.discard(handle)
-            return
-        async with trio.open_nursery() as nursery:  # served without a lifespan
-            nursery.start_soon(run_at, deadline, end)
-            await self._responder.answer(routed, receive, send, exchange)
-            nursery.cancel_scope.cancel()
+        expiries, responder = self._expiries, self._responder
+        if expiries is None:
+            await responder.answer(routed, receive, send)
+        else:
+            await answer_until_expiry(responder, expiries, routed, receive, send, access)
 
 
 async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:

@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import attrs
@@ -33,11 +34,13 @@ import trio
 
 from ..._auth.resource import OAuthResource
 from ..._auth.tokens import AccessToken
+from ..._protocol.exchange import Exchange
 from ..._protocol.mcp_server import McpServerBase
+from .answer import Receive, Responder, Routed, Send
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
-__all__ = ["Expiries", "check_scopes", "expiry_of", "resource_metadata", "run_at"]
+__all__ = ["Expiries", "answer_until_expiry", "check_scopes", "expiry_of", "resource_metadata"]
 
 _CORS = [
     # The metadata is public, and browser-based clients read it cross-origin.
@@ -163,3 +166,32 @@ def _run(action: Callable[[], object]) -> None:
         action()
     except Exception:
         logger.exception("ending a request at its token's expiry failed")
+
+
+async def answer_until_expiry(
+    responder: Responder,
+    expiries: Expiries,
+    routed: Routed,
+    receive: Receive,
+    send: Send,
+    access: object,
+) -> None:
+    """Answer *routed*, cancelling its call (kind ``"server"``) when *access* expires."""
+    expiry = expiry_of(access)
+    if expiry is None:
+        await responder.answer(routed, receive, send)
+        return
+    deadline, reason = expiry
+    exchange = Exchange()
+    end = partial(exchange.cancel, reason, kind="server")
+    if expiries.running:
+        handle = expiries.add(deadline, end)
+        try:
+            await responder.answer(routed, receive, send, exchange)
+        finally:
+            expiries.discard(handle)
+        return
+    async with trio.open_nursery() as nursery:  # served without a lifespan
+        nursery.start_soon(run_at, deadline, end)
+        await responder.answer(routed, receive, send, exchange)
+        nursery.cancel_scope.cancel()
