@@ -31,6 +31,7 @@ from asgi_harness import (
 )
 
 from trio_mcp_cancel import Registry, checkpoint_cancelled
+from trio_mcp_cancel._telemetry.names import server_cause
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import AccessToken, InvalidToken, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
@@ -112,6 +113,7 @@ async def test_a_running_call_is_cancelled_at_its_tokens_expiry_with_the_reason(
         assert final["error"]["code"] == -32800
         assert final["error"]["data"] == {"reason": expiry_reason(tokens)}
         assert LIFETIME - 0.5 <= ended_at(call, began) <= LIFETIME + 1.0 + 0.5  # + grace
+        assert server_cause(expiry_reason(tokens)) == "token_expired"  # telemetry's cause
 
 
 async def test_a_listen_stream_ends_at_its_tokens_expiry(

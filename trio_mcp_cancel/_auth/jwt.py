@@ -137,7 +137,6 @@ class JwtVerifier:
         self._metadata = IssuerMetadata(
             self.issuer,
             self.timeout,
-            retry_interval=self.refresh_interval,
             retry_backoff=self.retry_backoff,
             transport=self.transport,
         )

@@ -36,6 +36,7 @@ from ..._auth.resource import OAuthResource
 from ..._auth.tokens import AccessToken
 from ..._protocol.exchange import Exchange
 from ..._protocol.mcp_server import McpServerBase
+from ..._telemetry.names import TOKEN_EXPIRED
 from .answer import Receive, Responder, Routed, Send
 
 logger = logging.getLogger("trio_mcp_cancel.http")
@@ -99,7 +100,7 @@ def expiry_of(access: object) -> tuple[float, str] | None:
         when = datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
         when = f"{expires_at:g} (Unix time)"
-    return deadline, f"the access token expired at {when}"
+    return deadline, TOKEN_EXPIRED + when
 
 
 @attrs.define(eq=False)
