@@ -192,16 +192,17 @@ class IntrospectionVerifier:
             self._limiter.acquire_nowait()
         except trio.WouldBlock:
             queued = True
+        if queued:
+            turn = False
             with trio.move_on_at(deadline):
                 await self._limiter.acquire()
-                queued = False
-            if queued:
+                turn = True
+            if not turn:
                 # Our own queue, not the server: no back-off window, just "not now".
                 raise AuthServerUnavailable(
                     f"too many tokens are being introspected; no turn within {self.timeout}s",
                     1.0,
-                ) from None
-            queued = True
+                )
         try:
             with trio.move_on_at(deadline):
                 endpoint = self.endpoint or await self._metadata.endpoint("introspection_endpoint")
@@ -221,6 +222,8 @@ class IntrospectionVerifier:
                 f"the authorization server did not answer the introspection within {self.timeout}s"
             )
         except AuthServerUnavailable as exc:
+            # A call that had the whole bound and failed is the server's doing: back
+            # off.  One that ran out of what the queue left of it is not proof of that.
             if not (queued and trio.current_time() >= deadline):
                 wait = self.retry_interval if exc.retry_after is None else exc.retry_after
                 self._down = (trio.current_time() + wait, str(exc))
