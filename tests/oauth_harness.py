@@ -6,7 +6,12 @@ token endpoint (``client_secret_basic`` or ``_post``; the RFC 8707
 ``resource`` becomes the token's ``aud``), and RFC 7662 introspection for
 the opaque tokens it hands out.  Tests also mint tokens directly
 (:meth:`AuthServer.mint`), wrong on purpose.  Its ``down`` flag makes every
-endpoint answer ``503``; ``calls`` counts requests by path.
+endpoint answer ``503``, ``throttle`` ``429`` with that ``Retry-After``, and
+``delay`` makes every answer that slow; ``calls`` counts requests by path.
+
+:func:`in_process_auth_server` gives one reached through
+``httpx2.ASGITransport`` instead of a socket (the verifiers' ``transport``),
+so a test runs under a mock clock.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import attrs
+import httpx2
 import jwt
 import trio
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -47,6 +53,10 @@ class AuthServer:
     opaque_clients: set[str] = attrs.field(factory=set)
     """Clients whose tokens from /token are opaque (introspected) instead of JWTs."""
     down: bool = False
+    throttle: int | None = None
+    """Answer every request ``429`` with this ``Retry-After`` (seconds)."""
+    delay: float = 0.0
+    """Seconds every answer takes."""
     calls: Counter[str] = attrs.field(factory=Counter)
     token_lifetime: int = 300
     """Seconds the tokens from /token live (their ``exp`` and ``expires_in``)."""
@@ -142,8 +152,14 @@ class AuthServer:
         path = scope["path"]
         self.calls[path] += 1
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if self.delay:
+            await trio.sleep(self.delay)
         if self.down:
             await _answer(send, 503, {"error": "temporarily_unavailable"})
+            return
+        if self.throttle is not None:
+            later = [(b"retry-after", str(self.throttle).encode())]
+            await _answer(send, 429, {"error": "slow_down"}, later)
             return
         if path == "/.well-known/oauth-authorization-server":
             await _answer(send, 200, self.metadata())
@@ -209,13 +225,19 @@ class AuthServer:
         return 200, record
 
 
-async def _answer(send: Send, status: int, document: dict[str, Any]) -> None:
+async def _answer(
+    send: Send,
+    status: int,
+    document: dict[str, Any],
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     body = json.dumps(document).encode()
+    headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store")],
+            "headers": [*headers, *(extra or [])],
         }
     )
     await send({"type": "http.response.body", "body": body})
@@ -255,3 +277,11 @@ async def running_auth_server() -> AsyncIterator[AuthServer]:
     server.issuer = f"http://127.0.0.1:{port}"
     async with serving_asgi(server, sock):
         yield server
+
+
+def in_process_auth_server(
+    issuer: str = "http://as.test",
+) -> tuple[AuthServer, httpx2.ASGITransport]:
+    """An :class:`AuthServer` and the transport that reaches it in this process (no socket)."""
+    server = AuthServer(issuer=issuer)
+    return server, httpx2.ASGITransport(app=server)

@@ -18,7 +18,14 @@ from ._auth.env import JwtOrOpaque, oauth_from_env
 from ._auth.introspection import IntrospectionVerifier
 from ._auth.jwt import JwtVerifier
 from ._auth.resource import OAuthResource
-from ._auth.tokens import AccessToken, AuthServerUnavailable, InvalidToken, TokenVerifier
+from ._auth.tokens import (
+    AccessToken,
+    AuthServerUnavailable,
+    InvalidToken,
+    TokenVerifier,
+    TooManyNewTokens,
+    requesting_client,
+)
 from ._public import fixup_module_metadata
 
 __all__ = [
@@ -30,7 +37,9 @@ __all__ = [
     "JwtVerifier",
     "OAuthResource",
     "TokenVerifier",
+    "TooManyNewTokens",
     "oauth_from_env",
+    "requesting_client",
 ]
 
 fixup_module_metadata(__name__, __all__, globals())

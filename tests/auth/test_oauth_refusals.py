@@ -206,11 +206,12 @@ async def test_an_unknown_kid_refetches_the_rotated_jwks_at_most_once_per_interv
             rotated = issuer.mint(aud=RESOURCE)
             assert result_text(await call(client, rotated)) == "hi"
             assert issuer.calls["/jwks"] == 2
-            # Forged kids in a burst: one refetch per interval, not one per request.
-            for n in range(5):
+            # Forged kids in a burst: the general slot is spent, then the small budget
+            # for kids never seen (3 a minute), then nothing, however many kids come.
+            for n in range(8):
                 refused = await call(client, issuer.mint(aud=RESOURCE, kid=f"forged-{n}"))
                 assert refused.status == 401
-            assert issuer.calls["/jwks"] <= 3
+            assert issuer.calls["/jwks"] == 2 + 3
             assert len(ran) == 2
 
 
@@ -235,7 +236,9 @@ async def test_introspection_down_answers_503_with_the_reason_not_a_hang_or_a_50
             issuer.down = True
             refused = await call(client, token)
             assert refused.status == 503
-            assert refused.headers["retry-after"] == "5"
+            # The wait before the server is asked again (a short back-off: the
+            # metadata discovery failed at first use).
+            assert int(refused.headers["retry-after"]) >= 1
             message = refused.json()["error"]["message"]
             assert "cannot validate the token" in message and "HTTP 503" in message
             # Within the retry interval the next token is answered at once, without a call.

@@ -3,9 +3,12 @@
 The issuer's metadata names its ``jwks_uri`` and ``introspection_endpoint``.
 It is fetched at the first token that needs it, under a lock (concurrent
 requests share one fetch), and kept for the life of the process: the
-endpoints of an issuer do not move.  A failed discovery is retried at most
-every *retry_interval* seconds; meanwhile requests are answered ``503`` at
-once instead of each waiting on a server that is down.
+endpoints of an issuer do not move.  A failed discovery is retried after a
+back-off that starts at *retry_backoff* seconds and doubles with each
+failure in a row, up to *retry_interval* (a ``Retry-After`` from the server
+lengthens it); meanwhile requests are answered ``503`` at once, with the
+wait left as ``Retry-After``, instead of each waiting on a server that is
+down.  A failure at first use thus costs a second, not a long lockout.
 
 The candidate URLs follow RFC 8414 section 3.1 (the well-known segment
 goes between the host and the issuer's path) and then OpenID Connect
@@ -24,10 +27,18 @@ import attrs
 import trio
 
 from .._protocol.wire import oauth_metadata_urls
-from .fetch import get_json
+from .fetch import Transport, get_json
 from .tokens import AuthServerUnavailable
 
-__all__ = ["IssuerMetadata"]
+__all__ = ["IssuerMetadata", "backoff"]
+
+
+def backoff(first: float, cap: float, failures: int, asked: float | None) -> float:
+    """Seconds to wait after *failures* failures in a row: *first* doubling up to *cap*,
+    and never less than the server *asked* (its ``Retry-After``)."""
+    cap = cap if math.isfinite(cap) else 0.0
+    wait = min(first * 2.0 ** min(failures - 1, 30), cap)
+    return max(wait, asked or 0.0)
 
 
 @attrs.define(eq=False)
@@ -37,8 +48,11 @@ class IssuerMetadata:
     issuer: str
     timeout: float = 5.0
     retry_interval: float = 10.0
+    retry_backoff: float = 1.0
+    transport: Transport | None = None
     _document: dict[str, Any] | None = attrs.field(default=None, init=False)
     _failed: tuple[float, str] | None = attrs.field(default=None, init=False)
+    _failures: int = attrs.field(default=0, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def get(self) -> dict[str, Any]:
@@ -48,14 +62,20 @@ class IssuerMetadata:
         async with self._lock:
             if self._document is not None:
                 return self._document
-            if self._failed is not None and trio.current_time() < self._failed[0]:
-                raise AuthServerUnavailable(self._failed[1])
+            now = trio.current_time()
+            if self._failed is not None and now < self._failed[0]:
+                raise AuthServerUnavailable(self._failed[1], self._failed[0] - now)
             try:
                 self._document = await self._discover()
             except AuthServerUnavailable as exc:
-                retry = self.retry_interval if math.isfinite(self.retry_interval) else 0.0
-                self._failed = (trio.current_time() + retry, str(exc))
+                self._failures += 1
+                wait = backoff(
+                    self.retry_backoff, self.retry_interval, self._failures, exc.retry_after
+                )
+                self._failed = (trio.current_time() + wait, str(exc))
+                exc.retry_after = wait
                 raise
+            self._failed, self._failures = None, 0
             return self._document
 
     async def endpoint(self, name: str) -> str:
@@ -75,11 +95,14 @@ class IssuerMetadata:
 
     async def _try_each(self) -> dict[str, Any]:
         reasons = []
+        asked: float | None = None
         for url in oauth_metadata_urls(self.issuer):
             try:
-                document = await get_json(url, self.timeout)
+                document = await get_json(url, self.timeout, self.transport)
             except AuthServerUnavailable as exc:
                 reasons.append(str(exc))
+                if exc.retry_after is not None:
+                    asked = max(asked or 0.0, exc.retry_after)
                 continue
             if document.get("issuer") != self.issuer:
                 raise AuthServerUnavailable(
@@ -88,5 +111,5 @@ class IssuerMetadata:
                 )
             return document
         raise AuthServerUnavailable(
-            f"no authorization server metadata for {self.issuer}: " + "; ".join(reasons)
+            f"no authorization server metadata for {self.issuer}: " + "; ".join(reasons), asked
         )

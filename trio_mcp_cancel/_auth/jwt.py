@@ -13,11 +13,18 @@ is fetched at the first token and kept.  A token naming a ``kid`` the
 cached set lacks (the issuer rotated its keys) refetches it, at most once
 every *refresh_interval* seconds whatever the tokens say, so forged
 ``kid`` values cannot turn requests into a flood of JWKS fetches; a
-refetch that does not produce the key refuses the token.  A failed fetch
-is rate-limited the same way: until the interval has passed, tokens that
-need a new key are answered ``503`` at once with the failure's reason.  A valid token
-with a known key never waits on the network.  At most *max_keys* keys are
-kept (the first ones of the set).
+refetch that does not produce the key refuses the token.  Besides that
+general slot, a ``kid`` never asked for before may refetch on its own
+small budget (*new_kid_refetches* a minute; a ``kid`` a refetch did not
+find does not spend it again), so the new key of a rotation is fetched at
+once even right after someone spent the general slot with made-up kids.
+A failed fetch (metadata or keys) is retried after a short back-off:
+*retry_backoff* seconds, doubling with each failure in a row up to
+*refresh_interval* (longer if the server's ``Retry-After`` asks); until
+then tokens that need a key are answered ``503`` at once with the reason
+and the wait left as ``Retry-After``.  A request waits for keys at most
+*timeout* seconds in all.  A valid token with a known key never waits on
+the network.  At most *max_keys* keys are kept (the first ones of the set).
 
 **Claims.**  ``iss`` must be the issuer, ``aud`` must contain this
 resource's URL (RFC 8707: a token minted for another resource is refused,
@@ -41,11 +48,18 @@ import attrs
 import jwt
 import trio
 
-from .discovery import IssuerMetadata
-from .fetch import get_json
+from .discovery import IssuerMetadata, backoff
+from .fetch import Transport, get_json
 from .tokens import AccessToken, AuthServerUnavailable, InvalidToken, scopes_of
 
 __all__ = ["DEFAULT_ALGORITHMS", "JwtVerifier"]
+
+#: The window *new_kid_refetches* counts refetches over (seconds).
+_NEW_KID_WINDOW: Final = 60.0
+
+#: Kids a refetch did not find, remembered (by digest) so they spend the new-kid
+#: budget once: 32-byte keys, so this many cost well under 100 KiB.
+_MAX_UNFOUND_KIDS: Final = 1024
 
 #: A JWKS key and the ``alg`` it is restricted to (``None``: any of its type).
 _Key = tuple[jwt.PyJWK, str | None]
@@ -76,11 +90,19 @@ class JwtVerifier:
         algorithms: the signature algorithms accepted (``none`` and ``HS*``
             are refused even if listed).
         leeway: seconds of clock skew allowed on ``exp`` and ``nbf``.
-        timeout: the bound of each call to the authorization server.
-        refresh_interval: the least time between two JWKS fetches.
+        timeout: the longest a request waits for keys (discovery and the
+            JWKS fetch together).
+        refresh_interval: the least time between two JWKS fetches for
+            unknown kids (the general slot), and the longest back-off.
+        new_kid_refetches: further refetches a minute for kids never asked
+            for before (a key rotation's new kid).
+        retry_backoff: the first wait after a failed fetch; it doubles with
+            each failure in a row, up to *refresh_interval*.
         max_keys: the most keys kept from the JWKS.
         cache_size: validated tokens remembered (until their ``exp``), so a
             client's next requests skip the signature check.
+        transport: the httpx2 transport to the authorization server
+            (``None``: the network).
     """
 
     issuer: str
@@ -90,12 +112,19 @@ class JwtVerifier:
     leeway: float = 30.0
     timeout: float = 5.0
     refresh_interval: float = 30.0
+    new_kid_refetches: int = 3
+    retry_backoff: float = 1.0
     max_keys: int = 32
     cache_size: int = 1024
+    transport: Transport | None = None
     _metadata: IssuerMetadata = attrs.field(init=False)
     _keys: dict[str | None, _Key] = attrs.field(factory=dict, init=False)
     _fetched_at: float = attrs.field(default=-math.inf, init=False)
-    _failure: str | None = attrs.field(default=None, init=False)
+    _failure: tuple[float, str] | None = attrs.field(default=None, init=False)
+    """Until when fetching is backed off, and why (the last fetch failed)."""
+    _failures: int = attrs.field(default=0, init=False)
+    _new_kid_fetches: list[float] = attrs.field(factory=list, init=False)
+    _unfound: OrderedDict[bytes, None] = attrs.field(factory=OrderedDict, init=False)
     _verified: OrderedDict[bytes, AccessToken] = attrs.field(factory=OrderedDict, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -105,7 +134,12 @@ class JwtVerifier:
             raise ValueError(f"algorithms {unsafe} are not allowed for access tokens")
         if not self.algorithms:
             raise ValueError("algorithms must name at least one signature algorithm")
-        self._metadata = IssuerMetadata(self.issuer, self.timeout)
+        self._metadata = IssuerMetadata(
+            self.issuer,
+            self.timeout,
+            retry_backoff=self.retry_backoff,
+            transport=self.transport,
+        )
 
     async def verify(self, token: str) -> AccessToken:
         """The :class:`AccessToken` *token* carries, or :class:`InvalidToken` saying why not."""
@@ -176,30 +210,71 @@ class JwtVerifier:
         )
 
     async def _key(self, kid: str | None) -> _Key:
-        """The key for *kid*: cached, or after a (rate-limited) refetch of the JWKS."""
+        """The key for *kid*: cached, or after a (rate-limited) refetch of the JWKS,
+        all within *timeout* (the wait for another request's fetch too)."""
         key = self._find(kid)
         if key is not None:
             return key
-        async with self._lock:
-            key = self._find(kid)  # fetched while we waited for the lock
-            if key is not None:
-                return key
-            if trio.current_time() - self._fetched_at < self.refresh_interval:
-                if self._failure is not None:  # the last fetch failed: say so, at once
-                    raise AuthServerUnavailable(self._failure)
-                raise InvalidToken(f"unknown signing key {kid!r}")
-            try:
-                await self._refresh()
-            except AuthServerUnavailable as exc:
-                # Rate-limited like a success: a down server is asked once per interval,
-                # not once per waiting request.
-                self._fetched_at, self._failure = trio.current_time(), str(exc)
-                raise
-            self._failure = None
-        key = self._find(kid)
-        if key is None:
+        with trio.move_on_after(self.timeout):
+            async with self._lock:
+                return await self._fetch_key(kid)
+        raise AuthServerUnavailable(
+            f"the signing keys of {self.issuer} could not be fetched within {self.timeout}s", 1.0
+        )
+
+    async def _fetch_key(self, kid: str | None) -> _Key:
+        key = self._find(kid)  # fetched while we waited for the lock
+        if key is not None:
+            return key
+        now = trio.current_time()
+        if self._failure is not None and now < self._failure[0]:
+            # Backing off after a failure: say so, at once, with the wait left.
+            raise AuthServerUnavailable(self._failure[1], self._failure[0] - now)
+        if not self._may_refetch(kid, now):
             raise InvalidToken(f"unknown signing key {kid!r}")
-        return key
+        try:
+            with trio.move_on_after(self.timeout):
+                await self._refresh()
+                self._failure, self._failures = None, 0
+                key = self._find(kid)
+                if key is None:
+                    self._unfound_kid(kid)
+                    raise InvalidToken(f"unknown signing key {kid!r}")
+                return key
+            raise AuthServerUnavailable(
+                f"the JWKS of {self.issuer}: no answer within {self.timeout}s"
+            )
+        except AuthServerUnavailable as exc:
+            # Backed off, not retried per waiting request: a down server is asked
+            # after 1, 2, 4... seconds (up to refresh_interval), not hammered.
+            self._failures += 1
+            wait = backoff(
+                self.retry_backoff, self.refresh_interval, self._failures, exc.retry_after
+            )
+            self._failure = (trio.current_time() + wait, str(exc))
+            exc.retry_after = wait
+            raise
+
+    def _may_refetch(self, kid: str | None, now: float) -> bool:
+        """Whether a token naming the unknown *kid* may refetch the JWKS now (and spend it)."""
+        if self._failures or now - self._fetched_at >= self.refresh_interval:
+            return True  # the general slot (a retry after a back-off is one too)
+        if kid is None or _kid_digest(kid) in self._unfound:
+            return False
+        recent = [t for t in self._new_kid_fetches if now - t < _NEW_KID_WINDOW]
+        if len(recent) >= self.new_kid_refetches:
+            self._new_kid_fetches = recent
+            return False
+        recent.append(now)
+        self._new_kid_fetches = recent
+        return True
+
+    def _unfound_kid(self, kid: str | None) -> None:
+        if kid is None:
+            return
+        self._unfound[_kid_digest(kid)] = None
+        while len(self._unfound) > _MAX_UNFOUND_KIDS:
+            self._unfound.popitem(last=False)
 
     def _find(self, kid: str | None) -> _Key | None:
         if kid is None:
@@ -209,7 +284,7 @@ class JwtVerifier:
 
     async def _refresh(self) -> None:
         uri = self.jwks_uri or await self._metadata.endpoint("jwks_uri")
-        document = await get_json(uri, self.timeout)
+        document = await get_json(uri, self.timeout, self.transport)
         self._fetched_at = trio.current_time()
         found = document.get("keys")
         if not isinstance(found, list):
@@ -225,4 +300,10 @@ class JwtVerifier:
             kid, alg = jwk.get("kid"), jwk.get("alg")
             restricted = alg if isinstance(alg, str) else None
             keys[kid if isinstance(kid, str) else None] = (key, restricted)
+        # ``_unfound`` is kept: a kid a refetch did not find may still come back
+        # through the general slot, but not through the new-kid budget again.
         self._keys = keys
+
+
+def _kid_digest(kid: str) -> bytes:
+    return hashlib.sha256(kid.encode()).digest()

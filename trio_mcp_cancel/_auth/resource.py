@@ -35,7 +35,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from .tokens import AccessToken, AuthServerUnavailable, InvalidToken, TokenVerifier
+from .tokens import (
+    AccessToken,
+    AuthServerUnavailable,
+    InvalidToken,
+    TokenVerifier,
+    TooManyNewTokens,
+    requesting_client,
+)
 
 __all__ = ["METADATA_PATH", "OAuthResource", "Refusal"]
 
@@ -49,21 +56,28 @@ class Refusal(Exception):
     """A request the resource server refuses: the status, and the challenge to send."""
 
     def __init__(
-        self, status: int, reason: str, challenge: str | None, missing: Collection[str] = ()
+        self,
+        status: int,
+        reason: str,
+        challenge: str | None,
+        missing: Collection[str] = (),
+        retry_after: bytes = b"5",
     ) -> None:
         super().__init__(reason)
         self.status = status
         self.challenge = challenge
         self.missing = tuple(sorted(missing))
         """The scopes the token lacks (``403``)."""
+        self.retry_after = retry_after
+        """``Retry-After`` of a ``503`` or ``429``: whole seconds."""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """The response headers that carry the refusal."""
         headers = []
         if self.challenge is not None:
             headers.append((b"www-authenticate", self.challenge.encode("latin-1")))
-        if self.status == 503:
-            headers.append((b"retry-after", b"5"))
+        if self.status in (429, 503):
+            headers.append((b"retry-after", self.retry_after))
         return headers
 
 
@@ -153,21 +167,32 @@ class OAuthResource:
 
     # -- tokens ---------------------------------------------------------------
 
-    async def authenticate(self, headers: Mapping[str, str]) -> AccessToken:
-        """The request's validated token, holding every request's scopes, or a :class:`Refusal`."""
+    async def authenticate(self, headers: Mapping[str, str], client: object = None) -> AccessToken:
+        """The request's validated token, holding every request's scopes, or a :class:`Refusal`.
+
+        *client* is the caller's address (ASGI ``(host, port)``): the verifier
+        sees it as :data:`~.tokens.requesting_client`, so introspection can
+        bound what one address makes it ask the authorization server.
+        """
         scheme, _, token = headers.get("authorization", "").strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer":
             raise Refusal(401, "Unauthorized: a bearer token is required", self._challenge())
         if not token or " " in token:
             raise self._invalid("the Authorization header carries no well-formed bearer token")
+        bound = requesting_client.set(client)
         try:
             access = await self.verifier.verify(token)
         except InvalidToken as exc:
             raise self._invalid(str(exc)) from None
+        except TooManyNewTokens as exc:
+            reason = f"Too Many Requests: cannot validate the token now: {exc}"
+            raise Refusal(429, reason, None, retry_after=exc.retry_after_header()) from None
         except AuthServerUnavailable as exc:
             reason = f"Service Unavailable: cannot validate the token: {exc}"
-            raise Refusal(503, reason, None) from None
+            raise Refusal(503, reason, None, retry_after=exc.retry_after_header()) from None
+        finally:
+            requesting_client.reset(bound)
         self.check(access, self.required_scopes)
         return access
 

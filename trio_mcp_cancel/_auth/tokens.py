@@ -12,12 +12,27 @@ fine).  The library ships :class:`~.jwt.JwtVerifier` and
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
-__all__ = ["AccessToken", "AuthServerUnavailable", "InvalidToken", "TokenVerifier"]
+__all__ = [
+    "AccessToken",
+    "AuthServerUnavailable",
+    "InvalidToken",
+    "TokenVerifier",
+    "TooManyNewTokens",
+    "requesting_client",
+]
+
+#: The address of the client whose token is being verified (an ASGI ``(host, port)``
+#: pair, or ``None``): set by :meth:`~.resource.OAuthResource.authenticate` around
+#: ``verify``, so a verifier that calls out (introspection) can bound what one
+#: address may make it do without the :class:`TokenVerifier` protocol changing.
+requesting_client: ContextVar[object] = ContextVar("requesting_client", default=None)
 
 #: The longest principal used as is (the namespace module's component bound).
 _MAX_PRINCIPAL: Final = 256
@@ -72,8 +87,32 @@ class InvalidToken(Exception):
 class AuthServerUnavailable(Exception):
     """The authorization server could not be reached or answered nonsense: ``503``.
 
-    The token was not judged, so the client may retry; the message is the reason.
+    The token was not judged, so the client may retry; the message is the reason,
+    and *retry_after* (seconds, when known) when to try again: the client's
+    ``Retry-After``.
     """
+
+    status = 503
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+    def retry_after_header(self) -> bytes:
+        """``Retry-After``'s value: whole seconds, at least 1 (5 when nothing is known)."""
+        if self.retry_after is None or not math.isfinite(self.retry_after):
+            return b"5"
+        return str(max(1, math.ceil(self.retry_after))).encode()
+
+
+class TooManyNewTokens(AuthServerUnavailable):
+    """One client address sent more unknown tokens than it may have checked: ``429``.
+
+    The token was not judged (it may be fine); the address retries after
+    *retry_after* seconds.  Other addresses are not affected.
+    """
+
+    status = 429
 
 
 @runtime_checkable

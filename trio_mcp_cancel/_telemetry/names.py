@@ -71,6 +71,9 @@ EVENT_TASK_CANCEL: Final = "mcp_cancel.task_cancel_requested"
 #: ``mcp.server.operation.duration``'s advised bucket boundaries (semantic conventions).
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
+#: How the reason of a call cancelled at its OAuth token's expiry begins (HTTP).
+TOKEN_EXPIRED: Final = "the access token expired at "
+
 # The server's own cancel reasons (code constants in the transports) by cause.
 _SERVER_CAUSES: Final = {
     "request time limit reached": "time_limit",
@@ -88,4 +91,6 @@ def server_cause(reason: str | None) -> str:
     cause = _SERVER_CAUSES.get(reason)
     if cause is not None:
         return cause
+    if reason.startswith(TOKEN_EXPIRED):  # the expiry time follows: one cause for all
+        return "token_expired"
     return "limit" if "limit" in reason else "other"

@@ -154,7 +154,11 @@ async def _handle(
         access: AccessToken | None = None
         if isinstance(auth, OAuthResource):
             try:
-                access = await auth.authenticate(headers)
+                remote = request.remote
+                address = (
+                    (str(remote.address), remote.port) if isinstance(remote, Endpoint) else None
+                )
+                access = await auth.authenticate(headers, address)
             except Refusal as refused:
                 body = HttpError(refused.status, str(refused)).body()
                 await request.reject(refused.status, extra_headers=refused.headers(), body=body)

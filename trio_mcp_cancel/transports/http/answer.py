@@ -159,9 +159,13 @@ class Responder:
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(self, routed: Routed, receive: Receive, send: Send) -> None:
-        """Admit *routed* (once), run it and write its response."""
-        call, caller, exchange = routed.call, routed.caller, Exchange()
+    async def answer(
+        self, routed: Routed, receive: Receive, send: Send, exchange: Exchange | None = None
+    ) -> None:
+        """Admit *routed* (once), run it and write its response (*exchange*: the one the
+        app holds to cancel it, e.g. at its token's expiry)."""
+        call, caller = routed.call, routed.caller
+        exchange = Exchange() if exchange is None else exchange
         refused = self.dispatcher.admit(call, caller, exchange)
         if refused is not None:
             await self.refuse(send, refused, routed.extra)

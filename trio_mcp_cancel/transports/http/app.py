@@ -51,12 +51,12 @@ from ..limits import (
     HttpLimits,
 )
 from . import hypercorn_compat, rules
-from .answer import Post, Responder
+from .answer import Post, Responder, Routed
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
-from .oauth import check_scopes, resource_metadata
+from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -185,6 +185,8 @@ class McpHttpApp:
         )
         self.auth = auth
         self.oauth = auth if isinstance(auth, OAuthResource) else None
+        # What a token opened ends at its expiry (see .oauth): one timer for all.
+        self._expiries = Expiries() if self.oauth is not None else None
         self.json_response = json_response
         self.limits = limits
         self.http_limits = http_limits
@@ -291,6 +293,8 @@ class McpHttpApp:
                     await outer.start(self._get.serve_backend, self.backend)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
+                    if self._expiries is not None:
+                        await service.start(self._expiries.run)
                     self._responder.service = service
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
@@ -344,7 +348,8 @@ class McpHttpApp:
                         return
                     raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
                 rules.check_origin(headers, self.allowed_origins)
-                access = None if self.auth is None else await self._principal(headers)
+                client = scope.get("client")
+                access = None if self.auth is None else await self._principal(headers, client)
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -363,7 +368,7 @@ class McpHttpApp:
             elif method == "GET":
                 await self._discard_body(receive)
                 tenant = tenant_for(principal, scope.get("client"))
-                await self._get.get(headers, principal, tenant, receive, send)
+                await self._get.get(headers, principal, tenant, receive, send, expiry_of(access))
             else:
                 await self._discard_body(receive)
                 await self._legacy.delete(headers, principal)
@@ -407,14 +412,14 @@ class McpHttpApp:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
 
-    async def _principal(self, headers: dict[str, str]) -> str | AccessToken | None:
+    async def _principal(self, headers: dict[str, str], client: object) -> str | AccessToken | None:
         """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
         auth = self.auth
         if auth is None:
             return None
         if isinstance(auth, OAuthResource):
             try:
-                return await auth.authenticate(headers)
+                return await auth.authenticate(headers, client)
             except Refusal as refused:
                 raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
         principal = await authenticate(auth, headers)
@@ -459,10 +464,20 @@ class McpHttpApp:
             return
         telemetry = self.server.telemetry
         if telemetry is None or "traceparent" not in headers:
-            await self._responder.answer(routed, receive, send)
+            await self._answer(routed, receive, send, access)
             return
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
-            await self._responder.answer(routed, receive, send)
+            await self._answer(routed, receive, send, access)
+
+    async def _answer(
+        self, routed: Routed, receive: Receive, send: Send, access: str | AccessToken | None
+    ) -> None:
+        """Answer *routed*; a call made with an expiring token is cancelled at its expiry."""
+        expiries, responder = self._expiries, self._responder
+        if expiries is None:
+            await responder.answer(routed, receive, send)
+        else:
+            await answer_until_expiry(responder, expiries, routed, receive, send, access)
 
 
 async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:

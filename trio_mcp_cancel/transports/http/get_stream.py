@@ -11,7 +11,9 @@ one of the dispatcher's listen slots (``max_listen_streams`` per server,
 ``max_listen_streams_per_tenant``: more is ``429``), and one whose queue
 overflows (a slow reader) is ended, as a listen stream is; the client
 reconnects and re-lists.  One GET stream per session: a second one while
-the first is connected is ``409``.
+the first is connected is ``409``.  A stream opened with an OAuth token
+that expires is ended (cleanly, not resumable) at the expiry: the client
+opens a new one with a fresh token.
 
 With ``Last-Event-ID`` the GET instead resumes the stream that id names
 (:mod:`.resume`): the events after it are replayed, then the stream goes
@@ -111,7 +113,10 @@ class GetStreams:
         tenant: str | None,
         receive: Receive,
         send: Send,
+        ends: tuple[float, str] | None = None,
     ) -> None:
+        """Serve one GET (*ends*: when, on Trio's clock, the token that opened it
+        expires, and why; see :mod:`.oauth`)."""
         if not rules.accepts(headers)[1]:
             raise HttpError(406, "Not Acceptable: a GET stream is text/event-stream")
         session = await self.legacy.session(headers, principal)
@@ -137,14 +142,14 @@ class GetStreams:
             if not stream.can_resume(after):
                 raise HttpError(409, "Conflict: the events after Last-Event-ID are no longer held")
             if stream.standalone:
-                await self._standalone(session, tenant, receive, send, (stream, after))
+                await self._standalone(session, tenant, receive, send, (stream, after), ends)
                 return
             writer = self._open(send)
             if not stream.attach(writer, after):
                 stream.detach(writer)
             await self._carry(stream, writer, receive)
             return
-        await self._standalone(session, tenant, receive, send, None)
+        await self._standalone(session, tenant, receive, send, None, ends)
 
     async def _standalone(
         self,
@@ -153,6 +158,7 @@ class GetStreams:
         receive: Receive,
         send: Send,
         resume: tuple[ResumableStream, int] | None,
+        ends: tuple[float, str] | None = None,
     ) -> None:
         """The session's notification stream (new, or *resume*\\ d after an event id)."""
         responder = self.responder
@@ -180,7 +186,7 @@ class GetStreams:
                 stream = session.streams.open(limit, standalone=True)
                 stream.attach(writer)
                 stream.prime()
-            await self._carry(stream, writer, receive, listener)
+            await self._carry(stream, writer, receive, listener, ends)
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
             elif stream.writer is None and responder.service is not None:
@@ -214,8 +220,10 @@ class GetStreams:
         writer: ResponseWriter,
         receive: Receive,
         listener: Listener | None = None,
+        ends: tuple[float, str] | None = None,
     ) -> None:
-        """Carry *stream* on this GET until it ends, its client goes, or it is replaced."""
+        """Carry *stream* on this GET until it ends, its client goes, it is replaced,
+        or (*ends*) the token that opened it expires."""
         responder = self.responder
         async with trio.open_nursery() as nursery:
             writer.outbox.timeout = responder.write_timeout
@@ -223,20 +231,27 @@ class GetStreams:
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)
-            await self._watch(stream, writer, receive)
+            await self._watch(stream, writer, receive, ends)
             nursery.cancel_scope.cancel()
         stream.detach(writer)
         if not writer.done:
             writer.abandon()
 
     async def _watch(
-        self, stream: ResumableStream, writer: ResponseWriter, receive: Receive
+        self,
+        stream: ResumableStream,
+        writer: ResponseWriter,
+        receive: Receive,
+        ends: tuple[float, str] | None = None,
     ) -> None:
-        """Until the client goes, stops reading, or another GET took the stream over."""
+        """Until the client goes, stops reading, or another GET took the stream over
+        (or, once the token expired and the stream was ended, it is written)."""
         interval = self.responder.keepalive_interval
         keepalive_at = math.inf if interval is None else trio.current_time() + interval
+        ends_at = math.inf if ends is None else ends[0]
         while stream.writer is writer:
-            with trio.CancelScope(deadline=min(keepalive_at, writer.stall_at)) as wait:
+            deadline = min(keepalive_at, writer.stall_at, ends_at)
+            with trio.CancelScope(deadline=deadline) as wait:
                 writer.wakes = wait
                 if (await receive())["type"] == "http.disconnect":
                     return
@@ -245,6 +260,13 @@ class GetStreams:
             if now >= writer.stall_at:
                 logger.info("client stopped reading its GET stream; dropping it")
                 return
+            if ends is not None and now >= ends_at:
+                # Ended like an overflowed stream: the final write closes the
+                # response, then _end_when_written stops this watch.
+                logger.info("ending a GET stream: %s", ends[1])
+                ends_at = math.inf
+                stream.emit(b"", final=True)
+                continue
             if interval is not None and now >= keepalive_at:
                 if not stream.keepalive(sse.KEEPALIVE):
                     return
