@@ -17,7 +17,7 @@ from typing import Final, Literal
 import attrs
 
 from .._core.validation import RequestId
-from .jsonrpc import Message, error_message
+from .jsonrpc import JsonRpcError, Message, error_message
 from .wire import TOO_MANY_REQUESTS
 
 __all__ = [
@@ -26,9 +26,11 @@ __all__ = [
     "TOO_MANY_REQUESTS",
     "Limit",
     "Slots",
+    "SubscriptionLimit",
     "check_cap",
     "too_many_requests",
     "too_many_sessions",
+    "too_many_subscribed_bytes",
 ]
 
 #: JSON-RPC error code (implementation-defined) for a call over an admission
@@ -62,6 +64,25 @@ def too_many_sessions(
     """
     return error_message(
         request_id, TOO_MANY_REQUESTS, "Too many sessions", {"limit": limit, "max": cap}
+    )
+
+
+#: The ``data.limit`` of a subscription refused by a byte budget
+#: (:class:`~.subscriptions.SubscriptionLimits`): the session's, the tenant's
+#: or the server's.
+SubscriptionLimit = Literal[
+    "subscription_bytes_session", "subscription_bytes_tenant", "subscription_bytes_server"
+]
+
+
+def too_many_subscribed_bytes(limit: SubscriptionLimit, cap: int) -> JsonRpcError:
+    """A ``resources/subscribe`` or listen stream over a subscription byte budget.
+
+    The same code and ``data`` as every admission limit: the client may retry
+    once it (or the tenant) has unsubscribed or closed a listen stream.
+    """
+    return JsonRpcError(
+        TOO_MANY_REQUESTS, "Too many subscribed bytes", {"limit": limit, "max": cap}
     )
 
 
