@@ -203,3 +203,16 @@ def test_matching_does_not_backtrack_whatever_the_uri() -> None:
     ]
     for template, uri in hostile:
         assert UriTemplate.parse(template).match(uri) is None
+
+
+def test_a_segment_variable_is_a_slash_and_a_checked_simple_value() -> None:
+    template = UriTemplate.parse("api://v{/version}{/item}{?fields}")
+    assert template.match("api://v/2/abc?fields=a,b") == {
+        "version": "2",
+        "item": "abc",
+        "fields": "a,b",
+    }
+    assert template.match("api://v/2") is None  # both segments are required
+    with pytest.raises(UnsafeValue, match="'item'"):
+        template.match("api://v/2/..%2Fsecret")
+    assert UriTemplate.parse("api://status{?verbose}").match("api://status") == {}

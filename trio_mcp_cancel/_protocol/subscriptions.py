@@ -118,10 +118,13 @@ class SubscriptionLimits:
 DEFAULT_SUBSCRIPTION_LIMITS: Final = SubscriptionLimits()
 
 
+def _utf8_length(uri: str) -> int:
+    return len(uri) if uri.isascii() else len(uri.encode("utf-8", "surrogatepass"))
+
+
 def uri_bytes(uri: str) -> int:
     """What holding *uri* costs against the budgets: its UTF-8 length plus the overhead."""
-    size = len(uri) if uri.isascii() else len(uri.encode("utf-8", "surrogatepass"))
-    return size + URI_OVERHEAD
+    return _utf8_length(uri) + URI_OVERHEAD
 
 
 def listen_bytes(params: Mapping[str, Any]) -> int:
@@ -140,6 +143,9 @@ class SubscriptionBytes:
     Taken by a legacy session's :class:`ResourceSubscriptions` and by each
     open listen stream, given back when they unsubscribe, end or close.
     *tenant* ``None`` (stdio, tests) is counted in the total only.
+    :meth:`take` and :meth:`give` allocate no container, so a garbage
+    collection (and with it a dropped session's finalizer, which gives) never
+    runs in the middle of one.
     """
 
     held: int = 0
@@ -236,6 +242,7 @@ class ResourceSubscriptions:
         if account is None:
             account = self._account = _Account(budget, tenant)
             self._finalizer = weakref.finalize(self, account.close)
+            self._finalizer.atexit = False  # nothing to give back once the process ends
         refused = budget.refusal(account.tenant, size, limits)
         if refused is not None:
             raise refused
@@ -262,7 +269,7 @@ class ResourceSubscriptions:
 
 def check_uri(uri: str, limits: SubscriptionLimits) -> None:
     """``-32602`` when *uri* is longer than ``max_uri_bytes`` (the message says the bound)."""
-    if uri_bytes(uri) - URI_OVERHEAD > limits.max_uri_bytes:
+    if _utf8_length(uri) > limits.max_uri_bytes:
         raise JsonRpcError(
             INVALID_PARAMS,
             f"Invalid params: a resource URI is longer than {limits.max_uri_bytes} bytes",

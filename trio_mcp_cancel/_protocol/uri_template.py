@@ -149,8 +149,11 @@ class UriTemplate:
                 )
             if len(names) != 1:
                 raise refuse(f"{{{body}}}: one variable per expression (except {{?a,b}})")
-            if operator == "/":
-                atoms.append("/")
+            if operator == "/":  # "/" and a simple value: one literal with what precedes
+                if atoms and isinstance(atoms[-1], str):
+                    atoms[-1] += "/"
+                else:
+                    atoms.append("/")
             if atoms and isinstance(atoms[-1], _Variable):
                 raise refuse(f"{{{body}}} follows another variable with nothing between them")
             (name,) = names
@@ -201,8 +204,8 @@ class UriTemplate:
     def _scan(self, path: str) -> dict[str, str] | None:
         """The raw values of the path variables in *path* (``None``: no match)."""
         atoms, pivot = self.atoms, self.pivot
-        if pivot is None:
-            return {} if path == self.template else None
+        if pivot is None:  # only literal text (and maybe a {?...} already split off)
+            return {} if path == "".join(a for a in atoms if isinstance(a, str)) else None
         raws: dict[str, str] = {}
         # After the pivot, from the right: each variable starts after the
         # last occurrence of the literal before it.
