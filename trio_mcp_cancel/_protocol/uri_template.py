@@ -92,7 +92,8 @@ class UriTemplate:
     *pivot* (the ``{+name}`` variable, else the last one) takes what the
     others leave; the variables before it end at the first occurrence of
     the literal after them, those after it start at the last occurrence of
-    the literal before them (the official Python SDK's two-ended scan).
+    the literal before them (the official Python SDK scans a template with
+    a ``{+name}`` the same way).
     """
 
     template: str
