@@ -9,7 +9,8 @@ typed call states it classifies messages into, a :class:`Caller` and an
 used MRTR states), the registry's lower-level types and helpers (request ids,
 namespaces, the thread token; :func:`track` / :func:`untrack` for code that
 cannot use ``async with tracked(...)``, and :class:`Tracking` built directly
-for an id checked once already), the task manager, the protocol constants, and
+for an id checked once already), the task manager, the bounds of resource
+subscriptions (:class:`SubscriptionLimits`), the protocol constants, and
 multi round-trip requests by hand (a tool returning :class:`InputRequired`
 built with :func:`elicit`, :func:`sample`, :func:`list_roots`, for a tool
 that keeps its own state between rounds instead of ``await ctx.elicit``).
@@ -55,6 +56,7 @@ from ._protocol.jsonrpc import JsonRpcError
 from ._protocol.mcp_server import McpServerBase, OnCancel
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.runtime import ServerRuntime
+from ._protocol.subscriptions import SubscriptionLimits
 from ._protocol.tasks import TaskManager
 from ._protocol.tools import TaskSupport, Tool
 from ._protocol.versions import (
@@ -108,6 +110,7 @@ __all__ = [
     "RequestLike",
     "ServerRuntime",
     "StateSigner",
+    "SubscriptionLimits",
     "TaskManager",
     "TaskSupport",
     "ThreadLimit",

@@ -27,11 +27,13 @@ __all__ = [
     "TOO_MANY_REQUESTS",
     "Limit",
     "Slots",
+    "SubscriptionLimit",
     "check_cap",
     "over_limit",
     "too_many_requests",
     "too_many_requests_code",
     "too_many_sessions",
+    "too_many_subscribed_bytes",
 ]
 
 #: Which admission limit a refused call hit, in the error's ``data.limit``.
@@ -77,6 +79,23 @@ def too_many_sessions(
     """
     refusal = over_limit("legacy", "Too many sessions", limit, cap)
     return error_message(request_id, refusal.code, refusal.message, refusal.data)
+
+
+#: The ``data.limit`` of a subscription refused by a byte budget
+#: (:class:`~.subscriptions.SubscriptionLimits`): the session's, the tenant's
+#: or the server's.
+SubscriptionLimit = Literal[
+    "subscription_bytes_session", "subscription_bytes_tenant", "subscription_bytes_server"
+]
+
+
+def too_many_subscribed_bytes(era: Era, limit: SubscriptionLimit, cap: int) -> JsonRpcError:
+    """A ``resources/subscribe`` (legacy) or listen stream (modern) over a byte budget.
+
+    The same code (of *era*) and ``data`` as every admission limit: the client
+    may retry once it (or the tenant) has unsubscribed or closed a listen stream.
+    """
+    return over_limit(era, "Too many subscribed bytes", limit, cap)
 
 
 def check_cap(cap: int | None) -> int | None:

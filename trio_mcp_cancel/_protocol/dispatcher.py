@@ -58,6 +58,7 @@ from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
 from .mcp_server import McpServerBase
 from .methods import METHODS, TARGETS
 from .runtime import ServerRuntime
+from .subscriptions import listen_bytes
 from .tools import Tool
 from .versions import (
     META_SERVER_INFO,
@@ -355,6 +356,14 @@ class Dispatcher:
             )
             if full is not None:
                 return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
+            # Its resource URIs, held while it is open, within the subscription budgets.
+            size = listen_bytes(request.params)
+            over = self.runtime.subscription_bytes.refusal(
+                caller.tenant, size, server.subscription_limits, call.era
+            )
+            if over is not None:
+                over.request_id = request.id
+                return over.to_message()
         else:
             full = self.calls.full(
                 caller.tenant, server.max_concurrent_calls, server.max_calls_per_tenant
@@ -397,7 +406,11 @@ class Dispatcher:
             if telemetry is not None:
                 telemetry.refused(refused["error"]["data"]["limit"])
             return refused
-        (self.listens if call.long_lived else self.calls).take(caller.tenant)
+        if call.long_lived:
+            self.listens.take(caller.tenant)
+            self.runtime.subscription_bytes.take(caller.tenant, listen_bytes(call.request.params))
+        else:
+            self.calls.take(caller.tenant)
         if caller.channel is not None and call.tracked:
             caller.channel.exchanges.add(exchange)
         return None
@@ -406,7 +419,11 @@ class Dispatcher:
         """Give back what :meth:`admit` took."""
         if call.tool is None:
             return
-        (self.listens if call.long_lived else self.calls).give(caller.tenant)
+        if call.long_lived:
+            self.listens.give(caller.tenant)
+            self.runtime.subscription_bytes.give(caller.tenant, listen_bytes(call.request.params))
+        else:
+            self.calls.give(caller.tenant)
         if caller.channel is not None:
             caller.channel.exchanges.discard(exchange)
 

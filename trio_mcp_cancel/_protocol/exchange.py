@@ -22,6 +22,7 @@ from .._core.request import TrackedRequest
 from .._core.validation import RequestId
 from .client_table import ClientRequests
 from .jsonrpc import Message
+from .subscriptions import ResourceSubscriptions
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
 
@@ -71,9 +72,10 @@ class Channel:
     notifications: bool = False
     """The transport delivers server notifications to this client outside any request
     (the legacy HTTP GET stream), so ``initialize`` promises ``listChanged``/``subscribe``."""
-    resource_subscriptions: set[str] = attrs.field(factory=set)
+    resource_subscriptions: ResourceSubscriptions = attrs.field(factory=ResourceSubscriptions)
     """Legacy ``resources/subscribe``: the URIs whose ``notifications/resources/updated``
-    the client's GET stream carries (at most ``MAX_SUBSCRIPTIONS``)."""
+    the client's GET stream carries (bounded by the server's ``subscription_limits``;
+    the transport clears it when the channel ends, giving their bytes back)."""
     client_requests: ClientRequests = attrs.field(factory=ClientRequests)
     """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""
 

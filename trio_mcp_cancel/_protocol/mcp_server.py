@@ -25,6 +25,7 @@ from .admission import check_cap
 from .features import CacheScope, ServerFeatures
 from .mrtr import InputRequired
 from .pagination import DEFAULT_PAGE_SIZE
+from .subscriptions import DEFAULT_SUBSCRIPTION_LIMITS, SubscriptionLimits
 from .tasks import TaskManager
 from .tools import TaskSupport, Tool, make_tool
 from .versions import Era
@@ -71,6 +72,11 @@ class McpServerBase(ServerFeatures):
     *max_listen_streams_per_tenant* (refused likewise, ``data.limit``
     ``"listen_server"`` / ``"listen_tenant"``, HTTP ``429``), and the
     transports' ``max_request_time`` does not end them.
+    *subscription_limits* bounds the resource URIs that legacy sessions
+    (``resources/subscribe``) and listen streams hold, in bytes as well as
+    in count, per session, per tenant and in total (a
+    :class:`~.subscriptions.SubscriptionLimits`; its fields say the
+    defaults and why).
     *state_secret* (at least 32 bytes, or their base64 text as in
     ``MCP_STATE_SECRET``; default: random per process, so instances behind
     a load balancer must share one) seals MRTR ``requestState`` values for
@@ -105,6 +111,7 @@ class McpServerBase(ServerFeatures):
         max_calls_per_tenant: int | None = 1024,
         max_listen_streams: int | None = 4096,
         max_listen_streams_per_tenant: int | None = 32,
+        subscription_limits: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS,
         tasks: TaskManager | None = None,
         state_secret: bytes | str | None = None,
         state_ttl: float = 600.0,
@@ -131,6 +138,11 @@ class McpServerBase(ServerFeatures):
         self.max_calls_per_tenant = check_cap(max_calls_per_tenant)
         self.max_listen_streams = check_cap(max_listen_streams)
         self.max_listen_streams_per_tenant = check_cap(max_listen_streams_per_tenant)
+        if not isinstance(subscription_limits, SubscriptionLimits):
+            raise TypeError("subscription_limits must be a SubscriptionLimits")
+        self.subscription_limits = subscription_limits
+        """What resource subscriptions may hold (URI length, URIs and bytes per session,
+        bytes per tenant and in total); read at each subscription."""
         self.name = name
         self.version = version
         self.instructions = instructions

@@ -1,4 +1,4 @@
-"""Resources: static ones and URI templates (RFC 6570 level 1), and how a read is answered.
+"""Resources: static ones and URI templates (:mod:`.uri_template`), and how a read is answered.
 
 Pure code with no I/O.  A resource's reader is a function (``async def`` or a
 plain ``def``, run in a worker thread) taking the template's variables by
@@ -11,16 +11,15 @@ tool, inside ``tracked()``, so ``resources/read`` is cancellable the same way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
-from urllib.parse import unquote
 
 import attrs
 
 from .content import described, resource_contents
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .signature import ArgumentsInvalid, Signature, check_callable, read_signature, with_context
+from .uri_template import UnsafeValue, UriTemplate
 
 __all__ = [
     "RESOURCE_NOT_FOUND",
@@ -33,7 +32,6 @@ __all__ = [
 
 #: SEP-2164: an unknown URI is ``-32602`` with the URI in ``data`` (never empty contents).
 RESOURCE_NOT_FOUND: Final = INVALID_PARAMS
-_VARIABLE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 Reader = Callable[..., Awaitable[Any]]
 
@@ -83,7 +81,10 @@ class Resource:
 class ResourceTemplate:
     """A family of resources: ``test://items/{id}`` matches ``test://items/42`` (``id="42"``).
 
-    Each ``{name}`` matches one non-empty path segment (no ``/``), percent-decoded.
+    ``{name}`` matches one path segment, ``{+name}`` several (never a ``..``),
+    ``{?a,b}`` optional query parameters; values are percent-decoded and
+    checked so that none escapes the template (see :mod:`.uri_template`).
+    A malformed template is a ``ValueError`` here, at registration.
     """
 
     uri_template: str
@@ -93,7 +94,7 @@ class ResourceTemplate:
     mime_type: str | None = None
     title: str | None = None
     annotations: Mapping[str, Any] | None = None
-    pattern: re.Pattern[str] = attrs.field(init=False)
+    parsed: UriTemplate = attrs.field(init=False, eq=False, repr=False)
     variables: tuple[str, ...] = attrs.field(init=False)
     call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
     """``call(ctx, **variables)``: the reader, its context put where it asks for it."""
@@ -101,15 +102,9 @@ class ResourceTemplate:
     """Converts the variables (strings) to the reader's parameter types (set when added)."""
 
     def __attrs_post_init__(self) -> None:
-        variables = tuple(_VARIABLE.findall(self.uri_template))
-        if len(set(variables)) != len(variables):
-            raise ValueError(f"template {self.uri_template!r} repeats a variable")
-        parts = _VARIABLE.split(self.uri_template)
-        regex = "".join(
-            f"(?P<{part}>[^/]+)" if i % 2 else re.escape(part) for i, part in enumerate(parts)
-        )
-        object.__setattr__(self, "pattern", re.compile(regex))
-        object.__setattr__(self, "variables", variables)
+        parsed = UriTemplate.parse(self.uri_template)  # TemplateError (a ValueError)
+        object.__setattr__(self, "parsed", parsed)
+        object.__setattr__(self, "variables", parsed.variables)
 
     def prepare(self) -> None:
         """Read the reader's signature (``TypeError`` when it does not fit); done once, at add."""
@@ -121,13 +116,19 @@ class ResourceTemplate:
     def match(self, uri: str) -> dict[str, Any] | None:
         """The variables of *uri*, converted; ``None`` when it does not match.
 
-        A variable its parameter's type refuses (``abc`` for ``id: int``)
-        is ``-32602`` naming it.
+        A variable its parameter's type refuses (``abc`` for ``id: int``),
+        or whose value would escape the template (``%2E%2E%2F`` in
+        ``{name}``), is ``-32602`` naming it: the reader never runs, and no
+        later template is tried.
         """
-        found = self.pattern.fullmatch(uri)
-        if found is None:
+        try:
+            strings = self.parsed.match(uri)
+        except UnsafeValue as exc:
+            raise JsonRpcError(
+                INVALID_PARAMS, f"Invalid params: {exc}", {"uri": uri[:1000]}
+            ) from None
+        if strings is None:
             return None
-        strings = {key: unquote(value) for key, value in found.groupdict().items()}
         if self.signature is None:
             return strings  # not added to a server: nothing to convert to
         try:

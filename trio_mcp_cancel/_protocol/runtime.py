@@ -13,6 +13,9 @@ owned by the server's :class:`~.dispatcher.Dispatcher` (reach it as
   notifications out to open ``subscriptions/listen`` (and legacy GET)
   streams; the server's registration changes reach it through
   ``server.on_change``, set here;
+* ``subscription_bytes``: the :class:`~.subscriptions.SubscriptionBytes` that
+  every session's and listen stream's resource URIs are counted in, so the
+  server's ``subscription_limits`` bound them per tenant and in total;
 * ``used_states``: the :class:`~.replay.UsedStates` set that makes each MRTR
   ``requestState`` single-use;
 * ``failures``: unexpected failures, logged once per kind and interval.
@@ -36,7 +39,7 @@ import attrs
 from .._core.ratelog import RateLimitedLog
 from .mcp_server import McpServerBase
 from .replay import UsedStates
-from .subscriptions import SubscriptionHub
+from .subscriptions import SubscriptionBytes, SubscriptionHub
 from .tasks import TaskManager
 
 __all__ = ["ServerRuntime"]
@@ -58,6 +61,9 @@ class ServerRuntime:
     """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
     subscriptions: SubscriptionHub = attrs.field(factory=SubscriptionHub)
     """The ``subscriptions/listen`` (and legacy GET stream) fan-out."""
+    subscription_bytes: SubscriptionBytes = attrs.field(factory=SubscriptionBytes)
+    """Bytes of resource URIs subscribed to, server-wide and per tenant (legacy sessions'
+    ``resources/subscribe`` and open listen streams), against ``subscription_limits``."""
     used_states: UsedStates = attrs.field(factory=UsedStates)
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))

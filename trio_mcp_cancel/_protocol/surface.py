@@ -23,13 +23,13 @@ from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
 from .context import client_capabilities, input_required, make_context, run_target
-from .jsonrpc import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mcp_server import McpServerBase
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
 from .resources import read_result
-from .subscriptions import MAX_SUBSCRIPTIONS, META_SUBSCRIPTION_ID, read_filter
+from .subscriptions import META_SUBSCRIPTION_ID, check_uri, read_filter
 from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 
@@ -106,23 +106,23 @@ async def _read_resource(h: HandlerInput) -> dict[str, Any]:
 async def _subscribe(h: HandlerInput) -> dict[str, Any]:
     """Legacy ``resources/subscribe`` / ``unsubscribe`` of a known URI.
 
-    The session remembers it (bounded): ``notifications/resources/updated``
-    for it then travel on the session's GET stream (HTTP) or its connection;
-    the modern era subscribes with ``subscriptions/listen`` instead.
+    The session remembers it, bounded in count and bytes (the server's
+    ``subscription_limits``; see :class:`~.subscriptions.SubscriptionLimits`):
+    ``notifications/resources/updated`` for it then travel on the session's
+    GET stream (HTTP) or its connection; the modern era subscribes with
+    ``subscriptions/listen`` instead.
     """
-    uri = h.params.get("uri")
+    uri, limits = h.params.get("uri"), h.server.subscription_limits
+    if isinstance(uri, str):
+        check_uri(uri, limits)  # over-long: -32602 before it is looked at
     h.server.resources.find(uri)  # unknown: -32602 with the uri
     channel = h.caller.channel
     if channel is not None and isinstance(uri, str):
         subscribed = channel.resource_subscriptions
         if h.call.request.method == "resources/unsubscribe":
             subscribed.discard(uri)
-        elif uri not in subscribed:
-            if len(subscribed) >= MAX_SUBSCRIPTIONS:
-                raise JsonRpcError(
-                    INVALID_PARAMS, f"Invalid params: at most {MAX_SUBSCRIPTIONS} subscriptions"
-                )
-            subscribed.add(uri)
+        else:
+            subscribed.add(uri, h.runtime.subscription_bytes, h.caller.tenant, limits)
     return {}
 
 
@@ -161,7 +161,7 @@ async def _complete(h: HandlerInput) -> dict[str, Any]:
 
 
 def _listen_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
-    read_filter(params, _LISTEN_FILTERS)  # malformed: -32602 at once
+    read_filter(params, _LISTEN_FILTERS, server.subscription_limits)  # malformed: -32602
     return _target("subscriptions/listen")
 
 
@@ -171,7 +171,7 @@ async def _listen(h: HandlerInput) -> dict[str, Any]:
     if exchange.send is None:
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
-    granted = read_filter(request.params, _LISTEN_FILTERS)
+    granted = read_filter(request.params, _LISTEN_FILTERS, h.server.subscription_limits)
     if granted.task_ids:
         # Tasks extension: declared on this request (-32021), and only the
         # caller's own tasks are granted (others are "not found", silently).

@@ -384,6 +384,7 @@ class MessageConnection:
             finally:
                 self._notifier.cancel()
                 self._finish_writing()
+                self.channel.resource_subscriptions.clear()  # their bytes go back
 
     async def _notify_legacy(self) -> None:
         """The hub's notifications for a legacy client, unasked (module docstring)."""

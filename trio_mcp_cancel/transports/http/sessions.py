@@ -225,6 +225,8 @@ class SessionStore:
         return None
 
     def _remove(self, session: Session) -> Session:
+        # However it ends (DELETE, expiry, eviction), its subscriptions' bytes go back.
+        session.channel.resource_subscriptions.clear()
         del self._sessions[session.id]
         own = self._tenants[session.tenant]
         del own[session.id]
