@@ -4,8 +4,9 @@ The count cap (1000 URIs per session) let 120 URIs of 900 KB add 107 MB in
 half a second.  Now a URI longer than ``max_uri_bytes`` is ``-32602``, and
 what a session, a tenant and the server hold is a byte budget, refused like
 an admission limit (``-32001`` on a legacy session, ``-31429`` on a modern
-listen stream; ``data.limit`` naming it).  Unsubscribing, ending the session or closing a listen stream gives the bytes back.  The
-bytes held are measured (tracemalloc), not only counted.
+listen stream; ``data.limit`` naming it).  Unsubscribing, ending the session
+or closing a listen stream gives the bytes back.  The bytes held are measured
+(tracemalloc), not only counted.
 """
 
 from __future__ import annotations
