@@ -35,6 +35,17 @@ the call cancelled, kind ``"disconnect"`` (with
 ``legacy_disconnect_cancels``).  A call that ends while detached keeps its
 answer for a resume for the same window.  The modern era has no
 resumption: there a closed stream is the cancel, at once.
+
+**Shutdown** (:meth:`Responder.begin_shutdown`, what ``serve()`` calls on
+SIGINT/SIGTERM through ``McpHttpApp.begin_shutdown``) flags every call in
+flight, and every call that starts later, as stdio does on a signal: kind
+``"server"``, reason ``"server shutting down"``, hard-cancelled at one
+deadline for all.  So each one's client gets an answer while its
+connection is still open (``-32800`` with the reason, on the call's SSE
+stream or as its JSON body; a tool that finishes anyway answers its
+result), each cancelled call is logged when it stops, and the open GET
+streams are ended, rather than all of them being cut when the server's
+graceful timeout runs out.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -65,7 +77,7 @@ from .sessions import Session
 from .shared import tenant_call_slot
 from .writer import WRITER_TASK, ResponseWriter, write_now
 
-__all__ = ["Post", "Responder", "Routed"]
+__all__ = ["SHUTDOWN_REASON", "Post", "Responder", "Routed"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
@@ -79,6 +91,12 @@ _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 #: The watcher tasks' name, as trio would make it (given: not one string per task).
 _WATCHER: Final = f"{__name__}.Responder._watch"
+#: The reason of a shutdown's cancel, as stdio gives it: the client reads it in ``-32800``.
+SHUTDOWN_REASON: Final = "server shutting down"
+
+
+def _nothing() -> None:
+    pass
 
 
 @attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
@@ -132,6 +150,13 @@ class Responder:
     """Bytes of events each resumable stream keeps for a replay."""
     service: trio.Nursery | None = None
     """The lifespan's service nursery (``None``: served without a lifespan)."""
+    shutdown_at: float | None = None
+    """Set by :meth:`begin_shutdown`: when calls still running are hard-cancelled
+    (``math.inf``: never); ``None`` while not shutting down."""
+    _in_flight: set[Exchange] = attrs.field(init=False, factory=set)
+    """The exchanges of the cancellable calls running now (what a shutdown flags)."""
+    _on_shutdown: set[Callable[[], object]] = attrs.field(init=False, factory=set)
+    """What else ends at shutdown (an open GET stream's end), called once."""
     dispatcher: Dispatcher = attrs.field(init=False)
     """The server's dispatcher (``Dispatcher.of(server)``), looked up once per app."""
 
@@ -156,6 +181,43 @@ class Responder:
 
     def release_notification_stream(self, tenant: str | None) -> None:
         self.dispatcher.release_notification_stream(tenant)
+
+    # -- shutdown -----------------------------------------------------------------
+
+    def begin_shutdown(self, hard_cancel_at: float) -> int:
+        """Flag every call in flight, and every later one, for the shutdown; how many ran.
+
+        Kind ``"server"``: the client is answered ``-32800`` with the reason.
+        Each is hard-cancelled at *hard_cancel_at* (Trio time; ``math.inf``:
+        never), one deadline for all, so a call that starts during the
+        shutdown gets no more time than one that was running.  Open GET
+        streams are ended (their client sees the response finish).
+        """
+        first = self.shutdown_at is None
+        self.shutdown_at = hard_cancel_at
+        running = list(self._in_flight)
+        for exchange in running:
+            self._flag_for_shutdown(exchange)
+        if first:
+            hooks, self._on_shutdown = self._on_shutdown, set()
+            for hook in hooks:
+                hook()
+        return len(running)
+
+    def _flag_for_shutdown(self, exchange: Exchange) -> None:
+        at = self.shutdown_at
+        assert at is not None
+        grace = None if at == math.inf else max(0.0, at - trio.current_time())
+        exchange.cancel(SHUTDOWN_REASON, kind="server", grace_period=grace)
+
+    def on_shutdown(self, hook: Callable[[], object]) -> Callable[[], None]:
+        """Call *hook* once when the shutdown begins (at once if it has); returns
+        the function that forgets it (for an open stream that ended first)."""
+        if self.shutdown_at is not None:
+            hook()
+            return _nothing
+        self._on_shutdown.add(hook)
+        return partial(self._on_shutdown.discard, hook)
 
     # -- answering ----------------------------------------------------------------
 
@@ -237,6 +299,10 @@ class Responder:
             exchange.send = run.send_message
             if run.resumable:
                 exchange.close_stream = run.close_stream
+        in_flight = self._in_flight
+        in_flight.add(exchange)
+        if self.shutdown_at is not None:
+            self._flag_for_shutdown(exchange)  # started during the shutdown
         try:
             # The watcher starts when the call first suspends: one that
             # never does cannot be disconnected from mid-way (see lazy.py).
@@ -260,6 +326,7 @@ class Responder:
             else:
                 await self._drain(writer)
         finally:
+            in_flight.discard(exchange)
             if run.response is not None:
                 run.settle()
 

@@ -20,6 +20,13 @@ no registry and none is open around the server, its own registry there
 too, so ``hypercorn module:app`` works with any number of workers.  A
 registry that was given but is not running fails the startup with the
 reason.
+
+**Shutdown.**  An ASGI server's graceful shutdown only waits for requests
+in flight and then cuts them: the app is not told.  :meth:`McpHttpApp.begin_shutdown`
+is how it is told (``serve(handle_signals=True)`` and ``trio-mcp-cancel
+run`` call it on SIGINT/SIGTERM): every call in flight is flagged, kind
+``"server"``, and answered ``-32800`` with the reason before its connection
+closes (see :mod:`.answer`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,13 @@ from ..._auth.resource import OAuthResource, Refusal
 from ..._auth.tokens import AccessToken
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
-from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
+from ..._core.registry import (
+    USE_CONFIG,
+    Registry,
+    RegistryConfig,
+    current_registry,
+    open_registry,
+)
 from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.jsonrpc import JsonRpcError
@@ -226,6 +239,37 @@ class McpHttpApp:
             limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
+
+    def begin_shutdown(self, within: float | None = None) -> int:
+        """The server is shutting down: cancel every call in flight and every later one.
+
+        What stdio does on a signal: each call's polled flag is set at once
+        (kind ``"server"``, reason ``"server shutting down"``), so a tool that
+        polls stops and tidies up; one that has not stopped is hard-cancelled
+        after ``limits.disconnect_grace_period`` (the registry's grace period
+        by default), or after *within* seconds if that is sooner, so that its
+        ``-32800`` is written before the server closes the connection.  Each
+        cancelled call is logged when it stops; open GET streams end.  Calls
+        that finish anyway answer their result.  Returns the number of calls
+        flagged; not a checkpoint.  ``serve(handle_signals=True)`` calls it
+        with *within* leaving time to answer inside its graceful timeout.
+        """
+        grace = self.limits.disconnect_grace_period
+        if grace is USE_CONFIG:
+            grace = self.registry.config.grace_period if self._has_registry() else within
+        if within is not None:
+            grace = within if grace is None else min(grace, max(0.0, within))
+        at = math.inf if grace is None else trio.current_time() + grace
+        flagged = self._responder.begin_shutdown(at)
+        logger.info(
+            "shutting down: %d call(s) in flight cancelled (kind server)%s",
+            flagged,
+            "" if grace is None else f", hard-cancelled in {grace:g}s if still running",
+        )
+        return flagged
+
+    def _has_registry(self) -> bool:
+        return self._registry is not None or self._own_registry is not None or _registry_around()
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -11,7 +11,8 @@ one of the dispatcher's listen slots (``max_listen_streams`` per server,
 ``max_listen_streams_per_tenant``: more is ``429``), and one whose queue
 overflows (a slow reader) is ended, as a listen stream is; the client
 reconnects and re-lists.  One GET stream per session: a second one while
-the first is connected is ``409``.
+the first is connected is ``409``.  A server shutting down ends it (the
+response finishes), so it does not hold the shutdown.
 
 With ``Last-Event-ID`` the GET instead resumes the stream that id names
 (:mod:`.resume`): the events after it are replayed, then the stream goes
@@ -177,7 +178,13 @@ class GetStreams:
                 stream = session.streams.open(limit, standalone=True)
                 stream.attach(writer)
                 stream.prime()
-            await self._carry(stream, writer, receive, listener)
+            # A shutdown ends the stream (its response finishes) rather than
+            # holding the server until its graceful timeout cuts it.
+            forget = responder.on_shutdown(partial(stream.emit, b"", final=True))
+            try:
+                await self._carry(stream, writer, receive, listener)
+            finally:
+                forget()
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
             elif stream.writer is None and responder.service is not None:
