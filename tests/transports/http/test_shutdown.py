@@ -28,11 +28,11 @@ import trio.testing
 from asgi_harness import (
     AsgiClient,
     HttpExchange,
+    headers_of,
     initialize,
     legacy_call,
     legacy_headers,
     modern_call,
-    headers_of,
     served,
 )
 from cancellation_tools import probe_server
