@@ -12,6 +12,7 @@ app's lifespan would take.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -207,8 +208,6 @@ GRACEFUL = 2.0  # the graceful timeout of these tests: the stated bound of the s
 
 async def stream_answer(response: httpx.Response) -> Any:
     """The JSON-RPC answer at the end of an SSE response."""
-    import json
-
     data = None
     async for line in response.aiter_lines():
         if line.startswith("data: "):
