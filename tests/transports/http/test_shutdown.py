@@ -34,6 +34,7 @@ from asgi_harness import (
     legacy_call,
     legacy_headers,
     modern_call,
+    modern_request,
     served,
 )
 from cancellation_tools import probe_server
@@ -64,6 +65,17 @@ def build_server(seen: Seen) -> McpServer:
     async def watch(ctx: ToolContext) -> str:
         """Poll the flag; say what stopped it."""
         seen.running += 1
+        while True:
+            try:
+                await checkpoint_cancelled()
+            except RequestCancelled as exc:
+                seen.stops.append((exc.kind, exc.reason))
+                raise
+            await trio.sleep(0.1)
+
+    @server.tool(task="optional")
+    async def watch_task(ctx: ToolContext) -> str:
+        """``watch``, as a task when the client declares the extension."""
         while True:
             try:
                 await checkpoint_cancelled()
@@ -140,7 +152,7 @@ async def test_a_shutdown_flags_every_call_in_flight_and_answers_it_minus_32800_
     assert seen.stops == [("server", REASON)] * 3
     stopped = [r.getMessage() for r in caplog.records if f"by the server ('{REASON}')" in r.message]
     assert len(stopped) == 3, caplog.text
-    assert "shutting down: 3 call(s) in flight cancelled (kind server)" in caplog.text
+    assert "shutting down: 3 call(s) and 0 task(s) in flight cancelled (kind server)" in caplog.text
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
@@ -184,6 +196,24 @@ async def test_a_call_that_starts_during_the_shutdown_is_flagged_with_the_same_d
         assert_cancelled_for_shutdown(stubborn)
         # Hard-cancelled at the shutdown's one deadline, not 4 s after it started.
         assert stubborn.completed_at == pytest.approx(began + 4.0, abs=0.01)
+
+
+async def test_a_shutdown_cancels_the_running_tasks_which_settle_failed_with_the_reason(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    seen = Seen()
+    with_tasks = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with serving(mcp_registry, seen) as s:
+        message = modern_call(1, "watch_task", capabilities=with_tasks)
+        created = await s.client.post(headers_of(message), message)
+        task_id = created.answer()["result"]["taskId"]
+        await trio.sleep(1.0)
+        s.app.begin_shutdown(within=4.0)
+        await s.app.dispatcher.runtime.tasks.wait_idle()
+        assert seen.stops == [("server", REASON)]
+        get = modern_request(2, "tasks/get", {"taskId": task_id}, capabilities=with_tasks)
+        polled = (await s.client.post(headers_of(get), get)).json()["result"]
+        assert polled["status"] == "failed" and polled["statusMessage"] == REASON, polled
 
 
 async def test_a_shutdown_ends_the_open_get_streams(

@@ -64,7 +64,7 @@ from ..limits import (
     HttpLimits,
 )
 from . import hypercorn_compat, rules
-from .answer import Post, Responder
+from .answer import SHUTDOWN_REASON, Post, Responder
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
@@ -211,6 +211,7 @@ class McpHttpApp:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
+        self._runs_tasks = False
         self._sharing = (
             SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
             if backend is not None
@@ -250,9 +251,12 @@ class McpHttpApp:
         by default), or after *within* seconds if that is sooner, so that its
         ``-32800`` is written before the server closes the connection.  Each
         cancelled call is logged when it stops; open GET streams end.  Calls
-        that finish anyway answer their result.  Returns the number of calls
-        flagged; not a checkpoint.  ``serve(handle_signals=True)`` calls it
-        with *within* leaving time to answer inside its graceful timeout.
+        that finish anyway answer their result.  The tasks (Tasks extension)
+        running in the task manager this app runs are cancelled the same way
+        (they settle ``failed``, "server shutting down").  Returns the number
+        of calls flagged; not a checkpoint.  ``serve(handle_signals=True)``
+        calls it with *within* leaving time to answer inside its graceful
+        timeout.
         """
         grace = self.limits.disconnect_grace_period
         if grace is USE_CONFIG:
@@ -261,9 +265,15 @@ class McpHttpApp:
             grace = within if grace is None else min(grace, max(0.0, within))
         at = math.inf if grace is None else trio.current_time() + grace
         flagged = self._responder.begin_shutdown(at)
+        tasks = (
+            self.dispatcher.runtime.tasks.cancel_all(SHUTDOWN_REASON, grace_period=grace)
+            if self._runs_tasks
+            else 0
+        )
         logger.info(
-            "shutting down: %d call(s) in flight cancelled (kind server)%s",
+            "shutting down: %d call(s) and %d task(s) in flight cancelled (kind server)%s",
             flagged,
+            tasks,
             "" if grace is None else f", hard-cancelled in {grace:g}s if still running",
         )
         return flagged
@@ -354,6 +364,7 @@ class McpHttpApp:
         tasks = self.dispatcher.runtime.tasks
         if tasks.running:
             return
+        self._runs_tasks = True  # so a shutdown stops them gracefully (begin_shutdown)
         backend = self.backend
         if backend is None:
             await service.start(tasks.run)
