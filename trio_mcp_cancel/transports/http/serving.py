@@ -201,6 +201,8 @@ async def serve(
     answer_time = min(_ANSWER_TIME, stated / 2)
     # hypercorn cuts the connections still open this long after the trigger,
     # then shuts the lifespan down: half the answer time is left for that.
+    # (A copy, so the caller's config is left as it was; its logger, made on
+    # first use, is the one hypercorn uses too.)
     connections = copy.copy(config)
     connections.graceful_timeout = stated - answer_time / 2
     bound = trio.CancelScope()
@@ -214,16 +216,19 @@ async def serve(
                     if not shutdown.is_set():
                         # Everything, lifespan included, ends by then.
                         bound.deadline = trio.current_time() + stated
-                        await config.log.info(
+                        await connections.log.info(
                             f"{name} received: shutting down gracefully"
                             f" (up to {stated}s; send it again to stop now)"
                         )
                         begin_shutdown = getattr(app, "begin_shutdown", None)
-                        if callable(begin_shutdown):
-                            begin_shutdown(within=stated - answer_time)
+                        try:
+                            if callable(begin_shutdown):
+                                begin_shutdown(within=stated - answer_time)
+                        except Exception:  # the shutdown goes on without the app's part
+                            await connections.log.exception("the app's begin_shutdown failed")
                         shutdown.set()
                     else:
-                        await config.log.info(f"{name} received again: stopping now")
+                        await connections.log.info(f"{name} received again: stopping now")
                         nursery.cancel_scope.cancel()
                         return
 
@@ -234,4 +239,6 @@ async def serve(
                 )
             nursery.cancel_scope.cancel()
         if bound.cancelled_caught:
-            await config.log.warning(f"shutdown: still running {stated}s after the signal; stopped")
+            await connections.log.warning(
+                f"shutdown: still running {stated}s after the signal; stopped"
+            )
