@@ -36,7 +36,7 @@ from deploy_harness import WITH_TASKS, RedisServer, answer, modern, task_request
 from redis_harness import prefix, record, redis, running
 from repo_paths import ROOT, TESTS
 
-from trio_mcp_cancel._run.supervisor import describe_exit
+from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import backend_from_env
 
@@ -519,6 +519,14 @@ async def test_a_starting_worker_killed_by_signals_is_restarted_and_the_others_k
     assert server.process.returncode == 0, log[-3000:]
     assert log.count("killed by SIGKILL before serving (killed from outside") == 3, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_only_an_exit_or_a_crash_signal_counts_as_a_worker_failing_by_itself() -> None:
+    assert failed_by_itself(0) and failed_by_itself(3)  # it exited: an import error, say
+    for crash in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL):
+        assert failed_by_itself(-crash)
+    for kill in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert not failed_by_itself(-kill)  # the OOM killer, an operator: not a crash loop
 
 
 async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from asgi_harness import (
 )
 from cancellation_tools import probe_server
 
-from trio_mcp_cancel import Registry, RequestCancelled, checkpoint_cancelled
+from trio_mcp_cancel import Registry, RequestCancelled, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
 from trio_mcp_cancel.server import McpServer, ToolContext
 
@@ -83,6 +83,14 @@ def build_server(seen: Seen) -> McpServer:
                 seen.stops.append((exc.kind, exc.reason))
                 raise
             await trio.sleep(0.1)
+
+    @server.tool()
+    async def flood_when_cancelled(ctx: ToolContext) -> str:
+        """Wait for the flag, then answer 8 MB anyway (for a client that does not read)."""
+        seen.running += 1
+        while not cancelled():
+            await trio.sleep(0.05)
+        return "x" * (8 << 20)
 
     @server.tool()
     async def finish(ctx: ToolContext, seconds: float = 1.0) -> str:
@@ -337,3 +345,36 @@ async def test_sigterm_to_serve_returns_within_its_bound_even_when_the_lifespan_
     elapsed = trio.current_time() - signalled
     assert 0.9 < elapsed < 1.5, f"stopped {elapsed:.2f}s after the signal"
     assert "still running 1.0s after the signal; stopped" in caplog.text
+
+
+@pytest.mark.timeout(30)
+async def test_a_client_that_does_not_read_its_answer_does_not_hold_the_shutdown_past_its_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hostile: the answer (8 MB) fills the socket and waits for a reader that never comes."""
+    seen = Seen()
+    app = McpHttpApp(build_server(seen))
+    config = server_config(port=0, graceful_timeout=GRACEFUL)
+    async with trio.open_nursery() as nursery:
+        (bound,) = await nursery.start(partial(serve, app, config, handle_signals=True))
+        port = int(bound.rsplit(":", 1)[1])
+        message = modern_call(1, "flood_when_cancelled")
+        body = json.dumps(message).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers_of(message).items())
+        request = (
+            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(request)  # and never read a byte
+            with trio.fail_after(10):
+                while seen.running < 1:
+                    await trio.sleep(0.01)
+            signalled = trio.current_time()
+            os.kill(os.getpid(), signal.SIGTERM)
+            with trio.fail_after(10):
+                while nursery.child_tasks:
+                    await trio.sleep(0.01)
+            elapsed = trio.current_time() - signalled
+    assert elapsed < GRACEFUL + 0.2, f"stopped {elapsed:.2f}s after the signal"
