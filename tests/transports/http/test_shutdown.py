@@ -362,8 +362,7 @@ async def test_a_client_that_does_not_read_its_answer_does_not_hold_the_shutdown
         body = json.dumps(message).encode()
         head = "".join(f"{k}: {v}\r\n" for k, v in headers_of(message).items())
         request = (
-            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}"
-            f"content-length: {len(body)}\r\n\r\n"
+            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}content-length: {len(body)}\r\n\r\n"
         ).encode() + body
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         async with stream:
