@@ -64,7 +64,7 @@ from ..limits import (
     HttpLimits,
 )
 from . import hypercorn_compat, rules
-from .answer import SHUTDOWN_REASON, Post, Responder
+from .answer import Post, Responder
 from .get_stream import GetStreams
 from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
@@ -242,44 +242,16 @@ class McpHttpApp:
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 
     def begin_shutdown(self, within: float | None = None) -> int:
-        """The server is shutting down: cancel every call in flight and every later one.
+        """The server is shutting down: cancel every call and task in flight, as stdio does.
 
-        What stdio does on a signal: each call's polled flag is set at once
-        (kind ``"server"``, reason ``"server shutting down"``), so a tool that
-        polls stops and tidies up; one that has not stopped is hard-cancelled
-        after ``limits.disconnect_grace_period`` (the registry's grace period
-        by default), or after *within* seconds if that is sooner, so that its
-        ``-32800`` is written before the server closes the connection.  Each
-        cancelled call is logged when it stops; open GET streams end.  Calls
-        that finish anyway answer their result.  The tasks (Tasks extension)
-        running in the task manager this app runs are cancelled the same way
-        (they settle ``failed``, "server shutting down").  Returns the number
-        of calls flagged; not a checkpoint.  ``serve(handle_signals=True)``
-        calls it with *within* leaving time to answer inside its graceful
-        timeout.
+        Each call is answered ``-32800`` "server shutting down"; see :meth:`.answer.Shutdown.begin`.
         """
         grace = self.limits.disconnect_grace_period
-        if grace is USE_CONFIG:
-            grace = self.registry.config.grace_period if self._has_registry() else within
-        if within is not None:
-            grace = within if grace is None else min(grace, max(0.0, within))
-        at = math.inf if grace is None else trio.current_time() + grace
-        flagged = self._responder.begin_shutdown(at)
-        tasks = (
-            self.dispatcher.runtime.tasks.cancel_all(SHUTDOWN_REASON, grace_period=grace)
-            if self._runs_tasks
-            else 0
-        )
-        logger.info(
-            "shutting down: %d call(s) and %d task(s) in flight cancelled (kind server)%s",
-            flagged,
-            tasks,
-            "" if grace is None else f", hard-cancelled in {grace:g}s if still running",
-        )
-        return flagged
-
-    def _has_registry(self) -> bool:
-        return self._registry is not None or self._own_registry is not None or _registry_around()
+        if grace is USE_CONFIG:  # the registry's, if there is one yet
+            known = self._registry is not None or self._own_registry is not None
+            grace = self.registry.config.grace_period if known or _registry_around() else within
+        tasks = self.dispatcher.runtime.tasks if self._runs_tasks else None
+        return self._responder.shutdown.begin(grace, within, tasks)
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -180,7 +180,7 @@ class GetStreams:
                 stream.prime()
             # A shutdown ends the stream (its response finishes) rather than
             # holding the server until its graceful timeout cuts it.
-            forget = responder.on_shutdown(partial(stream.emit, b"", final=True))
+            forget = responder.shutdown.on_begin(partial(stream.emit, b"", final=True))
             try:
                 await self._carry(stream, writer, receive, listener)
             finally:
