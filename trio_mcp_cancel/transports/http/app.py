@@ -242,10 +242,8 @@ class McpHttpApp:
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
 
     def begin_shutdown(self, within: float | None = None) -> int:
-        """The server is shutting down: cancel every call and task in flight, as stdio does.
-
-        Each call is answered ``-32800`` "server shutting down"; see :meth:`.answer.Shutdown.begin`.
-        """
+        """The server is shutting down: cancel every call and task in flight, as stdio does
+        (each answered ``-32800``, "server shutting down"; see :meth:`.answer.Shutdown.begin`)."""
         grace = self.limits.disconnect_grace_period
         if grace is USE_CONFIG:  # the registry's, if there is one yet
             known = self._registry is not None or self._own_registry is not None
