@@ -244,6 +244,22 @@ async def test_a_shutdown_ends_the_open_get_streams(
 GRACEFUL = 2.0  # the graceful timeout of these tests: the stated bound of the shutdown
 
 
+def sigterm_to_serve() -> None:
+    """SIGTERM to this process, which the ``serve()`` under test receives.
+
+    The autouse fixture below holds a receiver of its own underneath, so a
+    ``serve()`` that did not install one fails the test instead of
+    terminating the test run.
+    """
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+async def _sigterm_safety_net() -> AsyncIterator[None]:
+    with trio.open_signal_receiver(signal.SIGTERM):
+        yield
+
+
 async def stream_answer(response: httpx.Response) -> Any:
     """The JSON-RPC answer at the end of an SSE response."""
     data = None
@@ -301,7 +317,7 @@ async def test_sigterm_to_serve_answers_the_calls_in_flight_and_returns_within_i
             while seen.running < 2 or app.registry.in_flight_count < 3:
                 await trio.sleep(0.01)
         signalled = trio.current_time()
-        os.kill(os.getpid(), signal.SIGTERM)
+        sigterm_to_serve()
         with trio.fail_after(10):
             await stopped.wait()
         elapsed = trio.current_time() - signalled
@@ -338,7 +354,7 @@ async def test_sigterm_to_serve_returns_within_its_bound_even_when_the_lifespan_
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve, hanging_lifespan_app, config, handle_signals=True))
         signalled = trio.current_time()
-        os.kill(os.getpid(), signal.SIGTERM)
+        sigterm_to_serve()
         with trio.fail_after(10):  # hypercorn's own lifespan wait would be 60 s
             while nursery.child_tasks:
                 await trio.sleep(0.01)
@@ -371,7 +387,7 @@ async def test_a_client_that_does_not_read_its_answer_does_not_hold_the_shutdown
                 while seen.running < 1:
                     await trio.sleep(0.01)
             signalled = trio.current_time()
-            os.kill(os.getpid(), signal.SIGTERM)
+            sigterm_to_serve()
             with trio.fail_after(10):
                 while nursery.child_tasks:
                     await trio.sleep(0.01)

@@ -6,7 +6,8 @@ exposed to clients it does not control.  :func:`server_config` picks the
 settings that bound what an idle or slow client can hold, and leaves alone
 the one setting (``read_timeout``) that would cut long tool calls off.
 :func:`serve` runs hypercorn's Trio worker with that configuration and turns
-SIGINT/SIGTERM into hypercorn's graceful shutdown.
+SIGINT/SIGTERM into a graceful shutdown bounded by ``graceful_timeout``, in
+which the app (``McpHttpApp.begin_shutdown``) answers its calls in flight.
 """
 
 from __future__ import annotations
