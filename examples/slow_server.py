@@ -6,9 +6,10 @@ Run it on its own::
 
 then POST JSON-RPC to http://127.0.0.1:8000/mcp (Streamable HTTP) or connect
 to ws://127.0.0.1:8001/mcp.  ``examples/client_demo.py`` starts it in-process
-and drives it.  Ctrl-C or SIGTERM stops it gracefully: requests in flight
-get hypercorn's ``graceful_timeout`` (5 s) to finish, a second Ctrl-C stops
-at once.  With ``--stdio`` it is a stdio server instead, for a host
+and drives it.  Ctrl-C or SIGTERM stops it gracefully, within hypercorn's
+``graceful_timeout`` (5 s): calls in flight are cancelled (kind ``server``)
+and answered ``-32800`` "server shutting down"; a second Ctrl-C stops at
+once.  With ``--stdio`` it is a stdio server instead, for a host
 that launches it as a subprocess: JSON-RPC lines on stdin/stdout, events on
 stderr.
 
@@ -167,8 +168,8 @@ async def run_demo_server(
     """Serve HTTP and WebSocket; report ``(http_url, ws_url)``.
 
     Serves until cancelled.  With *handle_signals*, the first SIGINT or
-    SIGTERM also ends it: HTTP shuts down gracefully (requests in flight get
-    up to ``graceful_timeout`` seconds), then the WebSocket server, which has
+    SIGTERM also ends it: HTTP shuts down gracefully (calls in flight are
+    answered ``-32800``, within ``graceful_timeout`` seconds), then the WebSocket server, which has
     no graceful shutdown of its own, is cancelled (its calls are cancelled as
     on a disconnect) and this returns.  A second signal stops at once.
     """

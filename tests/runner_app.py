@@ -2,7 +2,9 @@
 
 Its tools say which worker process answers, so a test can tell the
 workers apart behind one socket.  ``RUNNER_APP_EXIT=N`` makes the import
-exit with status N: a worker that dies at once, every time.
+exit with status N: a worker that dies at once, every time.  While the
+file ``RUNNER_APP_HOLD_START`` names exists, the import waits (at most a
+minute): a worker that is still starting, for as long as a test needs.
 """
 
 from __future__ import annotations
@@ -10,15 +12,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 
 import trio
 
+from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import app_from_env
 from trio_mcp_cancel.lowlevel import InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 if os.environ.get("RUNNER_APP_EXIT"):
     os._exit(int(os.environ["RUNNER_APP_EXIT"]))
+if os.environ.get("RUNNER_APP_HOLD_START"):
+    _until = time.monotonic() + 60
+    while os.path.exists(os.environ["RUNNER_APP_HOLD_START"]) and time.monotonic() < _until:
+        time.sleep(0.02)
 
 server = McpServer("runner-test")
 
@@ -38,6 +46,21 @@ async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
     await ctx.report_progress(1, message=f"pid {os.getpid()}")
     await trio.sleep(seconds)
     return "held"
+
+
+@server.tool()
+async def until_cancelled(ctx: ToolContext) -> str:
+    """Poll the flag until the request is cancelled, then stop (``-32800``) saying why."""
+    logging.getLogger("runner_app").warning("until_cancelled started in pid %d", os.getpid())
+    while True:
+        await trio.sleep(0.05)
+        try:
+            await checkpoint_cancelled()
+        except RequestCancelled as exc:
+            logging.getLogger("runner_app").warning(
+                "until_cancelled saw kind=%s reason=%s", exc.kind, exc.reason
+            )
+            raise
 
 
 @server.tool()

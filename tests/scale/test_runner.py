@@ -24,11 +24,19 @@ import attrs
 import httpx
 import pytest
 import trio
-from deploy_harness import WITH_TASKS, RedisServer, modern, task_request
+from asgi_harness import (
+    headers_of,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    notification,
+)
+from deploy_harness import WITH_TASKS, RedisServer, answer, modern, task_request
 from redis_harness import prefix, record, redis, running
 from repo_paths import ROOT, TESTS
 
-from trio_mcp_cancel._run.supervisor import describe_exit
+from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import backend_from_env
 
@@ -38,6 +46,8 @@ LEGACY = "2025-11-25"
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 _SERVING = re.compile(r"worker (\d+) \(pid (\d+)\) serving")
+_STARTED = re.compile(r"worker \d+ started \(pid (\d+),")
+_KILLED_STARTING = re.compile(r"killed by SIGKILL before serving")
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(90)]
 
@@ -173,6 +183,69 @@ async def test_run_serves_http_in_one_process_and_stops_on_sigterm(tmp_path: Pat
             await server.process.wait()
     assert server.process.returncode == 0, server.log()
     assert "shutting down gracefully" in server.log()
+
+
+SHUTDOWN = {"reason": "server shutting down"}
+_STOPPED_FOR_SHUTDOWN = "cancelled by the server ('server shutting down')"
+
+
+async def legacy_session(client: httpx.AsyncClient, url: str) -> str:
+    """A new legacy session's ``Mcp-Session-Id``."""
+    reply = await client.post(url, headers=legacy_headers(version=None),
+                              json=initialize_message())  # fmt: skip
+    session: str = reply.headers["mcp-session-id"]
+    await client.post(url, headers=legacy_headers(session),
+                      json=notification("notifications/initialized"))  # fmt: skip
+    return session
+
+
+async def call_answer(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], message: dict[str, Any]
+) -> Any:
+    """POST a call and read its response to the end: its JSON-RPC answer."""
+    async with client.stream("POST", url, headers=headers, json=message) as response:
+        await response.aread()
+    return answer(response)
+
+
+async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_the_stated_time(
+    tmp_path: Path,
+) -> None:
+    async with run(tmp_path, "runner_app:server", "--transport", "http", "--port", "0") as server:
+        (port,) = await server.wait_log(_RUNNING_ON)
+        server.port = int(port)
+        answers: dict[str, Any] = {}
+        async with httpx.AsyncClient(timeout=20) as client, trio.open_nursery() as nursery:
+            session = await legacy_session(client, server.url)
+            calls = {
+                # Polls the flag: stops at once.
+                "modern": (headers_of(m := modern_call(1, "until_cancelled")), m),
+                # Ignores the flag: hard-cancelled before the stated time runs out.
+                "legacy": (legacy_headers(session), legacy_call(2, "hold", {"seconds": 60})),
+            }
+
+            async def call(era: str) -> None:
+                answers[era] = await call_answer(client, server.url, *calls[era])
+
+            for era in calls:
+                nursery.start_soon(call, era)
+            await server.wait_log(re.compile(r"until_cancelled started"))
+            await server.wait_log(re.compile(r"hold started"))
+            server.process.send_signal(signal.SIGTERM)
+            signalled = trio.current_time()
+            with trio.fail_after(20):
+                await server.process.wait()
+            elapsed = trio.current_time() - signalled
+    log = server.log()
+    assert server.process.returncode == 0, log[-3000:]
+    for era in calls:
+        assert answers[era]["error"]["code"] == -32800, (era, answers[era])
+        assert answers[era]["error"]["data"] == SHUTDOWN, (era, answers[era])
+    assert "until_cancelled saw kind=server reason=server shutting down" in log, log[-3000:]
+    assert log.count(_STOPPED_FOR_SHUTDOWN) == 2, log[-3000:]
+    assert "shutting down gracefully (up to 5.0s" in log
+    assert elapsed < 5.0, f"exited {elapsed:.2f}s after SIGTERM"
+    assert "Traceback" not in log, log[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -374,6 +447,86 @@ async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: P
     assert answers[0]["result"]["content"][0]["text"] == "held", answers
     assert server.process.returncode == 0, server.log()[-3000:]
     assert server.log().count("shutting down gracefully") == 2
+
+
+async def test_sigterm_to_the_supervisor_answers_calls_in_flight_in_every_worker(
+    tmp_path: Path,
+) -> None:
+    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+            "--allow-unshared"]  # fmt: skip
+    async with run(tmp_path, *args) as server:
+        (port,) = await server.wait_log(_LISTENING)
+        server.port = int(port)
+        await server.wait_log(_SERVING, 2)
+        answers: list[Any] = []
+        async with trio.open_nursery() as nursery:
+
+            async def call(request_id: int) -> None:
+                message = modern_call(request_id, "until_cancelled")
+                async with httpx.AsyncClient(timeout=20) as fresh:  # either worker
+                    answers.append(
+                        await call_answer(fresh, server.url, headers_of(message), message)
+                    )
+
+            for request_id in range(4):
+                nursery.start_soon(call, request_id)
+            await server.wait_log(re.compile(r"until_cancelled started"), 4)
+            server.process.send_signal(signal.SIGTERM)
+            signalled = trio.current_time()
+        with trio.fail_after(20):
+            await server.process.wait()
+        elapsed = trio.current_time() - signalled
+    log = server.log()
+    assert server.process.returncode == 0, log[-3000:]
+    assert len(answers) == 4
+    assert all(a["error"]["code"] == -32800 and a["error"]["data"] == SHUTDOWN for a in answers)
+    assert log.count(_STOPPED_FOR_SHUTDOWN) == 4, log[-3000:]
+    # The bound the supervisor states: its workers' graceful timeout, the kill
+    # margin and the time to settle a killed worker's tasks.
+    assert "stopping every worker gracefully (up to 7.0s)" in log
+    assert elapsed < 7.0, f"exited {elapsed:.2f}s after SIGTERM"
+    assert log.count("exited with status 0") == 2, log[-3000:]
+
+
+async def test_a_starting_worker_killed_by_signals_is_restarted_and_the_others_keep_serving(
+    tmp_path: Path,
+) -> None:
+    """An OOM kill (or an operator's) of a worker that is still starting is not a crash loop."""
+    hold = tmp_path / "hold-start"
+    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+            "--allow-unshared"]  # fmt: skip
+    async with run(tmp_path, *args, env={"RUNNER_APP_HOLD_START": str(hold)}) as server:
+        (port,) = await server.wait_log(_LISTENING)
+        server.port = int(port)
+        await server.wait_log(_SERVING, 2)
+        victim, survivor = server.serving_pids()
+        hold.touch()  # from now on, a new worker stays starting until the file goes
+        os.kill(victim, signal.SIGKILL)
+        for kills in range(1, 4):
+            # The replacement starts (and holds); kill it before it serves.
+            pid = int((await server.wait_log(_STARTED, 2 + kills))[-1])
+            os.kill(pid, signal.SIGKILL)
+            await server.wait_log(_KILLED_STARTING, kills)
+            async with httpx.AsyncClient(timeout=10) as fresh:  # the survivor serves
+                assert int((await whoami(fresh, server.url))[0]) == survivor
+        assert "giving up" not in server.log() and server.process.returncode is None
+        hold.unlink()  # the next replacement starts normally and serves
+        await server.wait_log(_SERVING, 3)
+        server.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            await server.process.wait()
+    log = server.log()
+    assert server.process.returncode == 0, log[-3000:]
+    assert log.count("killed by SIGKILL before serving (killed from outside") == 3, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_only_an_exit_or_a_crash_signal_counts_as_a_worker_failing_by_itself() -> None:
+    assert failed_by_itself(0) and failed_by_itself(3)  # it exited: an import error, say
+    for crash in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL):
+        assert failed_by_itself(-crash)
+    for kill in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert not failed_by_itself(-kill)  # the OOM killer, an operator: not a crash loop
 
 
 async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) -> None:

@@ -127,6 +127,20 @@ class RunningTasks:
             running.inputs.wake.set()  # a parked task wakes up to see the flag
         return True
 
+    def cancel_all(
+        self,
+        reason: str,
+        *,
+        kind: CancelKind = "server",
+        grace_period: float | UseConfig | None = USE_CONFIG,
+    ) -> int:
+        """Cancel every running task, with the two phases (a server shutting down); how many."""
+        for running in self._tasks.values():
+            running.exchange.cancel(reason, kind=kind, grace_period=grace_period)
+            if running.inputs is not None:
+                running.inputs.wake.set()  # a parked task wakes up to see the flag
+        return len(self._tasks)
+
     async def end_owner(
         self,
         owner: str,

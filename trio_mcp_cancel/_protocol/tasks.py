@@ -286,6 +286,17 @@ class TaskManager:
         """
         await self._table.end_owner(owner, reason, kind=kind, grace_period=grace_period)
 
+    def cancel_all(
+        self, reason: str, *, grace_period: float | UseConfig | None = USE_CONFIG
+    ) -> int:
+        """Cancel every task running here (kind ``"server"``: a server shutting down).
+
+        The flag at once, the hard cancel *grace_period* later, so a tool can
+        tidy up before the manager itself stops; each settles ``failed`` with
+        *reason*.  Returns how many were running.
+        """
+        return self._table.cancel_all(reason, kind="server", grace_period=grace_period)
+
     async def wait_idle(self) -> None:
         """Wait until no task runs here (tests, draining)."""
         await self._table.wait_idle()

@@ -132,7 +132,10 @@ def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) ->
     )  # fmt: skip
     supervisor = Supervisor(
         spec, workers, listener, environ, backend=backend, log_level=log_level,
-        stop_timeout=config.graceful_timeout + 5.0,
+        # A worker's serve() returns within graceful_timeout of its SIGTERM;
+        # one still running a second later is stuck (a tool blocking without
+        # a checkpoint) and is killed.
+        stop_timeout=config.graceful_timeout + 1.0,
     )  # fmt: skip
     try:
         return trio.run(supervisor.run)

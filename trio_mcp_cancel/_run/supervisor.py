@@ -15,17 +15,27 @@ running are settled ``failed`` at once (each worker has its own
 ``MCP_INSTANCE_ID``, chosen here, see
 :meth:`~trio_mcp_cancel.backends.redis.RedisTaskStore.fail_tasks_of`).
 
-It gives up (every worker stopped gracefully, exit status 1) only when a
-slot's workers fail to *start* several times in a row: the module cannot
-be imported, the configuration is wrong; restarting cannot help there.  A
-worker that served and then died is always replaced, however often: if
-one request could crash workers, giving up would hand it the whole
+It gives up (every worker stopped gracefully, exit status 1) only on a
+crash loop while starting: ``max_start_failures`` (3) workers of one slot
+in a row *failed* before serving, that is exited on their own (any exit
+status: the module cannot be imported, the configuration is wrong) or
+crashed (killed by SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS or
+SIGTRAP, which a process raises itself on a fault); restarting cannot
+help there.  A starting worker killed by any other signal (SIGKILL from
+the OOM killer or an operator, a stray SIGTERM) did not fail: it is
+logged and replaced with the same back-off, and neither counts nor resets
+the failures in a row, so the healthy workers keep serving.  A worker
+that served and then died is always replaced, however often: if one
+request could crash workers, giving up would hand it the whole
 deployment.
 
-SIGINT or SIGTERM to the supervisor forwards SIGTERM to every worker
-(hypercorn's graceful shutdown, ``server_config()``'s ``graceful_timeout``),
-kills whatever still runs after a bound, and exits 0; a second signal is
-forwarded again (the workers then stop at once).  Workers run in their own
+SIGINT or SIGTERM to the supervisor forwards SIGTERM to every worker,
+which shuts down within ``server_config()``'s ``graceful_timeout`` (calls
+in flight answered ``-32800``, see :func:`~..transports.http.serving.serve`),
+kills whatever still runs ``stop_timeout`` seconds after the signal,
+gives the tasks of a killed worker ``settle_timeout`` more seconds to be
+settled, and exits 0: the bound it logs.  A second signal is forwarded
+again (the workers then stop at once).  Workers run in their own
 process group, so a terminal's Ctrl-C reaches them only through the
 supervisor; they shut down by themselves if the supervisor disappears.
 """
@@ -46,9 +56,24 @@ import trio
 
 from ..backends.base import Backend, TaskStoreUnavailable
 
-__all__ = ["Supervisor", "describe_exit"]
+__all__ = ["Supervisor", "describe_exit", "failed_by_itself"]
 
 logger = logging.getLogger("trio_mcp_cancel.run")
+
+
+#: Signals a process raises itself on a fault: a worker killed by one before
+#: serving crashed (it counts towards giving up); any other signal came from
+#: outside and does not.
+_CRASH_SIGNALS = frozenset(
+    getattr(signal, name)
+    for name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS", "SIGTRAP")
+    if hasattr(signal, name)
+)
+
+
+def failed_by_itself(returncode: int) -> bool:
+    """Whether a worker's exit was its own doing (an exit status, a crash), not a kill."""
+    return returncode >= 0 or -returncode in _CRASH_SIGNALS
 
 
 def describe_exit(returncode: int) -> str:
@@ -95,13 +120,17 @@ class Supervisor:
     stable_after: float = 10.0
     """A worker that lived this long resets its slot's backoff."""
     max_start_failures: int = 3
-    """Workers of one slot that die before serving, in a row, before giving up."""
-    stop_timeout: float = 10.0
+    """Workers of one slot that fail before serving, in a row, before giving up
+    (a worker killed from outside does not count: :func:`failed_by_itself`)."""
+    stop_timeout: float = 6.0
     """Seconds the workers get to stop after SIGTERM (their graceful timeout + a margin)."""
+    settle_timeout: float = 1.0
+    """Seconds after ``stop_timeout`` that settling a killed worker's tasks may take at a stop."""
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     gave_up: bool = False
     _live: dict[int, _Worker] = attrs.field(factory=dict)
     _stopping: trio.Event = attrs.field(factory=trio.Event)
+    _settling: trio.CancelScope | None = None
 
     async def run(self) -> int:
         """Supervise until a signal (then 0) or giving up (then 1)."""
@@ -117,6 +146,7 @@ class Supervisor:
                     # Settling a dead worker's tasks may outlive its slot (a stop
                     # right after a death): done before the backend goes.
                     async with trio.open_nursery() as settling:
+                        self._settling = settling.cancel_scope
                         async with trio.open_nursery() as slots:
                             for slot in range(self.workers):
                                 slots.start_soon(self._keep_slot, slot, lifeline_read, settling)
@@ -133,12 +163,18 @@ class Supervisor:
                 logger.info("%s received again: stopping the workers now", name)
                 self._signal_all(again=True)
                 continue
-            logger.info("%s received: stopping every worker gracefully", name)
+            logger.info(
+                "%s received: stopping every worker gracefully (up to %.1fs)",
+                name, self.stop_timeout + self.settle_timeout,
+            )  # fmt: skip
             self._stop()
 
     def _stop(self) -> None:
         if not self._stopping.is_set():
             self._stopping.set()
+            if self._settling is not None:
+                deadline = trio.current_time() + self.stop_timeout + self.settle_timeout
+                self._settling.deadline = min(self._settling.deadline, deadline)
             self._signal_all()
 
     def _signal_all(self, *, again: bool = False) -> None:
@@ -168,7 +204,7 @@ class Supervisor:
             settling.start_soon(self._settle, worker)
             if worker.serving:
                 start_failures = 0
-            else:
+            elif failed_by_itself(returncode):
                 start_failures += 1
                 if start_failures >= self.max_start_failures:
                     logger.error(
@@ -186,7 +222,10 @@ class Supervisor:
             logger.error(
                 "worker %d (pid %d, instance %s) %s%s; replacing it in %.1f s",
                 slot, worker.process.pid, worker.instance, describe_exit(returncode),
-                "" if worker.serving else " before serving", delay,
+                "" if worker.serving
+                else " before serving" if failed_by_itself(returncode)
+                else " before serving (killed from outside: not a failure to start)",
+                delay,
             )  # fmt: skip
             with trio.move_on_after(delay):
                 await self._stopping.wait()

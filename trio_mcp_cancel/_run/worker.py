@@ -3,8 +3,9 @@
 ``python -m trio_mcp_cancel._run.worker --fd N --ready-fd R --lifeline-fd L MODULE:ATTR``
 serves the app on the listening socket the supervisor bound (file
 descriptor *N*, hypercorn's ``fd://`` bind) with :func:`server_config`'s
-safe settings, and SIGINT/SIGTERM start hypercorn's graceful shutdown
-(``serve(handle_signals=True)``).  Two pipes tie it to the supervisor:
+safe settings, and SIGINT/SIGTERM start ``serve(handle_signals=True)``'s
+graceful shutdown (calls in flight answered ``-32800``, within the graceful
+timeout).  Two pipes tie it to the supervisor:
 it writes a line to *R* once it serves (how the supervisor knows a
 replacement is up), and when *L* reaches end of file (the supervisor is
 gone, even by SIGKILL) it shuts down gracefully as on SIGTERM, so an

@@ -341,13 +341,15 @@ async def test_example_stops_with_a_websocket_connection_open(tmp_path: Path) ->
 
 async def stream_count_then_signal(
     server: Example, *signals: int, between: int = 1
-) -> tuple[int, float]:
+) -> tuple[int, float, Any]:
     """Run a long ``count`` over SSE and send *signals* as it streams.
 
     The first signal goes at progress 2, each next one *between* progress
     notifications later.  Returns the number of progress notifications seen
-    after the first signal, and the time from it to the process's exit.
+    after the first signal, the time from it to the process's exit, and the
+    call's answer (``None`` if none came).
     """
+    answer = None
     progress = 0
     pending = list(signals)
     next_at = 2
@@ -361,6 +363,8 @@ async def stream_count_then_signal(
                     assert response.status_code == 200
                     async for line in response.aiter_lines():
                         assert '"result"' not in line, line  # 1000 steps never finish
+                        if line.startswith("data: ") and '"id"' in line:
+                            answer = json.loads(line[6:])
                         if "notifications/progress" not in line:
                             continue
                         progress += 1
@@ -372,25 +376,43 @@ async def stream_count_then_signal(
                 pass  # the call was cut at the end of the shutdown
             await server.proc.wait()
     assert first is not None and not pending
-    return progress - 2, trio.current_time() - first
+    return progress - 2, trio.current_time() - first, answer
 
 
 @pytest.mark.subprocess
-async def test_example_lets_a_call_in_flight_run_then_stops(tmp_path: Path) -> None:
+async def test_example_answers_a_call_in_flight_minus_32800_then_stops(tmp_path: Path) -> None:
     async with example(tmp_path) as server:
-        after, elapsed = await stream_count_then_signal(server, signal.SIGINT)
+        after, elapsed, answer = await stream_count_then_signal(server, signal.SIGINT)
         server.assert_clean_exit()
-    # Graceful: the call kept streaming after Ctrl-C, and then it was bounded.
-    assert after >= 3, f"only {after} progress notifications after the signal"
-    assert elapsed < GRACEFUL + GRACE + 3, f"stopped in {elapsed:.1f}s"
+    # Graceful: the call was flagged at Ctrl-C (kind server), stopped at its
+    # next poll, and its client was told why before the connection closed.
+    assert answer is not None, "no answer: the call was cut off"
+    assert answer["error"]["code"] == -32800, answer
+    assert answer["error"]["data"] == {"reason": "server shutting down"}, answer
+    assert after <= 1, f"{after} progress notifications after the signal"
+    assert elapsed < GRACEFUL, f"stopped in {elapsed:.1f}s"
+    assert "cancelled by the server ('server shutting down')" in server.stderr()
 
 
 @pytest.mark.subprocess
 async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
-    async with example(tmp_path) as server:
-        after, elapsed = await stream_count_then_signal(server, signal.SIGINT, signal.SIGINT)
+    # ``stubborn`` ignores the flag: only the hard cancel, GRACEFUL - 1 s after
+    # the first signal, would end it; the second signal ends everything now.
+    call = count_call(1, 0.0)
+    call["params"] = {"name": "stubborn", "arguments": {}, "_meta": META}
+    async with example(tmp_path) as server, httpx.AsyncClient(timeout=TIMEOUT) as client:
+        with trio.fail_after(TIMEOUT):
+            try:
+                async with client.stream(
+                    "POST", server.http_url, json=call, headers={**HEADERS, "mcp-name": "stubborn"}
+                ) as response:
+                    assert response.status_code == 200  # the call runs (its SSE head came)
+                    server.proc.send_signal(signal.SIGINT)
+                    await trio.sleep(0.3)
+                    elapsed = await server.stop_time(signal.SIGTERM)
+                    await response.aread()
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                pass  # cut by the stop
         server.assert_clean_exit()
         assert "received again: stopping now" in server.stderr()
-    assert after >= 1
-    # Well before the graceful timeout would have ended the call.
-    assert elapsed < GRACEFUL - 1.5, f"stopped in {elapsed:.1f}s"
+    assert elapsed < GRACEFUL - 2, f"stopped in {elapsed:.1f}s"

@@ -20,6 +20,13 @@ no registry and none is open around the server, its own registry there
 too, so ``hypercorn module:app`` works with any number of workers.  A
 registry that was given but is not running fails the startup with the
 reason.
+
+**Shutdown.**  An ASGI server's graceful shutdown only waits for requests
+in flight and then cuts them: the app is not told.  :meth:`McpHttpApp.begin_shutdown`
+is how it is told (``serve(handle_signals=True)`` and ``trio-mcp-cancel
+run`` call it on SIGINT/SIGTERM): every call in flight is flagged, kind
+``"server"``, and answered ``-32800`` with the reason before its connection
+closes (see :mod:`.answer`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,13 @@ from ..._auth.resource import OAuthResource, Refusal
 from ..._auth.tokens import AccessToken
 from ..._core.errors import RegistryClosed
 from ..._core.namespace import tenant_for
-from ..._core.registry import Registry, RegistryConfig, current_registry, open_registry
+from ..._core.registry import (
+    USE_CONFIG,
+    Registry,
+    RegistryConfig,
+    current_registry,
+    open_registry,
+)
 from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.jsonrpc import JsonRpcError
@@ -200,6 +213,7 @@ class McpHttpApp:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
+        self._runs_tasks = False
         self._sharing = (
             SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
             if backend is not None
@@ -228,6 +242,16 @@ class McpHttpApp:
             limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
+
+    def begin_shutdown(self, within: float | None = None) -> int:
+        """The server is shutting down: cancel every call and task in flight, as stdio does
+        (each answered ``-32800``, "server shutting down"; see :meth:`.answer.Shutdown.begin`)."""
+        grace = self.limits.disconnect_grace_period
+        if grace is USE_CONFIG:  # the registry's, if there is one yet
+            known = self._registry is not None or self._own_registry is not None
+            grace = self.registry.config.grace_period if known or _registry_around() else within
+        tasks = self.dispatcher.runtime.tasks if self._runs_tasks else None
+        return self._responder.shutdown.begin(grace, within, tasks)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -314,6 +338,7 @@ class McpHttpApp:
         tasks = self.dispatcher.runtime.tasks
         if tasks.running:
             return
+        self._runs_tasks = True  # so a shutdown stops them gracefully (begin_shutdown)
         backend = self.backend
         if backend is None:
             await service.start(tasks.run)
@@ -343,7 +368,7 @@ class McpHttpApp:
                 headers = rules.request_headers(scope["headers"], self.max_head_size, target)
                 if scope["path"] != self.path:
                     if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
-                        await self._discard_body(receive)
+                        await _discard_body(self, receive)
                         await respond(send, *resource_metadata(self.oauth, scope["method"]))
                         return
                     raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
@@ -361,16 +386,16 @@ class McpHttpApp:
                     raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
             except HttpError as exc:
                 if exc.status != 413:  # a body declared too large is not waited for
-                    await self._discard_body(receive)
+                    await _discard_body(self, receive)
                 raise
             if method == "POST":
                 await self._post(scope, receive, send, headers, principal, access)
             elif method == "GET":
-                await self._discard_body(receive)
+                await _discard_body(self, receive)
                 tenant = tenant_for(principal, scope.get("client"))
                 await self._get.get(headers, principal, tenant, receive, send, expiry_of(access))
             else:
-                await self._discard_body(receive)
+                await _discard_body(self, receive)
                 await self._legacy.delete(headers, principal)
                 await respond(send, 204, b"")
         except HttpError as exc:
@@ -387,26 +412,6 @@ class McpHttpApp:
                 await respond(send, 503, b"Service Unavailable: no registry")
                 return
             raise
-
-    async def _discard_body(self, receive: Receive) -> None:
-        """Read the body of a request refused from its head, and drop it.
-
-        Answering before the body arrived leaves the client sending on a
-        stream the server has finished with: HTTP/1.1 then has to close the
-        connection, and hypercorn's HTTP/2 forgets the stream while its
-        ``DATA`` frames are still on the way (see :mod:`.hypercorn_compat`).
-        So the body is read first, within the bounds a body always has:
-        ``max_message_size`` bytes and ``body_timeout`` seconds.  A larger or
-        slower one is left to the server (its connection is closed, or its
-        stream reset).  A request without a body costs one queued message.
-        """
-        left = self.max_message_size
-        with trio.move_on_after(math.inf if self.body_timeout is None else self.body_timeout):
-            while True:
-                message = (self.hypercorn_fast_paths and receive_now(receive)) or await receive()
-                left -= len(message.get("body", b""))
-                if not message.get("more_body", False) or left < 0:
-                    return
 
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
@@ -478,6 +483,27 @@ class McpHttpApp:
             await responder.answer(routed, receive, send)
         else:
             await answer_until_expiry(responder, expiries, routed, receive, send, access)
+
+
+async def _discard_body(app: McpHttpApp, receive: Receive) -> None:
+    """Read the body of a request refused from its head, and drop it.
+
+    Answering before the body arrived leaves the client sending on a
+    stream the server has finished with: HTTP/1.1 then has to close the
+    connection, and hypercorn's HTTP/2 forgets the stream while its
+    ``DATA`` frames are still on the way (see :mod:`.hypercorn_compat`).
+    So the body is read first, within the bounds a body always has:
+    ``max_message_size`` bytes and ``body_timeout`` seconds.  A larger or
+    slower one is left to the server (its connection is closed, or its
+    stream reset).  A request without a body costs one queued message.
+    """
+    left = app.max_message_size
+    with trio.move_on_after(math.inf if app.body_timeout is None else app.body_timeout):
+        while True:
+            message = (app.hypercorn_fast_paths and receive_now(receive)) or await receive()
+            left -= len(message.get("body", b""))
+            if not message.get("more_body", False) or left < 0:
+                return
 
 
 async def _read_rest(receive: Receive, body: _Body, body_timeout: float | None) -> bytes:

@@ -13,7 +13,8 @@ overflows (a slow reader) is ended, as a listen stream is; the client
 reconnects and re-lists.  One GET stream per session: a second one while
 the first is connected is ``409``.  A stream opened with an OAuth token
 that expires is ended (cleanly, not resumable) at the expiry: the client
-opens a new one with a fresh token.
+opens a new one with a fresh token.  A server shutting down ends it too (the
+response finishes), so it does not hold the shutdown.
 
 With ``Last-Event-ID`` the GET instead resumes the stream that id names
 (:mod:`.resume`): the events after it are replayed, then the stream goes
@@ -186,7 +187,13 @@ class GetStreams:
                 stream = session.streams.open(limit, standalone=True)
                 stream.attach(writer)
                 stream.prime()
-            await self._carry(stream, writer, receive, listener, ends)
+            # A shutdown ends the stream (its response finishes) rather than
+            # holding the server until its graceful timeout cuts it.
+            forget = responder.shutdown.on_begin(partial(stream.emit, b"", final=True))
+            try:
+                await self._carry(stream, writer, receive, listener, ends)
+            finally:
+                forget()
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
             elif stream.writer is None and responder.service is not None:

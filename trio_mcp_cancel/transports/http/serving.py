@@ -6,11 +6,13 @@ exposed to clients it does not control.  :func:`server_config` picks the
 settings that bound what an idle or slow client can hold, and leaves alone
 the one setting (``read_timeout``) that would cut long tool calls off.
 :func:`serve` runs hypercorn's Trio worker with that configuration and turns
-SIGINT/SIGTERM into hypercorn's graceful shutdown.
+SIGINT/SIGTERM into a graceful shutdown bounded by ``graceful_timeout``, in
+which the app (``McpHttpApp.begin_shutdown``) answers its calls in flight.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import signal
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -35,6 +37,10 @@ AsgiApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 hypercorn_compat.install()
 
 _SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Of a shutdown's graceful timeout, the seconds (at most; half of a shorter
+#: timeout) kept after the hard cancel of the calls still running: for their
+#: ``-32800`` to be written, their connections to close, the lifespan to end.
+_ANSWER_TIME = 1.0
 _MISSING = object()
 
 
@@ -50,10 +56,12 @@ def server_config(*, host: str = "127.0.0.1", port: int = 8000, **overrides: Any
     The defaults, and why:
 
     ``graceful_timeout=5.0``
-        On shutdown hypercorn stops accepting, closes idle connections at
-        once, and gives requests in flight this long before cancelling them
-        (a cancelled tool call is cancelled like on a disconnect).  Bounded,
-        so a Ctrl-C or SIGTERM stops the process in about this time.
+        With :func:`serve`'s ``handle_signals=True``, the whole shutdown after
+        a Ctrl-C or SIGTERM, from the signal until ``serve()`` returns: tool
+        calls in flight are cancelled at once (kind ``"server"``) and
+        answered ``-32800`` within it, see :func:`serve`.  (Run by
+        hypercorn's own command, it is how long requests in flight may run
+        before they are cut without an answer.)
     ``keep_alive_timeout=5.0``
         hypercorn's idle timer runs from the moment a connection opens (or a
         response finished) until the *complete* request head has arrived
@@ -157,9 +165,22 @@ async def serve(
     once: connections and their tool calls are cancelled).
 
     With ``handle_signals=True`` the first SIGINT (Ctrl-C) or SIGTERM starts
-    hypercorn's graceful shutdown: it stops accepting, closes idle connections
-    and lets requests in flight run for up to ``config.graceful_timeout``
-    seconds before cancelling them, then ``serve()`` *returns* normally.
+    a graceful shutdown that ends within ``config.graceful_timeout`` seconds
+    (*T*) of the signal, when ``serve()`` *returns* normally:
+
+    * an app with a ``begin_shutdown(within=...)`` method
+      (:meth:`McpHttpApp.begin_shutdown`) is told first: every tool call in
+      flight is cancelled (kind ``"server"``, reason ``"server shutting
+      down"``; a tool sees ``cancelled()`` at once) and logged when it stops,
+      and one still running ``T - min(1, T/2)`` seconds after the signal (or
+      after its grace period, if sooner) is hard-cancelled, leaving time for
+      its ``-32800`` to reach the client;
+    * hypercorn stops accepting, closes idle connections, and cuts the
+      connections still open ``T - min(1, T/2)/2`` seconds after the signal
+      (a client that does not read its answer);
+    * what is left (the ASGI lifespan's shutdown: the registry, a backend)
+      is cancelled *T* seconds after the signal.
+
     While it runs, Trio does not turn SIGINT into a ``KeyboardInterrupt``
     (which would surface inside an exception group as a traceback and exit
     status 1), so a program can simply finish.  A second signal during the
@@ -177,6 +198,15 @@ async def serve(
         await _hypercorn_serve(framework, config, task_status=task_status)
         return
 
+    stated = config.graceful_timeout
+    answer_time = min(_ANSWER_TIME, stated / 2)
+    # hypercorn cuts the connections still open this long after the trigger,
+    # then shuts the lifespan down: half the answer time is left for that.
+    # (A copy, so the caller's config is left as it was; its logger, made on
+    # first use, is the one hypercorn uses too.)
+    connections = copy.copy(config)
+    connections.graceful_timeout = stated - answer_time / 2
+    bound = trio.CancelScope()
     with trio.open_signal_receiver(*_SHUTDOWN_SIGNALS) as signals:
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
@@ -185,18 +215,31 @@ async def serve(
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     if not shutdown.is_set():
-                        await config.log.info(
+                        # Everything, lifespan included, ends by then.
+                        bound.deadline = trio.current_time() + stated
+                        await connections.log.info(
                             f"{name} received: shutting down gracefully"
-                            f" (up to {config.graceful_timeout}s; send it again to stop now)"
+                            f" (up to {stated}s; send it again to stop now)"
                         )
+                        begin_shutdown = getattr(app, "begin_shutdown", None)
+                        try:
+                            if callable(begin_shutdown):
+                                begin_shutdown(within=stated - answer_time)
+                        except Exception:  # the shutdown goes on without the app's part
+                            await connections.log.exception("the app's begin_shutdown failed")
                         shutdown.set()
                     else:
-                        await config.log.info(f"{name} received again: stopping now")
+                        await connections.log.info(f"{name} received again: stopping now")
                         nursery.cancel_scope.cancel()
                         return
 
             nursery.start_soon(watch_signals)
-            await _hypercorn_serve(
-                framework, config, shutdown_trigger=shutdown.wait, task_status=task_status
-            )
+            with bound:
+                await _hypercorn_serve(
+                    framework, connections, shutdown_trigger=shutdown.wait, task_status=task_status
+                )
             nursery.cancel_scope.cancel()
+        if bound.cancelled_caught:
+            await connections.log.warning(
+                f"shutdown: still running {stated}s after the signal; stopped"
+            )
