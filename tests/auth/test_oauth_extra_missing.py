@@ -49,7 +49,7 @@ def test_auth_variables_without_the_auth_extra_say_what_to_install() -> None:
     with pytest.raises(ImportError) as raised:
         app_from_env(McpServer("no-auth-extra"), environ)
     message = str(raised.value)
-    assert message.startswith("OAuth authorization (MCP_AUTH_*) needs ")
+    assert message.startswith("OAuth authorization (MCP_AUTH_ISSUER, MCP_AUTH_AUDIENCE set) needs ")
     assert message.endswith(": pip install 'trio-mcp-cancel[auth]'")
 
 

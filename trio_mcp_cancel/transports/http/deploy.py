@@ -29,7 +29,10 @@ the ASGI lifespan.  :func:`app_from_env` reads:
 ``MCP_ALLOWED_ORIGINS``
     comma-separated ``Origin`` values to accept (default: localhost only).
 ``MCP_MAX_REQUEST_TIME``
-    seconds after which a tool call is cancelled by the server (default: none).
+    seconds after which a tool call is cancelled by the server (default:
+    none).  ``trio-mcp-cancel run`` and ``server.run()`` apply it on stdio
+    too (:func:`limits_from_env`), with the grace period, the task TTL and
+    the state secret (:func:`server_settings_from_env`).
 ``MCP_RESUME_WINDOW``
     seconds a dropped legacy SSE stream may be resumed (``GET`` with
     ``Last-Event-ID``) before its call is cancelled as a disconnect (default
@@ -211,11 +214,12 @@ def app_from_env(
     if not options["path"].startswith("/"):
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
     server_settings_from_env(server, environ)
-    if any(environ.get(name, "").strip() for name in _AUTH_VARIABLES):
+    if asked := [name for name in _AUTH_VARIABLES if environ.get(name, "").strip()]:
         try:  # the optional `auth` extra, only when asked for
             from ..._auth.env import oauth_from_env
         except ImportError as exc:
-            raise missing_extra("OAuth authorization (MCP_AUTH_*)", "auth", exc) from exc
+            feature = f"OAuth authorization ({', '.join(asked)} set)"
+            raise missing_extra(feature, "auth", exc) from exc
         options["auth"] = oauth_from_env(environ)
     options.update(overrides)
     return McpHttpApp(server, **options)
