@@ -137,6 +137,43 @@ async def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> Non
     assert {t["name"] for t in answers[2]["result"]["tools"]} == {"forecast", "add"}  # type: ignore[index]
 
 
+def _run_targets() -> list[str]:
+    """The ``MODULE:ATTR`` of every ``trio-mcp-cancel run`` in the README's and deployment's sh."""
+    texts = [README, (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")]
+    return [
+        spec
+        for text in texts
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+        for spec in re.findall(r"trio-mcp-cancel run (\S+)", block)
+    ]
+
+
+@pytest.mark.subprocess
+def test_every_run_command_serves_a_module_of_the_users_project(tmp_path: Path) -> None:
+    """Run from the README's project, each command finds its target there (not in examples/)."""
+    targets = sorted(set(_run_targets()))
+    assert len(_run_targets()) >= 5, _run_targets()  # Run it, Deploy, Authorization
+    project = _project(tmp_path)
+    for spec in targets:
+        module = spec.partition(":")[0]
+        assert (project / f"{module.replace('.', '/')}.py").exists(), (
+            f"{spec}: not the user's module"
+        )
+    script = (
+        "import sys\nfrom trio_mcp_cancel._run import target\n"
+        "for spec in sys.argv[1:]:\n    target.http_app(target.load(spec))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *targets],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_install_section_names_the_placeholder_url_of_pyproject() -> None:
     import tomllib
 
