@@ -181,6 +181,20 @@ def test_the_install_section_names_the_placeholder_url_of_pyproject() -> None:
     assert f"pip install git+{urls['Source']}" in _block("pip install git+", "sh")
 
 
+def test_the_extras_table_names_every_extra_of_pyproject() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    install = README[README.index("## Install") : README.index("## The smallest server")]
+    table = "\n".join(line for line in install.splitlines() if line.startswith("| `"))
+    assert [e for e in extras if f"`{e}`" not in table] == []
+    assert (
+        "opentelemetry-sdk" in README[README.index("## Observability") : README.index("## Deploy")]
+    )
+
+
 def test_the_contributor_test_command_is_the_one_ci_runs() -> None:
     assert "python3 dev.py test" in _block("python3 dev.py test", "sh")
     assert "\npython3 dev.py test\n" in (ROOT / ".ci" / "run").read_text()
