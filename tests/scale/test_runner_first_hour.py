@@ -11,6 +11,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx
 import pytest
 import trio
 from repo_paths import ROOT
@@ -29,6 +32,7 @@ from trio_mcp_cancel._run.runner import StartupFailed, serve_found, startup_prob
 from trio_mcp_cancel.server import McpServer
 
 LEGACY = "2025-11-25"
+_SERVING = re.compile(r"serving MCP on (http://127\.0\.0\.1:\d+\S*)")
 
 USER_MODULE = """
 import trio
@@ -194,6 +198,29 @@ async def test_an_app_given_a_registry_that_cannot_run_is_one_line(tmp_path: Pat
     (line,) = error_lines(run.log())
     assert "was given a registry=, which is not running" in line
     assert "without registry=" in line
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", [None, "/tools/mcp"])
+async def test_the_startup_line_is_the_url_clients_use_path_included(
+    tmp_path: Path, path: str | None
+) -> None:
+    env = {} if path is None else {"MCP_PATH": path}
+    args = ("run", "user_module:server", "--transport", "http", "--port", "0")
+    async with command(tmp_path, *args, **env) as run:
+        with trio.fail_after(20):
+            while (found := _SERVING.search(run.log())) is None:
+                assert run.process.returncode is None, run.log()
+                await trio.sleep(0.05)
+        url = found[1]
+        assert url.endswith(path or "/mcp")
+        accept = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=10) as client:
+            reply = await client.post(url, json=INITIALIZE, headers=accept)
+        assert reply.status_code == 200, reply.text  # the logged URL is the endpoint
+        run.process.send_signal(signal.SIGTERM)
+        assert await run.exit_status() == 0
 
 
 @pytest.mark.subprocess
