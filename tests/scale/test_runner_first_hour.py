@@ -28,8 +28,10 @@ import trio
 from repo_paths import ROOT
 
 import trio_mcp_cancel
+from trio_mcp_cancel._run import cli
 from trio_mcp_cancel._run.runner import StartupFailed, serve_found, startup_problem
 from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.transports.http.deploy import limits_from_env
 
 LEGACY = "2025-11-25"
 _SERVING = re.compile(r"serving MCP on (http://127\.0\.0\.1:\d+\S*)")
@@ -40,6 +42,7 @@ import trio
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.transports.http.deploy import limits_from_env
 
 print("importing the user's module")  # a module-level print, as new users write
 
@@ -274,13 +277,23 @@ async def test_max_request_time_cancels_a_stdio_call_as_over_http(tmp_path: Path
         assert "request time limit" in json.dumps(answer), answer
 
 
-def test_max_request_time_flag_is_checked(tmp_path: Path) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "trio_mcp_cancel", "run", "x:y", "--max-request-time", "0"],
-        cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert completed.returncode == 2
-    assert "--max-request-time must be a number of seconds > 0" in completed.stderr
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e400", "soon"])
+def test_a_bad_max_request_time_is_refused_with_the_flag_named(
+    value: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MCP_MAX_REQUEST_TIME", raising=False)
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["run", "user_module:server", "--max-request-time", value])
+    assert raised.value.code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert line.startswith("trio-mcp-cancel: error: --max-request-time must be")
+    assert "MCP_MAX_REQUEST_TIME" not in os.environ  # nothing half-applied
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "later"])
+def test_a_bad_mcp_max_request_time_names_the_variable(value: str) -> None:
+    with pytest.raises(ValueError, match="MCP_MAX_REQUEST_TIME must be"):
+        limits_from_env({"MCP_MAX_REQUEST_TIME": value})
 
 
 # -- in process: server.run() and serve_found --------------------------------------------

@@ -67,12 +67,14 @@ def stdout_to_stderr() -> Iterator[None]:
     corrupt it before the transport claims file descriptor 1 (the
     transport then guards it while serving; see ``transports.stdio``).
     """
-    sys.stdout.flush()  # nothing written before belongs to the import
+    if sys.stdout is not None:
+        sys.stdout.flush()  # nothing written before belongs to the import
     with contextlib.redirect_stdout(sys.stderr):
         try:
             yield
         finally:
-            sys.stderr.flush()
+            if sys.stderr is not None:
+                sys.stderr.flush()
 
 
 def _not_servable(found: object, serves: str) -> TargetError:
