@@ -2,7 +2,7 @@
 
 The Redis backend and the HTTP client already said ``pip install
 'trio-mcp-cancel[...]'``; OAuth from the environment now says it the same
-way (one helper, :func:`trio_mcp_cancel._extras.missing_extra`).  The
+way (one helper, :func:`trio_mcp_cancel._public.missing_extra`).  The
 missing libraries are simulated by blocking their import (``sys.modules``
 entries of ``None``), and the package's ``_auth`` modules are put back
 exactly as they were afterwards, so no other test sees second copies of
@@ -54,7 +54,7 @@ def test_auth_variables_without_the_auth_extra_say_what_to_install() -> None:
 
 
 def test_the_redis_and_client_paths_say_it_the_same_way() -> None:
-    from trio_mcp_cancel._extras import missing_extra
+    from trio_mcp_cancel._public import missing_extra
 
     missing = ModuleNotFoundError("No module named 'coredis'", name="coredis")
     assert str(missing_extra("the Redis backend", "redis", missing)) == (

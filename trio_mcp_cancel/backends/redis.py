@@ -82,7 +82,7 @@ from urllib.parse import unquote, urlsplit
 import attrs
 import trio
 
-from .._extras import missing_extra
+from .._public import missing_extra
 
 try:
     import anyio

@@ -79,10 +79,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
-from ..._extras import missing_extra
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
+from ..._public import missing_extra
 from ...backends.base import Backend
 from ..limits import ConnectionLimits
 from .app import McpHttpApp
