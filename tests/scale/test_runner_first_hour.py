@@ -339,6 +339,8 @@ def test_only_startup_failures_become_a_sentence_a_real_bug_keeps_its_traceback(
     assert "ports below 1024 need privileges" in str(startup_problem(refused, "h", 80, "--port"))
     bug = ExceptionGroup("nursery", [taken, ZeroDivisionError("a bug")])
     assert startup_problem(bug, "h", 9, "--port") is None
+    later = ExceptionGroup("nursery", [OSError(errno.EMFILE, "Too many open files")])
+    assert startup_problem(later, "h", 9, "--port", listening=True) is None  # not a startup
 
 
 def test_stdio_takes_the_servers_settings_from_the_environment_as_http_does(

@@ -126,12 +126,13 @@ def serve_found(
     path = app.path if isinstance(app, McpHttpApp) else ""
 
     def serve_http() -> int:
+        bound: list[str] = []
         try:
-            trio.run(_serve_http, app, config, path)
+            trio.run(_serve_http, app, config, path, bound)
         except KeyboardInterrupt:
             pass  # Ctrl-C before or after serving: still a clean stop
         except BaseException as exc:
-            problem = startup_problem(exc, host, port, port_option)
+            problem = startup_problem(exc, host, port, port_option, listening=bool(bound))
             if problem is None:
                 raise
             raise StartupFailed(problem) from exc
@@ -140,10 +141,14 @@ def serve_found(
     return serve_http
 
 
-async def _serve_http(app: AsgiApp, config: Config, path: str) -> None:
-    """Serve, and once bound log the URL clients use (the MCP endpoint's, path included)."""
+async def _serve_http(app: AsgiApp, config: Config, path: str, bound: list[str]) -> None:
+    """Serve, and once bound log the URL clients use (the MCP endpoint's, path included).
+
+    *bound* receives the URLs, so the caller knows whether listening started.
+    """
     async with trio.open_nursery() as nursery:
         urls: list[str] = await nursery.start(partial(serve, app, config, handle_signals=True))
+        bound.extend(urls)
         for url in urls:
             _log.info("serving MCP on %s%s", url, path)
 
@@ -159,20 +164,23 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
 _LIFESPAN_FAILURE = re.compile(r"Lifespan failure in (\w+)\. '(.*)'\Z", re.DOTALL)
 
 
-def startup_problem(exc: BaseException, host: str, port: int, port_option: str) -> str | None:
+def startup_problem(
+    exc: BaseException, host: str, port: int, port_option: str, *, listening: bool = False
+) -> str | None:
     """One sentence for what stopped serving from starting, or ``None`` (a real bug).
 
     hypercorn binds inside its nursery, after the app's lifespan started,
     so a taken port (or the app refusing to start) arrives wrapped in
     exception groups; every leaf must be such a startup failure, else the
-    traceback is kept, as it says more than a sentence could.
+    traceback is kept, as it says more than a sentence could.  Once
+    *listening*, an :class:`OSError` is no longer about the address.
     """
     sentences: list[str] = []
     for leaf in _leaves(exc):
         if isinstance(leaf, LifespanFailureError):
             match = _LIFESPAN_FAILURE.match(str(leaf))
             sentences.append(f"the app did not start: {match[2] if match else leaf}")
-        elif isinstance(leaf, OSError):
+        elif isinstance(leaf, OSError) and not listening:
             sentences.append(_listen_problem(leaf, host, port, port_option))
         else:
             return None
