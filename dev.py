@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """One entry point for newcomers and CI: ``python3 dev.py demo|test|bench|conformance|floors``.
 
-``test --fast`` runs only the in-memory tests (see ``FAST``), everything else the whole suite.
+``test --fast`` runs only the in-memory tests (see ``FAST``), everything else the whole suite;
+``test`` first installs the pinned Node tooling into ``.tools/`` when ``npm`` is there (see
+``ensure_node_tools``), so the ``node`` tests run instead of being skipped.
+``python3 dev.py COMMAND --help`` says what a command does, and installs and runs nothing.
 
 Every command first makes sure ``.venv`` exists and holds this project
 installed (``pip install -e .[EXTRAS]``) with the extras that command needs,
@@ -21,6 +24,7 @@ together (``pip install --dry-run``: seconds, no venv), as ``.ci/run`` does.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -117,11 +121,37 @@ def ensure_venv(extras: tuple[str, ...]) -> None:
 FAST = "not slow and not redis and not subprocess and not node"
 
 
+def ensure_node_tools() -> None:
+    """Install the pinned Node tooling (``conformance/node_tools.py``) when ``npm`` is there.
+
+    The ``node`` tests (the TypeScript SDK as a client and a server) skip
+    without it; installing it here, once, makes ``test`` run the whole
+    suite on any machine with ``npm``, as ``conformance`` does.  Without
+    ``npm`` (or when the install fails) it says so and the tests skip.
+    """
+    sys.path.insert(0, str(ROOT / "conformance"))
+    import node_tools
+
+    if node_tools.installed():
+        print(f"node tests: the pinned Node tooling is in {node_tools.TOOLS}", flush=True)
+        return
+    if shutil.which("npm") is None:
+        print("node tests: npm not found, they will be skipped (Debian: apt-get install npm)")
+        return
+    print(f"node tests: installing the pinned Node tooling into {node_tools.TOOLS}", flush=True)
+    try:
+        node_tools.ensure()
+    except node_tools.NodeToolsMissing as exc:
+        print(f"node tests: {exc}; they will be skipped", file=sys.stderr, flush=True)
+
+
 def test(extra: list[str]) -> int:
     """Lint, type-check, then run the whole test suite.
 
     ``--fast``: only the in-memory tests (no ``slow``, ``redis``, ``subprocess``
-    or ``node`` marker), for the edit-run loop; CI runs everything.
+    or ``node`` marker), for the edit-run loop; CI runs everything.  Without
+    ``--fast`` the Node tooling is installed first when ``npm`` is there.
+    Further arguments go to pytest (a path, ``-k EXPR``, ``-x``).
     """
     fast = "--fast" in extra
     extra = [a for a in extra if a != "--fast"]
@@ -131,6 +161,8 @@ def test(extra: list[str]) -> int:
     ):
         if run(*check) != 0:
             return 1
+    if not fast:
+        ensure_node_tools()
     code = run(PYTHON, "-m", "pytest", *(["-m", FAST] if fast else []), *extra)
     if code == 5:  # pytest found no tests: that is a broken suite, not a pass
         print("pytest collected no tests", file=sys.stderr)
@@ -139,12 +171,21 @@ def test(extra: list[str]) -> int:
 
 
 def demo(extra: list[str]) -> int:
-    """Start the example server on 127.0.0.1 and drive it with the demo client."""
+    """Start the example server on 127.0.0.1 and drive it with the demo client.
+
+    It cancels a tool every way the protocol has (HTTP both eras, WebSocket,
+    stdio, a child process, a task) and says what happened at each step;
+    examples/client_demo.py describes the steps.  It takes no arguments.
+    """
     return run(PYTHON, ROOT / "examples" / "client_demo.py", *extra)
 
 
 def bench(extra: list[str]) -> int:
-    """Run the benchmarks and rewrite benchmarks/RESULTS.md."""
+    """Run the benchmarks and rewrite benchmarks/RESULTS.md.
+
+    ``--quick``: small sizes, for a smoke test; ``--only NAME``: one group
+    (e.g. ``hostile``).  Arguments go to ``python -m benchmarks``.
+    """
     return run(PYTHON, "-m", "benchmarks", *extra)
 
 
@@ -152,6 +193,7 @@ def conformance(extra: list[str]) -> int:
     """Run the official MCP conformance suite (both eras) against examples/conformance_server.py.
 
     Installs the pinned Node 22 and suite into .tools/ first; see conformance/run_suite.py.
+    ``--era 2025-11-25`` (or ``2026-07-28``): one era; ``--scenario NAME``: one scenario.
     """
     return run(PYTHON, ROOT / "conformance" / "run_suite.py", *extra)
 
@@ -244,14 +286,34 @@ COMMANDS = {
 }
 
 
-def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]", file=sys.stderr)
+_HELP = ("-h", "--help")
+
+
+def usage() -> str:
+    """Every command with the first line of what it does."""
+    lines = [f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]", ""]
+    for name, (command, _) in COMMANDS.items():
+        lines.append(f"  {name:<12} {(command.__doc__ or '').strip().splitlines()[0]}")
+    lines.append("\npython3 dev.py COMMAND --help: more about one command")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in _HELP:
+        print(usage())
+        return 0
+    if not args or args[0] not in COMMANDS:
+        print(usage(), file=sys.stderr)
         return 2
-    command, extras = COMMANDS[sys.argv[1]]
+    command, extras = COMMANDS[args[0]]
+    if any(arg in _HELP for arg in args[1:]):
+        # Help, not a run: nothing is installed or started (the demo would run its servers).
+        print(f"python3 dev.py {args[0]} [args...]\n\n{inspect.cleandoc(command.__doc__ or '')}")
+        return 0
     if extras is not None:
         ensure_venv(extras)
-    return command(sys.argv[2:])
+    return command(args[1:])
 
 
 if __name__ == "__main__":

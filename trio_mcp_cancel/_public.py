@@ -12,6 +12,9 @@ Internal means any module of the package not in :data:`PUBLIC_MODULES`
 (``trio_mcp_cancel.backends.memory.MemoryBackend`` becomes
 ``trio_mcp_cancel.backends.MemoryBackend``).  Only classes and functions
 are renamed; type aliases and constants have no module of their own.
+
+:func:`missing_extra` is the other thing every public surface shares: the
+one message for a feature whose optional dependencies are not installed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["PUBLIC_MODULES", "fixup_module_metadata"]
+__all__ = ["PUBLIC_MODULES", "fixup_module_metadata", "missing_extra"]
 
 #: The modules users import from; every other module of the package is internal.
 PUBLIC_MODULES: Final = frozenset(
@@ -68,3 +71,17 @@ def fixup_module_metadata(module: str, names: Iterable[str], namespace: Mapping[
 
     for name in names:
         fix(namespace[name], name, name)
+
+
+def missing_extra(feature: str, extra: str, exc: ImportError) -> ImportError:
+    """An :class:`ImportError` saying *feature* needs the *extra* (raise it ``from exc``).
+
+    Every optional path (the Redis backend, the HTTP client, OAuth from the
+    environment) says it the same way, naming what is missing and the
+    ``pip install`` line that adds it, so the fix is in the message wherever
+    it surfaces (the command line prints it as its one line of error).
+    *exc* is the failed import: the module it names (``coredis``,
+    ``httpx2``, ``jwt``) is what is missing.
+    """
+    missing = exc.name or "its optional dependencies"
+    return ImportError(f"{feature} needs {missing}: pip install 'trio-mcp-cancel[{extra}]'")

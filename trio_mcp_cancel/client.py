@@ -52,7 +52,7 @@ from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskCancelled, McpTaskError, TaskCallback, TaskPolling
 from ._protocol.wire import MODERN_ERRORS
-from ._public import fixup_module_metadata
+from ._public import fixup_module_metadata, missing_extra
 
 if TYPE_CHECKING:
     import ssl
@@ -205,9 +205,7 @@ def _httpx2() -> Any:
     try:
         from ._client import http
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(
-            "the HTTP client needs httpx2: pip install 'trio-mcp-cancel[client]'"
-        ) from exc
+        raise missing_extra("the HTTP client", "client", exc) from exc
     return http
 
 
@@ -397,7 +395,7 @@ def __getattr__(name: str) -> Any:
     try:
         imported = importlib.import_module(f"{__package__}._client.{module}")
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(f"{name} needs httpx2: pip install 'trio-mcp-cancel[client]'") from exc
+        raise missing_extra(name, "client", exc) from exc
     value = getattr(imported, name)
     globals()[name] = value
     fixup_module_metadata(__name__, [name], globals())

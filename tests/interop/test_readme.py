@@ -137,11 +137,62 @@ async def test_the_host_config_runs_the_server_over_stdio(tmp_path: Path) -> Non
     assert {t["name"] for t in answers[2]["result"]["tools"]} == {"forecast", "add"}  # type: ignore[index]
 
 
+def _run_targets() -> list[str]:
+    """The ``MODULE:ATTR`` of every ``trio-mcp-cancel run`` in the README's and deployment's sh."""
+    texts = [README, (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")]
+    return [
+        spec
+        for text in texts
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+        for spec in re.findall(r"trio-mcp-cancel run (\S+)", block)
+    ]
+
+
+@pytest.mark.subprocess
+def test_every_run_command_serves_a_module_of_the_users_project(tmp_path: Path) -> None:
+    """Run from the README's project, each command finds its target there (not in examples/)."""
+    targets = sorted(set(_run_targets()))
+    assert len(_run_targets()) >= 5, _run_targets()  # Run it, Deploy, Authorization
+    project = _project(tmp_path)
+    for spec in targets:
+        module = spec.partition(":")[0]
+        assert (project / f"{module.replace('.', '/')}.py").exists(), (
+            f"{spec}: not the user's module"
+        )
+    script = (
+        "import sys\nfrom trio_mcp_cancel._run import target\n"
+        "for spec in sys.argv[1:]:\n    target.http_app(target.load(spec))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *targets],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_install_section_names_the_placeholder_url_of_pyproject() -> None:
     import tomllib
 
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
     assert f"pip install git+{urls['Source']}" in _block("pip install git+", "sh")
+
+
+def test_the_extras_table_names_every_extra_of_pyproject() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    install = README[README.index("## Install") : README.index("## The smallest server")]
+    table = "\n".join(line for line in install.splitlines() if line.startswith("| `"))
+    assert [e for e in extras if f"`{e}`" not in table] == []
+    assert (
+        "opentelemetry-sdk" in README[README.index("## Observability") : README.index("## Deploy")]
+    )
 
 
 def test_the_contributor_test_command_is_the_one_ci_runs() -> None:

@@ -140,3 +140,23 @@ def test_the_checks_would_notice_a_missing_option() -> None:
     assert _missing("McpServer", {"page_size", "no_such_option"}) == ["no_such_option"]
     assert "graceful_timeout" in _changed_hypercorn_settings()
     assert "--workers" in _cli_flags()
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as '-'."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return kept.replace(" ", "-")
+
+
+def test_the_contents_list_every_section_in_order_and_each_link_works() -> None:
+    headings = re.findall(r"(?m)^## (.*)$", REFERENCE)
+    first = REFERENCE.index("\n## ")
+    links = re.findall(r"(?m)^- \[[^\]]+\]\(#([^)]+)\)$", REFERENCE[:first])
+    assert links == [_github_anchor(h) for h in headings]
+
+
+def test_the_anchor_rule_is_githubs() -> None:
+    assert _github_anchor("RegistryConfig / open_registry") == "registryconfig--open_registry"
+    assert _github_anchor("The command line: trio-mcp-cancel run") == (
+        "the-command-line-trio-mcp-cancel-run"
+    )

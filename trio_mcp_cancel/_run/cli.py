@@ -3,7 +3,9 @@
 ::
 
     trio-mcp-cancel run MODULE:ATTR [--transport stdio|http] [--host H] [--port P]
-                        [--workers N] [--allow-unshared] [--grace-period S] [--log-level L]
+                        [--workers N] [--allow-unshared] [--grace-period S]
+                        [--max-request-time S] [--log-level L]
+    trio-mcp-cancel --version
 
 ATTR is an :class:`~trio_mcp_cancel.server.McpServer` or an ASGI app built
 by :func:`~trio_mcp_cancel.http.app_from_env`.  ``stdio`` (the default, as
@@ -11,9 +13,13 @@ an MCP host launches servers) serves it on stdin/stdout; ``http`` with
 ``serve()`` and ``server_config()``'s safe settings, stopping gracefully on
 SIGINT/SIGTERM; ``--workers N`` (N > 1) under :mod:`.supervisor`, which
 needs a shared backend (``MCP_REDIS_URL``) unless ``--allow-unshared``
-says the sessions are routed to their worker by something else.  Exit
-status: 0 after a requested stop, 1 when serving failed or the supervisor
-gave up, 2 for a bad command line or a target it cannot serve.
+says the sessions are routed to their worker by something else
+(``streamable-http``, the specification's name, is the same as ``http``).
+On stdio, anything the target's module prints while it is imported goes to
+stderr, since stdout is the protocol stream.  Exit status: 0 after a
+requested stop, 1 when serving failed (one line: a port in use, an app
+that refused to start) or the supervisor gave up, 2 for a bad command line
+or a target it cannot serve.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import sys
 
 import trio
 
-from ..transports.http.deploy import backend_from_env, seconds_setting
+from .. import __version__
+from ..transports.http.deploy import backend_from_env, limits_from_env, seconds_setting
 from ..transports.http.serving import server_config
 from . import target
-from .runner import configure_logging, serve_found
+from .runner import StartupFailed, configure_logging, serve_found, startup_problem
 
 __all__ = ["main"]
 
@@ -40,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trio-mcp-cancel", description="Serve an MCP server built with trio-mcp-cancel."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run",
@@ -48,7 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         " on stdio, or over HTTP with --workers N supervised worker processes.",
     )
     run.add_argument("target", metavar="MODULE:ATTR", help="an McpServer or an ASGI app")
-    run.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    run.add_argument(
+        "--transport",
+        choices=("stdio", "http", "streamable-http"),
+        default="stdio",
+        help="stdio (default), or http (alias streamable-http)",
+    )
     run.add_argument("--host", default=None, help="http: address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=None, help="http: port (default 8000; 0: any)")
     run.add_argument("--workers", type=int, default=1, help="http: worker processes (default 1)")
@@ -60,11 +73,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--grace-period", default=None, help="seconds from a cancel to its hard cancel, or 'none'"
     )
+    run.add_argument(
+        "--max-request-time",
+        default=None,
+        metavar="SECONDS",
+        help="cancel a tool call after this long (MCP_MAX_REQUEST_TIME; default: never)",
+    )
     run.add_argument("--log-level", type=str.lower, choices=_LEVELS, default="info")
     return parser
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.transport == "streamable-http":
+        args.transport = "http"
     if args.transport == "stdio":
         for flag, value in (("--host", args.host), ("--port", args.port)):
             if value is not None:
@@ -83,6 +104,13 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         os.environ["MCP_GRACE_PERIOD"] = (
             args.grace_period
         )  # read by app_from_env, here and in workers
+    if args.max_request_time is not None:
+        variables = {"MCP_MAX_REQUEST_TIME": args.max_request_time}
+        try:
+            limits_from_env(variables)
+        except ValueError as exc:
+            parser.error(str(exc).replace("MCP_MAX_REQUEST_TIME", "--max-request-time"))
+        os.environ.update(variables)  # read on stdio and by app_from_env, here and in workers
     if args.workers > 1 and not os.environ.get("MCP_REDIS_URL", "").strip():
         if not args.allow_unshared:
             parser.error(
@@ -102,10 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers > 1:
             return _supervise(args.target, args.workers, host, port, args.log_level)
-        serving = serve_found(target.load(args.target), args.transport, host=host, port=port)
+        if args.transport == "stdio":
+            with target.stdout_to_stderr():  # stdout is the protocol stream
+                found = target.load(args.target)
+        else:
+            found = target.load(args.target)
+        serving = serve_found(found, args.transport, host=host, port=port, port_option="--port")
     except (target.TargetError, ValueError, ImportError) as exc:
         parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
-    return serving()
+    try:
+        return serving()
+    except StartupFailed as exc:
+        print(f"trio-mcp-cancel: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) -> int:
@@ -121,7 +158,8 @@ def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) ->
     try:
         sockets = config.create_sockets()
     except OSError as exc:
-        print(f"trio-mcp-cancel: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        problem = startup_problem(exc, host, port, "--port")
+        print(f"trio-mcp-cancel: error: {problem}", file=sys.stderr)
         return 1
     (listener,) = sockets.insecure_sockets
     listener.listen(config.backlog)

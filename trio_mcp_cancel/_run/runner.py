@@ -10,33 +10,50 @@ transports import; the console script (:mod:`.cli`) calls the same
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import sys
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from enum import Enum
 from functools import partial
 from typing import Final, Literal
 
 import trio
+from hypercorn.config import Config
+from hypercorn.utils import LifespanFailureError
 
 from .._core.registry import RegistryConfig
 from .._protocol.mcp_server import McpServerBase
 from ..stdio import run_stdio
-from ..transports.http.deploy import seconds_setting
-from ..transports.http.serving import serve, server_config
+from ..transports.http.app import McpHttpApp
+from ..transports.http.deploy import limits_from_env, seconds_setting, server_settings_from_env
+from ..transports.http.serving import AsgiApp, serve, server_config
 from . import target
 
 __all__ = [
     "FROM_ENVIRONMENT",
     "FromEnvironment",
     "McpServer",
+    "StartupFailed",
     "Transport",
     "configure_logging",
     "serve_found",
 ]
 
-Transport = Literal["stdio", "http"]
+#: ``"streamable-http"`` is the MCP specification's name of ``"http"`` (the official SDK's too).
+Transport = Literal["stdio", "http", "streamable-http"]
+
+_log = logging.getLogger("trio_mcp_cancel.run")
+
+
+class StartupFailed(Exception):
+    """Serving could not start (a port in use, an app that refused to start).
+
+    Its message is one sentence for the user, which the command line
+    prints as its one line of error; not a traceback, since nothing in the
+    library failed.
+    """
 
 
 class FromEnvironment(Enum):
@@ -73,6 +90,7 @@ def serve_found(
     host: str = "127.0.0.1",
     port: int = 8000,
     grace_period: float | FromEnvironment | None = FROM_ENVIRONMENT,
+    port_option: str = "port=",
 ) -> Callable[[], int]:
     """What serves *found* (an ``McpServer`` or an ASGI app): call it to serve until stopped.
 
@@ -80,9 +98,12 @@ def serve_found(
     :class:`~.target.TargetError`) or a bad setting (:class:`ValueError`) is
     told apart from a failure while serving.  The returned function blocks
     and returns the exit status.  ``stdio``: until end of input, SIGTERM or
-    Ctrl-C.  ``http``: with :func:`~..transports.http.serving.serve` and
-    ``server_config()``'s safe settings, stopping gracefully on
-    SIGINT/SIGTERM; 1 when the socket cannot be bound.  *grace_period* is the
+    Ctrl-C, with the environment's ``MCP_MAX_REQUEST_TIME``, ``MCP_TASK_TTL``
+    and ``MCP_STATE_SECRET`` as over HTTP.  ``http``: with
+    :func:`~..transports.http.serving.serve` and ``server_config()``'s safe
+    settings, stopping gracefully on SIGINT/SIGTERM; it raises
+    :class:`StartupFailed` when serving cannot start (*port_option* is how
+    its message tells to pick another port).  *grace_period* is the
     registry's grace period (``None``: never hard-cancel).
     """
     if grace_period is FROM_ENVIRONMENT:
@@ -90,28 +111,93 @@ def serve_found(
     registry_config = RegistryConfig(grace_period=grace_period)
     if transport == "stdio":
         server = target.stdio_server(found)
+        limits = limits_from_env(os.environ)
+        server_settings_from_env(server, os.environ)
 
         def serve_stdio() -> int:
-            run_stdio(server, registry_config=registry_config)
+            run_stdio(server, registry_config=registry_config, limits=limits)
             return 0
 
         return serve_stdio
-    if transport != "http":
+    if transport not in ("http", "streamable-http"):
         raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
     app = target.http_app(found, registry_config)
     config = server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
+    path = app.path if isinstance(app, McpHttpApp) else ""
 
     def serve_http() -> int:
+        bound: list[str] = []
         try:
-            trio.run(partial(serve, app, config, handle_signals=True))
+            trio.run(_serve_http, app, config, path, bound)
         except KeyboardInterrupt:
             pass  # Ctrl-C before or after serving: still a clean stop
-        except OSError as exc:
-            print(f"trio-mcp-cancel: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
-            return 1
+        except BaseException as exc:
+            problem = startup_problem(exc, host, port, port_option, listening=bool(bound))
+            if problem is None:
+                raise
+            raise StartupFailed(problem) from exc
         return 0
 
     return serve_http
+
+
+async def _serve_http(app: AsgiApp, config: Config, path: str, bound: list[str]) -> None:
+    """Serve, and once bound log the URL clients use (the MCP endpoint's, path included).
+
+    *bound* receives the URLs, so the caller knows whether listening started.
+    """
+    async with trio.open_nursery() as nursery:
+        urls: list[str] = await nursery.start(partial(serve, app, config, handle_signals=True))
+        bound.extend(urls)
+        for url in urls:
+            _log.info("serving MCP on %s%s", url, path)
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+_LIFESPAN_FAILURE = re.compile(r"Lifespan failure in (\w+)\. '(.*)'\Z", re.DOTALL)
+
+
+def startup_problem(
+    exc: BaseException, host: str, port: int, port_option: str, *, listening: bool = False
+) -> str | None:
+    """One sentence for what stopped serving from starting, or ``None`` (a real bug).
+
+    hypercorn binds inside its nursery, after the app's lifespan started,
+    so a taken port (or the app refusing to start) arrives wrapped in
+    exception groups; every leaf must be such a startup failure, else the
+    traceback is kept, as it says more than a sentence could.  Once
+    *listening*, an :class:`OSError` is no longer about the address.
+    """
+    sentences: list[str] = []
+    for leaf in _leaves(exc):
+        if isinstance(leaf, LifespanFailureError):
+            match = _LIFESPAN_FAILURE.match(str(leaf))
+            sentences.append(f"the app did not start: {match[2] if match else leaf}")
+        elif isinstance(leaf, OSError) and not listening:
+            sentences.append(_listen_problem(leaf, host, port, port_option))
+        else:
+            return None
+    return "; ".join(dict.fromkeys(sentences)) or None
+
+
+def _listen_problem(exc: OSError, host: str, port: int, port_option: str) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use; pick another with {port_option}"
+            f" (0: any free port)"
+        )
+    if exc.errno == errno.EACCES:
+        return f"not allowed to listen on {host}:{port} (ports below 1024 need privileges)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}: not an address of this machine"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
 class McpServer(McpServerBase):
@@ -142,10 +228,17 @@ class McpServer(McpServerBase):
         *grace_period* is the seconds from a cancel to its hard cancel (default:
         ``MCP_GRACE_PERIOD``, else 5; ``None``: never hard-cancel).  Logging
         goes to stderr at *log_level*, one line per cancelled request at
-        ``"info"``, as ``trio-mcp-cancel run`` does.  Raises
-        :class:`SystemExit` (status 1) when the HTTP socket cannot be bound.
+        ``"info"``, as ``trio-mcp-cancel run`` does.  ``"streamable-http"``
+        is the same as ``"http"``.
+
+        When serving cannot start (the port is in use, the app refused to
+        start), raises :class:`SystemExit` whose message is the one sentence
+        saying why: a script exits with status 1 and that line, not a
+        traceback; the :class:`StartupFailed` is its ``__cause__``.
         """
         configure_logging(log_level)
-        status = serve_found(self, transport, host=host, port=port, grace_period=grace_period)()
-        if status:
-            raise SystemExit(status)
+        serving = serve_found(self, transport, host=host, port=port, grace_period=grace_period)
+        try:
+            serving()
+        except StartupFailed as exc:
+            raise SystemExit(f"trio-mcp-cancel: error: {exc}") from exc

@@ -10,10 +10,15 @@ line, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Iterator
 from typing import cast
+
+from hypercorn.utils import is_asgi
 
 from .._core.registry import RegistryConfig
 from .._protocol.mcp_server import McpServerBase
@@ -21,7 +26,7 @@ from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import app_from_env
 from ..transports.http.serving import AsgiApp
 
-__all__ = ["TargetError", "http_app", "load", "stdio_server"]
+__all__ = ["TargetError", "http_app", "load", "stdio_server", "stdout_to_stderr"]
 
 
 class TargetError(Exception):
@@ -53,19 +58,79 @@ def load(spec: str) -> object:
     return found
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send ``print()`` and other writes to ``sys.stdout`` to stderr for the duration.
+
+    Around the import of a target served on stdio: there stdout is the
+    JSON-RPC stream the host parses, and a module-level ``print()`` would
+    corrupt it before the transport claims file descriptor 1 (the
+    transport then guards it while serving; see ``transports.stdio``).
+    """
+    if sys.stdout is not None:
+        sys.stdout.flush()  # nothing written before belongs to the import
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        finally:
+            if sys.stderr is not None:
+                sys.stderr.flush()
+
+
+def _not_servable(found: object, serves: str) -> TargetError:
+    """The one message both transports give for a target they cannot serve.
+
+    A class or a function is the usual slip (``server:McpServer``, or a
+    factory not called), so it is named as such, with the likely fix.
+    """
+    if isinstance(found, type):
+        what = f"the class {found.__qualname__} (serve an instance of it)"
+    elif inspect.isroutine(found):
+        name = getattr(found, "__qualname__", getattr(found, "__name__", "?"))
+        what = f"the function {name} (serve what it returns, assigned to a module variable)"
+    else:
+        what = type(found).__name__
+    return TargetError(f"expected {serves}, not {what}")
+
+
 def http_app(found: object, registry_config: RegistryConfig | None = None) -> AsgiApp:
     """An ASGI app: *found* itself, or ``app_from_env`` of an ``McpServer``.
 
     *registry_config* (the runner's grace period) applies to an
     ``McpServer`` only: an app built already has its registry settings.
+    An ASGI app is what hypercorn itself takes for one (a coroutine
+    function, or an instance whose ``__call__`` is one); anything else
+    would be served as WSGI and fail on its first request (a class whose
+    ``__call__`` is a coroutine function passes that test, so classes are
+    refused first).
     """
     if isinstance(found, McpServerBase):
         if registry_config is None:
             return app_from_env(found)
         return app_from_env(found, registry_config=registry_config)
-    if callable(found):
+    if isinstance(found, McpHttpApp):
+        _require_own_registry(found)
+    if not isinstance(found, type) and is_asgi(found):
         return cast(AsgiApp, found)
-    raise TargetError(f"expected an McpServer or an ASGI app, not {type(found).__name__}")
+    raise _not_servable(found, "an McpServer or an ASGI app")
+
+
+def _require_own_registry(app: McpHttpApp) -> None:
+    """Refuse an app given a registry: none can be running before this command runs Trio.
+
+    Served anyway, its lifespan would refuse to start (``the registry given
+    to McpHttpApp is not running``) after hypercorn said it was running;
+    said here it is one line before anything starts.
+    """
+    try:
+        given = app.registry  # the registry given, else the one around (none here)
+    except RuntimeError:
+        return  # none given: the app opens its own in its lifespan
+    if not given.running:
+        raise TargetError(
+            "the McpHttpApp was given a registry=, which is not running (nothing can run it"
+            " before this command starts Trio): build it without registry= and it opens its own"
+        )
 
 
 def stdio_server(found: object) -> McpServerBase:
@@ -74,6 +139,4 @@ def stdio_server(found: object) -> McpServerBase:
         return found
     if isinstance(found, McpHttpApp):
         return found.server
-    raise TargetError(
-        f"stdio serves an McpServer (or an McpHttpApp's server), not {type(found).__name__}"
-    )
+    raise _not_servable(found, "an McpServer or an McpHttpApp (stdio serves its server)")

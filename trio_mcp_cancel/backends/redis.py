@@ -82,6 +82,8 @@ from urllib.parse import unquote, urlsplit
 import attrs
 import trio
 
+from .._public import missing_extra
+
 try:
     import anyio
     import coredis
@@ -90,9 +92,7 @@ try:
     from coredis.retry import ExponentialBackoffRetryPolicy
     from coredis.tokens import PureToken
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
-    ) from exc
+    raise missing_extra("the Redis backend", "redis", exc) from exc
 
 from .._core.events import BackendEvent, EventHub, attach_events
 from .._protocol.wire import INTERNAL_ERROR, TASK_STATUSES, TERMINAL_STATUSES

@@ -29,7 +29,10 @@ the ASGI lifespan.  :func:`app_from_env` reads:
 ``MCP_ALLOWED_ORIGINS``
     comma-separated ``Origin`` values to accept (default: localhost only).
 ``MCP_MAX_REQUEST_TIME``
-    seconds after which a tool call is cancelled by the server (default: none).
+    seconds after which a tool call is cancelled by the server (default:
+    none).  ``trio-mcp-cancel run`` and ``server.run()`` apply it on stdio
+    too (:func:`limits_from_env`), with the grace period, the task TTL and
+    the state secret (:func:`server_settings_from_env`).
 ``MCP_RESUME_WINDOW``
     seconds a dropped legacy SSE stream may be resumed (``GET`` with
     ``Last-Event-ID``) before its call is cancelled as a disconnect (default
@@ -79,11 +82,12 @@ from ..._core.registry import RegistryConfig
 from ..._protocol.dispatcher import Dispatcher
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.mrtr import secret_from_text
+from ..._public import missing_extra
 from ...backends.base import Backend
 from ..limits import ConnectionLimits
 from .app import McpHttpApp
 
-__all__ = ["app_from_env", "backend_from_env"]
+__all__ = ["app_from_env", "backend_from_env", "limits_from_env", "server_settings_from_env"]
 
 #: What ``MCP_REDIS_URL`` may start with (see :mod:`trio_mcp_cancel.backends.redis`).
 _REDIS_SCHEMES = (
@@ -152,6 +156,29 @@ def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) ->
     signer.previous = secret_from_text(previous, "MCP_STATE_SECRET_PREVIOUS") if previous else None
 
 
+def limits_from_env(environ: Mapping[str, str]) -> ConnectionLimits:
+    """The :class:`ConnectionLimits` the environment sets (``MCP_MAX_REQUEST_TIME``).
+
+    Shared by HTTP (:func:`app_from_env`) and ``trio-mcp-cancel run``'s
+    stdio, so a setting means the same on every transport.
+    """
+    max_request_time = seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
+    if max_request_time == 0:
+        raise ValueError("MCP_MAX_REQUEST_TIME must be a number of seconds > 0 or 'none'")
+    return ConnectionLimits(max_request_time=max_request_time)
+
+
+def server_settings_from_env(server: McpServerBase, environ: Mapping[str, str]) -> None:
+    """Apply the server's own settings (``MCP_TASK_TTL``, ``MCP_STATE_SECRET[_PREVIOUS]``).
+
+    They live on *server*, not on a transport, so stdio honours them as
+    HTTP does.
+    """
+    ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
+    Dispatcher.of(server).runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    _state_secret_from_env(server, environ)
+
+
 #: Any of these set turns authorization on (see :mod:`..._auth.env`).
 _AUTH_VARIABLES = (
     "MCP_AUTH_ISSUER",
@@ -177,9 +204,7 @@ def app_from_env(
     options: dict[str, Any] = {
         "registry_config": RegistryConfig(grace_period=grace),
         "path": environ.get("MCP_PATH", "/mcp") or "/mcp",
-        "limits": ConnectionLimits(
-            max_request_time=seconds_setting(environ, "MCP_MAX_REQUEST_TIME", None)
-        ),
+        "limits": limits_from_env(environ),
         "backend": backend_from_env(environ),
         "resume_window": seconds_setting(environ, "MCP_RESUME_WINDOW", 5.0),
     }
@@ -188,12 +213,13 @@ def app_from_env(
         options["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if not options["path"].startswith("/"):
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
-    ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
-    Dispatcher.of(server).runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
-    _state_secret_from_env(server, environ)
-    if any(environ.get(name, "").strip() for name in _AUTH_VARIABLES):
-        from ..._auth.env import oauth_from_env  # the optional `auth` extra, only when asked for
-
+    server_settings_from_env(server, environ)
+    if asked := [name for name in _AUTH_VARIABLES if environ.get(name, "").strip()]:
+        try:  # the optional `auth` extra, only when asked for
+            from ..._auth.env import oauth_from_env
+        except ImportError as exc:
+            feature = f"OAuth authorization ({', '.join(asked)} set)"
+            raise missing_extra(feature, "auth", exc) from exc
         options["auth"] = oauth_from_env(environ)
     options.update(overrides)
     return McpHttpApp(server, **options)
