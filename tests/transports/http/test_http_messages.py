@@ -191,3 +191,36 @@ async def test_an_unknown_tool_is_named_in_the_message(
             error = refused.answer()["error"]
         assert error["message"] == "Unknown tool: nope"
         assert error["data"] == {"name": "nope"}
+
+
+async def test_a_modern_task_over_its_quota_is_http_429_with_retry_after(
+    mcp_registry: Registry,
+) -> None:
+    """A task refused by its quota is an admission refusal like any other: on the modern
+    era HTTP 429 with ``Retry-After``, so an HTTP client backs off instead of reading a
+    200 as an answer."""
+    from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
+
+    server = McpServer("tasks", "1.0", tasks=TaskManager(max_running_per_owner=1))
+    release = trio.Event()
+
+    @server.tool(task="optional")
+    async def hold(ctx: ToolContext) -> str:
+        await release.wait()
+        return "held"
+
+    with_tasks = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with served(McpHttpApp(server, mcp_registry)) as client:
+        first = modern_call(1, "hold", capabilities=with_tasks)
+        created = await client.post(modern_headers("tools/call", "hold"), first)
+        await created.done.wait()
+        assert created.status == 200 and created.json()["result"]["resultType"] == "task"
+        over = await client.post(
+            modern_headers("tools/call", "hold"), modern_call(2, "hold", capabilities=with_tasks)
+        )
+        await over.done.wait()
+        assert over.status == 429
+        assert over.headers.get("retry-after") == "1"
+        error = over.json()["error"]
+        assert error["code"] == TOO_MANY_REQUESTS and error["data"]["limit"] == "tenant"
+        release.set()

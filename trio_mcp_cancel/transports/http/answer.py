@@ -68,6 +68,7 @@ from ..._protocol.jsonrpc import Message
 from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.tasks import TaskManager
 from ..._protocol.versions import Era
+from ..._protocol.wire import TOO_MANY_REQUESTS
 from ...backends.base import Backend
 from . import rules
 from .inline import can_write_now
@@ -94,6 +95,11 @@ RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 _WATCHER: Final = f"{__name__}.Responder._watch"
 #: The reason of a shutdown's cancel, as stdio gives it: the client reads it in ``-32800``.
 SHUTDOWN_REASON: Final = "server shutting down"
+
+
+def _extra(routed: Routed, status: int) -> Any:
+    """The headers of *routed*'s whole answer: a ``429`` says when to retry, as at admission."""
+    return routed.extra if status != 429 else [*routed.extra, *RETRY_AFTER]
 
 
 def _nothing() -> None:
@@ -306,7 +312,7 @@ class Responder:
             return
         code = jsonrpc.error_code(reply)
         status = 200 if code is None else rules.status_for(code, routed.era)
-        await self.respond(send, status, jsonrpc.encode(reply), routed.extra, json=True)
+        await self.respond(send, status, jsonrpc.encode(reply), _extra(routed, status), json=True)
 
     async def _stream(
         self,
@@ -339,10 +345,11 @@ class Responder:
             reply = await await_then(self._call(routed, exchange, run.sse), run.watch)
             response = run.response
             if response is None and reply is not None:
-                # Never suspended, sent nothing: one whole response.
-                if not await self.respond(
-                    send, 200, jsonrpc.encode(reply), routed.extra, json=True
-                ):
+                # Never suspended, sent nothing: one whole response (a task
+                # refused by its quota is a 429, as an admission refusal is).
+                status = 429 if jsonrpc.error_code(reply) == TOO_MANY_REQUESTS else 200
+                encoded = jsonrpc.encode(reply)
+                if not await self.respond(send, status, encoded, _extra(routed, status), json=True):
                     exchange.lost()  # the answer never reached the client
                 return
             response = run.get()

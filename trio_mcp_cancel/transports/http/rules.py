@@ -38,6 +38,7 @@ from ..._protocol.wire import (
     HEADER_SESSION_ID,
     META_PROTOCOL_VERSION,
     NAME_BEARING,
+    TOO_MANY_REQUESTS,
     decode_header_value,
     header_form,
 )
@@ -71,6 +72,8 @@ _MODERN_STATUS: Final = {
     MISSING_CLIENT_CAPABILITY: 400,
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
+    # An admission refusal found while answering (a task over its quota): as at admission.
+    TOO_MANY_REQUESTS: 429,
 }
 # The wire's header names as the server reads them: ASGI gives names lower-cased.
 SESSION_ID: Final = HEADER_SESSION_ID.lower()
