@@ -18,10 +18,15 @@ What cannot be shared is forwarded instead, over the backend's bus:
 
 The backend key of a session is a SHA-256 of its id: the id is a
 credential, and never leaves the process in clear.  When the backend is
-unreachable, sessions known locally keep working, and the cross-worker
-parts fail: the outage is reported once, by the backend's
-``backend.unavailable`` event (and its log line); each operation that
-failed is logged at debug level only, so an outage cannot flood the log.
+unreachable (or too slow: its breaker is open), sessions known locally
+keep working; one this process does not hold gets a retryable ``503``
+with ``Retry-After`` (:class:`SessionUnconfirmed`), never the ``404``
+that tells a client to start over, which is only for a session the
+backend says does not exist; and the cross-worker parts fail: the
+outage is reported once, by the backend's ``backend.unavailable`` event
+(and its log line); each operation that failed is logged at debug level
+only, so an outage cannot flood the log.  A session whose write-through
+failed is written at its next use here once the backend answers.
 """
 
 from __future__ import annotations
@@ -43,9 +48,15 @@ from ..._protocol.jsonrpc import Message
 from ...backends.base import Backend, BackendUnavailable, BusMessage, SharedCounters
 from .sessions import Session, SessionLimitReached, SessionStore
 
-__all__ = ["SessionSharing", "session_key", "tenant_call_slot"]
+__all__ = ["SessionSharing", "SessionUnconfirmed", "session_key", "tenant_call_slot"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+
+
+class SessionUnconfirmed(Exception):
+    """A session this process does not hold could not be looked up (the backend is
+    slow, down or its breaker open): not "unknown", so never a ``404``, which
+    tells the client to start over; the caller answers a retryable ``503``."""
 
 
 def session_key(session_id: str) -> str:
@@ -97,6 +108,9 @@ class SessionSharing:
     _touched: weakref.WeakKeyDictionary[Session, float] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary
     )
+    _unsaved: weakref.WeakSet[Session] = attrs.field(init=False, factory=weakref.WeakSet)
+    """Sessions whose write-through failed (backend away): written at their next touch,
+    so other workers find them once the backend answers again."""
 
     @property
     def shared(self) -> bool:
@@ -123,8 +137,10 @@ class SessionSharing:
                 key, _record(session), self.idle_timeout, tenant=session.tenant, cap=cap
             )
         except BackendUnavailable as exc:
-            logger.debug("session not shared with other workers: %s", exc)
+            logger.debug("session not shared with other workers (yet): %s", exc)
+            self._unsaved.add(session)
             return True
+        self._unsaved.discard(session)
         if stored:
             self._touched[session] = trio.current_time()
         else:
@@ -133,7 +149,12 @@ class SessionSharing:
 
     async def touch(self, session: Session) -> None:
         """Keep the shared record alive while the session is used here (throttled)."""
-        if not self.shared or self.idle_timeout is None:
+        if not self.shared:
+            return
+        if session in self._unsaved:
+            await self.save(session)  # no cap: it was admitted here already
+            return
+        if self.idle_timeout is None:
             return
         now = trio.current_time()
         if now - self._touched.get(session, -float("inf")) < self.idle_timeout / 4:
@@ -149,7 +170,11 @@ class SessionSharing:
     async def find(
         self, session_id: str, principal: str | None, store: SessionStore
     ) -> Session | None:
-        """Adopt a session another worker created; ``None`` when unknown (or not the caller's)."""
+        """Adopt a session another worker created; ``None`` when unknown (or not the caller's).
+
+        ``None`` only when the backend says so; :class:`SessionUnconfirmed`
+        when it cannot say (or the session cannot be held here now).
+        """
         if not self.shared:
             return None
         key = session_key(session_id)
@@ -157,7 +182,7 @@ class SessionSharing:
             record = await self.backend.sessions.get(key)
         except BackendUnavailable as exc:
             logger.debug("cannot look up a session of another worker: %s", exc)
-            return None
+            raise SessionUnconfirmed(str(exc)) from exc
         if record is None or record.get("principal") != principal:
             return None
         public_id = record.get("public_id")
@@ -175,8 +200,9 @@ class SessionSharing:
         )
         try:
             evicted = store.adopt(session, trio.current_time())
-        except SessionLimitReached:
-            return None
+        except SessionLimitReached as exc:
+            # The session exists; this process has no room for it now.
+            raise SessionUnconfirmed(str(exc)) from exc
         for old in evicted:
             old.channel.cancel_all("session evicted")
             old.streams.close_all()
