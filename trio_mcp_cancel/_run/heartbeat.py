@@ -19,7 +19,6 @@ client was told failed.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from typing import Final
@@ -55,21 +54,19 @@ async def beat(fd: int, interval: float) -> None:
 
     Never blocks: a beat the pipe has no room for is dropped (the supervisor
     is behind, and a full pipe is proof of life already).  Returns when the
-    supervisor is gone (the worker's lifeline handles that case).
+    supervisor is gone (the worker's lifeline handles that case).  *fd*
+    stays open: the process's exit closes it, which is how the supervisor
+    tells an exit (end of file) from silence.
     """
     os.set_blocking(fd, False)
-    try:
-        while True:
-            try:
-                os.write(fd, b".")
-            except BlockingIOError:
-                pass
-            except BrokenPipeError:
-                return
-            await trio.sleep(interval)
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    while True:
+        try:
+            os.write(fd, b".")
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:
+            return
+        await trio.sleep(interval)
 
 
 async def silent(beats: trio.lowlevel.FdStream, quiet_for: float) -> None:

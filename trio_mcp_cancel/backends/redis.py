@@ -259,8 +259,9 @@ class _Health:
     once one fails or times out, calls are skipped at once (the caller gets
     its "unavailable" error and falls back to what this process can do
     alone) until probes succeed (several in a row: the breaker's
-    hysteresis, so a slow Redis does not make it flap).  The backend's heartbeat is the probe
-    (:attr:`prober`: it wakes at the breaker's retry time); without a
+    hysteresis, so a slow Redis does not make it flap).  The backend's
+    heartbeat is the probe (:attr:`prober`: it wakes at the breaker's
+    retry time); without a
     heartbeat, one ordinary call is let through when a probe is due.
     Request-path calls wait at most *hot_timeout*; background ones
     (``slow=True``: the heartbeat, quota repair, writing a task's final
@@ -725,8 +726,8 @@ class RedisSessionRecords:
         expiry = int(self.clock() * 1000) + ttl_ms
 
         async def refresh() -> None:
-            # One round trip (pipelined): two in a row cost twice the latency, and
-            # a Redis at 60 ms made each touch miss the 100 ms hot timeout.
+            # One round trip (pipelined): two in a row cost twice the latency, so
+            # a Redis more than half the hot timeout away made every touch time out.
             async with self.client.pipeline(transaction=False) as pipe:
                 replies = [
                     pipe.pexpire(redis_key, ttl_ms),
@@ -1221,8 +1222,8 @@ class RedisBackend:
         """``SCRIPT LOAD`` every script, in the background, before a request needs one.
 
         A script Redis does not hold yet costs its first caller three round
-        trips (``NOSCRIPT``, the load, the retry): against a Redis 40 ms
-        away that missed the request path's 100 ms and opened the breaker.
+        trips (``NOSCRIPT``, the load, the retry): against a Redis a third
+        of the hot timeout away, that call timed out and opened the breaker.
         """
         tasks, sessions, counters = self.tasks, self.sessions, self.counters
         scripts = [
