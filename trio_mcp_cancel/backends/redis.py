@@ -52,7 +52,11 @@ cancel of a request running in this process works as before.  A circuit
 breaker (:class:`_Health`) makes the first operation that fails or times out
 (``hot_timeout`` for what a request waits for, ``op_timeout`` for background
 work) the only one that waits: until the heartbeat's probe finds Redis back,
-request-path operations are skipped at once.  What needs Redis fails with a
+request-path operations are skipped at once; it closes after several
+probes in a row succeed (:class:`~._breaker.Breaker`'s hysteresis).  Each
+request-path operation is one round trip (pipelines; the scripts are
+loaded by the heartbeat), so a Redis slower than usual but within
+``hot_timeout`` never opens it.  What needs Redis fails with a
 clear error (``tasks/*`` answer ``-32603`` "the task store is unavailable"),
 the quotas fall back to this process's own count, a task that ends
 meanwhile keeps its final state in a bounded outbox (written, never over a
