@@ -293,8 +293,18 @@ class _Health:
         *,
         slow: bool = False,
         probe: bool = False,
+        attempt: bool = False,
     ) -> T:
-        if not probe and not self.breaker.allow():
+        """*fn*'s value, within the timeout; *error* when it failed, timed out or was skipped.
+
+        *attempt*: a write that must not be skipped (a new session other
+        workers will look up): sent even while the breaker is open, and
+        then bounded by *hot_timeout*; its success counts toward closing the
+        breaker like a probe's, its failure does not delay the next probe.
+        """
+        if attempt and self.breaker.is_open:
+            slow = False  # an open breaker: nobody waits long for a write that may not happen
+        elif not probe and not self.breaker.allow():
             probe = not self.prober and self.breaker.try_probe()
             if not probe:
                 await trio.lowlevel.checkpoint()
@@ -309,7 +319,7 @@ class _Health:
             if probe:
                 self.breaker.failure(probe=True)  # cancelled: the next probe is due later
             raise
-        if self.breaker.success(probe=probe):
+        if self.breaker.success(probe=probe or attempt):
             self.events.emit(BackendEvent("backend.recovered", operation, ""))
         return value
 
@@ -707,7 +717,10 @@ class RedisSessionRecords:
             "sessions.put",
             lambda: self._put(keys=keys, args=args),
             BackendUnavailable,
-            slow=True,  # durable, as a task's creation: the next POST may reach another worker
+            # Durable, as a task's creation, and tried even with the breaker open:
+            # the next POST may reach a worker that finds no record and says 404.
+            slow=True,
+            attempt=True,
         )
         return stored == 1
 

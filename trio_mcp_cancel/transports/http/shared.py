@@ -26,7 +26,9 @@ backend says does not exist; and the cross-worker parts fail: the
 outage is reported once, by the backend's ``backend.unavailable`` event
 (and its log line); each operation that failed is logged at debug level
 only, so an outage cannot flood the log.  A session whose write-through
-failed is written at its next use here once the backend answers.
+failed is written in the background as soon as the backend answers
+(:meth:`SessionSharing.keep_written`), and so is the deletion of one
+ended meanwhile.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -51,6 +54,12 @@ from .sessions import Session, SessionLimitReached, SessionStore
 __all__ = ["SessionSharing", "SessionUnconfirmed", "session_key", "tenant_call_slot"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+
+
+#: Seconds between two attempts to write what failed to reach the backend.
+RETRY_INTERVAL: Final = 0.5
+#: Ended sessions whose record is still to be deleted (see ``SessionSharing._unended``).
+MAX_UNENDED: Final = 10_000
 
 
 class SessionUnconfirmed(Exception):
@@ -109,8 +118,13 @@ class SessionSharing:
         init=False, factory=weakref.WeakKeyDictionary
     )
     _unsaved: weakref.WeakSet[Session] = attrs.field(init=False, factory=weakref.WeakSet)
-    """Sessions whose write-through failed (backend away): written at their next touch,
-    so other workers find them once the backend answers again."""
+    """Sessions whose write-through failed (backend away): :meth:`keep_written` writes
+    them as soon as it answers, so other workers find them (not a 404)."""
+    _unended: OrderedDict[str, str | None] = attrs.field(init=False, factory=OrderedDict)
+    """Backend keys (and tenants) of sessions ended here whose record could not be
+    deleted: deleted by :meth:`keep_written`, so they stop counting against the
+    tenant's sessions (at most :data:`MAX_UNENDED`; older ones lapse with their TTL)."""
+    _retry: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     @property
     def shared(self) -> bool:
@@ -139,6 +153,7 @@ class SessionSharing:
         except BackendUnavailable as exc:
             logger.debug("session not shared with other workers (yet): %s", exc)
             self._unsaved.add(session)
+            self._retry.set()
             return True
         self._unsaved.discard(session)
         if stored:
@@ -149,12 +164,7 @@ class SessionSharing:
 
     async def touch(self, session: Session) -> None:
         """Keep the shared record alive while the session is used here (throttled)."""
-        if not self.shared:
-            return
-        if session in self._unsaved:
-            await self.save(session)  # no cap: it was admitted here already
-            return
-        if self.idle_timeout is None:
+        if not self.shared or self.idle_timeout is None:
             return
         now = trio.current_time()
         if now - self._touched.get(session, -float("inf")) < self.idle_timeout / 4:
@@ -217,11 +227,47 @@ class SessionSharing:
         self._by_key.pop(key, None)
         if not self.shared:
             return
+        self._unsaved.discard(session)
         try:
             await self.backend.sessions.delete(key, tenant=session.tenant)
+        except BackendUnavailable as exc:
+            logger.debug("session record not deleted yet: %s", exc)
+            self._unended[key] = session.tenant
+            while len(self._unended) > MAX_UNENDED:
+                self._unended.popitem(last=False)
+            self._retry.set()
+        try:
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
             logger.warning("session end not shared with other workers: %s", exc)
+
+    async def keep_written(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """For as long as the app runs: write what could not reach the backend.
+
+        New sessions whose write-through failed are written (else another
+        worker, asking the backend, would answer 404 for a live session),
+        and records of sessions ended meanwhile are deleted (else they count
+        against their tenant's sessions until their TTL), every
+        :data:`RETRY_INTERVAL` seconds until the backend takes them.  One at
+        a time in the background: no request waits on it.
+        """
+        task_status.started()
+        while True:
+            await self._retry.wait()
+            self._retry = trio.Event()
+            while self._unsaved or self._unended:
+                for session in list(self._unsaved):
+                    await self.save(session)  # no cap: it was admitted already
+                for key, tenant in list(self._unended.items()):
+                    try:
+                        await self.backend.sessions.delete(key, tenant=tenant)
+                    except BackendUnavailable:
+                        break
+                    self._unended.pop(key, None)
+                if self._unsaved or self._unended:
+                    await trio.sleep(RETRY_INTERVAL)
 
     async def forward_cancel(self, namespace: str, params: dict[str, Any]) -> None:
         """Publish a client's ``notifications/cancelled`` for the worker running the request."""
