@@ -48,7 +48,7 @@ CLIENTS = 6
 CALLS_PER_SESSION = 4
 
 # The proxy is a test harness module (tests/ holds the shared harnesses).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
 from latency_proxy import latency_proxy  # noqa: E402
 
 
