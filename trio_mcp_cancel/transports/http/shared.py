@@ -260,6 +260,8 @@ class SessionSharing:
             while self._unsaved or self._unended:
                 for session in list(self._unsaved):
                     await self.save(session)  # no cap: it was admitted already
+                    if session in self._unsaved:
+                        break  # still away: one attempt per round, not one per session
                 for key, tenant in list(self._unended.items()):
                     try:
                         await self.backend.sessions.delete(key, tenant=tenant)
