@@ -59,6 +59,11 @@ class RunningTask:
     tenant: str
     inputs: PendingInputs | None = None
     progress: TaskProgress | None = None
+    settled_elsewhere: str | None = None
+    """The terminal status another process (or the janitor of a dead process's
+    tasks) gave the record while the work still ran here: the run is cancelled
+    and whatever it ends with is dropped (the store keeps the first terminal
+    state), see :meth:`RunningTasks.settled_elsewhere`."""
 
 
 @attrs.define(eq=False)
@@ -140,6 +145,26 @@ class RunningTasks:
             if running.inputs is not None:
                 running.inputs.wake.set()  # a parked task wakes up to see the flag
         return len(self._tasks)
+
+    def settled_elsewhere(self, task_id: str, status: str) -> bool:
+        """The record of *task_id*, still running here, is terminal already: stop the run.
+
+        How a paused process learns its tasks were given up on: a worker
+        frozen past its liveness (a VM pause, a blocking loop) had them
+        settled ``failed`` by whoever noticed; finishing them after it
+        resumes would run side effects the client was told never happened
+        (and may retry).  Cancelled with kind ``server`` (the registry's two
+        phases); ``False`` when it does not run here or was stopped already.
+        """
+        running = self._tasks.get(task_id)
+        if running is None or running.settled_elsewhere is not None:
+            return False
+        running.settled_elsewhere = status
+        reason = f"the task was settled {status} elsewhere while it ran here"
+        running.exchange.cancel(reason, kind="server")
+        if running.inputs is not None:
+            running.inputs.wake.set()
+        return True
 
     async def end_owner(
         self,

@@ -52,7 +52,11 @@ cancel of a request running in this process works as before.  A circuit
 breaker (:class:`_Health`) makes the first operation that fails or times out
 (``hot_timeout`` for what a request waits for, ``op_timeout`` for background
 work) the only one that waits: until the heartbeat's probe finds Redis back,
-request-path operations are skipped at once.  What needs Redis fails with a
+request-path operations are skipped at once; it closes after several
+probes in a row succeed (:class:`~._breaker.Breaker`'s hysteresis).  Each
+request-path operation is one round trip (pipelines; the scripts are
+loaded by the heartbeat), so a Redis slower than usual but within
+``hot_timeout`` never opens it.  What needs Redis fails with a
 clear error (``tasks/*`` answer ``-32603`` "the task store is unavailable"),
 the quotas fall back to this process's own count, a task that ends
 meanwhile keeps its final state in a bounded outbox (written, never over a
@@ -258,8 +262,10 @@ class _Health:
     A circuit :class:`~._breaker.Breaker` stands in front of every call:
     once one fails or times out, calls are skipped at once (the caller gets
     its "unavailable" error and falls back to what this process can do
-    alone) until a probe succeeds.  The backend's heartbeat is the probe
-    (:attr:`prober`: it wakes at the breaker's retry time); without a
+    alone) until probes succeed (several in a row: the breaker's
+    hysteresis, so a slow Redis does not make it flap).  The backend's
+    heartbeat is the probe (:attr:`prober`: it wakes at the breaker's
+    retry time); without a
     heartbeat, one ordinary call is let through when a probe is due.
     Request-path calls wait at most *hot_timeout*; background ones
     (``slow=True``: the heartbeat, quota repair, writing a task's final
@@ -287,8 +293,18 @@ class _Health:
         *,
         slow: bool = False,
         probe: bool = False,
+        attempt: bool = False,
     ) -> T:
-        if not probe and not self.breaker.allow():
+        """*fn*'s value, within the timeout; *error* when it failed, timed out or was skipped.
+
+        *attempt*: a write that must not be skipped (a new session other
+        workers will look up): sent even while the breaker is open, and
+        then bounded by *hot_timeout*; its success counts toward closing the
+        breaker like a probe's, its failure does not delay the next probe.
+        """
+        if attempt and self.breaker.is_open:
+            slow = False  # an open breaker: nobody waits long for a write that may not happen
+        elif not probe and not self.breaker.allow():
             probe = not self.prober and self.breaker.try_probe()
             if not probe:
                 await trio.lowlevel.checkpoint()
@@ -303,7 +319,7 @@ class _Health:
             if probe:
                 self.breaker.failure(probe=True)  # cancelled: the next probe is due later
             raise
-        if self.breaker.success():
+        if self.breaker.success(probe=probe or attempt):
             self.events.emit(BackendEvent("backend.recovered", operation, ""))
         return value
 
@@ -698,7 +714,13 @@ class RedisSessionRecords:
         ]
         keys = [self._key(key), self._index(tenant)]
         stored: object = await self.health.call(
-            "sessions.put", lambda: self._put(keys=keys, args=args), BackendUnavailable
+            "sessions.put",
+            lambda: self._put(keys=keys, args=args),
+            BackendUnavailable,
+            # Durable, as a task's creation, and tried even with the breaker open:
+            # the next POST may reach a worker that finds no record and says 404.
+            slow=True,
+            attempt=True,
         )
         return stored == 1
 
@@ -721,8 +743,15 @@ class RedisSessionRecords:
         expiry = int(self.clock() * 1000) + ttl_ms
 
         async def refresh() -> None:
-            await self.client.pexpire(redis_key, ttl_ms)
-            await self.client.zadd(index, {key: expiry}, condition=PureToken.XX)
+            # One round trip (pipelined): two in a row cost twice the latency, so
+            # a Redis more than half the hot timeout away made every touch time out.
+            async with self.client.pipeline(transaction=False) as pipe:
+                replies = [
+                    pipe.pexpire(redis_key, ttl_ms),
+                    pipe.zadd(index, {key: expiry}, condition=PureToken.XX),
+                ]
+            for reply in replies:
+                await reply
 
         await self.health.call("sessions.touch", refresh, BackendUnavailable)
 
@@ -730,8 +759,10 @@ class RedisSessionRecords:
         redis_key, index = self._key(key), self._index(tenant)
 
         async def remove() -> None:
-            await self.client.delete([redis_key])
-            await self.client.zrem(index, [key])
+            async with self.client.pipeline(transaction=False) as pipe:  # one round trip
+                replies = [pipe.delete([redis_key]), pipe.zrem(index, [key])]
+            for reply in replies:
+                await reply
 
         await self.health.call("sessions.delete", remove, BackendUnavailable)
 
@@ -1186,17 +1217,44 @@ class RedisBackend:
         """
         health = self.tasks.health
         health.prober = True
+        scripts_loaded = False
         try:
             while True:
                 try:
                     await _beat(self)
                     await self.counters.resync()
                     await self.tasks.flush()
+                    # After the flush, so what an outage left behind is written first.
+                    if not scripts_loaded and not health.down:
+                        await self._load_scripts()
+                        scripts_loaded = True
                 except (BackendUnavailable, TaskStoreUnavailable):
-                    pass  # reported by the health check; retried at the next probe
+                    # Reported by the health check; retried at the next probe.  A
+                    # Redis that went away may come back without its scripts.
+                    scripts_loaded = False
                 await health.until_probe(self.liveness / 3)
         finally:
             health.prober = False
+
+    async def _load_scripts(self) -> None:
+        """``SCRIPT LOAD`` every script, in the background, before a request needs one.
+
+        A script Redis does not hold yet costs its first caller three round
+        trips (``NOSCRIPT``, the load, the retry): against a Redis a third
+        of the hot timeout away, that call timed out and opened the breaker.
+        """
+        tasks, sessions, counters = self.tasks, self.sessions, self.counters
+        scripts = [
+            tasks._create, tasks._settle, tasks._request_cancel, tasks._set_message,
+            sessions._put, counters._acquire, counters._release, counters._resync,
+        ]  # fmt: skip
+        for script in scripts:
+            await self.tasks.health.call(
+                "scripts.load",
+                lambda script=script: self.client.script_load(script.script),  # type: ignore[misc]
+                BackendUnavailable,
+                slow=True,
+            )
 
     @property
     def health_down(self) -> bool:

@@ -315,6 +315,8 @@ class McpHttpApp:
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
                     await outer.start(self._get.serve_backend, self.backend)
+                    if self._sharing is not None:
+                        await outer.start(self._sharing.keep_written)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     if self._expiries is not None:
