@@ -86,6 +86,17 @@ def describe_exit(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
+async def _ready_line(ready: trio.lowlevel.FdStream) -> str | None:
+    """A worker's ready line (``serving PATH``), or ``None`` if it closed the pipe first."""
+    data = b""
+    while b"\n" not in data and len(data) < 4096:  # a path, not a stream: bounded
+        chunk = await ready.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\n")[0].decode(errors="replace") if data else None
+
+
 @attrs.define(eq=False)
 class _Worker:
     slot: int
@@ -126,11 +137,15 @@ class Supervisor:
     """Seconds the workers get to stop after SIGTERM (their graceful timeout + a margin)."""
     settle_timeout: float = 1.0
     """Seconds after ``stop_timeout`` that settling a killed worker's tasks may take at a stop."""
+    url: str = ""
+    """Where the listener is (``http://host:port``); logged with the MCP path the first
+    worker serving reports (the supervisor does not import the target)."""
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     gave_up: bool = False
     _live: dict[int, _Worker] = attrs.field(factory=dict)
     _stopping: trio.Event = attrs.field(factory=trio.Event)
     _settling: trio.CancelScope | None = None
+    _announced: bool = False
 
     async def run(self) -> int:
         """Supervise until a signal (then 0) or giving up (then 1)."""
@@ -264,9 +279,16 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
 
                 async def watch_ready() -> None:
-                    if await ready.receive_some(64):
+                    line = await _ready_line(ready)
+                    if line is not None:
                         worker.serving = True
                         logger.info("worker %d (pid %d) serving", worker.slot, process.pid)
+                        if not self._announced and self.url:
+                            self._announced = True
+                            path = line.removeprefix("serving").strip()
+                            logger.info(
+                                "serving MCP on %s%s (%d workers)", self.url, path, self.workers
+                            )
 
                 async def bound_stop() -> None:
                     await self._stopping.wait()
