@@ -458,6 +458,13 @@ def _shut_down(
     """
     connection.half_closed_input = True
     connection.tasks_end_as = (SHUTDOWN_REASON, "server")
+    at = closing.shutdown.at
+    if at is not None and at < math.inf:
+        # Its tasks (and a call dispatched while reading stopped) get no more
+        # than the shutdown's one deadline, whatever the connection's grace.
+        connection.limits = attrs.evolve(
+            connection.limits, disconnect_grace_period=max(0.0, at - trio.current_time())
+        )
     reader.stop(partial(_flag_all, connection, closing.shutdown))
     serving.deadline = min(serving.deadline, closing.close_by)
 
