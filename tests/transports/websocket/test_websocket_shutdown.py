@@ -202,7 +202,7 @@ async def test_a_call_that_ignores_the_flag_is_hard_cancelled_answered_and_the_s
                     await ws.get_message()
                 assert closed.value.reason.code == 1001
             await s.returned.wait()
-    assert hard_after <= answered < hard_after + 0.4
+    assert hard_after <= answered < hard_after + 0.5
     assert s.returned_at is not None and s.returned_at - began < graceful
     [hard] = events.of_type(HardCancelEvent)
     assert (hard.request_id, hard.kind) == (7, "server")
@@ -241,7 +241,7 @@ async def test_a_client_that_does_not_read_does_not_hold_the_shutdown_past_its_b
     # No write timeout and no grace period: only the shutdown's own bound
     # can end a connection whose 8 MB answer the client never takes.
     seen = Seen()
-    graceful = 1.0
+    graceful = 2.0
     limits = ConnectionLimits(
         disconnect_grace_period=None, write_timeout=None, keepalive_interval=None
     )
