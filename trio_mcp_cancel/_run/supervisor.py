@@ -92,6 +92,17 @@ def describe_exit(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
+async def _ready_line(ready: trio.lowlevel.FdStream) -> str | None:
+    """A worker's ready line (``serving PATH``), or ``None`` if it closed the pipe first."""
+    data = b""
+    while b"\n" not in data and len(data) < 4096:  # a path, not a stream: bounded
+        chunk = await ready.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\n")[0].decode(errors="replace") if data else None
+
+
 @attrs.define(eq=False)
 class _Worker:
     slot: int
@@ -140,11 +151,15 @@ class Supervisor:
     )
     """Seconds a serving worker may send no heartbeat before it is killed and replaced
     (``MCP_WORKER_HEARTBEAT_TIMEOUT``, default 10; ``None``: never), see :mod:`.heartbeat`."""
+    url: str = ""
+    """Where the listener is (``http://host:port``); logged with the MCP path the first
+    worker serving reports (the supervisor does not import the target)."""
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     gave_up: bool = False
     _live: dict[int, _Worker] = attrs.field(factory=dict)
     _stopping: trio.Event = attrs.field(factory=trio.Event)
     _settling: trio.CancelScope | None = None
+    _announced: bool = False
 
     async def run(self) -> int:
         """Supervise until a signal (then 0) or giving up (then 1)."""
@@ -292,9 +307,16 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
 
                 async def watch_ready() -> None:
-                    if await ready.receive_some(64):
+                    line = await _ready_line(ready)
+                    if line is not None:
                         worker.serving = True
                         logger.info("worker %d (pid %d) serving", worker.slot, process.pid)
+                        if not self._announced and self.url:
+                            self._announced = True
+                            path = line.removeprefix("serving").strip()
+                            logger.info(
+                                "serving MCP on %s%s (%d workers)", self.url, path, self.workers
+                            )
                         await self._watch_heartbeat(worker)
 
                 async def bound_stop() -> None:
