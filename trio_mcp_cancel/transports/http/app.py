@@ -57,6 +57,7 @@ from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
 from .oauth import check_scopes, resource_metadata
+from .resume import StreamBudget
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -135,7 +136,9 @@ class McpHttpApp:
             its client has not come back within this many seconds (default
             5; ``MCP_RESUME_WINDOW``).  ``None``: no resumption; a dropped
             stream is a disconnect at once.  The replay buffer of each
-            stream is ``http_limits.replay_buffer_size`` bytes.
+            stream is ``http_limits.replay_buffer_size`` bytes, and all
+            streams together hold at most
+            ``http_limits.max_retained_stream_bytes``.
         backend: what server processes share (task records, cancellation
             requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
             process only, in memory.  The lifespan runs it.
@@ -216,6 +219,7 @@ class McpHttpApp:
             hypercorn_fast_paths,
             resume_window=_check_window(resume_window),
             replay_limit=http_limits.replay_buffer_size,
+            stream_budget=StreamBudget(http_limits.max_retained_stream_bytes),
         )
         self._modern = ModernEra(self._responder)
         self._legacy = LegacyEra(
@@ -226,6 +230,12 @@ class McpHttpApp:
             limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
+
+    @property
+    def retained_stream_bytes(self) -> int:
+        """Bytes the app's resumable legacy streams hold now (replay buffers and answers
+        not yet delivered), bounded by ``http_limits.max_retained_stream_bytes``."""
+        return self._responder.stream_budget.held
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -173,15 +173,17 @@ class GetStreams:
             else:
                 if current is not None:
                     session.streams.close(current)
-                limit = responder.replay_limit
-                stream = session.streams.open(limit, standalone=True)
+                limit, budget = responder.replay_limit, responder.stream_budget
+                stream = session.streams.open(limit, standalone=True, budget=budget)
                 stream.attach(writer)
                 stream.prime()
             await self._carry(stream, writer, receive, listener)
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
             elif stream.writer is None and responder.service is not None:
-                # Kept for a resume of what was in flight, for resume_window only.
+                # Kept for a resume of what was in flight, for resume_window only
+                # (and evictable meanwhile, like a finished call's stream).
+                responder.stream_budget.retire(stream)
                 responder.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
@@ -214,39 +216,45 @@ class GetStreams:
     ) -> None:
         """Carry *stream* on this GET until it ends, its client goes, or it is replaced."""
         responder = self.responder
+        closed = False  # stays so when the writer ended first (the nursery is cancelled)
         async with trio.open_nursery() as nursery:
             writer.outbox.timeout = responder.write_timeout
             (responder.service or nursery).start_soon(writer.run)
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)
-            await self._watch(stream, writer, receive)
+            closed = await self._watch(stream, writer, receive)
             nursery.cancel_scope.cancel()
-        stream.detach(writer)
-        if not writer.done:
+        if closed:
+            stream.disconnected(writer)  # a detach, or (final event queued) the delivery
+        else:
+            stream.detach(writer)
+        if not writer.done and not stream.handed_over:
             writer.abandon()
 
     async def _watch(
         self, stream: ResumableStream, writer: ResponseWriter, receive: Receive
-    ) -> None:
-        """Until the client goes, stops reading, or another GET took the stream over."""
+    ) -> bool:
+        """Until the client goes (``True``: it closed its connection), stops reading, or
+        another GET took the stream over."""
         interval = self.responder.keepalive_interval
         keepalive_at = math.inf if interval is None else trio.current_time() + interval
         while stream.writer is writer:
             with trio.CancelScope(deadline=min(keepalive_at, writer.stall_at)) as wait:
                 writer.wakes = wait
                 if (await receive())["type"] == "http.disconnect":
-                    return
+                    return True
                 continue
             now = trio.current_time()
             if now >= writer.stall_at:
                 logger.info("client stopped reading its GET stream; dropping it")
-                return
+                return False
             if interval is not None and now >= keepalive_at:
                 if not stream.keepalive(sse.KEEPALIVE):
-                    return
+                    return False
                 keepalive_at = now + interval
         writer.wakes = None
+        return False
 
 
 async def _end_when_written(writer: ResponseWriter, scope: trio.CancelScope) -> None:

@@ -22,8 +22,24 @@ the client wait for a stream with a hole in it.  A resume whose
 ``Last-Event-ID`` is older than the oldest event held is refused the same
 way.  Each session holds one stream per running SSE call (bounded by its
 ``max_concurrent_calls``) and one standalone GET stream
-(:class:`StreamTable`); a stream is removed as soon as its answer was
-delivered, or given up.
+(:class:`StreamTable`); a stream is removed, and its buffer freed, as soon
+as its answer was delivered, or given up.  A client that closes its
+connection after the answer was queued on it (hypercorn reports that
+``http.disconnect`` while it is still writing the last body) had it
+delivered: that is not a dropped connection to keep a replay for.
+
+**The server-wide budget** (:class:`StreamBudget`,
+``HttpLimits.max_retained_stream_bytes``).  Per-stream limits alone let
+memory grow with the call rate when clients do not read (every unread
+answer is held for ``write_timeout`` plus ``resume_window``), so every
+stream of an app counts its buffered events and its answer against one
+budget.  Over it, the oldest *retired* streams (finished but not
+delivered, or a GET stream kept only for a resume) are evicted first: their
+connection is dropped, their bytes freed, their answer reported lost,
+and a resume of them is ``409`` like any stream the session does not hold.
+When nothing is left to evict, the stream that is adding an event keeps
+less history (its oldest events are dropped, as at its own limit), so the
+total never exceeds the budget by more than one answer.
 
 **Memory.**  A stream lives as long as its call, suspended calls
 included, so it is kept small (issue 27): the buffer is a list whose
@@ -38,6 +54,7 @@ task that causes it.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from itertools import islice
 from typing import Any, Final
@@ -45,9 +62,12 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from .writer import ResponseWriter
 
-__all__ = ["ResumableStream", "StreamTable", "parse_event_id"]
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+__all__ = ["ResumableStream", "StreamBudget", "StreamTable", "parse_event_id"]
 
 #: How long a client waits before reconnecting (the SSE ``retry`` field, in ms).
 RETRY_MS: Final = 1000
@@ -108,6 +128,14 @@ class ResumableStream:
     writer: ResponseWriter | None = None
     """The connection the stream is attached to (``None``: detached)."""
     final_writer: ResponseWriter | None = None
+    handed_over: bool = False
+    """Its client closed the connection the final event was queued on: delivered."""
+    evicted: bool = False
+    """Dropped to keep the server-wide budget (:class:`StreamBudget`): it cannot resume."""
+    budget: StreamBudget | None = None
+    """The app's budget its bytes count against (``None``: only its own ``limit``)."""
+    table: StreamTable | None = None
+    """The session's table that holds it (eviction removes it from there)."""
     _changed: trio.Event | None = None
     """Set at the next change; made by the first waiter (most streams never have one)."""
 
@@ -122,7 +150,13 @@ class ResumableStream:
     def delivered(self) -> bool:
         """The final event was written by the connection that took it."""
         writer = self.final_writer
-        return writer is not None and writer.done and not writer.abandoned
+        return writer is not None and (self.handed_over or (writer.done and not writer.abandoned))
+
+    @property
+    def bytes_held(self) -> int:
+        """Bytes it holds: buffered events (with their overhead) and the final event."""
+        final = self.final
+        return self.size + (0 if final is None else len(final[1]))
 
     def _touch(self) -> None:
         changed = self._changed
@@ -151,43 +185,55 @@ class ResumableStream:
         ``False`` when the attached connection refused it (its client is too
         far behind): the caller detaches it.  Never blocks.
         """
+        if self.evicted:
+            return False
         if data:
             self.seq += 1
             data = b"id: " + self.event_id(self.seq) + b"\n" + data
         seq = self.seq
         if final:
             self.final = (seq, data)
+            added = len(data)
         else:
-            events = self.events
-            events.append((seq, data))
-            self.size += len(data) + _EVENT_OVERHEAD
-            if self.size > self.limit:
-                self._drop_oldest(events)
+            self.events.append((seq, data))
+            added = len(data) + _EVENT_OVERHEAD
+            self.size += added
+        accepted = True
         writer = self.writer
-        if writer is None:
+        if writer is not None:
+            accepted = writer.put(_body(data, final), final=final)
+            if accepted:
+                self.written = seq
+                if final:
+                    self.final_writer = writer
+        # Trimmed once the event was handed over: an event the attached
+        # connection took is not lost when the buffer drops it.
+        if self.size > self.limit:
+            self._drop_oldest(self.limit)
+        budget = self.budget
+        if budget is not None:
             if final:
-                self._touch()
-            return True
-        if not writer.put(_body(data, final), final=final):
-            return False
-        self.written = seq
-        if final:
-            self.final_writer = writer
+                budget.retire(self)
+            budget.grow(self, added)
+        if final or writer is None:
             self._touch()
-        return True
+        return accepted
 
-    def _drop_oldest(self, events: list[tuple[int, bytes]]) -> None:
-        """Drop the oldest events until the buffer fits its limit (or holds nothing).
+    def _drop_oldest(self, keep: int) -> None:
+        """Drop the oldest events until the buffer holds at most *keep* bytes (or nothing).
 
         A dropped entry is replaced by :data:`_GONE` at once, so its bytes are
         freed before the head is cut off.
         """
+        events = self.events
         dropped = self.dropped
-        while self.size > self.limit and dropped < len(events):
+        freed = 0
+        while self.size > keep and dropped < len(events):
             seq, frame = events[dropped]
             events[dropped] = _GONE
             dropped += 1
             self.size -= len(frame) + _EVENT_OVERHEAD
+            freed += len(frame) + _EVENT_OVERHEAD
             self.first_held = seq + 1
             if seq > self.written and not self.overflowed:
                 self.overflowed = True
@@ -196,6 +242,12 @@ class ResumableStream:
             del events[:dropped]
             dropped = 0
         self.dropped = dropped
+        if freed and self.budget is not None:
+            self.budget.shrink(freed)
+
+    def shed(self, excess: int) -> None:
+        """Keep *excess* fewer bytes of history (the budget is spent; see the module)."""
+        self._drop_oldest(max(0, self.size - excess))
 
     def keepalive(self, frame: bytes) -> bool:
         """A comment for the attached connection only (never numbered, never replayed)."""
@@ -204,7 +256,9 @@ class ResumableStream:
 
     def can_resume(self, after: int) -> bool:
         """Whether every event after *after* is still held (or was never sent)."""
-        return not self.overflowed and after <= self.seq and after >= self.first_held - 1
+        if self.overflowed or self.evicted:
+            return False
+        return after <= self.seq and after >= self.first_held - 1
 
     def attach(self, writer: ResponseWriter, after: int | None = None) -> bool:
         """Carry the stream on *writer* from now on, first replaying what came after *after*.
@@ -218,6 +272,8 @@ class ResumableStream:
             _drop(old)
         self.writer = writer
         self.stalled = False
+        if self.budget is not None and self.final is None:
+            self.budget.unretire(self)  # a GET stream resumed: live again
         self._touch()
         if after is None:
             return True
@@ -233,7 +289,7 @@ class ResumableStream:
             self.final_writer = writer
         return True
 
-    def release(self) -> bool:
+    def end_connection(self) -> bool:
         """End the attached connection's response cleanly, keeping the stream (SEP-1699
         polling: its client reconnects with ``Last-Event-ID``); ``False``: none attached."""
         writer = self.writer
@@ -254,11 +310,59 @@ class ResumableStream:
         self.writer = None
         self._touch()
 
+    def disconnected(self, writer: ResponseWriter) -> bool:
+        """*writer*'s client closed its connection; ``True`` when that was the delivery.
+
+        A close after the final event was queued on *writer* is the end of
+        a delivered response (hypercorn reports it while the last body is
+        still being written), not a drop: the writer is left to finish, and
+        the stream is released at once (its buffer freed, its events no
+        longer resumable), so a delivered answer is held for nobody.  Any
+        other close detaches the connection: the stream waits for a resume.
+        """
+        if self.final_writer is writer and writer is not None:
+            self.handed_over = True
+            self.writer = None
+            self._touch()
+            self.release()
+            return True
+        self.detach(writer)
+        return False
+
+    def release(self) -> None:
+        """Forget the stream: out of its table, its bytes freed (the budget's too)."""
+        table = self.table
+        if table is not None:
+            table.close(self)
+        else:
+            self._free()
+
+    def _free(self) -> None:
+        held = self.bytes_held
+        self.events = []
+        self.dropped = self.size = 0
+        if self.final is not None:
+            self.final = (self.final[0], b"")
+        if self.budget is not None:
+            self.budget.forget(self, held)
+
+    def evict(self) -> None:
+        """Dropped to keep the server-wide budget: its connection ends (the queue is
+        dropped with it), waiters wake, a resume is refused, its bytes are freed."""
+        self.evicted = True
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.drop()
+            if writer.wakes is not None:
+                writer.wakes.cancel()
+        self.release()
+        self._touch()
+
     async def wait_attached(self, window: float) -> bool:
         """Wait up to *window* seconds for a connection; ``False``: none came (or the
-        stream overflowed meanwhile, so none could be given everything)."""
+        stream overflowed or was evicted meanwhile, so none could be given everything)."""
         with trio.move_on_after(window):
-            while self.writer is None and not self.overflowed:
+            while self.writer is None and not self.overflowed and not self.evicted:
                 await self._wait_changed()
         return self.writer is not None
 
@@ -282,13 +386,17 @@ class StreamTable:
 
     streams: dict[str, ResumableStream] = attrs.field(factory=dict)
 
-    def open(self, limit: int, *, standalone: bool = False) -> ResumableStream:
+    def open(
+        self, limit: int, *, standalone: bool = False, budget: StreamBudget | None = None
+    ) -> ResumableStream:
         """A new stream whose key is unique in the session (and unguessable: it is not
         a credential, but one client's ids should not name another's streams)."""
         key = secrets.token_hex(_KEY_LENGTH // 2)
         while key in self.streams:
             key = secrets.token_hex(_KEY_LENGTH // 2)
         stream = self.streams[key] = ResumableStream(key, limit, standalone)
+        stream.budget = budget
+        stream.table = self
         return stream
 
     def find(self, event_id: str) -> tuple[ResumableStream, int] | None:
@@ -302,9 +410,12 @@ class StreamTable:
         return next((s for s in self.streams.values() if s.standalone), None)
 
     def close(self, stream: ResumableStream) -> None:
-        """Forget *stream* (delivered, or given up); its connection, if any, is left alone."""
+        """Forget *stream* (delivered, or given up) and free its bytes; its connection,
+        if any, is left alone."""
         if self.streams.get(stream.key) is stream:
             del self.streams[stream.key]
+            stream.table = None
+            stream._free()
 
     def close_all(self) -> None:
         """The session ended: end its GET stream (its calls' streams end with the calls,
@@ -313,3 +424,71 @@ class StreamTable:
             if stream.standalone:
                 stream.detach()
                 self.close(stream)
+
+
+@attrs.define(eq=False)
+class StreamBudget:
+    """Bytes every resumable stream of one app holds, together; see the module docstring.
+
+    Streams report what they add (:meth:`grow`) and drop (:meth:`shrink`,
+    :meth:`forget`); a stream that can no longer gain events (finished, or
+    a GET stream kept only for a resume) is *retired* and may be evicted,
+    oldest retired first.  Everything runs in the task that changes a
+    stream: no locking, no task of its own.
+    """
+
+    limit: int
+    held: int = 0
+    evictions: int = 0
+    """Streams evicted so far (reported, and read by the benchmarks)."""
+    _retired: dict[ResumableStream, None] = attrs.field(factory=dict)
+    """Evictable streams, oldest retired first."""
+    _log: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
+
+    def retire(self, stream: ResumableStream) -> None:
+        self._retired[stream] = None
+
+    def unretire(self, stream: ResumableStream) -> None:
+        self._retired.pop(stream, None)
+
+    def grow(self, stream: ResumableStream, size: int) -> None:
+        """*stream* holds *size* more bytes: make room when the budget is exceeded."""
+        self.held += size
+        if self.held > self.limit:
+            self._make_room(stream)
+
+    def shrink(self, size: int) -> None:
+        self.held -= size
+
+    def forget(self, stream: ResumableStream, held: int) -> None:
+        """*stream* was released, with the *held* bytes it still counted."""
+        self.held -= held
+        self._retired.pop(stream, None)
+
+    def _make_room(self, adding: ResumableStream) -> None:
+        """Evict retired streams, oldest first (never *adding*); then *adding* sheds history."""
+        retired = self._retired
+        evicted = 0
+        while self.held > self.limit and retired:
+            victim = next(iter(retired))
+            if victim is adding:
+                if len(retired) == 1:
+                    break
+                # Keep it last: move it to the end and look again.
+                del retired[victim]
+                retired[victim] = None
+                continue
+            victim.evict()  # forgets it, so the loop moves on
+            evicted += 1
+        if evicted:
+            self.evictions += evicted
+            self._log.log(
+                logging.WARNING,
+                "evicted",
+                "resumable streams hold more than %d bytes (max_retained_stream_bytes);"
+                " evicted %d unread stream(s), oldest first: their answers are lost",
+                self.limit,
+                evicted,
+            )
+        if self.held > self.limit:
+            adding.shed(self.held - self.limit)

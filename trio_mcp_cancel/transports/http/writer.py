@@ -171,6 +171,14 @@ class ResponseWriter:
             hypercorn_compat.mark_head_blocked(self._send, self._head)
         self._kick()
 
+    def drop(self) -> None:
+        """Give up at once: drop what is queued and count as done now, even while a
+        write is pending (the server releases it when the connection closes, once the
+        request returned), so nobody waits on this response any more."""
+        self.abandon()
+        self.outbox.lose()
+        self._finish()
+
     def start(self, spawn: Callable[..., object]) -> None:
         """Write the queue on demand (see the module docstring) with tasks that *spawn*
         (a nursery's ``start_soon``) starts; instead of :meth:`run`, not with it."""
