@@ -38,8 +38,13 @@ delivered, or a GET stream kept only for a resume) are evicted first: their
 connection is dropped, their bytes freed, their answer reported lost,
 and a resume of them is ``409`` like any stream the session does not hold.
 When nothing is left to evict, the stream that is adding an event keeps
-less history (its oldest events are dropped, as at its own limit), so the
-total never exceeds the budget by more than one answer.
+less history (its oldest events are dropped, as at its own limit), and if
+its client is behind too it is treated as one that stopped reading (its
+connection is dropped with its queue; without a resume the call is
+cancelled as a disconnect), so the total never exceeds the budget by more
+than one answer.  An attached connection's queue holds the same event
+objects as the stream's history (never a copy), and is bounded per
+connection by ``max_buffered_bytes``.
 
 **Memory.**  A stream lives as long as its call, suspended calls
 included, so it is kept small (issue 27): the buffer is a list whose
@@ -214,7 +219,8 @@ class ResumableStream:
         if budget is not None:
             if final:
                 budget.retire(self)
-            budget.grow(self, added)
+            if not budget.grow(self, added):
+                accepted = False  # the budget is spent and its client is behind
         if final or writer is None:
             self._touch()
         return accepted
@@ -432,17 +438,26 @@ class StreamBudget:
 
     Streams report what they add (:meth:`grow`) and drop (:meth:`shrink`,
     :meth:`forget`); a stream that can no longer gain events (finished, or
-    a GET stream kept only for a resume) is *retired* and may be evicted,
-    oldest retired first.  Everything runs in the task that changes a
-    stream: no locking, no task of its own.
+    a GET stream kept only for a resume) is *retired* and may give its bytes
+    back.  Over the limit, oldest retired first: a retired stream nobody is
+    connected to, or whose client is behind (events still queued on its
+    connection, which hold the same bytes), is evicted; one whose client
+    read everything but the answer gives up its history (the answer goes
+    on).  Then those are evicted too, oldest first; then the stream adding
+    an event sheds its own history, and, when its client is behind (the
+    events are queued on its connection as well), counts that client as
+    stalled, which drops its connection's queue.  Everything runs in the
+    task that changes a stream: no locking, no task of its own.
     """
 
     limit: int
     held: int = 0
     evictions: int = 0
-    """Streams evicted so far (reported, and read by the benchmarks)."""
+    """Streams evicted so far (logged, and read by the benchmarks)."""
     _retired: dict[ResumableStream, None] = attrs.field(factory=dict)
-    """Evictable streams, oldest retired first."""
+    """Retired streams that still hold history or have no connection, oldest first."""
+    _bare: dict[ResumableStream, None] = attrs.field(factory=dict)
+    """Retired streams reduced to their answer, still being written, oldest first."""
     _log: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
 
     def retire(self, stream: ResumableStream) -> None:
@@ -450,12 +465,19 @@ class StreamBudget:
 
     def unretire(self, stream: ResumableStream) -> None:
         self._retired.pop(stream, None)
+        self._bare.pop(stream, None)
 
-    def grow(self, stream: ResumableStream, size: int) -> None:
-        """*stream* holds *size* more bytes: make room when the budget is exceeded."""
+    def grow(self, stream: ResumableStream, size: int) -> bool:
+        """*stream* holds *size* more bytes: make room when the budget is exceeded.
+
+        ``False``: nothing else could give room and *stream*'s client is behind
+        (its connection holds queued events that shedding history cannot free):
+        the caller treats the client as stalled, which drops that queue.
+        """
         self.held += size
         if self.held > self.limit:
-            self._make_room(stream)
+            return self._make_room(stream)
+        return True
 
     def shrink(self, size: int) -> None:
         self.held -= size
@@ -463,22 +485,32 @@ class StreamBudget:
     def forget(self, stream: ResumableStream, held: int) -> None:
         """*stream* was released, with the *held* bytes it still counted."""
         self.held -= held
-        self._retired.pop(stream, None)
+        self.unretire(stream)
 
-    def _make_room(self, adding: ResumableStream) -> None:
-        """Evict retired streams, oldest first (never *adding*); then *adding* sheds history."""
-        retired = self._retired
+    def _make_room(self, adding: ResumableStream) -> bool:
+        """Free bytes in the order of the class docstring (never evicting *adding*)."""
+        retired, bare = self._retired, self._bare
         evicted = 0
+        # *adding* is retired only while it adds its final event: it is the newest.
         while self.held > self.limit and retired:
             victim = next(iter(retired))
             if victim is adding:
-                if len(retired) == 1:
-                    break
-                # Keep it last: move it to the end and look again.
+                break
+            writer = victim.writer
+            if writer is None or writer.outbox.waiting_bounded():
+                # Nobody connected, or a client behind on its events: what they
+                # hold is queued on its connection too, so only eviction frees it.
+                victim.evict()  # forgets it
+                evicted += 1
+            else:
+                victim.shed(victim.size)  # its client read all but the answer, which goes on
                 del retired[victim]
-                retired[victim] = None
-                continue
-            victim.evict()  # forgets it, so the loop moves on
+                bare[victim] = None
+        while self.held > self.limit and bare:
+            victim = next(iter(bare))
+            if victim is adding:
+                break
+            victim.evict()
             evicted += 1
         if evicted:
             self.evictions += evicted
@@ -490,5 +522,8 @@ class StreamBudget:
                 self.limit,
                 evicted,
             )
-        if self.held > self.limit:
-            adding.shed(self.held - self.limit)
+        if self.held <= self.limit:
+            return True
+        adding.shed(self.held - self.limit)
+        writer = adding.writer
+        return writer is None or not writer.outbox.waiting_bounded()

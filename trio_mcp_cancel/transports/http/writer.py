@@ -164,9 +164,10 @@ class ResponseWriter:
         self._kick()
 
     def abandon(self) -> None:
-        """Write nothing more (the response will not be finished)."""
+        """Write nothing more (the response will not be finished): what is queued is
+        dropped now, not kept until the request ends."""
         self.abandoned = True
-        self.outbox.end()
+        self.outbox.lose()
         if self._head is not None and self.fast_paths:
             hypercorn_compat.mark_head_blocked(self._send, self._head)
         self._kick()
@@ -176,7 +177,6 @@ class ResponseWriter:
         write is pending (the server releases it when the connection closes, once the
         request returned), so nobody waits on this response any more."""
         self.abandon()
-        self.outbox.lose()
         self._finish()
 
     def start(self, spawn: Callable[..., object]) -> None:
