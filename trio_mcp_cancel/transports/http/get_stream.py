@@ -18,7 +18,11 @@ With ``Last-Event-ID`` the GET instead resumes the stream that id names
 on live on this response, which ends when that stream ends (a call's
 stream: once the call's answer was sent).  An id this session's streams
 cannot serve (unknown, ended, or older than the replay buffer holds) is
-``409`` with the reason.
+``409`` with the reason; so is a second resume of a stream while another
+resuming connection still carries it (a duplicated or retried GET: taking
+the stream over would end the first response before its head, which
+hypercorn turns into a ``500``), logged.  A resume does take over from the
+call's own POST connection: that client came back on a new one.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from ..._protocol import jsonrpc
 from ..._protocol.subscriptions import LegacyFilter, Listener
 from ...backends.base import Backend
@@ -49,6 +54,7 @@ from .writer import ResponseWriter
 __all__ = ["GetStreams"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+_log = RateLimitedLog(logger)
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -135,6 +141,13 @@ class GetStreams:
             stream, after = found
             if not stream.can_resume(after):
                 raise HttpError(409, "Conflict: the events after Last-Event-ID are no longer held")
+            if not stream.standalone and stream.resume_in_progress():
+                _log.log(
+                    logging.INFO,
+                    "concurrent",
+                    "a second resume of a stream another connection resumes now: 409",
+                )
+                raise HttpError(409, "Conflict: another connection is resuming this stream")
             if stream.standalone:
                 await self._standalone(session, tenant, receive, send, (stream, after))
                 return

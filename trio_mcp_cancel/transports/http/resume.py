@@ -133,6 +133,8 @@ class ResumableStream:
     writer: ResponseWriter | None = None
     """The connection the stream is attached to (``None``: detached)."""
     final_writer: ResponseWriter | None = None
+    resumed: bool = False
+    """The attached connection is a resume (a GET, here or relayed), not the call's own."""
     handed_over: bool = False
     """Its client closed the connection the final event was queued on: delivered."""
     evicted: bool = False
@@ -266,6 +268,12 @@ class ResumableStream:
             return False
         return after <= self.seq and after >= self.first_held - 1
 
+    def resume_in_progress(self) -> bool:
+        """Another resume carries the stream now: a second one is refused (``409``), not
+        let take it over (the first one's response would end before its head)."""
+        writer = self.writer
+        return self.resumed and writer is not None and not writer.done
+
     def attach(self, writer: ResponseWriter, after: int | None = None) -> bool:
         """Carry the stream on *writer* from now on, first replaying what came after *after*.
 
@@ -277,6 +285,7 @@ class ResumableStream:
         if old is not None and old is not writer:
             _drop(old)
         self.writer = writer
+        self.resumed = after is not None
         self.stalled = False
         if self.budget is not None and self.final is None:
             self.budget.unretire(self)  # a GET stream resumed: live again
