@@ -264,8 +264,8 @@ class ResumableStream:
 
     def can_resume(self, after: int) -> bool:
         """Whether every event after *after* is still held (or was never sent)."""
-        if self.overflowed or self.evicted:
-            return False
+        if self.overflowed or self.evicted or self.delivered:
+            return False  # a delivered answer is never sent twice
         return after <= self.seq and after >= self.first_held - 1
 
     def resume_in_progress(self) -> bool:
