@@ -223,7 +223,7 @@ class ResumableStream:
                 budget.retire(self)
             if not budget.grow(self, added):
                 accepted = False  # the budget is spent and its client is behind
-        if final or writer is None:
+        if final:
             self._touch()
         return accepted
 
