@@ -295,6 +295,8 @@ class McpHttpApp:
                         _unsubscribe_on_exit, self.backend.attach_events(self.registry.events)
                     )
                     await outer.start(self.backend.run)
+                    # Before this worker seals any requestState (see replay.py).
+                    await self.dispatcher.runtime.used_states.mark_epoch()
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
