@@ -71,7 +71,7 @@ def retry(state: str) -> dict[str, Any]:
     }
 
 
-async def test_after_redis_lost_its_data_the_worker_that_used_a_state_refuses_it_again(
+async def test_after_redis_lost_its_data_no_worker_runs_a_used_request_state_again(
     redis: RedisServer, prefix: str
 ) -> None:
     shared = {"MCP_STATE_SECRET": secrets.token_urlsafe(32)}
