@@ -62,6 +62,7 @@ from . import (
     hostile_redis,
     hostile_redis_slow,
     hostile_resources,
+    hostile_streams,
     hostile_tasks,
     hostile_workers,
 )
@@ -683,6 +684,7 @@ async def _rows(quick: bool) -> list[Row]:
     table.extend(await hostile_workers.rows(quick))
     table.extend(await hostile_auth.rows(quick))
     table.extend(await hostile_resources.rows(quick))
+    table.extend(await hostile_streams.rows(quick))
     return table
 
 

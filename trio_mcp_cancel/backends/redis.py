@@ -646,6 +646,32 @@ class RedisTaskStore:
 
 # KEYS: the session record, its tenant's index of live sessions.
 # ARGV: record JSON, TTL ms (or ''), now ms, cap (or ''), member, index score.
+# The used-requestState set and its epoch (KEYS[2]: when the set began, Redis
+# time in seconds; both keys share the deployment's hash tag).  A set without
+# its epoch lost its data: the epoch restarts now, and a state sealed before
+# it (ARGV[2]) cannot be confirmed unused (-1).
+_CLAIM_STATE: Final = """
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+    epoch = redis.call('TIME')[1]
+    redis.call('SET', KEYS[2], epoch)
+end
+if tonumber(ARGV[2]) < tonumber(epoch) then
+    return -1
+end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+    return 1
+end
+return 0
+"""
+
+_MARK_STATE_EPOCH: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('SET', KEYS[1], redis.call('TIME')[1])
+end
+return 1
+"""
+
 _PUT_SESSION: Final = """
 if ARGV[4] ~= '' then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
@@ -1187,6 +1213,8 @@ class RedisBackend:
         self.events = EventHub() if events is None else events
         self.reconnect_delay = reconnect_delay
         self.keys = _Keys(prefix)
+        self._state_epoch = f"{self.keys.base}:state-epoch"
+        self._claim_state: Any = None  # its script, registered at the first claim
         if hot_timeout is None:
             hot_timeout = type(self).HOT_TIMEOUT
         health = _Health(self.events, op_timeout, hot_timeout)
@@ -1261,20 +1289,46 @@ class RedisBackend:
         """Whether the circuit breaker is open: Redis failed, and no probe found it back yet."""
         return self.tasks.health.down
 
-    async def claim_once(self, key: str, ttl: float) -> bool:
+    async def claim_once(self, key: str, ttl: float, issued_at: float | None = None) -> bool | None:
         """``True`` the first time *key* is claimed within *ttl* seconds, on any worker.
 
         The used-``requestState`` set every worker shares (``SET NX PX``; see
         :mod:`trio_mcp_cancel._protocol.replay`); :class:`BackendUnavailable`
         when Redis cannot tell, and the caller falls back to its own set.
+
+        With *issued_at* (when the state was sealed, wall clock): ``None`` when
+        the set is younger than the state, so a use of it may have been lost
+        with Redis's data (``P:state-epoch``, see :meth:`mark_state_epoch`).
         """
         name, ms = f"{self.keys.base}:state:{key}", max(1, math.ceil(ttl * 1000))
-        claimed = await self.tasks.health.call(
-            "state.claim",
-            lambda: self.client.set(name, "1", condition=PureToken.NX, px=ms),
+        if issued_at is None:
+            claimed = await self.tasks.health.call(
+                "state.claim",
+                lambda: self.client.set(name, "1", condition=PureToken.NX, px=ms),
+                BackendUnavailable,
+            )
+            return bool(claimed)
+        script = self._claim_state = self._claim_state or self.client.register_script(_CLAIM_STATE)
+        keys, args = [name, self._state_epoch], [ms, math.floor(issued_at)]
+        answer = await self.tasks.health.call(
+            "state.claim", lambda: script(keys=keys, args=args), BackendUnavailable
+        )
+        return None if answer == -1 else bool(answer)
+
+    async def mark_state_epoch(self) -> None:
+        """Note when the used-``requestState`` set began, unless it is noted already.
+
+        Called when a worker starts, before it seals any state: a set found
+        without its mark later lost its data (``FLUSHALL``, a restart without
+        persistence, a failover to a replica that missed the writes), and
+        :meth:`claim_once` then refuses the states sealed before the loss.
+        """
+        epoch = self._state_epoch
+        await self.tasks.health.call(
+            "state.epoch",
+            lambda: self.client.eval(_MARK_STATE_EPOCH, keys=[epoch]),
             BackendUnavailable,
         )
-        return bool(claimed)
 
     async def run(
         self, *, task_status: trio.TaskStatus[RedisBackend] = trio.TASK_STATUS_IGNORED

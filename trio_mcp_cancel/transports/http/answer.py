@@ -73,7 +73,7 @@ from . import rules
 from .inline import can_write_now
 from .lazy import await_then
 from .response import CallResponse, State
-from .resume import ResumableStream
+from .resume import ResumableStream, StreamBudget
 from .sessions import Session
 from .shared import tenant_call_slot
 from .writer import WRITER_TASK, ResponseWriter, write_now
@@ -152,6 +152,8 @@ class Responder:
     client to come back before it counts as a disconnect (``None``: not resumable)."""
     replay_limit: int = 256 * 1024
     """Bytes of events each resumable stream keeps for a replay."""
+    stream_budget: StreamBudget = attrs.field(factory=lambda: StreamBudget(64 << 20))
+    """Bytes every resumable stream of the app may hold together (see :mod:`.resume`)."""
     service: trio.Nursery | None = None
     """The lifespan's service nursery (``None``: served without a lifespan)."""
     shutdown: Shutdown = attrs.field(init=False, factory=lambda: Shutdown(log=logger))
@@ -354,6 +356,8 @@ class Responder:
             writer.wakes = None
             response.disconnected()
             if stream is not None:
+                if stream.delivered:
+                    return  # closed after its answer was queued: delivered
                 with run.outlived():
                     await self._await_resume(stream, exchange, limit_at)
                 return
@@ -404,6 +408,8 @@ class Responder:
         while not stream.delivered:
             writer = stream.writer
             if writer is None:
+                if stream.evicted:
+                    return  # evicted to keep the server-wide budget: the answer is lost
                 if stream.final is not None and not stream.final[1]:
                     return  # ended without an answer (its client cancelled): nothing to resume
                 if not await stream.wait_attached(window):
@@ -562,7 +568,8 @@ class _CallRun:
     def _open_stream(self) -> ResumableStream:
         session = self.routed.session
         assert session is not None
-        return session.streams.open(self.responder.replay_limit)
+        responder = self.responder
+        return session.streams.open(responder.replay_limit, budget=responder.stream_budget)
 
     def _start_writer(self) -> None:
         assert self.response is not None
