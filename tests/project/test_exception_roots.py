@@ -13,6 +13,7 @@ a new public exception without a root (or with two) fails here.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import pytest
 
@@ -116,7 +117,7 @@ def test_the_older_builtin_bases_still_match() -> None:
     assert not issubclass(BackendUnavailable, TaskStoreUnavailable)
 
 
-def _arguments(cls: type[BaseException]) -> tuple[object, ...]:
+def _arguments(cls: type[BaseException]) -> tuple[Any, ...]:
     """Arguments that construct *cls* (a few take codes or caps)."""
     name = cls.__name__
     if name == "CancellationLimitReached":
