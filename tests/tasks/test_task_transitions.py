@@ -10,6 +10,7 @@ the table is a change to this file too.  The stores are driven over every
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 from typing import Any
 
@@ -126,3 +127,14 @@ async def test_the_redis_store_refuses_an_unknown_status_and_keeps_the_record(
 ) -> None:
     async with running(RedisBackend(redis.url, prefix=prefix)) as backend:
         await _refuses_unknown(backend.tasks)
+
+
+def test_every_redis_script_that_guards_a_terminal_task_names_the_tables_terminal_set() -> None:
+    """The Lua scripts cannot import the table: each spells the terminal set, checked here."""
+    from trio_mcp_cancel.backends import redis as redis_backend
+
+    dead_ends = {status for status, moves in TRANSITIONS.items() if not moves}
+    for name in ("_SETTLE", "_REQUEST_CANCEL", "_SET_MESSAGE", "_FAIL_OF"):
+        script = getattr(redis_backend, name)
+        guarded = set(re.findall(r"status [~=]= '(\w+)'", script))
+        assert guarded == dead_ends, name
