@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Final
+from typing import Final
 
 import attrs
 import trio
+
+from .otel_compat import provider_probe
 
 __all__ = ["Api", "global_providers_set", "is_quiet_provider", "load", "wall_ns"]
 
@@ -53,56 +55,48 @@ def global_providers_set(api: Api) -> Callable[[], bool]:
     Until it does, the API's global providers are proxies with nothing
     behind them, and a server using them records nothing: the dispatcher
     then skips the span work per request (see
-    :meth:`.server.ServerTelemetry.quiet`).  The public getters consult
-    ``os.environ`` on every call (~1 µs), so the probe reads the API's own
-    "set" markers, the module globals ``set_tracer_provider`` and
-    ``set_meter_provider`` assign (~15 ns); an API without them gets the
-    public getters.  A provider named by ``OTEL_PYTHON_*_PROVIDER`` is loaded
-    here, once, by calling the getters.
+    :meth:`.server.ServerTelemetry.quiet`), asking this probe each time
+    until a provider appears.  The probe reads the API's own "set" markers
+    (:mod:`.otel_compat`, the one module that knows the API's internals);
+    when those are switched off or not there, it asks the public getters,
+    the same answer at the cost of an environment lookup per call.  A
+    provider named by ``OTEL_PYTHON_*_PROVIDER`` is loaded here, once, by
+    calling the getters.
     """
     tracer = api.trace.get_tracer_provider()
     meter = api.metrics.get_meter_provider()
     if not is_quiet_provider(api, tracer) or not is_quiet_provider(api, meter):
         return lambda: True
-    try:
-        from opentelemetry.metrics import _internal
-    except ImportError:  # pragma: no cover - an API that moved its internals
-        metrics_internal: Any = None
-    else:
-        metrics_internal = _internal
-    trace_module: Any = api.trace
-    if (
-        metrics_internal is None
-        or getattr(trace_module, "_TRACER_PROVIDER", _MISSING) is not None
-        or getattr(metrics_internal, "_METER_PROVIDER", _MISSING) is not None
-    ):  # pragma: no cover - not the API's layout this was written against
+    probe = provider_probe(api.trace)
+    if probe is not None:
+        return probe
 
-        def public() -> bool:
-            tracer = api.trace.get_tracer_provider()
-            meter = api.metrics.get_meter_provider()
-            return not is_quiet_provider(api, tracer) or not is_quiet_provider(api, meter)
+    def public() -> bool:
+        tracer = api.trace.get_tracer_provider()
+        meter = api.metrics.get_meter_provider()
+        return not is_quiet_provider(api, tracer) or not is_quiet_provider(api, meter)
 
-        return public
-
-    def marker() -> bool:
-        return (
-            trace_module._TRACER_PROVIDER is not None
-            or metrics_internal._METER_PROVIDER is not None
-        )
-
-    return marker
+    return public
 
 
 def is_quiet_provider(api: Api, provider: object) -> bool:
-    """Whether *provider* records nothing: a no-op, or the API's global proxy (nothing set)."""
+    """Whether *provider* records nothing: a no-op, or the API's global proxy (nothing set).
+
+    The API package ships no recording provider (recording is the SDK's),
+    so a provider of a class the API's ``trace`` or ``metrics`` package
+    defines itself (its no-ops, its proxies) records nothing.  Read from
+    the class's module, since the API does not export its meter proxy.
+    """
     if isinstance(provider, (api.trace.ProxyTracerProvider, api.trace.NoOpTracerProvider)):
         return True
     if isinstance(provider, api.metrics.NoOpMeterProvider):
         return True
-    return type(provider).__name__ == "_ProxyMeterProvider"
+    module = type(provider).__module__
+    return any(module == p or module.startswith(p + ".") for p in _API_PACKAGES)
 
 
-_MISSING: Final = object()
+#: The API's packages whose providers record nothing (see :func:`is_quiet_provider`).
+_API_PACKAGES: Final = ("opentelemetry.trace", "opentelemetry.metrics")
 
 
 def wall_ns(at: float) -> int:
