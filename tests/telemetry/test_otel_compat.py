@@ -20,8 +20,15 @@ import pytest
 from opentelemetry import metrics, trace
 
 from trio_mcp_cancel._telemetry import otel_compat
-from trio_mcp_cancel._telemetry.otel import global_providers_set, is_quiet_provider, load
-from trio_mcp_cancel._telemetry.otel_compat import CHECKED, ENV, probe_default, provider_probe
+from trio_mcp_cancel._telemetry.otel import load
+from trio_mcp_cancel._telemetry.otel_compat import (
+    CHECKED,
+    ENV,
+    global_providers_set,
+    is_quiet_provider,
+    probe_default,
+    provider_probe,
+)
 
 SET_LATER = textwrap.dedent(
     """

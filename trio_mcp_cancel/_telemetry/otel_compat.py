@@ -27,8 +27,9 @@ records); only the cost of a quiet request differs.  ``tests/telemetry/
 test_otel_compat.py`` pins the names read here, so an API release that
 renames them fails there first.
 
-Nothing here is imported or read at import: :func:`provider_probe` runs
-when a server's telemetry is built.
+Nothing here is read at import: :func:`global_providers_set` runs when a
+server's telemetry is built (the client never imports this module).
+:func:`is_quiet_provider` uses the public API only.
 """
 
 from __future__ import annotations
@@ -40,7 +41,16 @@ from importlib import metadata
 from types import ModuleType
 from typing import Final
 
-__all__ = ["CHECKED", "ENV", "probe_default", "provider_probe"]
+from .otel import Api
+
+__all__ = [
+    "CHECKED",
+    "ENV",
+    "global_providers_set",
+    "is_quiet_provider",
+    "probe_default",
+    "provider_probe",
+]
 
 logger = logging.getLogger("trio_mcp_cancel.telemetry")
 
@@ -110,3 +120,52 @@ def provider_probe(trace: ModuleType) -> Callable[[], bool] | None:
         )
 
     return probe
+
+
+def global_providers_set(api: Api) -> Callable[[], bool]:
+    """A cheap probe: has the application installed a global tracer or meter provider?
+
+    Until it does, the API's global providers are proxies with nothing
+    behind them, and a server using them records nothing: the dispatcher
+    then skips the span work per request (see
+    :meth:`.server.ServerTelemetry.quiet`), asking this probe each time
+    until a provider appears.  The probe reads the API's own "set" markers
+    (:func:`provider_probe`); when those are switched off or not there, it
+    asks the public getters, the same answer at the cost of an environment
+    lookup per call.  A provider named by ``OTEL_PYTHON_*_PROVIDER`` is
+    loaded here, once, by calling the getters.
+    """
+    tracer = api.trace.get_tracer_provider()
+    meter = api.metrics.get_meter_provider()
+    if not is_quiet_provider(api, tracer) or not is_quiet_provider(api, meter):
+        return lambda: True
+    probe = provider_probe(api.trace)
+    if probe is not None:
+        return probe
+
+    def public() -> bool:
+        tracer = api.trace.get_tracer_provider()
+        meter = api.metrics.get_meter_provider()
+        return not is_quiet_provider(api, tracer) or not is_quiet_provider(api, meter)
+
+    return public
+
+
+def is_quiet_provider(api: Api, provider: object) -> bool:
+    """Whether *provider* records nothing: a no-op, or the API's global proxy (nothing set).
+
+    The API package ships no recording provider (recording is the SDK's),
+    so a provider of a class the API's ``trace`` or ``metrics`` package
+    defines itself (its no-ops, its proxies) records nothing.  Read from
+    the class's module, since the API does not export its meter proxy.
+    """
+    if isinstance(provider, (api.trace.ProxyTracerProvider, api.trace.NoOpTracerProvider)):
+        return True
+    if isinstance(provider, api.metrics.NoOpMeterProvider):
+        return True
+    module = type(provider).__module__
+    return any(module == p or module.startswith(p + ".") for p in _API_PACKAGES)
+
+
+#: The API's packages whose providers record nothing (see :func:`is_quiet_provider`).
+_API_PACKAGES: Final = ("opentelemetry.trace", "opentelemetry.metrics")
