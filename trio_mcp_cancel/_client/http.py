@@ -12,7 +12,7 @@ the request's stream*, here by cancelling the task that reads that one
 response.  On HTTP/1.1 a response closed before its end is never put
 back in the pool (httpcore closes the connection), so the server sees the
 disconnect at once and other requests are untouched; on HTTP/2 the stream
-is reset (:mod:`._client.h2_reset`, for the clients this module makes) and
+is reset (:mod:`._client.httpcore2_compat`, for the clients this module makes) and
 the connection lives on.  Legacy
 sessions (``initialize`` + ``Mcp-Session-Id``) post
 ``notifications/cancelled`` and stop reading once it was taken.
@@ -57,7 +57,7 @@ from .._telemetry.propagation import trace_headers
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message
-from .h2_reset import install
+from .httpcore2_compat import install
 
 __all__ = ["HttpTransport", "Resumption", "client_for", "request_headers"]
 
@@ -561,5 +561,5 @@ def client_for(
         trust_env=True,
     )
     if http2:
-        install(client)  # a modern cancel resets the stream (:mod:`._client.h2_reset`)
+        install(client)  # a modern cancel resets the stream (:mod:`._client.httpcore2_compat`)
     return client
