@@ -114,7 +114,7 @@ def make(
 ) -> tuple[CallResponse, list[str]]:
     stalls: list[str] = []
     response = CallResponse(
-        ResponseWriter(send, limit, fast_paths=False), [], sse, lambda: stalls.append("stall")
+        ResponseWriter(send, limit), [], sse, lambda: stalls.append("stall")
     )
     return response, stalls
 

@@ -12,8 +12,8 @@ refused call is a ``429`` before any response is committed to.
 :class:`~.writer.ResponseWriter` (see there for why) and written by a task
 of its own in the app's service nursery (on demand: only while something
 waits to be written), except a whole response the
-socket can take at once (:func:`~.inline.can_write_now`), which is written
-in the request's own task.  A client that leaves a write pending for
+socket can take at once (the app's sink says so: :mod:`.writer`), which is
+written in the request's own task.  A client that leaves a write pending for
 ``write_timeout``, or lets the queue overflow, is treated as gone: its call
 is cancelled (kind ``"disconnect"``), the request returns, and hypercorn
 closes the connection, which releases the pending write.
@@ -70,13 +70,12 @@ from ..._protocol.wire import TOO_MANY_REQUESTS
 from ...backends.base import Backend
 from .._shutdown import SHUTDOWN_REASON, Shutdown  # re-exported: HTTP's shutdown is the shared one
 from . import rules
-from .inline import can_write_now
 from .lazy import await_then
 from .response import CallResponse, State
 from .resume import ResumableStream, StreamBudget
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import WRITER_TASK, ResponseWriter, write_now
+from .writer import ASGI_SINK, WRITER_TASK, ResponseWriter, Sink
 
 __all__ = ["SHUTDOWN_REASON", "Post", "Responder", "Routed", "Shutdown"]
 
@@ -145,8 +144,8 @@ class Responder:
     legacy_disconnect_cancels: bool
     write_timeout: float | None
     max_buffered_bytes: int
-    fast_paths: bool = True
-    """hypercorn's shortcuts (see :mod:`.hypercorn_compat`); off: plain ASGI only."""
+    sink: Sink = ASGI_SINK
+    """How responses reach the server, chosen by the app (see :mod:`.writer`)."""
     resume_window: float | None = None
     """Legacy SSE streams are resumable, and a dropped one waits this long for its
     client to come back before it counts as a disconnect (``None``: not resumable)."""
@@ -439,13 +438,10 @@ class Responder:
     async def _write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
         """Write *writer*'s whole response in this task when that cannot block, else start it.
 
-        See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
-        to spare is written at once, so the writer task (and its spawn) is
+        The sink says whether it can (:mod:`.writer`); the writer task is
         only needed for a write that could be left pending by the client.
         """
-        if self.service is None or (
-            self.fast_paths and can_write_now(send, writer.outbox.bytes + _HEAD_ROOM)
-        ):
+        if self.service is None or self.sink.can_write_now(send, writer.outbox.bytes + _HEAD_ROOM):
             await writer.run()
         else:
             self._start_writer(writer, nursery)
@@ -479,10 +475,10 @@ class Responder:
         One that cannot block is written here, in two ``send()`` calls and
         no queue; any other goes through a writer.
         """
-        service = self.service
-        if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
-            return await write_now(send, status, body, extra, json=json)
-        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
+        service, sink = self.service, self.sink
+        if service is not None and sink.can_write_now(send, len(body) + _HEAD_ROOM):
+            return await sink.write_now(send, status, body, extra, json=json)
+        writer = ResponseWriter(send, self.max_buffered_bytes, sink)
         writer.put_whole(status, body, extra, json=json)
         if service is None:
             await writer.run()  # no lifespan: write inline, as an ASGI app usually does
@@ -550,7 +546,7 @@ class _CallRun:
         response = self.response
         if response is None:
             responder, routed = self.responder, self.routed
-            writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
+            writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.sink)
             # Bound methods of this object, not partials (each with its own
             # argument tuple and keyword dict, kept for the call's life).
             response = self.response = CallResponse(writer, routed.extra, self.sse, self._stalled)

@@ -66,7 +66,6 @@ from ..limits import (
 from . import hypercorn_compat, rules
 from .answer import Post, Responder, Routed
 from .get_stream import GetStreams
-from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
 from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
@@ -74,6 +73,7 @@ from .resume import StreamBudget
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
+from .writer import ASGI_SINK, Sink
 
 __all__ = ["McpHttpApp"]
 
@@ -215,6 +215,8 @@ class McpHttpApp:
         if hypercorn_fast_paths is None:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
+        # The one place the app decides which server it serves under.
+        self.sink: Sink = hypercorn_compat.HYPERCORN_SINK if hypercorn_fast_paths else ASGI_SINK
         self._own_registry: Registry | None = None
         self._runs_tasks = False
         self._sharing = (
@@ -232,7 +234,7 @@ class McpHttpApp:
             legacy_disconnect_cancels,
             limits.write_timeout,
             limits.max_buffered_bytes,
-            hypercorn_fast_paths,
+            self.sink,
             resume_window=_check_window(resume_window),
             replay_limit=http_limits.replay_buffer_size,
             stream_budget=StreamBudget(http_limits.max_retained_stream_bytes),
@@ -443,7 +445,7 @@ class McpHttpApp:
         # The usual body is queued already: taken without a scheduling point,
         # and only a body still on its way needs the time limit (a cancel scope).
         reader = _Body(self.max_message_size)
-        if self.hypercorn_fast_paths and reader.take_queued(receive):
+        if reader.take_queued(self.sink, receive):
             body = reader.data()
         else:
             body = await _read_rest(receive, reader, self.body_timeout)
@@ -517,7 +519,7 @@ async def _discard_body(app: McpHttpApp, receive: Receive) -> None:
     left = app.max_message_size
     with trio.move_on_after(math.inf if app.body_timeout is None else app.body_timeout):
         while True:
-            message = (app.hypercorn_fast_paths and receive_now(receive)) or await receive()
+            message = app.sink.receive_now(receive) or await receive()
             left -= len(message.get("body", b""))
             if not message.get("more_body", False) or left < 0:
                 return
@@ -554,11 +556,11 @@ class _Body:
             self._chunks.append(chunk)
         return not message.get("more_body", False)
 
-    def take_queued(self, receive: Receive) -> bool:
-        """Take the messages hypercorn queued already (no scheduling point); ``True``
+    def take_queued(self, sink: Sink, receive: Receive) -> bool:
+        """Take the messages the server queued already (no scheduling point); ``True``
         once the body is complete.  hypercorn queues an HTTP/1.1 body read at once as
         two messages: the data, then an empty one that ends it."""
-        while (message := receive_now(receive)) is not None:
+        while (message := sink.receive_now(receive)) is not None:
             if self.add(message):
                 return True
         return False

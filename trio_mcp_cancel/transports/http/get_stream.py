@@ -229,7 +229,7 @@ class GetStreams:
         """A writer with the SSE head queued (the body follows as it comes); *start*:
         running already, in the service nursery."""
         responder = self.responder
-        writer = ResponseWriter(send, responder.max_buffered_bytes, responder.fast_paths)
+        writer = ResponseWriter(send, responder.max_buffered_bytes, responder.sink)
         writer.put({"type": "http.response.start", "status": 200, "headers": list(sse.SSE_HEADERS)})
         if start and responder.service is not None:
             writer.outbox.timeout = responder.write_timeout

@@ -1,13 +1,23 @@
-"""One HTTP response's ASGI messages, queued by the request and written by a task of its own.
+"""How a response reaches the ASGI server: a :class:`Sink`, and the writer of one response.
 
 hypercorn writes to the socket inside a shielded cancel scope: a ``send()``
 to a client that stopped reading blocks until the client reads or the
 connection closes, and nothing (a cancel, a time limit, shutdown) can
 interrupt it; and hypercorn closes the connection only once the
 application returned.  So no task that must end on time calls ``send()``:
-the request queues its messages here (:meth:`ResponseWriter.put` never
-blocks) and :meth:`ResponseWriter.run` writes them, in a task of its own
-unless the write cannot block (see :mod:`.inline`).
+the request queues its messages in a :class:`ResponseWriter`
+(:meth:`ResponseWriter.put` never blocks) and :meth:`ResponseWriter.run`
+writes them, in a task of its own, unless the app's sink says the write
+cannot block.
+
+**The sink** is chosen once, by the app (``McpHttpApp``), for every
+request it serves: :class:`AsgiSink` is plain ASGI (every response through
+a writer task; works under any ASGI server); ``HypercornSink``
+(:mod:`.hypercorn_compat`, the only module that knows hypercorn's
+internals) adds hypercorn's shortcuts: a queued body taken without a
+scheduling point, a whole response written in the request's own task, in
+one socket write, when that cannot block, and the repair of a head left
+pending.  Nothing else in the HTTP transport asks which server it runs under.
 
 The queue is the transports' shared :class:`~.._outbox.Outbox`: progress,
 log messages and keep-alives are its bounded items, the final message the
@@ -19,27 +29,26 @@ watcher (whose cancel scope is :attr:`ResponseWriter.wakes`) is woken then.
 **On demand** (:meth:`ResponseWriter.start`, a call's response): instead of
 one task parked on the queue for the response's whole life, a task is
 spawned when there is something to write and ends when the queue is
-empty.  A suspended call whose client reads its stream (the usual case:
-head, progress, then nothing for a while) then holds no writer task, its
-coroutine frames and its parking lot (about 2.5 KB of an in-flight
-call's heap, issue 27); a keep-alive or a progress message costs a task
-spawn instead of a wake-up.  The rules are :meth:`ResponseWriter.run`'s:
-same order, same deadline, and ``done`` only once the queue ended.
+empty, so a suspended call whose client reads its stream (the usual case:
+head, progress, then nothing for a while) holds no writer task; a
+keep-alive or a progress message costs a task spawn instead of a wake-up.
+The rules are :meth:`ResponseWriter.run`'s: same order, same deadline, and
+``done`` only once the queue ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
 from .._outbox import Outbox
-from . import hypercorn_compat
 
-__all__ = ["WRITER_TASK", "ResponseWriter", "head", "write_now"]
+__all__ = ["ASGI_SINK", "WRITER_TASK", "AsgiSink", "ResponseWriter", "Sink", "head"]
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 #: The name of a writer's tasks, as trio would name :meth:`~ResponseWriter.run`'s
 #: (given, so that trio does not build one string per task).
@@ -54,31 +63,67 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-async def write_now(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: Any = (),
-    *,
-    json: bool | None = None,
-) -> bool:
-    """Write a whole response in the calling task; whether it reached the server.
+class Sink(Protocol):
+    """What the HTTP transport may ask of the server beyond plain ASGI (see the module).
 
-    Only for a write that cannot block (:func:`~.inline.can_write_now`
-    said so, which only hypercorn's fast paths do): it needs no writer
-    task, no queue and no deadline, and on hypercorn's HTTP/1.1 it is one
-    socket write.  A server that raises because the connection is gone is
-    a ``False``, as with :meth:`ResponseWriter.run`.
+    Every answer has a plain-ASGI fallback, so a sink that answers "no"
+    everywhere (:class:`AsgiSink`) serves correctly, only through more tasks.
     """
-    start = head(status, body, extra, json=json)
+
+    def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
+        """The next message of *receive* if it is queued already; ``None``: await it."""
+        ...
+
+    def can_write_now(self, send: Any, size: int) -> bool:
+        """Whether *size* bytes written through *send* now cannot block."""
+        ...
+
+    async def write_now(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Write a whole response in the calling task (only after :meth:`can_write_now`
+        said yes); whether it reached the server."""
+        ...
+
+    def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
+        """The request ends while the write of its response *head* is still pending."""
+        ...
+
+
+async def send_whole(send: Send, start: MutableMapping[str, Any], body: bytes) -> bool:
+    """Send a whole response as its two ASGI messages; ``False`` if the server raised
+    (the connection is gone), as :meth:`ResponseWriter.run` counts it."""
     try:
-        if await hypercorn_compat.send_whole(send, start, body):
-            return True  # in one socket write
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
     except Exception:
         return False
     return True
+
+
+class AsgiSink:
+    """Plain ASGI: every response is written by a writer task; nothing is asked of the
+    server beyond ``receive()`` and ``send()``."""
+
+    __slots__ = ()
+
+    def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
+        return None
+
+    def can_write_now(self, send: Any, size: int) -> bool:
+        return False
+
+    async def write_now(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        return await send_whole(send, head(status, body, extra, json=json), body)
+
+    def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
+        pass  # the server's own business (hypercorn's connection guard contains it)
+
+
+#: The plain-ASGI sink (it holds nothing: one for every app).
+ASGI_SINK: Final = AsgiSink()
 
 
 class ResponseWriter:
@@ -99,20 +144,20 @@ class ResponseWriter:
         "_spawn",
         "abandoned",
         "done",
-        "fast_paths",
         "outbox",
         "running",
+        "sink",
         "stalled",
         "wakes",
     )
 
-    def __init__(self, send: Send, limit: int, fast_paths: bool = True) -> None:
+    def __init__(self, send: Send, limit: int, sink: Sink = ASGI_SINK) -> None:
         self._send = send
         self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, None, True)
         self._head: MutableMapping[str, Any] | None = None
         """The response head while its write is pending."""
         self._done: trio.Event | None = None  # made only when somebody waits
-        self.fast_paths = fast_paths
+        self.sink = sink
         self.done = False
         """The last message was written, or the writer gave up."""
         self.abandoned = False
@@ -168,8 +213,8 @@ class ResponseWriter:
         dropped now, not kept until the request ends."""
         self.abandoned = True
         self.outbox.lose()
-        if self._head is not None and self.fast_paths:
-            hypercorn_compat.mark_head_blocked(self._send, self._head)
+        if self._head is not None:
+            self.sink.head_blocked(self._send, self._head)
         self._kick()
 
     def drop(self) -> None:
