@@ -1,14 +1,15 @@
 """Small whole responses are written in the request's task when the socket has room.
 
 The writer task (see ``transports/http/app.py``) exists so that no request
-waits on hypercorn's shielded write to a client that stopped reading.
-The hypercorn sink (``transports/http/hypercorn_compat.py``) skips it when the
+waits on hypercorn's shielded write to a client that stopped reading.  The
+hypercorn sink (``transports/http/hypercorn_compat.py``) skips it when the
 write cannot block: HTTP/1.1 on hypercorn, a plain TCP socket whose send
-buffer has room for the whole response.  Real hypercorn on 127.0.0.1 (the behaviour lives in the socket
-layer); which path a response took is seen by counting writer tasks.  That a
-client which stops reading still gets the writer task, and the server
-survives it, is ``test_hostile_sockets.py``'s pipelined test; here, that the
-check says no once the client's buffers are full.
+buffer has room for the whole response.  Real hypercorn on 127.0.0.1 (the
+behaviour lives in the socket layer); which path a response took is seen by
+counting writer tasks.  That a client which stops reading still gets the
+writer task, and the server survives it, is ``test_hostile_sockets.py``'s
+pipelined test; here, that the check says no once the client's buffers are
+full.
 """
 
 from __future__ import annotations

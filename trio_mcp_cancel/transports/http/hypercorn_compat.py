@@ -76,7 +76,6 @@ import attrs
 import trio
 
 from .writer import AsgiSink, head
-from .writer import send_whole as send_messages
 
 __all__ = [
     "FAST_PATHS_CHECKED",
@@ -605,11 +604,12 @@ class HypercornSink(AsgiSink):
         ``False``, as with a writer task."""
         start = head(status, body, extra, json=json)
         try:
-            if await send_whole(send, start, body):
-                return True
+            if not await send_whole(send, start, body):
+                await send(start)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
         except Exception:
             return False
-        return await send_messages(send, start, body)
+        return True
 
     def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
         mark_head_blocked(send, head)
