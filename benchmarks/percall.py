@@ -170,7 +170,7 @@ _STAGES: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ..
     ),
     ("the tool's result", (("_protocol/tools.py", "result"),), ()),
     ("reply encoding", (("_protocol/jsonrpc.py", "encode"),), ()),
-    ("writing (the whole response)", (("http/answer.py", "respond"),), ()),
+    ("writing (the whole response)", (("http/writer.py", "respond"),), ()),
 )
 
 

@@ -75,7 +75,7 @@ from .response import OPEN, Event, ResponseMachine, State
 from .resume import ResumableStream, StreamBudget
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import ASGI_SINK, WRITER_TASK, ResponseWriter, Sink
+from .writer import AsgiSink, ResponseWriter, Sink
 
 __all__ = [
     "SHUTDOWN_REASON",
@@ -95,8 +95,6 @@ T = TypeVar("T")
 Header = tuple[bytes, bytes]
 Headers = list[Header]
 
-#: Room for a whole response's head (status line, headers) next to its body.
-_HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 #: The watcher tasks' name, as trio would make it (given: not one string per task).
 _WATCHER: Final = f"{__name__}.CallResponse._watch"
@@ -153,8 +151,8 @@ class Responder:
     legacy_disconnect_cancels: bool
     write_timeout: float | None
     max_buffered_bytes: int
-    sink: Sink = ASGI_SINK
-    """How responses reach the server, chosen by the app (see :mod:`.writer`)."""
+    sink_type: type[AsgiSink] = AsgiSink
+    """The kind of :class:`~.writer.Sink` the app chose (plain ASGI, or hypercorn's)."""
     resume_window: float | None = None
     """Legacy SSE streams are resumable, and a dropped one waits this long for its
     client to come back before it counts as a disconnect (``None``: not resumable)."""
@@ -162,8 +160,9 @@ class Responder:
     """Bytes of events each resumable stream keeps for a replay."""
     stream_budget: StreamBudget = attrs.field(factory=lambda: StreamBudget(64 << 20))
     """Bytes every resumable stream of the app may hold together (see :mod:`.resume`)."""
-    service: trio.Nursery | None = None
-    """The lifespan's service nursery (``None``: served without a lifespan)."""
+    sink: Sink = attrs.field(init=False)
+    """How this app's responses reach the server (see :mod:`.writer`); it holds the
+    lifespan's service nursery (``sink.service``), where the writer tasks run."""
     shutdown: Shutdown = attrs.field(init=False, factory=lambda: Shutdown(log=logger))
     """The app's calls in flight, and the shutdown that cancels them."""
     dispatcher: Dispatcher = attrs.field(init=False)
@@ -172,6 +171,10 @@ class Responder:
     @dispatcher.default
     def _dispatcher_of_server(self) -> Dispatcher:
         return Dispatcher.of(self.server)
+
+    @sink.default
+    def _make_sink(self) -> Sink:
+        return self.sink_type(self.max_buffered_bytes, self.write_timeout)
 
     # -- the dispatcher, called from here only -----------------------------------
 
@@ -229,7 +232,7 @@ class Responder:
 
     async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:
         """Answer ``429`` with the admission refusal *reply*."""
-        await self.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
+        await self.sink.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
 
     def _call(self, routed: Routed, exchange: Exchange, allow_silence: bool) -> Any:
         """The coroutine that runs the admitted call (the one place the dispatcher runs one)."""
@@ -239,8 +242,9 @@ class Responder:
 
     async def _run(self, routed: Routed, exchange: Exchange, receive: Receive, send: Send) -> None:
         if routed.call.tracked:
-            if self.service is not None:
-                await self._stream(routed, exchange, receive, send, self.service)
+            service = self.sink.service
+            if service is not None:
+                await self._stream(routed, exchange, receive, send, service)
                 return
             # Without a lifespan the request hosts its helper tasks itself.
             async with trio.open_nursery() as nursery:
@@ -252,7 +256,9 @@ class Responder:
             return
         code = jsonrpc.error_code(reply)
         status = 200 if code is None else rules.status_for(code, routed.era)
-        await self.respond(send, status, jsonrpc.encode(reply), _extra(routed, status), json=True)
+        await self.sink.respond(
+            send, status, jsonrpc.encode(reply), _extra(routed, status), json=True
+        )
 
     async def _stream(
         self,
@@ -288,90 +294,22 @@ class Responder:
                 # refused by its quota is a 429, as an admission refusal is).
                 status = 429 if jsonrpc.error_code(reply) == TOO_MANY_REQUESTS else 200
                 encoded = jsonrpc.encode(reply)
-                if not await self.respond(send, status, encoded, _extra(routed, status), json=True):
+                extra = _extra(routed, status)
+                if not await self.sink.respond(send, status, encoded, extra, json=True):
                     exchange.lost()  # the answer never reached the client
                 return
             writer = response.finish(reply)
             if not response.committed:
                 # Never committed: one whole response, or nothing (client gone).
-                await self._write_whole(writer, send, nursery)
+                await self.sink.write_whole(writer, send, nursery)
             if response.stream is not None:
                 await response.deliver()
             else:
-                await self._drain(writer)
+                await self.sink.drain(writer)
         finally:
             shutdown.in_flight.discard(exchange)
             if response.writer is not None:
                 response.settle()
-
-    # -- writing ------------------------------------------------------------------
-
-    def _start_writer(
-        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
-    ) -> None:
-        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
-
-        *on_demand* (a stream, which may wait between writes): in tasks that
-        live only while something is to be written (:meth:`ResponseWriter.start`);
-        a whole response is one task that writes it and ends, as ever.
-        """
-        writer.outbox.timeout = self.write_timeout
-        if on_demand:
-            writer.start((self.service or nursery).start_soon)
-        else:
-            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
-
-    async def _write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
-        """Write *writer*'s whole response in this task when that cannot block, else start it.
-
-        The sink says whether it can (:mod:`.writer`); the writer task is
-        only needed for a write that could be left pending by the client.
-        """
-        if self.service is None or self.sink.can_write_now(send, writer.outbox.bytes + _HEAD_ROOM):
-            await writer.run()
-        else:
-            self._start_writer(writer, nursery)
-
-    async def _drain(self, writer: ResponseWriter) -> None:
-        """Wait until *writer* wrote everything, or give up on a client that does not read.
-
-        Giving up means returning with the response unfinished; the server
-        then closes the connection, which releases the pending write.
-        """
-        if writer.done and not writer.stalled:
-            return
-        if writer.stalled:
-            writer.abandon()
-            return
-        timeout = math.inf if self.write_timeout is None else self.write_timeout
-        try:
-            with trio.move_on_after(timeout):
-                await writer.wait_done()
-                return
-            logger.info("client did not read its response for %ss; closing", self.write_timeout)
-        finally:
-            if not writer.done:
-                writer.abandon()
-
-    async def respond(
-        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
-    ) -> bool:
-        """Send a whole response (see the module docstring); whether it reached the socket.
-
-        One that cannot block is written here, in two ``send()`` calls and
-        no queue; any other goes through a writer.
-        """
-        service, sink = self.service, self.sink
-        if service is not None and sink.can_write_now(send, len(body) + _HEAD_ROOM):
-            return await sink.write_now(send, status, body, extra, json=json)
-        writer = ResponseWriter(send, self.max_buffered_bytes, sink)
-        writer.put_whole(status, body, extra, json=json)
-        if service is None:
-            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
-        else:
-            self._start_writer(writer, service)
-            await self._drain(writer)
-        return writer.done and not writer.abandoned
 
 
 class CallResponse(ResponseMachine):
@@ -384,7 +322,7 @@ class CallResponse(ResponseMachine):
     in its :class:`~.writer.ResponseWriter`, made on first need: a call
     that never suspends, sends nothing and ends with an answer (a no-op, a
     lookup in memory: the common case) is answered by
-    :meth:`Responder.respond` and never makes one.  Everything runs in the
+    the sink (``sink.respond``) and never makes one.  Everything runs in the
     request's task or its watcher, so nothing interleaves with a transition.
 
     **Resumable streams** (legacy sessions, :mod:`.resume`).  When the
@@ -458,9 +396,7 @@ class CallResponse(ResponseMachine):
         writer = self.writer
         if writer is None:
             responder = self.responder
-            writer = self.writer = ResponseWriter(
-                self.send, responder.max_buffered_bytes, responder.sink
-            )
+            writer = self.writer = responder.sink.writer(self.send)
         return writer
 
     # -- driven by the call ---------------------------------------------------------
@@ -493,7 +429,7 @@ class CallResponse(ResponseMachine):
             stream.prime()
         if self.nursery is not None:
             # A stream: its writes may block, so tasks of their own.
-            self.responder._start_writer(writer, self.nursery, on_demand=True)
+            self.responder.sink.start(writer, self.nursery, on_demand=True)
 
     def _event(self, data: bytes, *, final: bool = False) -> None:
         if self.state is not State.STREAMING:
@@ -627,7 +563,7 @@ class CallResponse(ResponseMachine):
                 if not await stream.wait_attached(window):
                     return
                 continue
-            await self.responder._drain(writer)
+            await self.responder.sink.drain(writer)
             if not stream.delivered:
                 stream.detach(writer)
 

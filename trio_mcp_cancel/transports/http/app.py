@@ -73,7 +73,7 @@ from .resume import StreamBudget
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
-from .writer import ASGI_SINK, Sink
+from .writer import AsgiSink, Sink
 
 __all__ = ["McpHttpApp"]
 
@@ -215,8 +215,6 @@ class McpHttpApp:
         if hypercorn_fast_paths is None:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
-        # The one place the app decides which server it serves under.
-        self.sink: Sink = hypercorn_compat.HYPERCORN_SINK if hypercorn_fast_paths else ASGI_SINK
         self._own_registry: Registry | None = None
         self._runs_tasks = False
         self._sharing = (
@@ -234,7 +232,8 @@ class McpHttpApp:
             legacy_disconnect_cancels,
             limits.write_timeout,
             limits.max_buffered_bytes,
-            self.sink,
+            # The one place the app decides which server it is served by.
+            hypercorn_compat.HypercornSink if hypercorn_fast_paths else AsgiSink,
             resume_window=_check_window(resume_window),
             replay_limit=http_limits.replay_buffer_size,
             stream_budget=StreamBudget(http_limits.max_retained_stream_bytes),
@@ -248,6 +247,7 @@ class McpHttpApp:
             limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
+        self.sink: Sink = self._responder.sink
 
     def begin_shutdown(self, within: float | None = None) -> int:
         """The server is shutting down: cancel every call and task in flight, as stdio does
@@ -305,7 +305,7 @@ class McpHttpApp:
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
-        problem = "already running" if self._responder.service is not None else None
+        problem = "already running" if self._responder.sink.service is not None else None
         problem = problem or self._startup_problem()
         if problem is not None:
             logger.error("McpHttpApp cannot start: %s", problem)
@@ -335,17 +335,17 @@ class McpHttpApp:
                     await self._start_tasks(service)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
-                    self._responder.service = service
+                    self._responder.sink.service = service
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
                         pass
-                    self._responder.service = None
+                    self._responder.sink.service = None
                     # Writers still pending belong to connections the server
                     # closed by now (it shuts the lifespan down last).
                     service.cancel_scope.cancel()
                 outer.cancel_scope.cancel()
         finally:
-            self._responder.service = None
+            self._responder.sink.service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -377,7 +377,7 @@ class McpHttpApp:
     # -- requests ------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        respond = self._responder.respond
+        respond = self.sink.respond
         try:
             try:
                 target = len(scope["path"]) + len(scope.get("query_string") or b"")
@@ -452,7 +452,7 @@ class McpHttpApp:
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
-            await self._responder.respond(send, 400, jsonrpc.encode(exc.to_message()))
+            await self._responder.sink.respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
         if self.oauth is not None and isinstance(access, AccessToken):
             try:

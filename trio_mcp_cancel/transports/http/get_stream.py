@@ -91,7 +91,7 @@ class GetStreams:
 
         relays = None
         if backend is not None:
-            service = partial(getattr, responder, "service")
+            service = partial(getattr, responder.sink, "service")
             limit, timeout = responder.max_buffered_bytes, responder.write_timeout
             relays = Relays(backend.bus, owned, service, limit, timeout)
         return cls(responder, legacy, relays)
@@ -209,11 +209,11 @@ class GetStreams:
                 forget()
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
-            elif stream.writer is None and responder.service is not None:
+            elif stream.writer is None and responder.sink.service is not None:
                 # Kept for a resume of what was in flight, for resume_window only
                 # (and evictable meanwhile, like a finished call's stream).
                 responder.stream_budget.retire(stream)
-                responder.service.start_soon(self._forget_later, session, stream)
+                responder.sink.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
             responder.release_notification_stream(tenant)
@@ -231,9 +231,9 @@ class GetStreams:
         responder = self.responder
         writer = ResponseWriter(send, responder.max_buffered_bytes, responder.sink)
         writer.put({"type": "http.response.start", "status": 200, "headers": list(sse.SSE_HEADERS)})
-        if start and responder.service is not None:
+        if start and responder.sink.service is not None:
             writer.outbox.timeout = responder.write_timeout
-            responder.service.start_soon(writer.run)
+            responder.sink.service.start_soon(writer.run)
         return writer
 
     async def _carry(
@@ -250,7 +250,7 @@ class GetStreams:
         closed = False  # stays so when the writer ended first (the nursery is cancelled)
         async with trio.open_nursery() as nursery:
             writer.outbox.timeout = responder.write_timeout
-            (responder.service or nursery).start_soon(writer.run)
+            (responder.sink.service or nursery).start_soon(writer.run)
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)

@@ -589,7 +589,8 @@ def _ioctl_int(fd: int, request: int) -> int:
 
 class HypercornSink(AsgiSink):
     """The app's :class:`~.writer.Sink` under hypercorn: plain ASGI plus the shortcuts
-    above, each of which answers "no shortcut" on anything that is not hypercorn's."""
+    above, each of which answers "no shortcut" on anything that is not hypercorn's
+    (another server's ``send``, HTTP/2, TLS), so that request goes the plain way."""
 
     __slots__ = ()
 
@@ -613,7 +614,3 @@ class HypercornSink(AsgiSink):
 
     def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
         mark_head_blocked(send, head)
-
-
-#: The hypercorn sink (it holds nothing: one for every app that uses it).
-HYPERCORN_SINK: Final = HypercornSink()

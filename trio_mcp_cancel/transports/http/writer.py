@@ -38,6 +38,8 @@ The rules are :meth:`ResponseWriter.run`'s: same order, same deadline, and
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, Protocol
 
@@ -45,11 +47,15 @@ import trio
 
 from .._outbox import Outbox
 
-__all__ = ["ASGI_SINK", "WRITER_TASK", "AsgiSink", "ResponseWriter", "Sink", "head"]
+__all__ = ["WRITER_TASK", "AsgiSink", "ResponseWriter", "Sink", "head"]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
+#: Room for a whole response's head (status line, headers) next to its body.
+_HEAD_ROOM: Final = 1024
 #: The name of a writer's tasks, as trio would name :meth:`~ResponseWriter.run`'s
 #: (given, so that trio does not build one string per task).
 WRITER_TASK: Final = f"{__name__}.ResponseWriter.run"
@@ -64,66 +70,156 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
 
 
 class Sink(Protocol):
-    """What the HTTP transport may ask of the server beyond plain ASGI (see the module).
+    """How one app's responses reach its ASGI server (see the module)."""
 
-    Every answer has a plain-ASGI fallback, so a sink that answers "no"
-    everywhere (:class:`AsgiSink`) serves correctly, only through more tasks.
-    """
+    service: trio.Nursery | None
+    """The lifespan's service nursery, where writer tasks run (``None``: no lifespan)."""
 
     def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
         """The next message of *receive* if it is queued already; ``None``: await it."""
-        ...
-
-    def can_write_now(self, send: Any, size: int) -> bool:
-        """Whether *size* bytes written through *send* now cannot block."""
-        ...
-
-    async def write_now(
-        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
-    ) -> bool:
-        """Write a whole response in the calling task (only after :meth:`can_write_now`
-        said yes); whether it reached the server."""
         ...
 
     def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
         """The request ends while the write of its response *head* is still pending."""
         ...
 
+    def writer(self, send: Send) -> ResponseWriter:
+        """A writer for one response through *send*, bounded as the app says."""
+        ...
 
-async def send_whole(send: Send, start: MutableMapping[str, Any], body: bytes) -> bool:
-    """Send a whole response as its two ASGI messages; ``False`` if the server raised
-    (the connection is gone), as :meth:`ResponseWriter.run` counts it."""
-    try:
-        await send(start)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-    except Exception:
-        return False
-    return True
+    def start(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
+    ) -> None:
+        """Run *writer* in a task of its own (see :meth:`AsgiSink.start`)."""
+        ...
+
+    async def write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
+        """Write *writer*'s queued whole response (see :meth:`AsgiSink.write_whole`)."""
+        ...
+
+    async def drain(self, writer: ResponseWriter) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read."""
+        ...
+
+    async def respond(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Send a whole response; whether it reached the server."""
+        ...
 
 
 class AsgiSink:
-    """Plain ASGI: every response is written by a writer task; nothing is asked of the
-    server beyond ``receive()`` and ``send()``."""
+    """Plain ASGI: every response is queued in a :class:`ResponseWriter` and written by a
+    task of its own; nothing is asked of the server beyond ``receive()`` and ``send()``.
 
-    __slots__ = ()
+    A subclass that can tell a write cannot block (:meth:`can_write_now`)
+    has a whole response written in the request's own task instead
+    (:meth:`write_now`): ``HypercornSink``.
+    """
+
+    __slots__ = ("max_buffered_bytes", "service", "write_timeout")
+
+    def __init__(self, max_buffered_bytes: int, write_timeout: float | None) -> None:
+        self.max_buffered_bytes = max_buffered_bytes
+        self.write_timeout = write_timeout
+        self.service: trio.Nursery | None = None
+
+    # -- what the server offers beyond plain ASGI: nothing here ----------------------
 
     def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
         return None
 
     def can_write_now(self, send: Any, size: int) -> bool:
+        """Whether *size* bytes written through *send* now cannot block: plain ASGI cannot
+        tell, so never."""
         return False
 
     async def write_now(
         self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
     ) -> bool:
-        return await send_whole(send, head(status, body, extra, json=json), body)
+        """Write a whole response in the calling task, only once :meth:`can_write_now`
+        said yes; whether it reached the server (one that raises is a ``False``, as
+        with a writer task)."""
+        start = head(status, body, extra, json=json)
+        try:
+            await send(start)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        except Exception:
+            return False
+        return True
 
     def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
         pass  # the server's own business (hypercorn's connection guard contains it)
 
+    # -- writing ----------------------------------------------------------------------
 
-#: The plain-ASGI sink (it holds nothing: one for every app).
-ASGI_SINK: Final = AsgiSink()
+    def writer(self, send: Send) -> ResponseWriter:
+        return ResponseWriter(send, self.max_buffered_bytes, self)
+
+    def start(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
+    ) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
+
+        *on_demand* (a stream, which may wait between writes): in tasks that
+        live only while something is to be written (:meth:`ResponseWriter.start`);
+        a whole response is one task that writes it and ends.
+        """
+        writer.outbox.timeout = self.write_timeout
+        if on_demand:
+            writer.start((self.service or nursery).start_soon)
+        else:
+            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
+
+    async def write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
+        """Write *writer*'s queued whole response in this task when that cannot block (or
+        without a lifespan, as an ASGI app usually does), else start its task."""
+        if self.service is None or self.can_write_now(send, writer.outbox.bytes + _HEAD_ROOM):
+            await writer.run()
+        else:
+            self.start(writer, nursery)
+
+    async def drain(self, writer: ResponseWriter) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read.
+
+        Giving up means returning with the response unfinished; the server
+        then closes the connection, which releases the pending write.
+        """
+        if writer.done and not writer.stalled:
+            return
+        if writer.stalled:
+            writer.abandon()
+            return
+        timeout = math.inf if self.write_timeout is None else self.write_timeout
+        try:
+            with trio.move_on_after(timeout):
+                await writer.wait_done()
+                return
+            logger.info("client did not read its response for %ss; closing", self.write_timeout)
+        finally:
+            if not writer.done:
+                writer.abandon()
+
+    async def respond(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Send a whole response; whether it reached the server.
+
+        One that cannot block is written here, without a queue; any other
+        goes through a writer task, and the request waits (within the write
+        deadline) for it.
+        """
+        service = self.service
+        if service is not None and self.can_write_now(send, len(body) + _HEAD_ROOM):
+            return await self.write_now(send, status, body, extra, json=json)
+        writer = ResponseWriter(send, self.max_buffered_bytes, self)
+        writer.put_whole(status, body, extra, json=json)
+        if service is None:
+            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
+        else:
+            self.start(writer, service)
+            await self.drain(writer)
+        return writer.done and not writer.abandoned
 
 
 class ResponseWriter:
@@ -151,13 +247,14 @@ class ResponseWriter:
         "wakes",
     )
 
-    def __init__(self, send: Send, limit: int, sink: Sink = ASGI_SINK) -> None:
+    def __init__(self, send: Send, limit: int, sink: Sink | None = None) -> None:
         self._send = send
         self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, None, True)
         self._head: MutableMapping[str, Any] | None = None
         """The response head while its write is pending."""
         self._done: trio.Event | None = None  # made only when somebody waits
         self.sink = sink
+        """Told of a head left pending (``None``: nobody to tell)."""
         self.done = False
         """The last message was written, or the writer gave up."""
         self.abandoned = False
@@ -213,7 +310,7 @@ class ResponseWriter:
         dropped now, not kept until the request ends."""
         self.abandoned = True
         self.outbox.lose()
-        if self._head is not None:
+        if self._head is not None and self.sink is not None:
             self.sink.head_blocked(self._send, self._head)
         self._kick()
 
