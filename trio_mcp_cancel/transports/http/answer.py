@@ -109,7 +109,7 @@ def _nothing() -> None:
     pass
 
 
-@attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
+@attrs.define  # not frozen: made per POST (benchmarks/RESULTS.md, "code's shapes")
 class Post:
     """One POST's message and who sent it, once its body is read."""
 
