@@ -8,23 +8,25 @@ This is also the one place the HTTP transport calls into the dispatcher
 short and visible.  Admission comes first, like on every transport, so a
 refused call is a ``429`` before any response is committed to.
 
-**Writes never block a request.**  Every response is queued in a
-:class:`~.writer.ResponseWriter` (see there for why) and written by a task
-of its own in the app's service nursery (on demand: only while something
-waits to be written), except a whole response the
-socket can take at once (the app's sink says so: :mod:`.writer`), which is
-written in the request's own task.  A client that leaves a write pending for
-``write_timeout``, or lets the queue overflow, is treated as gone: its call
-is cancelled (kind ``"disconnect"``), the request returns, and hypercorn
-closes the connection, which releases the pending write.
+**Writes never block a request.**  Every response goes through the app's
+sink (:class:`~.writer.Sink`, chosen once by the app): queued in a
+:class:`~.writer.ResponseWriter` and written by a task of its own in the
+app's service nursery (on demand: only while something waits to be
+written), except a whole response the sink can tell the socket takes at
+once (hypercorn's sink only), which is written in the request's own task.
+A client that leaves a write pending for ``write_timeout``, or lets the
+queue overflow, is treated as gone: its call is cancelled (kind
+``"disconnect"``), the request returns, and the server closes the
+connection, which releases the pending write.
 
-**A cancellable call** gets a :class:`~.response.CallResponse` (SSE or one
-JSON body, chosen lazily) and, once it first suspends
-(:func:`~.lazy.await_then`), a watcher task that waits on ``receive()`` for
-``http.disconnect`` (hypercorn reports a closed connection or a reset
-HTTP/2 stream there; a ``send()`` to a gone client silently does nothing),
-and carries the ``max_request_time`` limit, the keep-alive timer and the
-write deadline, so a call costs one extra task at most.
+**A cancellable call** gets one :class:`CallResponse` (SSE or one JSON
+body, chosen lazily; its lifecycle's rules are :mod:`.response`'s table)
+and, once it first suspends (:func:`await_then`), a watcher task that
+waits on ``receive()`` for ``http.disconnect`` (hypercorn reports a closed
+connection or a reset HTTP/2 stream there; a ``send()`` to a gone client
+silently does nothing), and carries the ``max_request_time`` limit, the
+keep-alive timer and the write deadline, so a call costs one extra task
+at most.
 
 **Resumable legacy streams** (``resume_window`` not ``None``; see
 :mod:`.resume`).  A legacy session's SSE response is a resumable stream: a
@@ -103,10 +105,6 @@ _WATCHER: Final = f"{__name__}.CallResponse._watch"
 def _extra(routed: Routed, status: int) -> Any:
     """The headers of *routed*'s whole answer: a ``429`` says when to retry, as at admission."""
     return routed.extra if status != 429 else [*routed.extra, *RETRY_AFTER]
-
-
-def _nothing() -> None:
-    pass
 
 
 @attrs.define  # not frozen: made per POST (benchmarks/RESULTS.md, "code's shapes")
