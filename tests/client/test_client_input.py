@@ -156,24 +156,35 @@ async def test_a_task_asking_for_input_is_answered_with_tasks_update_and_reports
         assert {"progress": 1.0, "total": 2.0, "message": "checking"}.items() <= progress[0].items()
 
 
+SESSION = {"mcp-session-id": "s-1"}
+
+
+def scripted_legacy_session(request: httpx2.Request) -> httpx2.Response | dict[str, Any]:
+    """What every scripted legacy server here answers the same way (no GET stream, the
+    session's DELETE, ``initialize``); otherwise the request's body, for the test to answer."""
+    if request.method == "GET":
+        return httpx2.Response(405)
+    if request.method == "DELETE":
+        return httpx2.Response(204)
+    body: dict[str, Any] = json.loads(request.content)
+    if body.get("method") == "initialize":
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
+        answer = {"jsonrpc": "2.0", "id": body["id"], "result": init}
+        return httpx2.Response(200, headers=SESSION, json=answer)
+    return body
+
+
 async def test_a_legacy_server_request_on_the_post_stream_is_answered_by_a_post() -> None:
     # A scripted legacy server: the tools/call's SSE stream carries an
     # elicitation/create; the answer comes back as a POST of its own, then
     # the stream goes on with the call's result.
     replies: list[dict[str, Any]] = []
     replied = trio.Event()
-    session = {"mcp-session-id": "s-1"}
 
     async def handler(request: httpx2.Request) -> httpx2.Response:
-        if request.method == "GET":
-            return httpx2.Response(405)
-        if request.method == "DELETE":
-            return httpx2.Response(204)
-        body = json.loads(request.content)
-        if body.get("method") == "initialize":
-            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
-            answer = {"jsonrpc": "2.0", "id": body["id"], "result": init}
-            return httpx2.Response(200, headers=session, json=answer)
+        body = scripted_legacy_session(request)
+        if isinstance(body, httpx2.Response):
+            return body
         if "method" not in body:  # the client's answer to our request
             replies.append(body)
             replied.set()
@@ -194,7 +205,7 @@ async def test_a_legacy_server_request_on_the_post_stream_is_answered_by_a_post(
             done = {"jsonrpc": "2.0", "id": body["id"], "result": {"content": [], "name": name}}
             yield f"id: 2\ndata: {json.dumps(done)}\n\n".encode()
 
-        headers = {"content-type": "text/event-stream", **session}
+        headers = {"content-type": "text/event-stream", **SESSION}
         return httpx2.Response(200, headers=headers, content=stream())
 
     asked = Asked("Linus")
@@ -262,18 +273,11 @@ async def test_a_post_answered_503_with_retry_after_is_posted_again_after_the_wa
     503 + Retry-After (the request was not processed): the client waits as asked and
     posts again, a bounded number of times, instead of failing the call at once."""
     posted: list[float] = []
-    session = {"mcp-session-id": "s-1"}
 
     async def handler(request: httpx2.Request) -> httpx2.Response:
-        if request.method == "GET":
-            return httpx2.Response(405)
-        if request.method == "DELETE":
-            return httpx2.Response(204)
-        body = json.loads(request.content)
-        if body.get("method") == "initialize":
-            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
-            answer = {"jsonrpc": "2.0", "id": body["id"], "result": init}
-            return httpx2.Response(200, headers=session, json=answer)
+        body = scripted_legacy_session(request)
+        if isinstance(body, httpx2.Response):
+            return body
         if "id" not in body:
             return httpx2.Response(202)
         posted.append(trio.current_time())
@@ -281,7 +285,7 @@ async def test_a_post_answered_503_with_retry_after_is_posted_again_after_the_wa
         if (name == "busy" and len(posted) < 3) or name == "always-busy":
             return httpx2.Response(503, headers={"retry-after": "2"}, text="busy")
         result = {"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}}
-        return httpx2.Response(200, headers=session, json=result)
+        return httpx2.Response(200, headers=SESSION, json=result)
 
     http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
     async with (

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
-from importlib import metadata
 from typing import Any, Final
 
 import attrs
+
+from .._compat import installed, release, switched_off
 
 __all__ = ["CHECKED", "ENV", "ResetStatus", "install", "reset_default"]
 
@@ -58,7 +58,6 @@ ENV: Final = "MCP_HTTPCORE2_STREAM_RESET"
 #: The httpcore2 releases (major, minor; first and last) whose internals this
 #: module was checked against; outside them the client is plain httpx2.
 CHECKED: Final = ((2, 16), (2, 16))
-_OFF: Final = frozenset({"0", "off", "false", "no"})
 
 _lock = threading.Lock()
 #: The reasons already logged: each is logged once per process.
@@ -77,29 +76,18 @@ class ResetStatus:
 
 
 def _version() -> str | None:
-    try:
-        return metadata.version("httpcore2")
-    except metadata.PackageNotFoundError:  # pragma: no cover - httpx2 needs it
-        return None
-
-
-def _parse(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts)
+    return installed("httpcore2")
 
 
 def reset_default() -> ResetStatus:
     """Whether the reset applies here: the off switch, the version, the private names."""
     version = _version()
-    if os.environ.get(ENV, "").strip().lower() in _OFF:
+    if switched_off(ENV):
         return ResetStatus(version, False, f"{ENV} turned it off")
     if version is None:  # pragma: no cover - httpx2 needs it
         return ResetStatus(None, False, "httpcore2 is not installed")
     first, last = CHECKED
-    if not first <= _parse(version) <= last:
+    if not first <= release(version) <= last:
         why = f"httpcore2 {version} is not a release it was checked against"
         return ResetStatus(version, False, why)
     if _classes() is None:

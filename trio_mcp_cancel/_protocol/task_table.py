@@ -65,6 +65,18 @@ class RunningTask:
     and whatever it ends with is dropped (the store keeps the first terminal
     state), see :meth:`RunningTasks.settled_elsewhere`."""
 
+    def cancel(
+        self,
+        reason: str,
+        kind: CancelKind,
+        grace_period: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel its request (the registry's two phases); a task parked for input
+        wakes up to see the flag."""
+        self.exchange.cancel(reason, kind=kind, grace_period=grace_period)
+        if self.inputs is not None:
+            self.inputs.wake.set()
+
 
 @attrs.define(eq=False)
 class RunningTasks:
@@ -127,9 +139,7 @@ class RunningTasks:
         running = self._tasks.get(task_id)
         if running is None:
             return False
-        running.exchange.cancel(reason, kind="client")
-        if running.inputs is not None:
-            running.inputs.wake.set()  # a parked task wakes up to see the flag
+        running.cancel(reason, "client")
         return True
 
     def cancel_all(
@@ -141,9 +151,7 @@ class RunningTasks:
     ) -> int:
         """Cancel every running task, with the two phases (a server shutting down); how many."""
         for running in self._tasks.values():
-            running.exchange.cancel(reason, kind=kind, grace_period=grace_period)
-            if running.inputs is not None:
-                running.inputs.wake.set()  # a parked task wakes up to see the flag
+            running.cancel(reason, kind, grace_period)
         return len(self._tasks)
 
     def settled_elsewhere(self, task_id: str, status: str) -> bool:
@@ -161,9 +169,7 @@ class RunningTasks:
             return False
         running.settled_elsewhere = status
         reason = f"the task was settled {status} elsewhere while it ran here"
-        running.exchange.cancel(reason, kind="server")
-        if running.inputs is not None:
-            running.inputs.wake.set()
+        running.cancel(reason, "server")
         return True
 
     async def end_owner(

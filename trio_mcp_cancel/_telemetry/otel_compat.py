@@ -35,12 +35,11 @@ server's telemetry is built (the client never imports this module).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
-from importlib import metadata
 from types import ModuleType
 from typing import Final
 
+from .._compat import installed, release, switched_off
 from .otel import Api
 
 __all__ = [
@@ -59,33 +58,21 @@ ENV: Final = "MCP_OTEL_PROVIDER_PROBE"
 #: The ``opentelemetry-api`` releases (major, minor; first and last) this
 #: module was written for: the ``otel`` extra's floor to the newest tested.
 CHECKED: Final = ((1, 27), (1, 45))
-_OFF: Final = frozenset({"0", "off", "false", "no"})
 
 
 def _version() -> str | None:
-    try:
-        return metadata.version("opentelemetry-api")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _parse(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts)
+    return installed("opentelemetry-api")
 
 
 def probe_default() -> tuple[bool, str]:
     """Whether the private probe may be used here, and why not."""
-    if os.environ.get(ENV, "").strip().lower() in _OFF:
+    if switched_off(ENV):
         return False, f"{ENV} turned it off"
     version = _version()
     if version is None:
         return False, "opentelemetry-api is not installed"
     first, last = CHECKED
-    if not first <= _parse(version) <= last:
+    if not first <= release(version) <= last:
         return False, f"opentelemetry-api {version} is not a release it was written for"
     return True, ""
 

@@ -41,7 +41,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from functools import partial
 from typing import Final
 
@@ -102,13 +102,16 @@ class _Closing:
     def begun(self) -> bool:
         return self.shutdown.at is not None
 
-    def opened(self) -> None:
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        """Count one connection while the block runs (a shutdown waits for none to be left)."""
         self.open += 1
-
-    def closed(self) -> None:
-        self.open -= 1
-        if self.open == 0 and self.begun:
-            self.idle.set()
+        try:
+            yield
+        finally:
+            self.open -= 1
+            if self.open == 0 and self.begun:
+                self.idle.set()
 
 
 async def serve_mcp_websocket(
@@ -260,116 +263,93 @@ async def _handle(
     limits: ConnectionLimits,
     closing: _Closing,
 ) -> None:
-    closing.opened()
-    try:
-        await _handle_open(
-            request,
-            server=server,
-            registry=registry,
-            path=path,
-            auth=auth,
-            limits=limits,
-            closing=closing,
-        )
-    finally:
-        closing.closed()
-
-
-async def _handle_open(
-    request: WebSocketRequest,
-    *,
-    server: McpServerBase,
-    registry: Registry,
-    path: str,
-    auth: Authenticator | OAuthResource | None,
-    limits: ConnectionLimits,
-    closing: _Closing,
-) -> None:
-    # An exception escaping a handler would tear down the whole server, so
-    # everything but cancellation stops here.
-    try:
-        if closing.begun:
-            await request.reject(503, extra_headers=[(b"retry-after", b"1")])
-            return
-        if request.path.split("?", 1)[0] != path:
-            await request.reject(404)
-            return
+    with closing.counted():
+        # An exception escaping a handler would tear down the whole server, so
+        # everything but cancellation stops here.
         try:
-            # The HTTP endpoint's head rules: a repeated Authorization or
-            # Origin is refused, not read as its last copy.
-            headers = request_headers(list(request.headers))
-        except HttpError as refused:
-            await request.reject(
-                refused.status,
-                extra_headers=[(b"content-type", b"application/json")],
-                body=refused.body(),
-            )
-            return
-        principal = None
-        access: AccessToken | None = None
-        if isinstance(auth, OAuthResource):
+            if closing.begun:
+                await request.reject(503, extra_headers=[(b"retry-after", b"1")])
+                return
+            if request.path.split("?", 1)[0] != path:
+                await request.reject(404)
+                return
             try:
-                remote = request.remote
-                address = (
-                    (str(remote.address), remote.port) if isinstance(remote, Endpoint) else None
+                # The HTTP endpoint's head rules: a repeated Authorization or
+                # Origin is refused, not read as its last copy.
+                headers = request_headers(list(request.headers))
+            except HttpError as refused:
+                await request.reject(
+                    refused.status,
+                    extra_headers=[(b"content-type", b"application/json")],
+                    body=refused.body(),
                 )
-                access = await auth.authenticate(headers, address)
-            except Refusal as refused:
-                body = HttpError(refused.status, str(refused)).body()
-                await request.reject(refused.status, extra_headers=refused.headers(), body=body)
                 return
-            principal = access.principal
-        elif auth is not None:
-            principal = await authenticate(auth, headers)
-            if principal is None:
-                await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
-                return
-        subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
-        ws = await request.accept(subprotocol=subprotocol)
-        remote = request.remote
-        caller = connection_caller(
-            "ws",
-            registry,
-            max_concurrent_calls=limits.max_concurrent_calls,
-            principal=principal,
-            client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
-        )
-        connection = MessageConnection(
-            server,
-            caller,
-            ws.send_message,
-            limits=limits,
-            gone=(ConnectionClosed, *PEER_GONE),
-        )
-        reader = _Reader(ws)
-        with trio.CancelScope() as serving:
-            forget = closing.shutdown.on_begin(
-                partial(_shut_down, connection, reader, serving, closing)
+            principal = None
+            access: AccessToken | None = None
+            if isinstance(auth, OAuthResource):
+                try:
+                    remote = request.remote
+                    address = (
+                        (str(remote.address), remote.port) if isinstance(remote, Endpoint) else None
+                    )
+                    access = await auth.authenticate(headers, address)
+                except Refusal as refused:
+                    body = HttpError(refused.status, str(refused)).body()
+                    await request.reject(refused.status, extra_headers=refused.headers(), body=body)
+                    return
+                principal = access.principal
+            elif auth is not None:
+                principal = await authenticate(auth, headers)
+                if principal is None:
+                    await request.reject(401, extra_headers=[(b"www-authenticate", b"Bearer")])
+                    return
+            subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
+            ws = await request.accept(subprotocol=subprotocol)
+            remote = request.remote
+            caller = connection_caller(
+                "ws",
+                registry,
+                max_concurrent_calls=limits.max_concurrent_calls,
+                principal=principal,
+                client=(str(remote.address), remote.port) if isinstance(remote, Endpoint) else None,
             )
-            closing.connections.add(connection)
-            try:
-                async with trio.open_nursery() as nursery:
-                    if limits.keepalive_interval is not None:
-                        nursery.start_soon(_keepalive, ws, limits.keepalive_interval)
-                    nursery.start_soon(_close_when_stalled, ws, connection)
-                    incoming = reader.messages()
-                    if isinstance(auth, OAuthResource) and access is not None:
-                        if access.expires_at is not None:
-                            nursery.start_soon(_close_at_expiry, ws, access.expires_at)
-                        incoming = _scoped(incoming, ws, auth, server, access)
-                    async with contextlib.aclosing(incoming) as messages:
-                        await connection.serve(messages)
-                    nursery.cancel_scope.cancel()
-            finally:
-                closing.connections.discard(connection)
-                forget()
-        if closing.begun and not connection.stalled:
-            patience = min(_STALLED_CLOSE_TIMEOUT, max(0.0, closing.close_by - trio.current_time()))
-            await _close(ws, 1001, "going away", patience)
-    except (ConnectionClosed, trio.BrokenResourceError):
-        pass
-    except Exception:
-        logger.exception("WebSocket connection failed")
+            connection = MessageConnection(
+                server,
+                caller,
+                ws.send_message,
+                limits=limits,
+                gone=(ConnectionClosed, *PEER_GONE),
+            )
+            reader = _Reader(ws)
+            with trio.CancelScope() as serving:
+                forget = closing.shutdown.on_begin(
+                    partial(_shut_down, connection, reader, serving, closing)
+                )
+                closing.connections.add(connection)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        if limits.keepalive_interval is not None:
+                            nursery.start_soon(_keepalive, ws, limits.keepalive_interval)
+                        nursery.start_soon(_close_when_stalled, ws, connection)
+                        incoming = reader.messages()
+                        if isinstance(auth, OAuthResource) and access is not None:
+                            if access.expires_at is not None:
+                                nursery.start_soon(_close_at_expiry, ws, access.expires_at)
+                            incoming = _scoped(incoming, ws, auth, server, access)
+                        async with contextlib.aclosing(incoming) as messages:
+                            await connection.serve(messages)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    closing.connections.discard(connection)
+                    forget()
+            if closing.begun and not connection.stalled:
+                left = max(0.0, closing.close_by - trio.current_time())
+                patience = min(_STALLED_CLOSE_TIMEOUT, left)
+                await _close(ws, 1001, "going away", patience)
+        except (ConnectionClosed, trio.BrokenResourceError):
+            pass
+        except Exception:
+            logger.exception("WebSocket connection failed")
 
 
 async def _close_at_expiry(ws: WebSocketConnection, expires_at: float) -> None:
