@@ -138,7 +138,8 @@ class Routed:
 
 @attrs.define(eq=False)
 class Responder:
-    """Runs routed calls and writes every response of one app (see the module)."""
+    """Runs the routed calls of one app; their responses go through its sink (see the
+    module)."""
 
     server: McpServerBase
     backend: Backend | None

@@ -228,12 +228,11 @@ class GetStreams:
     def _open(self, send: Send, *, start: bool = False) -> ResponseWriter:
         """A writer with the SSE head queued (the body follows as it comes); *start*:
         running already, in the service nursery."""
-        responder = self.responder
-        writer = ResponseWriter(send, responder.max_buffered_bytes, responder.sink)
+        sink = self.responder.sink
+        writer = sink.writer(send)
         writer.put({"type": "http.response.start", "status": 200, "headers": list(sse.SSE_HEADERS)})
-        if start and responder.sink.service is not None:
-            writer.outbox.timeout = responder.write_timeout
-            responder.sink.service.start_soon(writer.run)
+        if start and sink.service is not None:
+            sink.start(writer, sink.service)
         return writer
 
     async def _carry(
@@ -246,11 +245,9 @@ class GetStreams:
     ) -> None:
         """Carry *stream* on this GET until it ends, its client goes, it is replaced,
         or (*ends*) the token that opened it expires."""
-        responder = self.responder
         closed = False  # stays so when the writer ended first (the nursery is cancelled)
         async with trio.open_nursery() as nursery:
-            writer.outbox.timeout = responder.write_timeout
-            (responder.sink.service or nursery).start_soon(writer.run)
+            self.responder.sink.start(writer, nursery)
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)
