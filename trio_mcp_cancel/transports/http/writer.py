@@ -233,6 +233,12 @@ class ResponseWriter:
     (pending, streaming, finished) is :mod:`.response`'s state machine.
     """
 
+    # Invariant: ``done`` and ``abandoned`` never go back to False, and once
+    # ``abandoned`` nothing more is written (the queue is lost).
+    # Invariant: ``running`` only on demand (``_spawn`` set), and then exactly
+    # one task of :meth:`start` writes; without ``_spawn`` at most one :meth:`run`.
+    # Invariant: ``_head`` is set only while the write of the head is pending.
+
     __slots__ = (
         "_done",
         "_head",
