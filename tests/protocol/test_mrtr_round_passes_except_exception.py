@@ -1,4 +1,4 @@
-"""A modern ``ctx.elicit`` round is not an ``Exception``: ``except Exception`` in a tool lets it through.
+"""A modern ``ctx.elicit`` round is not an ``Exception``: ``except Exception`` lets it through.
 
 The round travels out of the tool as an exception (the tool is run again
 with the answer); a tool that guards its work with ``try/except
