@@ -44,6 +44,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from ..._protocol.admission import too_many_requests
 from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller, Channel, LegacyState
@@ -125,6 +126,8 @@ class SessionSharing:
     deleted: deleted by :meth:`keep_written`, so they stop counting against the
     tenant's sessions (at most :data:`MAX_UNENDED`; older ones lapse with their TTL)."""
     _retry: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _log: RateLimitedLog = attrs.field(init=False, factory=lambda: RateLimitedLog(logger))
+    """An outage ends many sessions (evictions, expiries): one warning a minute, counted."""
 
     @property
     def shared(self) -> bool:
@@ -239,7 +242,9 @@ class SessionSharing:
         try:
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
-            logger.warning("session end not shared with other workers: %s", exc)
+            self._log.log(
+                logging.WARNING, "session.end", "session end not shared with other workers: %s", exc
+            )
 
     async def keep_written(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
