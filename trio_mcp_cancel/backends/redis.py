@@ -162,6 +162,8 @@ _REDIS_ERRORS: Final = (coredis.exceptions.RedisError, OSError, TimeoutError)
 #: What coredis's connections raise from their own cleanup when they are
 #: cancelled mid-operation (their anyio streams already closed): harmless
 #: at shutdown, so dropped there, while ``trio.Cancelled`` goes on.
+#: What a coredis client closed under a call raises (besides its ``RuntimeError``).
+_CLOSED: Final = (anyio.ClosedResourceError, anyio.BrokenResourceError)
 _SHUTDOWN_NOISE: Final = (
     *_REDIS_ERRORS,
     anyio.ClosedResourceError,
@@ -279,6 +281,10 @@ class _Health:
     prober: bool = False
     """Whether a heartbeat probes the backend (then the request path never does)."""
     _opened: trio.Event = attrs.field(init=False, factory=trio.Event)
+    stopped: bool = False
+    """Whether the backend stopped (its client closed): calls then fail as "unavailable",
+    never with coredis's ``RuntimeError`` about a closed pool (what a call still in
+    flight at shutdown, a quota release say, would otherwise get)."""
 
     @property
     def down(self) -> bool:
@@ -302,6 +308,9 @@ class _Health:
         then bounded by *hot_timeout*; its success counts toward closing the
         breaker like a probe's, its failure does not delay the next probe.
         """
+        if self.stopped:
+            await trio.lowlevel.checkpoint()
+            raise error(f"Redis is unavailable ({operation}): the backend has stopped")
         if attempt and self.breaker.is_open:
             slow = False  # an open breaker: nobody waits long for a write that may not happen
         elif not probe and not self.breaker.allow():
@@ -315,6 +324,11 @@ class _Health:
         except (*_REDIS_ERRORS, trio.TooSlowError) as exc:
             self.failed(operation, exc, probe=probe)
             raise error(f"Redis is unavailable ({operation}): {exc!r}"[:300]) from exc
+        except (RuntimeError, *_CLOSED) as exc:
+            if not self.stopped:
+                raise
+            # The client closed during the call (shutdown): not an outage, no event.
+            raise error(f"Redis is unavailable ({operation}): the backend has stopped") from exc
         except BaseException:
             if probe:
                 self.breaker.failure(probe=True)  # cancelled: the next probe is due later
@@ -1356,12 +1370,19 @@ class RedisBackend:
 
     async def _serve(self) -> None:
         """Connect the client (until it works), then pump the bus and beat the heart."""
+        health = self.tasks.health
+        health.stopped = False
         async with contextlib.AsyncExitStack() as stack:
-            for context in self._contexts:  # the client (a Sentinel before its primary)
-                await self._enter(stack, context)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.bus.pump, self.reconnect_delay)
-                nursery.start_soon(self._heartbeat)
+            try:
+                for context in self._contexts:  # the client (a Sentinel before its primary)
+                    await self._enter(stack, context)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                    nursery.start_soon(self._heartbeat)
+            finally:
+                # Before the stack closes the client: from here on every call is
+                # "unavailable" (debug-logged by its caller, repaired on restart).
+                health.stopped = True
 
     async def _enter(
         self, stack: contextlib.AsyncExitStack, context: contextlib.AbstractAsyncContextManager[Any]

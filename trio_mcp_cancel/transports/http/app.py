@@ -41,7 +41,7 @@ import trio
 
 from ..._auth.resource import OAuthResource, Refusal
 from ..._auth.tokens import AccessToken
-from ..._core.errors import RegistryClosed
+from ..._core.errors import NoRegistry, RegistryClosed
 from ..._core.namespace import tenant_for
 from ..._core.registry import (
     USE_CONFIG,
@@ -216,6 +216,8 @@ class McpHttpApp:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
+        self._started = False
+        """Whether a lifespan ever started the app (its registry, given or its own, was there)."""
         self._runs_tasks = False
         self._sharing = (
             SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
@@ -334,6 +336,7 @@ class McpHttpApp:
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
                     self._responder.service = service
+                    self._started = True
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
                         pass
@@ -416,14 +419,22 @@ class McpHttpApp:
             await respond(send, exc.status, exc.body(), exc.headers)
         except _ClientGone:
             return
-        except (RuntimeError, RegistryClosed):
-            if self._registry is None and self._own_registry is None and not _registry_around():
+        except (NoRegistry, RegistryClosed) as exc:
+            if self._registry is not None:
+                raise  # the registry given was closed under the app: the caller's bug
+            if not self._started and not _registry_around():
                 # Served without a lifespan and without open_registry(): say so.
                 logger.error(
                     "no registry: run the app under an ASGI server with lifespan support,"
                     " inside open_registry(), or pass registry="
                 )
                 await respond(send, 503, b"Service Unavailable: no registry")
+                return
+            if self._started:
+                # The lifespan ran and is ending or ended (shutdown): its registry
+                # closed with it, which is no misconfiguration to report.
+                logger.debug("request after shutdown: %s", exc)
+                await respond(send, 503, b"Service Unavailable: shutting down")
                 return
             raise
 
@@ -586,6 +597,6 @@ def _registry_around() -> bool:
     """Whether an ``open_registry()`` encloses the calling task."""
     try:
         current_registry()
-    except RuntimeError:
+    except NoRegistry:
         return False
     return True

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._core.errors import NoRegistry
 from ..._core.namespace import GLOBAL_NAMESPACE
 from ..._core.registry import Registry
 from ..._protocol import jsonrpc
@@ -230,7 +231,7 @@ class LegacyEra:
             if isinstance(namespace, str) and namespace.startswith("session:"):
                 try:
                     registry = self.registry()
-                except RuntimeError:
+                except NoRegistry:  # the app's own registry is gone (shutdown)
                     return
                 params = {"requestId": message.get("request_id"), "reason": message.get("reason")}
                 notified = jsonrpc.Notification("notifications/cancelled", params)
