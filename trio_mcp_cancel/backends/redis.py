@@ -707,6 +707,23 @@ end
 return 1
 """
 
+# KEYS: the session record, its tenant's index of live sessions.
+# ARGV: member, cap, now ms.  Ends the session only while its tenant still
+# holds its cap (so two workers asked to make room for one new session do
+# not both end one): 1 ended, 0 the room is made already, -1 not listed.
+_EVICT_SESSION: Final = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[2]) then
+  return 0
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return -1
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 @attrs.define(eq=False)
 class RedisSessionRecords:
@@ -722,9 +739,11 @@ class RedisSessionRecords:
     clock: Clock = time.time
     shared: bool = True
     _put: Any = attrs.field(init=False, default=None)
+    _evict: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._put = self.client.register_script(_PUT_SESSION)
+        self._evict = self.client.register_script(_EVICT_SESSION)
 
     def _key(self, key: str) -> str:
         return self.keys.session(key)
@@ -763,6 +782,26 @@ class RedisSessionRecords:
             attempt=True,
         )
         return stored == 1
+
+    async def oldest(self, tenant: str | None, count: int) -> list[str]:
+        """Up to *count* of *tenant*'s live sessions, the least recently refreshed first."""
+        index, now_ms = self._index(tenant), int(self.clock() * 1000)
+        members = await self.health.call(
+            "sessions.oldest",
+            lambda: self.client.zrange(
+                index, now_ms, "+inf", sortby=PureToken.BYSCORE, offset=0, count=count
+            ),
+            BackendUnavailable,
+        )
+        return [m if isinstance(m, str) else str(m) for m in members]
+
+    async def evict(self, key: str, *, tenant: str | None, cap: int) -> int:
+        keys = [self._key(key), self._index(tenant)]
+        args = [key, str(cap), str(int(self.clock() * 1000))]
+        ended: object = await self.health.call(
+            "sessions.evict", lambda: self._evict(keys=keys, args=args), BackendUnavailable
+        )
+        return ended if isinstance(ended, int) else 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
         redis_key = self._key(key)
@@ -1288,7 +1327,7 @@ class RedisBackend:
         tasks, sessions, counters = self.tasks, self.sessions, self.counters
         scripts = [
             tasks._create, tasks._settle, tasks._request_cancel, tasks._set_message,
-            sessions._put, counters._acquire, counters._release, counters._resync,
+            sessions._put, sessions._evict, counters._acquire, counters._release, counters._resync,
         ]  # fmt: skip
         for script in scripts:
             await self.tasks.health.call(

@@ -220,7 +220,12 @@ class McpHttpApp:
         """Whether a lifespan ever started the app (its registry, given or its own, was there)."""
         self._runs_tasks = False
         self._sharing = (
-            SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
+            SessionSharing(
+                backend,
+                http_limits.session_idle_timeout,
+                limits.max_concurrent_calls,
+                self.sessions,
+            )
             if backend is not None
             else None
         )
