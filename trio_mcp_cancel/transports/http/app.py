@@ -425,23 +425,8 @@ class McpHttpApp:
         except _ClientGone:
             return
         except (NoRegistry, RegistryClosed) as exc:
-            if self._registry is not None:
-                raise  # the registry given was closed under the app: the caller's bug
-            if not self._started and not _registry_around():
-                # Served without a lifespan and without open_registry(): say so.
-                logger.error(
-                    "no registry: run the app under an ASGI server with lifespan support,"
-                    " inside open_registry(), or pass registry="
-                )
-                await respond(send, 503, b"Service Unavailable: no registry")
-                return
-            if self._started:
-                # The lifespan ran and is ending or ended (shutdown): its registry
-                # closed with it, which is no misconfiguration to report.
-                logger.debug("request after shutdown: %s", exc)
-                await respond(send, 503, b"Service Unavailable: shutting down")
-                return
-            raise
+            if not await _without_registry(self, send, exc):
+                raise
 
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
@@ -596,6 +581,29 @@ async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:
         await trio.sleep_forever()
     finally:
         unsubscribe()
+
+
+async def _without_registry(app: McpHttpApp, send: Send, exc: Exception) -> bool:
+    """Answer a request that found no registry (503); ``False``: the caller's bug, raise.
+
+    "no registry" (logged with the fix) only when there never was one: the
+    app was not started by a lifespan, given none, inside no ``open_registry()``.
+    After its lifespan ran, the registry closed with it: shutdown, debug only.
+    """
+    if app._registry is not None:
+        return False  # the registry given was closed under the app
+    if not app._started and not _registry_around():
+        logger.error(
+            "no registry: run the app under an ASGI server with lifespan support,"
+            " inside open_registry(), or pass registry="
+        )
+        await app._responder.respond(send, 503, b"Service Unavailable: no registry")
+        return True
+    if app._started:
+        logger.debug("request after shutdown: %s", exc)
+        await app._responder.respond(send, 503, b"Service Unavailable: shutting down")
+        return True
+    return False
 
 
 def _registry_around() -> bool:
