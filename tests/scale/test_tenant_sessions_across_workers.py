@@ -140,7 +140,10 @@ async def test_initialize_is_refused_only_when_every_session_everywhere_is_busy(
             while gate.running < CAP:
                 await trio.sleep(0.01)
         assert await init_status(a) == 429
-        assert await init_status(b) == 429
+        refused = await b.post(legacy_headers(version=None), initialize_message())
+        assert refused.status == 429
+        assert refused.json()["error"]["data"] == {"limit": "tenant", "max": CAP}
+        assert "mcp-session-id" not in refused.headers
         assert await sessions_in_redis(backends[0]) == CAP
         gate.release.set()
         await a.wait_all_done()
