@@ -303,10 +303,15 @@ class SessionSharing:
                 return True
         for key in candidates:
             idle = self._idle_here(key)
-            if idle is not None:
+            if idle is None:
+                continue
+            try:
                 ended = await self._evict(idle, key, cap)
-                if ended != -1:
-                    return True  # ended here, or room was made meanwhile
+            except BackendUnavailable as exc:
+                logger.debug("no room made for a new session: %s", exc)
+                return False
+            if ended != -1:
+                return True  # ended here, or room was made meanwhile
         return False
 
     async def _ask_for_room(self, candidates: list[str], cap: int) -> bool:
@@ -354,9 +359,8 @@ class SessionSharing:
                 continue
             for key in sessions[:EVICT_CANDIDATES]:
                 idle = self._idle_here(key) if isinstance(key, str) else None
-                if idle is None:
+                if idle is None or not isinstance(key, str):
                     continue
-                assert isinstance(key, str)
                 try:
                     ended = await self._evict(idle, key, cap)
                 except BackendUnavailable as exc:
@@ -393,6 +397,12 @@ class SessionSharing:
         """
         ended = await self.backend.sessions.evict(key, tenant=session.tenant, cap=cap)
         if ended != 1:
+            return ended
+        if session.busy:
+            # A request reached it during the round trip: a session with calls in
+            # flight is never ended.  Its record goes back (the tenant is one over
+            # its cap until one of its sessions ends); the room stays made.
+            await self.save(session)
             return ended
         store = self.store
         if store is not None:
