@@ -65,7 +65,7 @@ LATE_PROVIDER = textwrap.dedent(
     async def main():
         async with open_test_client(server) as client:
             await client.call_tool("echo", {{"text": "before"}})
-            assert server.telemetry.quiet({{}})
+            assert server.registration.telemetry.quiet({{}})
             if "{module}" == "trace":
                 provider = TracerProvider()
                 provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -73,7 +73,7 @@ LATE_PROVIDER = textwrap.dedent(
             else:
                 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
             await client.call_tool("echo", {{"text": "after"}})
-            assert not server.telemetry.quiet({{}})
+            assert not server.registration.telemetry.quiet({{}})
 
     trio.run(main)
     if "{module}" == "trace":

@@ -49,43 +49,31 @@ _TOOLS_CHANGED = "notifications/tools/list_changed"
 class McpServer:
     """An MCP server: register tools, resources and prompts, then :meth:`run` it.
 
-    Transport-independent: the same server is served on stdio
-    (:meth:`run`, or :func:`~trio_mcp_cancel.stdio.serve_mcp_stdio` inside a
-    Trio program), over HTTP (:class:`~trio_mcp_cancel.http.McpHttpApp`),
-    WebSocket, or to the test client; every transport is served by the
-    one :attr:`dispatcher` (see :mod:`.dispatcher` for the path every message
-    takes), which serves both eras: a request carrying the modern ``_meta``
-    envelope is served statelessly; ``initialize`` starts a legacy channel.
+    Transport-independent: the same server is served on stdio (:meth:`run`,
+    or :func:`~trio_mcp_cancel.stdio.serve_mcp_stdio` inside a Trio
+    program), over HTTP (:class:`~trio_mcp_cancel.http.McpHttpApp`),
+    WebSocket, or to the test client, all through its one :attr:`dispatcher`
+    (see :mod:`.dispatcher`), which serves both eras.  ``docs/reference.md``
+    gives every keyword's default and meaning; in short:
 
-    *limits*: the server-wide admission caps (:class:`ServerLimits`: calls
-    in flight server-wide and per tenant, open listen streams, what resource
-    subscriptions hold), besides each channel's own
-    ``ConnectionLimits.max_concurrent_calls``.
-    *tasks*: the :class:`~.tasks.TaskManager` to run task-capable tools with
-    (default: a new one); the one in use is ``server.dispatcher.runtime.tasks``.
-    *state_secret* (at least 32 bytes, or their base64 text as in
-    ``MCP_STATE_SECRET``; default: random per process, so instances behind
-    a load balancer must share one) seals MRTR ``requestState`` values for
-    *state_ttl* seconds; *state_secret_previous* (the secret before a
-    rotation) still opens them, never seals: keep it set for one
-    *state_ttl* after rotating.  A state is used once (:mod:`.replay`).
-    *resource_ttl_ms* and *resource_cache_scope* are the caching hints of
-    modern reads; *list_ttl_ms* those of modern lists.
-    *page_size* is how many items one page of ``tools/list``,
-    ``resources/list``, ``resources/templates/list`` or ``prompts/list``
-    holds; longer lists continue with ``nextCursor`` (:mod:`.pagination`).
-    *on_cancel*: ``"silent"`` (MCP's rule) or ``"error"`` (``-32800`` for a
-    request the client cancelled).
-    *sync_tool_threads*: the worker threads sync (``def``) tools share.
-    *telemetry*: OpenTelemetry spans and metrics when ``opentelemetry-api``
-    is installed (the global providers, or a :class:`Telemetry`'s);
-    ``False`` turns them off.
-    *lax_arguments*: tool arguments are validated strictly by default, so
-    what the published schema says is exactly what passes (``"1"`` is not an
-    ``int``); ``True`` converts them in pydantic's lax mode instead, as the
-    official Python SDK does (``"1"`` and ``2.0`` become ``1`` and ``2``),
-    for clients or models that send numbers as strings.  It applies to the
-    tools registered after it is set (``server.registration.lax_arguments``).
+    *limits*: the server-wide admission caps (:class:`ServerLimits`), besides
+    each channel's own ``ConnectionLimits.max_concurrent_calls``.
+    *tasks*: the :class:`~.tasks.TaskManager` for task-capable tools (default:
+    a new one); the one in use is ``server.dispatcher.runtime.tasks``.
+    *state_secret* (at least 32 bytes, or their base64 text; default: random
+    per process, so instances behind a load balancer must share one) seals
+    MRTR ``requestState`` values for *state_ttl* seconds;
+    *state_secret_previous* (the secret before a rotation) still opens them,
+    never seals.  *resource_ttl_ms*, *resource_cache_scope* and
+    *list_ttl_ms* are the caching hints of modern results; *page_size* the
+    items per page of the list methods; *on_cancel* ``"silent"`` (MCP's
+    rule) or ``"error"`` (``-32800`` for a request the client cancelled);
+    *sync_tool_threads* the worker threads sync (``def``) tools share;
+    *telemetry* OpenTelemetry spans and metrics (``False``: off).
+    *lax_arguments*: arguments are validated strictly by default (what the
+    published schema says is exactly what passes); ``True`` converts them
+    in pydantic's lax mode, as the official Python SDK does, for the tools
+    registered after it is set (``server.registration.lax_arguments``).
     """
 
     def __init__(
