@@ -141,8 +141,8 @@ def test_app_from_env_seals_with_the_shared_secret_and_opens_with_the_previous()
     assert server.registration.state_signer.previous == secret_from_text(old)
     # In code: bytes or the same text form.
     key = secrets.token_bytes(32)
-    assert build(state_secret=key)[0].state_signer.secret == key
-    assert build(state_secret=new)[0].state_signer.secret == secret_from_text(new)
+    assert build(state_secret=key)[0].registration.state_signer.secret == key
+    assert build(state_secret=new)[0].registration.state_signer.secret == secret_from_text(new)
     with pytest.raises(ValueError, match="state_secret_previous needs state_secret"):
         build(state_secret_previous=key)
 

@@ -177,7 +177,12 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
     reply = await dispatcher.handle(message, caller, exchange)
     assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"method": "test/probe", "echo": 1}}
     [h] = seen
-    assert (h.registration, h.caller, h.exchange, h.era) == (server.registration, caller, exchange, "legacy")
+    assert (h.registration, h.caller, h.exchange, h.era) == (
+        server.registration,
+        caller,
+        exchange,
+        "legacy",
+    )
     # Another server's table is untouched.
     assert "test/probe" not in probe_server().dispatcher.methods
 

@@ -395,7 +395,7 @@ async def test_silent_cancel_ends_the_stream_without_a_response(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
     silent = McpServer("silent", on_cancel="silent")
-    silent.tools = server.registration.tools
+    silent.registration.tools = server.registration.tools
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(mcp=silent)
         headers = await initialize(client, url)
