@@ -6,8 +6,8 @@ calls (and the other requests that run tracked work), one for open
 meant to stay open for hours, so counting it against the call caps would
 let a client's listeners starve its own calls, and a call-sized cap would
 be far too low for them.  The caps themselves are the server's
-configuration (:class:`~.mcp_server.McpServer`), read at each check, so a
-cap changed while serving applies to the next call.
+configuration (:class:`~.limits.ServerLimits`, ``registration.limits``),
+read at each check, so limits replaced while serving apply to the next call.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class Dispatcher:
         """:meth:`answer`'s work.
 
         ``None`` only when the client cancelled the request (see
-        :data:`~.mcp_server.OnCancel`) and *allow_silence* (a plain JSON HTTP
+        :data:`~.registration.OnCancel`) and *allow_silence* (a plain JSON HTTP
         response must carry something, so that transport passes ``False``
         and gets ``-32800``).  ``task_status.started()`` is reported once the
         request can be cancelled, at the latest when the answer is ready.

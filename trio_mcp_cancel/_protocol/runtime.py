@@ -63,7 +63,7 @@ class ServerRuntime:
     """The ``subscriptions/listen`` (and legacy GET stream) fan-out."""
     subscription_bytes: SubscriptionBytes = attrs.field(factory=SubscriptionBytes)
     """Bytes of resource URIs subscribed to, server-wide and per tenant (legacy sessions'
-    ``resources/subscribe`` and open listen streams), against ``subscription_limits``."""
+    ``resources/subscribe`` and open listen streams), against ``limits.subscriptions``."""
     used_states: UsedStates = attrs.field(factory=UsedStates)
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))

@@ -107,7 +107,7 @@ async def _subscribe(h: HandlerInput) -> dict[str, Any]:
     """Legacy ``resources/subscribe`` / ``unsubscribe`` of a known URI.
 
     The session remembers it, bounded in count and bytes (the server's
-    ``subscription_limits``; see :class:`~.subscriptions.SubscriptionLimits`):
+    ``limits.subscriptions``; see :class:`~.subscriptions.SubscriptionLimits`):
     ``notifications/resources/updated`` for it then travel on the session's
     GET stream (HTTP) or its connection; the modern era subscribes with
     ``subscriptions/listen`` instead.
