@@ -28,7 +28,6 @@ __all__ = [
     "Limit",
     "Slots",
     "SubscriptionLimit",
-    "check_cap",
     "over_limit",
     "too_many_requests",
     "too_many_requests_code",
@@ -96,13 +95,6 @@ def too_many_subscribed_bytes(era: Era, limit: SubscriptionLimit, cap: int) -> J
     may retry once it (or the tenant) has unsubscribed or closed a listen stream.
     """
     return over_limit(era, "Too many subscribed bytes", limit, cap)
-
-
-def check_cap(cap: int | None) -> int | None:
-    """*cap*, validated: a concurrency limit is at least 1, or ``None`` (no limit)."""
-    if cap is not None and cap < 1:
-        raise ValueError("concurrency limits must be at least 1 (or None)")
-    return cap
 
 
 @attrs.define(eq=False)

@@ -12,14 +12,15 @@ from typing import Any
 
 import attrs
 
-from .admission import check_cap
 from .subscriptions import DEFAULT_SUBSCRIPTION_LIMITS, SubscriptionLimits
 
 __all__ = ["DEFAULT_SERVER_LIMITS", "ServerLimits"]
 
 
-def _cap(instance: object, attribute: object, value: Any) -> None:
-    check_cap(value)
+def _cap(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A cap is an int of at least 1 (not a bool or a float), or ``None``: no cap."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{attribute.name} must be an int >= 1 or None, not {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -50,13 +51,14 @@ class ServerLimits:
     max_listen_streams_per_tenant: int | None = attrs.field(default=32, validator=_cap)
     """Open listen streams of one tenant (``"listen_tenant"``): a client needs one or
     a few; 32 leaves room for many tabs or workers, not for a flood."""
-    subscriptions: SubscriptionLimits = attrs.field(
-        default=DEFAULT_SUBSCRIPTION_LIMITS,
-        validator=attrs.validators.instance_of(SubscriptionLimits),
-    )
+    subscriptions: SubscriptionLimits = DEFAULT_SUBSCRIPTION_LIMITS
     """What resource subscriptions (legacy ``resources/subscribe``, listen streams'
     ``resourceSubscriptions``) may hold, in bytes as well as in count, per session,
     per tenant and in total; its fields give the defaults and why."""
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.subscriptions, SubscriptionLimits):
+            raise TypeError("subscriptions must be a SubscriptionLimits")
 
 
 DEFAULT_SERVER_LIMITS = ServerLimits()
