@@ -282,9 +282,9 @@ class Responder:
             if not running:  # refused, or cancelled while asking the backend
                 self.dispatcher.release(call, caller, exchange)
         assert refused is not None
-        telemetry = self.dispatcher.registration.telemetry
-        if telemetry is not None:
-            telemetry.refused("tenant")
+        # (No local here: each one is a slot in every call's coroutine frame.)
+        if self.dispatcher.registration.telemetry is not None:
+            self.dispatcher.registration.telemetry.refused("tenant")
         await self.refuse(send, refused, routed.extra)
 
     async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:
