@@ -373,10 +373,11 @@ class Dispatcher:
         response, then ``answer(..., admitted=True)``.
         """
         refused = self._admit(call, caller, exchange)
-        telemetry = self.registration.telemetry
-        if refused is not None and telemetry is not None:
-            # Its span: :meth:`answer` never runs for it.
-            telemetry.refused_request(refused, _subject(call, caller))
+        if refused is not None:
+            telemetry = self.registration.telemetry  # read for a refusal only
+            if telemetry is not None:
+                # Its span: :meth:`answer` never runs for it.
+                telemetry.refused_request(refused, _subject(call, caller))
         return refused
 
     def _admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
