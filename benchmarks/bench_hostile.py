@@ -56,7 +56,15 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
-from . import hostile_auth, hostile_redis, hostile_resources, hostile_tasks, hostile_workers
+from . import (
+    hostile_auth,
+    hostile_redis,
+    hostile_redis_slow,
+    hostile_resources,
+    hostile_streams,
+    hostile_tasks,
+    hostile_workers,
+)
 from ._client import INITIALIZE, LEGACY, MODERN
 from ._common import Row
 from ._hostile_serve import serving, until
@@ -671,9 +679,11 @@ async def _rows(quick: bool) -> list[Row]:
     )
     table.extend(await hostile_tasks.rows(quick))
     table.extend(await hostile_redis.rows(quick))
+    table.extend(await hostile_redis_slow.rows(quick))
     table.extend(await hostile_workers.rows(quick))
     table.extend(await hostile_auth.rows(quick))
     table.extend(await hostile_resources.rows(quick))
+    table.extend(await hostile_streams.rows(quick))
     return table
 
 

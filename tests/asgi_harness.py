@@ -98,6 +98,12 @@ class HttpExchange:
     """The last SSE ``retry`` field seen, in milliseconds."""
     primed: bool = False
     """A priming event (an id, no data) came."""
+    disconnect_first: bool = False
+    """hypercorn's order: the app's waiting ``receive()`` gets ``http.disconnect`` before
+    the ``send()`` of the last body returns (hypercorn queues it while it closes the
+    stream, and its socket writes let the app's other tasks run first)."""
+    _receiving: bool = False
+    _disconnect_seen: trio.Event = attrs.field(factory=trio.Event)
 
     # -- the app's side ------------------------------------------------------
 
@@ -121,7 +127,12 @@ class HttpExchange:
                 await self._gone.wait()  # the last piece never comes
                 return {"type": "http.disconnect"}
             return {"type": "http.request", "body": piece, "more_body": bool(self._pending)}
-        await self._gone.wait()
+        self._receiving = True
+        try:
+            await self._gone.wait()
+        finally:
+            self._receiving = False
+        self._disconnect_seen.set()
         return {"type": "http.disconnect"}
 
     def stall_body(self) -> None:
@@ -173,6 +184,10 @@ class HttpExchange:
                 self.complete = True
                 self.completed_at = now
                 self._gone.set()  # as a server does once the response is sent
+                if self.disconnect_first and self._receiving:
+                    self._touch()
+                    await self._disconnect_seen.wait()
+                    return
         else:
             self.violations.append(f"unexpected message {kind!r}")
         self._touch()
@@ -285,6 +300,9 @@ class AsgiClient:
     client: tuple[str, int] = ("127.0.0.1", 50000)
     path: str = "/mcp"
     exchanges: list[HttpExchange] = attrs.field(factory=list)
+    disconnect_first: bool = False
+    """Every exchange reports the disconnect in hypercorn's order (see
+    :attr:`HttpExchange.disconnect_first`)."""
 
     def start(
         self,
@@ -320,7 +338,7 @@ class AsgiClient:
             "client": client or self.client,
             "server": ("127.0.0.1", 8000),
         }
-        exchange = HttpExchange(raw, chunk_size)
+        exchange = HttpExchange(raw, chunk_size, disconnect_first=self.disconnect_first)
         self.exchanges.append(exchange)
 
         async def run() -> None:

@@ -14,6 +14,14 @@ quotas.  Needs the ``auth`` extra: ``pip install 'trio-mcp-cancel[auth]'``.
 
 from __future__ import annotations
 
+from ._public import fixup_module_metadata, missing_extra
+
+try:  # the `auth` extra's libraries, checked first so the error names the fix
+    import httpx2  # noqa: F401
+    import jwt  # noqa: F401
+except ImportError as exc:
+    raise missing_extra("trio_mcp_cancel.oauth", "auth", exc) from exc
+
 from ._auth.env import JwtOrOpaque, oauth_from_env
 from ._auth.introspection import IntrospectionVerifier
 from ._auth.jwt import JwtVerifier
@@ -26,7 +34,6 @@ from ._auth.tokens import (
     TooManyNewTokens,
     requesting_client,
 )
-from ._public import fixup_module_metadata
 
 __all__ = [
     "AccessToken",

@@ -1,4 +1,5 @@
-"""``MCP_AUTH_*`` set without the ``auth`` extra: the error says what to install.
+"""``MCP_AUTH_*`` set, or ``trio_mcp_cancel.oauth`` imported, without the ``auth``
+extra: the error says what to install.
 
 The Redis backend and the HTTP client already said ``pip install
 'trio-mcp-cancel[...]'``; OAuth from the environment now says it the same
@@ -11,6 +12,7 @@ its classes.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -59,4 +61,25 @@ def test_the_redis_and_client_paths_say_it_the_same_way() -> None:
     missing = ModuleNotFoundError("No module named 'coredis'", name="coredis")
     assert str(missing_extra("the Redis backend", "redis", missing)) == (
         "the Redis backend needs coredis: pip install 'trio-mcp-cancel[redis]'"
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("blocked", ["httpx2", "jwt"])
+def test_importing_oauth_without_the_auth_extra_says_what_to_install(blocked: str) -> None:
+    # A fresh interpreter: the import must fail the first time the package is
+    # imported, as on a machine where the extra was never installed.
+    code = (
+        "import sys\n"
+        f"sys.modules[{blocked!r}] = None\n"
+        "try:\n"
+        "    import trio_mcp_cancel.oauth\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc, sep=': ')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == (
+        f"ImportError: trio_mcp_cancel.oauth needs {blocked}: pip install 'trio-mcp-cancel[auth]'"
     )

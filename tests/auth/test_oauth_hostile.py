@@ -198,3 +198,25 @@ def _opaque(client: AsgiClient) -> IntrospectionVerifier:
     verifier = app.oauth.verifier
     assert isinstance(verifier, JwtOrOpaque) and isinstance(verifier.opaque, IntrospectionVerifier)
     return verifier.opaque
+
+
+async def test_remembered_active_tokens_are_bounded_in_bytes_not_only_in_count(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    """Claims are the authorization server's to size: tokens whose answers carry large
+    claims are remembered within ``cache_bytes``, the oldest forgotten first (a later
+    request for one is introspected again, and still validates)."""
+    options = {"cache_bytes": 64 * 1024, "client_burst": 1000}
+    async with protected(mcp_registry, **options) as (client, issuer):
+        tokens = [issuer.mint_opaque(f"client-{n}", RESOURCE) for n in range(20)]
+        for token in tokens:
+            issuer.opaque[token]["profile"] = "x" * 16_000  # 16 KB of claims each
+            assert answered(await call(client, token))
+        verifier = _opaque(client)
+        assert 0 < verifier._cache_held <= 64 * 1024
+        assert len(verifier._cache) < len(tokens)
+        asked = issuer.calls["/introspect"]
+        assert answered(await call(client, tokens[-1]))  # the newest is still remembered
+        assert issuer.calls["/introspect"] == asked
+        assert answered(await call(client, tokens[0]))  # the oldest was forgotten: asked again
+        assert issuer.calls["/introspect"] == asked + 1

@@ -156,24 +156,35 @@ async def test_a_task_asking_for_input_is_answered_with_tasks_update_and_reports
         assert {"progress": 1.0, "total": 2.0, "message": "checking"}.items() <= progress[0].items()
 
 
+SESSION = {"mcp-session-id": "s-1"}
+
+
+def scripted_legacy_session(request: httpx2.Request) -> httpx2.Response | dict[str, Any]:
+    """What every scripted legacy server here answers the same way (no GET stream, the
+    session's DELETE, ``initialize``); otherwise the request's body, for the test to answer."""
+    if request.method == "GET":
+        return httpx2.Response(405)
+    if request.method == "DELETE":
+        return httpx2.Response(204)
+    body: dict[str, Any] = json.loads(request.content)
+    if body.get("method") == "initialize":
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
+        answer = {"jsonrpc": "2.0", "id": body["id"], "result": init}
+        return httpx2.Response(200, headers=SESSION, json=answer)
+    return body
+
+
 async def test_a_legacy_server_request_on_the_post_stream_is_answered_by_a_post() -> None:
     # A scripted legacy server: the tools/call's SSE stream carries an
     # elicitation/create; the answer comes back as a POST of its own, then
     # the stream goes on with the call's result.
     replies: list[dict[str, Any]] = []
     replied = trio.Event()
-    session = {"mcp-session-id": "s-1"}
 
     async def handler(request: httpx2.Request) -> httpx2.Response:
-        if request.method == "GET":
-            return httpx2.Response(405)
-        if request.method == "DELETE":
-            return httpx2.Response(204)
-        body = json.loads(request.content)
-        if body.get("method") == "initialize":
-            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
-            answer = {"jsonrpc": "2.0", "id": body["id"], "result": init}
-            return httpx2.Response(200, headers=session, json=answer)
+        body = scripted_legacy_session(request)
+        if isinstance(body, httpx2.Response):
+            return body
         if "method" not in body:  # the client's answer to our request
             replies.append(body)
             replied.set()
@@ -194,7 +205,7 @@ async def test_a_legacy_server_request_on_the_post_stream_is_answered_by_a_post(
             done = {"jsonrpc": "2.0", "id": body["id"], "result": {"content": [], "name": name}}
             yield f"id: 2\ndata: {json.dumps(done)}\n\n".encode()
 
-        headers = {"content-type": "text/event-stream", **session}
+        headers = {"content-type": "text/event-stream", **SESSION}
         return httpx2.Response(200, headers=headers, content=stream())
 
     asked = Asked("Linus")
@@ -253,3 +264,39 @@ async def test_a_server_request_the_server_cancels_gets_no_answer_and_the_excess
         serving.cancel(1)  # the server's notifications/cancelled
         await trio.sleep(1)
     assert len(replies) == 1  # MCP: nothing is answered after a cancel
+
+
+async def test_a_post_answered_503_with_retry_after_is_posted_again_after_the_wait(
+    autojump_clock: MockClock,
+) -> None:
+    """A legacy server that cannot confirm a session while its backend is slow answers
+    503 + Retry-After (the request was not processed): the client waits as asked and
+    posts again, a bounded number of times, instead of failing the call at once."""
+    posted: list[float] = []
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        body = scripted_legacy_session(request)
+        if isinstance(body, httpx2.Response):
+            return body
+        if "id" not in body:
+            return httpx2.Response(202)
+        posted.append(trio.current_time())
+        name = body["params"]["name"]
+        if (name == "busy" and len(posted) < 3) or name == "always-busy":
+            return httpx2.Response(503, headers={"retry-after": "2"}, text="busy")
+        result = {"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}}
+        return httpx2.Response(200, headers=SESSION, json=result)
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    async with (
+        http,
+        open_http_client("http://mcp.test/mcp", http_client=http, era="legacy") as client,
+    ):
+        start = trio.current_time()
+        assert await client.call_tool("busy", {}) == {"content": []}
+        assert [round(at - start, 3) for at in posted] == [0, 2, 4]
+        posted.clear()
+        with pytest.raises(McpError) as refused:
+            await client.call_tool("always-busy", {})
+        assert len(posted) == 3  # the first post and two more: bounded
+        assert refused.value.data["status"] == 503

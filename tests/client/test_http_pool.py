@@ -454,3 +454,31 @@ async def test_a_stream_that_floods_after_its_answer_is_closed_after_a_few_kilob
             while not closed:
                 await trio.lowlevel.checkpoint()
     assert DRAIN_BYTES <= sum(sent) <= DRAIN_BYTES + 2 * len(chunk)
+
+
+async def test_with_the_stream_reset_off_http2_calls_work_and_only_a_cancel_goes_unseen(
+    mcp_registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MCP_HTTPCORE2_STREAM_RESET=off: the client is plain httpx2.  Calls,
+    # a cancelled one included, still work on one connection; what is lost
+    # is the RST_STREAM, so the server never hears of the cancel.
+    monkeypatch.setenv("MCP_HTTPCORE2_STREAM_RESET", "off")
+    slow = Slow()
+    with trio.fail_after(BOUND):
+        async with (
+            served(mcp_registry, slow.server) as (url, registry, connections),
+            open_http_client(url, http2=True) as client,
+        ):
+            events = EventRecorder.attach(registry)
+            with trio.move_on_after(0.05) as scope:
+                await client.call_tool("hold", {})
+            assert scope.cancelled_caught
+            await slow.started.wait()
+            assert (await client.call_tool("echo", {"text": "after"}))["content"][0][
+                "text"
+            ] == "after"
+            await trio.sleep(0.2)  # a reset would have reached the server by now
+            assert events.of_type(RequestCancelledEvent) == []
+            assert registry.in_flight_count == 1
+            slow.release.set()
+            assert len(connections) == 1

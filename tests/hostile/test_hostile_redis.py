@@ -77,9 +77,23 @@ def test_the_breaker_opens_once_skips_calls_and_probes_after_a_growing_delay() -
         assert breaker.failure(probe=True) is False
         delays.append(breaker.retry_at - start)
     assert delays == [1.0, 2.0, 4.0, 4.0, 4.0, 4.0]  # doubling, up to the cap
-    assert breaker.success() is True  # the outage ends: reported once
-    assert breaker.success() is False
+    clock.now = breaker.retry_at
+    for _ in range(2):  # half-open: a probe that succeeds makes the next one due at once
+        assert breaker.try_probe()
+        assert breaker.success(probe=True) is False
+        assert breaker.half_open and not breaker.allow()
+    assert breaker.try_probe()
+    assert breaker.success(probe=True) is True  # the third in a row: reported once
+    assert breaker.success(probe=True) is False
     assert breaker.allow() and not breaker.try_probe()
+
+
+def close(breaker: Breaker, clock: FakeClock) -> None:
+    """Probe until the breaker closes (each probe succeeds)."""
+    while breaker.is_open:
+        clock.now = max(clock.now, breaker.retry_at)
+        assert breaker.try_probe()
+        breaker.success(probe=True)
 
 
 def test_failures_of_calls_in_flight_do_not_push_the_next_probe_out() -> None:
@@ -91,13 +105,57 @@ def test_failures_of_calls_in_flight_do_not_push_the_next_probe_out() -> None:
     for _ in range(100):  # a burst of timeouts of calls started before it opened
         assert breaker.failure() is False
     assert breaker.retry_at == due
-    # After an outage the delays start again from the base.
+    # After an outage, and healthy for max_delay, the delays start again from the base.
     clock.now = due
     assert breaker.try_probe()
     breaker.failure(probe=True)
-    breaker.success()
+    close(breaker, clock)
+    clock.now += breaker.max_delay
     breaker.failure()
     assert breaker.retry_at == clock.now + 0.5
+
+
+def test_a_failed_probe_while_half_open_reopens_it_with_a_longer_delay() -> None:
+    clock = FakeClock()
+    breaker = Breaker(clock, base_delay=0.5, max_delay=8.0)
+    breaker.failure()
+    clock.now = breaker.retry_at
+    assert breaker.try_probe() and breaker.success(probe=True) is False
+    assert breaker.half_open
+    assert breaker.try_probe()
+    assert breaker.failure(probe=True) is False  # still one outage: nothing reported
+    assert not breaker.half_open and breaker.retry_at == clock.now + 1.0
+    # A call in flight since before it opened proves nothing: it stays open.
+    assert breaker.success() is False and breaker.is_open
+
+
+def test_a_backend_failing_now_and_then_does_not_make_the_breaker_flap() -> None:
+    """One call in five fails (a Redis at the edge of the timeout): over 60 s of calls
+    every 50 ms the breaker opens a handful of times, not once per failure, and
+    the open time grows while it keeps failing, up to max_delay."""
+    clock = FakeClock()
+    breaker = Breaker(clock, base_delay=0.5, max_delay=8.0)
+    opened, closed, calls = 0, 0, 0
+    open_delays = []
+    end = clock.now + 60
+    while clock.now < end:
+        ok = calls % 5 != 4
+        calls += 1
+        if breaker.allow():
+            if ok:
+                closed += breaker.success()
+            elif breaker.failure():
+                opened += 1
+                open_delays.append(breaker.retry_at - clock.now)
+        elif breaker.try_probe():
+            if ok:
+                closed += breaker.success(probe=True)
+            else:
+                breaker.failure(probe=True)
+        clock.now += 0.05
+    assert opened <= 8, opened  # without hysteresis: one per success of a probe (~30 here)
+    assert closed <= opened
+    assert open_delays == sorted(open_delays) and open_delays[-1] == 8.0, open_delays
 
 
 def test_a_breaker_needs_sane_delays() -> None:
@@ -105,6 +163,8 @@ def test_a_breaker_needs_sane_delays() -> None:
         Breaker(FakeClock(), base_delay=0)
     with pytest.raises(ValueError):
         Breaker(FakeClock(), base_delay=5, max_delay=1)
+    with pytest.raises(ValueError):
+        Breaker(FakeClock(), close_after=0)
 
 
 async def test_while_the_breaker_is_open_calls_skip_redis_and_the_heartbeat_wakes_to_probe(
@@ -144,7 +204,9 @@ async def test_while_the_breaker_is_open_calls_skip_redis_and_the_heartbeat_wake
     assert reached == ["hung"]
     # The heartbeat's sleep ended at the first probe's time, not after its 5 s.
     assert woke == [pytest.approx(opened_at + 0.5)]
-    assert await health.call("heartbeat", fine, TaskStoreUnavailable, probe=True) == "ok"
+    for _ in range(3):  # the breaker's hysteresis: three probes in a row close it
+        assert health.down
+        assert await health.call("heartbeat", fine, TaskStoreUnavailable, probe=True) == "ok"
     assert not health.down
     assert [(e.name, e.operation) for e in seen] == [  # type: ignore[union-attr]
         ("backend.unavailable", "quota.acquire"),

@@ -228,6 +228,34 @@ async def test_the_startup_line_is_the_url_clients_use_path_included(
 
 @pytest.mark.subprocess
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", [None, "/tools/mcp"])
+async def test_the_supervisors_startup_line_is_the_url_clients_use_path_included(
+    tmp_path: Path, path: str | None
+) -> None:
+    # --workers N: the supervisor never imports the target; the path it logs
+    # is the one its workers report serving.
+    env = {} if path is None else {"MCP_PATH": path}
+    args = ("run", "user_module:server", "--transport", "http", "--port", "0",
+            "--workers", "2", "--allow-unshared")  # fmt: skip
+    async with command(tmp_path, *args, **env) as run:
+        with trio.fail_after(30):
+            while (found := _SERVING.search(run.log())) is None:
+                assert run.process.returncode is None, run.log()
+                await trio.sleep(0.05)
+        url = found[1]
+        assert url.endswith(path or "/mcp"), run.log()
+        assert re.search(re.escape(f"serving MCP on {url} (2 workers)"), run.log())
+        accept = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=10) as client:
+            reply = await client.post(url, json=INITIALIZE, headers=accept)
+        assert reply.status_code == 200, reply.text  # the logged URL is the endpoint
+        run.process.send_signal(signal.SIGTERM)
+        assert await run.exit_status() == 0
+    assert len(_SERVING.findall(run.log())) == 1, run.log()  # said once, not per worker
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(60)
 async def test_version_prints_the_package_version(tmp_path: Path) -> None:
     async with command(tmp_path, "--version") as run:
         assert run.process.stdout is not None

@@ -16,10 +16,23 @@ import trio
 import trio.testing
 from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
 from test_tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
-from trio_websocket import open_websocket_url
+from trio_websocket import WebSocketServer, open_websocket_url
 
-from trio_mcp_cancel import Event, Registry, RegistryConfig, open_registry
-from trio_mcp_cancel.testing import McpTestClient, assert_no_leaks, open_test_client
+from trio_mcp_cancel import (
+    Event,
+    HardCancelEvent,
+    Registry,
+    RegistryConfig,
+    RequestCancelledEvent,
+    open_registry,
+)
+from trio_mcp_cancel.server import ConnectionLimits
+from trio_mcp_cancel.testing import (
+    EventRecorder,
+    McpTestClient,
+    assert_no_leaks,
+    open_test_client,
+)
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 TASKS_META = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": WITH_TASKS}
@@ -247,4 +260,44 @@ async def test_tasks_over_a_real_websocket(mcp_registry: Registry) -> None:
                 assert (await ask(3, "tasks/get", {"taskId": task_id}))["status"] == "cancelled"
             nursery.cancel_scope.cancel()
     assert not server.dispatcher.runtime.tasks.running
+    assert_no_leaks(mcp_registry)
+
+
+@pytest.mark.mcp_registry(grace_period=None)
+async def test_a_websocket_shutdown_stops_a_connections_task_by_the_shutdowns_deadline(
+    mcp_registry: Registry,
+) -> None:
+    # A task that ignores the flag, no grace period anywhere: only the
+    # shutdown's own deadline (graceful_timeout less the answer time) ends it.
+    seen = Seen()
+    server = make_server(seen)
+    shutdown = trio.Event()
+    events = EventRecorder.attach(mcp_registry)
+    limits = ConnectionLimits(disconnect_grace_period=None)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            returned = trio.Event()
+
+            async def serving(*, task_status: trio.TaskStatus[WebSocketServer]) -> None:
+                await serve_mcp_websocket(
+                    server, mcp_registry, limits=limits, shutdown=shutdown,
+                    graceful_timeout=1.0, task_status=task_status,
+                )  # fmt: skip
+                returned.set()
+
+            ws_server = await nursery.start(serving)
+            async with open_websocket_url(f"ws://127.0.0.1:{ws_server.port}/mcp") as ws:
+                params = {"name": "stubborn", "arguments": {}, "_meta": TASKS_META}
+                await ws.send_message(json.dumps(request(1, "tools/call", params)))
+                created = json.loads(await ws.get_message())
+                assert created["result"]["resultType"] == "task", created
+                while mcp_registry.in_flight_count == 0:
+                    await trio.sleep(0.01)
+                began = trio.current_time()
+                shutdown.set()
+                await returned.wait()
+            assert trio.current_time() - began < 1.0
+    cancels = events.of_type(RequestCancelledEvent)
+    assert [(e.kind, e.reason) for e in cancels] == [("server", "server shutting down")]
+    assert [e.kind for e in events.of_type(HardCancelEvent)] == ["server"]
     assert_no_leaks(mcp_registry)

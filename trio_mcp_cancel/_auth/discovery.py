@@ -30,7 +30,7 @@ from .._protocol.wire import oauth_metadata_urls
 from .fetch import Transport, get_json
 from .tokens import AuthServerUnavailable
 
-__all__ = ["IssuerMetadata", "backoff"]
+__all__ = ["BackOff", "IssuerMetadata", "backoff"]
 
 
 def backoff(first: float, cap: float, failures: int, asked: float | None) -> float:
@@ -39,6 +39,37 @@ def backoff(first: float, cap: float, failures: int, asked: float | None) -> flo
     cap = cap if math.isfinite(cap) else 0.0
     wait = min(first * 2.0 ** min(failures - 1, 30), cap)
     return max(wait, asked or 0.0)
+
+
+@attrs.define(eq=False)
+class BackOff:
+    """Failures in a row of one fetch from the authorization server, and until when to wait.
+
+    A down server is asked again after *first*, then twice as long, up to a
+    cap (see :func:`backoff`), not once per waiting request; while backing
+    off, a request is answered at once with the wait left.
+    """
+
+    failures: int = 0
+    _until: tuple[float, str] | None = None
+    """Until when fetching is backed off, and why (the last fetch failed)."""
+
+    def check(self) -> None:
+        """Raise :class:`AuthServerUnavailable` with the wait left, while backing off."""
+        if self._until is not None:
+            left = self._until[0] - trio.current_time()
+            if left > 0:
+                raise AuthServerUnavailable(self._until[1], left)
+
+    def failed(self, exc: AuthServerUnavailable, first: float, cap: float) -> None:
+        """Count the failure *exc*, and set its ``retry_after`` to the wait it starts."""
+        self.failures += 1
+        wait = backoff(first, cap, self.failures, exc.retry_after)
+        self._until = (trio.current_time() + wait, str(exc))
+        exc.retry_after = wait
+
+    def succeeded(self) -> None:
+        self._until, self.failures = None, 0
 
 
 @attrs.define(eq=False)
@@ -51,8 +82,7 @@ class IssuerMetadata:
     retry_backoff: float = 1.0
     transport: Transport | None = None
     _document: dict[str, Any] | None = attrs.field(default=None, init=False)
-    _failed: tuple[float, str] | None = attrs.field(default=None, init=False)
-    _failures: int = attrs.field(default=0, init=False)
+    _backoff: BackOff = attrs.field(factory=BackOff, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def get(self) -> dict[str, Any]:
@@ -62,20 +92,13 @@ class IssuerMetadata:
         async with self._lock:
             if self._document is not None:
                 return self._document
-            now = trio.current_time()
-            if self._failed is not None and now < self._failed[0]:
-                raise AuthServerUnavailable(self._failed[1], self._failed[0] - now)
+            self._backoff.check()
             try:
                 self._document = await self._discover()
             except AuthServerUnavailable as exc:
-                self._failures += 1
-                wait = backoff(
-                    self.retry_backoff, self.retry_interval, self._failures, exc.retry_after
-                )
-                self._failed = (trio.current_time() + wait, str(exc))
-                exc.retry_after = wait
+                self._backoff.failed(exc, self.retry_backoff, self.retry_interval)
                 raise
-            self._failed, self._failures = None, 0
+            self._backoff.succeeded()
             return self._document
 
     async def endpoint(self, name: str) -> str:

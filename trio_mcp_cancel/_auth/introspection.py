@@ -10,7 +10,9 @@ resource (RFC 8707; a token without ``aud`` is refused unless
 
 **Cache.**  A judged token is kept until its ``exp`` (at most *max_ttl*
 seconds; *ttl_without_exp* when it has none), keyed by its SHA-256 digest,
-in an LRU table of *cache_size* entries: a valid token costs one
+in an LRU table of *cache_size* entries and *cache_bytes* bytes (an
+answer's claims are the server's to size, so a count alone bounds
+nothing): a valid token costs one
 introspection call per lifetime, and its later requests never wait on the
 network, whatever the authorization server is going through.  A refused
 token is remembered too, briefly (*refusal_ttl* seconds, by digest, at
@@ -40,8 +42,10 @@ deadline; then it is answered ``503``.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
@@ -64,6 +68,16 @@ __all__ = ["IntrospectionVerifier"]
 #: What a remembered refusal costs besides its reason: the digest key (a 32-byte
 #: ``bytes``), the dict slot and the (deadline, reason) tuple with its float.
 _REFUSAL_OVERHEAD: Final = 200
+
+#: What a remembered active token costs besides its claims: the digest key,
+#: the dict slot, the entry tuple and the :class:`AccessToken` itself.
+_CACHED_OVERHEAD: Final = 400
+
+
+def _claims_bytes(answer: Mapping[str, Any]) -> int:
+    """About what the claims of *answer* hold in memory: their JSON size."""
+    return len(json.dumps(answer, default=str, separators=(",", ":")))
+
 
 #: Client addresses whose introspection budget is tracked at once (LRU; an
 #: evicted address starts again with a full bucket, as a new one would).
@@ -91,7 +105,8 @@ class IntrospectionVerifier:
         endpoint: the introspection endpoint; ``None``: from the issuer's metadata.
         timeout: the longest a request waits for introspection (a slot,
             discovery and the call together).
-        cache_size: the most tokens remembered.
+        cache_size, cache_bytes: the most tokens remembered, and the most
+            bytes their answers (claims) may hold together.
         max_ttl: the longest a judgement is kept, whatever ``exp`` says.
         ttl_without_exp: how long a token without ``exp`` is kept.
         concurrency: the most introspection calls in flight at once.
@@ -115,6 +130,7 @@ class IntrospectionVerifier:
     endpoint: str | None = None
     timeout: float = 5.0
     cache_size: int = 10_000
+    cache_bytes: int = 32 * 1024 * 1024
     max_ttl: float = 3600.0
     ttl_without_exp: float = 60.0
     concurrency: int = 16
@@ -129,9 +145,10 @@ class IntrospectionVerifier:
     transport: Transport | None = None
     _down: tuple[float, str] | None = attrs.field(default=None, init=False)
     _metadata: IssuerMetadata = attrs.field(init=False)
-    _cache: OrderedDict[bytes, tuple[float, AccessToken]] = attrs.field(
+    _cache: OrderedDict[bytes, tuple[float, AccessToken, int]] = attrs.field(
         factory=OrderedDict, init=False
     )
+    _cache_held: int = attrs.field(default=0, init=False)
     _refused: OrderedDict[bytes, tuple[float, str]] = attrs.field(factory=OrderedDict, init=False)
     _refused_bytes: int = attrs.field(default=0, init=False)
     _budgets: OrderedDict[str, _Budget] = attrs.field(factory=OrderedDict, init=False)
@@ -154,7 +171,7 @@ class IntrospectionVerifier:
             if now < cached[0]:
                 self._cache.move_to_end(digest)
                 return cached[1]
-            del self._cache[digest]
+            self._forget(digest)
         clock = trio.current_time()
         refused = self._refused.get(digest)
         if refused is not None:
@@ -179,11 +196,19 @@ class IntrospectionVerifier:
             now + self.max_ttl,
             access.expires_at if access.expires_at is not None else now + self.ttl_without_exp,
         )
-        if self.cache_size:
-            self._cache[digest] = (until, access)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        size = _CACHED_OVERHEAD + _claims_bytes(answer)
+        if self.cache_size and size <= self.cache_bytes:
+            self._forget(digest)
+            self._cache[digest] = (until, access, size)
+            self._cache_held += size
+            while len(self._cache) > self.cache_size or self._cache_held > self.cache_bytes:
+                self._forget(next(iter(self._cache)))
         return access
+
+    def _forget(self, digest: bytes) -> None:
+        entry = self._cache.pop(digest, None)
+        if entry is not None:
+            self._cache_held -= entry[2]
 
     async def _introspect(self, token: str, deadline: float) -> dict[str, Any]:
         """Ask the server about *token*, all of it (the wait for a slot too) by *deadline*."""

@@ -48,7 +48,7 @@ import attrs
 import jwt
 import trio
 
-from .discovery import IssuerMetadata, backoff
+from .discovery import BackOff, IssuerMetadata
 from .fetch import Transport, get_json
 from .tokens import AccessToken, AuthServerUnavailable, InvalidToken, scopes_of
 
@@ -120,9 +120,7 @@ class JwtVerifier:
     _metadata: IssuerMetadata = attrs.field(init=False)
     _keys: dict[str | None, _Key] = attrs.field(factory=dict, init=False)
     _fetched_at: float = attrs.field(default=-math.inf, init=False)
-    _failure: tuple[float, str] | None = attrs.field(default=None, init=False)
-    """Until when fetching is backed off, and why (the last fetch failed)."""
-    _failures: int = attrs.field(default=0, init=False)
+    _backoff: BackOff = attrs.field(factory=BackOff, init=False)
     _new_kid_fetches: list[float] = attrs.field(factory=list, init=False)
     _unfound: OrderedDict[bytes, None] = attrs.field(factory=OrderedDict, init=False)
     _verified: OrderedDict[bytes, AccessToken] = attrs.field(factory=OrderedDict, init=False)
@@ -227,15 +225,13 @@ class JwtVerifier:
         if key is not None:
             return key
         now = trio.current_time()
-        if self._failure is not None and now < self._failure[0]:
-            # Backing off after a failure: say so, at once, with the wait left.
-            raise AuthServerUnavailable(self._failure[1], self._failure[0] - now)
+        self._backoff.check()  # backing off after a failure: said at once, with the wait left
         if not self._may_refetch(kid, now):
             raise InvalidToken(f"unknown signing key {kid!r}")
         try:
             with trio.move_on_after(self.timeout):
                 await self._refresh()
-                self._failure, self._failures = None, 0
+                self._backoff.succeeded()
                 key = self._find(kid)
                 if key is None:
                     self._unfound_kid(kid)
@@ -247,17 +243,12 @@ class JwtVerifier:
         except AuthServerUnavailable as exc:
             # Backed off, not retried per waiting request: a down server is asked
             # after 1, 2, 4... seconds (up to refresh_interval), not hammered.
-            self._failures += 1
-            wait = backoff(
-                self.retry_backoff, self.refresh_interval, self._failures, exc.retry_after
-            )
-            self._failure = (trio.current_time() + wait, str(exc))
-            exc.retry_after = wait
+            self._backoff.failed(exc, self.retry_backoff, self.refresh_interval)
             raise
 
     def _may_refetch(self, kid: str | None, now: float) -> bool:
         """Whether a token naming the unknown *kid* may refetch the JWKS now (and spend it)."""
-        if self._failures or now - self._fetched_at >= self.refresh_interval:
+        if self._backoff.failures or now - self._fetched_at >= self.refresh_interval:
             return True  # the general slot (a retry after a back-off is one too)
         if kid is None or _kid_digest(kid) in self._unfound:
             return False

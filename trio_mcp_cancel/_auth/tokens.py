@@ -19,6 +19,8 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from ..backends.base import BackendError
+
 __all__ = [
     "AccessToken",
     "AuthServerUnavailable",
@@ -76,15 +78,19 @@ class AccessToken:
         return "sha256:" + hashlib.sha256(principal.encode()).hexdigest()
 
 
-class InvalidToken(Exception):
+class InvalidToken(BackendError):
     """The token is refused (expired, forged, for another resource...): ``401 invalid_token``.
+
+    A :class:`~trio_mcp_cancel.backends.BackendError`: a token verifier is a
+    backend the resource server calls through a protocol, and these are
+    what its author raises.
 
     The message is the ``error_description`` the client sees; it says what
     is wrong with the token, never anything secret.
     """
 
 
-class AuthServerUnavailable(Exception):
+class AuthServerUnavailable(BackendError):
     """The authorization server could not be reached or answered nonsense: ``503``.
 
     The token was not judged, so the client may retry; the message is the reason,

@@ -12,7 +12,7 @@ the request's stream*, here by cancelling the task that reads that one
 response.  On HTTP/1.1 a response closed before its end is never put
 back in the pool (httpcore closes the connection), so the server sees the
 disconnect at once and other requests are untouched; on HTTP/2 the stream
-is reset (:mod:`._client.h2_reset`, for the clients this module makes) and
+is reset (:mod:`._client.httpcore2_compat`, for the clients this module makes) and
 the connection lives on.  Legacy
 sessions (``initialize`` + ``Mcp-Session-Id``) post
 ``notifications/cancelled`` and stop reading once it was taken.
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
@@ -56,7 +57,7 @@ from .._telemetry.propagation import trace_headers
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message
-from .h2_reset import install
+from .httpcore2_compat import install
 
 __all__ = ["HttpTransport", "Resumption", "client_for", "request_headers"]
 
@@ -78,6 +79,12 @@ The caller does not wait for it: the answer was delivered first.
 
 DRAIN_BYTES = 64 * 1024
 """Bytes a stream may still bring after its answer before it is closed (see :data:`DRAIN_TIME`)."""
+
+BUSY_RETRIES = 2
+"""Times a POST answered ``503`` with ``Retry-After`` is posted again before that is the answer.
+
+A server that asks for a short wait (a legacy session it cannot confirm
+while its backend is slow) gets it, a few times, never forever."""
 
 CANCEL_DRAIN = 5.0
 """Legacy: seconds a cancelled call's stream is still read after the cancel was taken.
@@ -327,24 +334,17 @@ class HttpTransport:
             session_id=self.session_id,
             session_version=self.receiver.session_version,
         )
-        async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
-            session = response.headers.get(HEADER_SESSION_ID)
-            if message.get("method") == "initialize" and session is not None:
-                self.session_id = session
-                self._session_started.set()
-                self._session_started = trio.Event()
-            elif response.status_code == 404 and self.session_id is not None:
-                # MCP: the server ended the session; the id is dead for good.
-                self.session_id = None
-                raise McpTransportError(
-                    "the server ended the session (HTTP 404)",
-                    {"status": 404, "session_ended": True},
-                )
-            stream = _Stream() if _is_sse(response) else None
-            if stream is not None:
-                await self._read_sse(response, call, stream)
-            else:
-                data = await self._read_body(response)
+        for busy in range(BUSY_RETRIES + 1):
+            async with self.http.stream(
+                "POST", self.url, content=body, headers=headers
+            ) as response:
+                wait = await self._busy_wait(response) if busy < BUSY_RETRIES else None
+                if wait is None:
+                    stream, data = await self._receive(message, call, response)
+            if wait is None:
+                break
+            logger.info("%s is busy (HTTP 503): retrying in %.1fs", self.url, wait)
+            await trio.sleep(wait)
         if stream is not None:
             if call is not None and self.receiver.era == "legacy":
                 await self._resume(call, stream)
@@ -372,6 +372,47 @@ class HttpTransport:
                     {"status": response.status_code},
                 ),
             )
+
+    async def _receive(
+        self, message: Message, call: PendingCall | None, response: httpx2.Response
+    ) -> tuple[_Stream | None, bytes]:
+        """Read *response* to *message*: its SSE stream (the stream) or its JSON body."""
+        session = response.headers.get(HEADER_SESSION_ID)
+        if message.get("method") == "initialize" and session is not None:
+            self.session_id = session
+            self._session_started.set()
+            self._session_started = trio.Event()
+        elif response.status_code == 404 and self.session_id is not None:
+            # MCP: the server ended the session; the id is dead for good.
+            self.session_id = None
+            raise McpTransportError(
+                "the server ended the session (HTTP 404)",
+                {"status": 404, "session_ended": True},
+            )
+        stream = _Stream() if _is_sse(response) else None
+        if stream is not None:
+            await self._read_sse(response, call, stream)
+            return stream, b""
+        return None, await self._read_body(response)
+
+    async def _busy_wait(self, response: httpx2.Response) -> float | None:
+        """Seconds to wait before posting again, if *response* is a ``503`` that says when.
+
+        A ``503`` with ``Retry-After`` (a session the server cannot confirm
+        while its backend is slow, an authorization server backing off)
+        means the request was not processed: posting it again later is
+        safe.  Honoured within [0, ``max_retry``] of :class:`Resumption`.
+        """
+        if response.status_code != 503:
+            return None
+        try:
+            wait = float(response.headers.get("retry-after", ""))
+        except ValueError:
+            return None  # no delay, or an HTTP date: not a retry we were invited to
+        if not math.isfinite(wait):
+            return None
+        await self._read_body(response)  # small; the connection goes back to the pool
+        return min(max(wait, 0.0), self.resumption.max_retry)
 
     async def _read_body(self, response: httpx2.Response) -> bytes:
         body = bytearray()
@@ -520,5 +561,5 @@ def client_for(
         trust_env=True,
     )
     if http2:
-        install(client)  # a modern cancel resets the stream (:mod:`._client.h2_reset`)
+        install(client)  # a modern cancel resets the stream (:mod:`._client.httpcore2_compat`)
     return client

@@ -23,7 +23,18 @@ REQUEST_CANCELLED: Final = -32800
 
 
 class CancellationError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """The root of every error a tool or handler author sees from this library.
+
+    One of three roots, by audience (h11's way): this one for the server
+    side (tools, handlers, kernel users), :class:`~trio_mcp_cancel.client.McpError`
+    for client code, :class:`~trio_mcp_cancel.backends.BackendError` for
+    backend and token-verifier authors.  The name is the kernel's: a
+    cancellation was the first thing a tool could see go wrong.  It also
+    roots what a tool raises or catches that is not a cancellation
+    (``ToolError``, ``ClientRequestError``, ``JsonRpcError``), so that
+    ``except CancellationError`` in a tool catches every error the library
+    raised on purpose, and nothing else.
+    """
 
 
 class InvalidRequestId(CancellationError, ValueError):

@@ -13,6 +13,7 @@ from typing import Final
 import attrs
 import trio
 
+from .._core.errors import CancellationError
 from .jsonrpc import ClientResponse
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
 MAX_PENDING_CLIENT_REQUESTS: Final = 32
 
 
-class ClientRequestError(Exception):
+class ClientRequestError(CancellationError):
     """The client could not answer a server-to-client request.
 
     *code* is the JSON-RPC error code the client answered with (``None``

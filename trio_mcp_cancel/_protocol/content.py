@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .._core.errors import CancellationError
 from . import jsonrpc
 
 __all__ = [
@@ -204,7 +205,7 @@ def to_content_list(value: object) -> list[dict[str, Any]]:
     return [to_content(value)]
 
 
-class ToolError(Exception):
+class ToolError(CancellationError):
     """Raise in a tool to report a failure to the model: a result with ``isError: true``.
 
     Its message is the result's text, verbatim (any other exception's is

@@ -295,7 +295,10 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
     if needs_state(h):
         signer = h.registration.state_signer
         opened = signer.open_token(h.call.request.params["requestState"], _mrtr_binding(h, target))
-        if not await h.runtime.used_states.use(opened.key, opened.expires_at, signer.now()):
+        # Sealed with "e" = int(now + ttl): this is when, or up to a second before.
+        issued_at = opened.expires_at - signer.ttl
+        used = h.runtime.used_states
+        if not await used.use(opened.key, opened.expires_at, signer.now(), issued_at):
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: requestState was used already")
         ctx._answers, ctx.request_state = mrtr_answers(opened.state, ctx.input_responses)
     return ctx

@@ -246,7 +246,7 @@ class Dispatcher:
     ) -> Coroutine[Any, Any, Message | None]:
         """Answer one prepared request: the one place errors become JSON-RPC errors.
 
-        With telemetry on (``server.telemetry``, checked once) it runs inside
+        With telemetry on (``registration.telemetry``, checked once) it runs inside
         the request's span, unless nothing would record it (``quiet``); see
         :meth:`_answer`.  A plain function returning the coroutine to await
         (or to start), so the common path adds no coroutine frame of its own.

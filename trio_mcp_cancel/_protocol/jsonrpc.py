@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 from pydantic_core import from_json
 
+from .._core.errors import CancellationError
 from .._core.validation import RequestId, ValidRequestId, is_valid_request_id
 from .wire import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
@@ -56,8 +57,8 @@ Message = dict[str, Any]
 MAX_NESTING: Final = 64
 
 
-class JsonRpcError(Exception):
-    """A failure that becomes a JSON-RPC error response."""
+class JsonRpcError(CancellationError):
+    """A failure that becomes a JSON-RPC error response (a handler may raise one)."""
 
     def __init__(
         self,

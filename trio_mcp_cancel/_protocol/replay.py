@@ -22,6 +22,14 @@ When the backend cannot answer (or takes longer than *shared_timeout*),
 the process's own set decides (local-only, logged rate-limited): an
 outage never stops MRTR, and a replay across workers during it is still
 bound to its caller.
+
+The process's own set stays authoritative for what it saw, whatever the
+backend says or forgets.  When the backend *lost* its data (Redis
+``FLUSHALL``, a restart without persistence), it says so for each state
+sealed before the loss (the shared set is younger than the state: the
+claim answers ``None``), and such a state is refused on every worker
+(``-32602``, "start the request over"), so no used state runs a tool a
+second time on another worker either.
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ import trio
 
 from .._core.ratelog import RateLimitedLog
 from ..backends.base import BackendUnavailable
+from .jsonrpc import INVALID_PARAMS, JsonRpcError
 
-__all__ = ["SharedClaims", "UsedStates"]
+__all__ = ["SharedClaims", "StateEpoch", "UsedStates"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
@@ -44,11 +53,25 @@ logger = logging.getLogger("trio_mcp_cancel.server")
 class SharedClaims(Protocol):
     """A backend that can claim a key once across every process."""
 
-    async def claim_once(self, key: str, ttl: float) -> bool:
+    async def claim_once(self, key: str, ttl: float, issued_at: float | None = None) -> bool | None:
         """``True`` the first time *key* is claimed within *ttl* seconds, across processes.
 
-        Raises :class:`~trio_mcp_cancel.backends.base.BackendUnavailable` when it cannot tell.
+        ``None``: the shared set lost its data after *issued_at* (when the
+        state was sealed), so whether it was used cannot be told.  Raises
+        :class:`~trio_mcp_cancel.backends.base.BackendUnavailable` when it cannot tell.
         """
+
+
+@runtime_checkable
+class StateEpoch(Protocol):
+    """A :class:`SharedClaims` backend that can tell a lost used-set (Redis)."""
+
+    async def mark_state_epoch(self) -> None:
+        """Note that the shared set begins now, unless it is noted already."""
+
+
+#: Seconds a worker's start waits to mark the shared set's epoch.
+MARK_TIMEOUT = 2.0
 
 
 @attrs.define(eq=False)
@@ -67,10 +90,14 @@ class UsedStates:
     def __len__(self) -> int:
         return len(self._used)
 
-    async def use(self, mac: bytes, expires_at: float, now: float) -> bool:
+    async def use(
+        self, mac: bytes, expires_at: float, now: float, issued_at: float | None = None
+    ) -> bool:
         """``True`` the first time the state named by *mac* is used, ``False`` after.
 
-        *expires_at* and *now* are on the signer's (wall) clock.
+        *expires_at*, *now* and *issued_at* (when it was sealed) are on the
+        signer's (wall) clock.  A state the shared set cannot vouch for (it
+        lost its data after *issued_at*) is ``-32602`` here.
         """
         key = mac[:16]
         self._forget_expired(now)
@@ -82,9 +109,13 @@ class UsedStates:
         if shared is None:
             await trio.lowlevel.checkpoint()
             return True
+        ttl = max(1.0, expires_at - now)
         try:
             with trio.fail_after(self.shared_timeout):
-                return await shared.claim_once(key.hex(), max(1.0, expires_at - now))
+                if issued_at is None:
+                    claimed = await shared.claim_once(key.hex(), ttl)
+                else:
+                    claimed = await shared.claim_once(key.hex(), ttl, issued_at)
         except (BackendUnavailable, trio.TooSlowError):
             self._log.log(
                 logging.WARNING,
@@ -93,6 +124,35 @@ class UsedStates:
                 " worker only until it is back",
             )
             return True
+        if claimed is None:
+            self._log.log(
+                logging.WARNING,
+                "lost",
+                "requestState: the backend lost its used-state set after this state was"
+                " sealed; refused (the client starts the request over)",
+            )
+            raise JsonRpcError(
+                INVALID_PARAMS,
+                "Invalid params: requestState cannot be confirmed unused (the server's shared"
+                " state was lost); start the request over without it",
+            )
+        return claimed
+
+    async def mark_epoch(self) -> None:
+        """At a worker's start, before it seals a state: mark when the shared set began
+        (see :class:`StateEpoch`).  A backend that cannot answer is logged, not fatal:
+        the first claim marks it then, refusing the states sealed before (once)."""
+        shared = self.shared
+        if not isinstance(shared, StateEpoch):
+            return
+        try:
+            with trio.fail_after(MARK_TIMEOUT):
+                await shared.mark_state_epoch()
+        except (BackendUnavailable, trio.TooSlowError):
+            logger.warning(
+                "requestState: could not mark the shared used-state set's start; states"
+                " sealed before the first retry may be refused once"
+            )
 
     def _forget_expired(self, now: float) -> None:
         used = self._used

@@ -6,7 +6,9 @@ here while the manager runs.  While the tool runs it may park the task for
 input (:meth:`TaskRunner.ask`, answered through ``tasks/update`` or the
 bus) and report progress (the record's ``statusMessage``); however it
 ends (a result, an error, a cancel, the manager shutting down) the record
-is settled and the task's slots are given back.
+is settled and the task's slots are given back.  A run whose record another
+process settled meanwhile (see :meth:`.task_table.RunningTasks.settled_elsewhere`)
+is cancelled, and its own ending is dropped: the first terminal state stands.
 """
 
 from __future__ import annotations
@@ -104,6 +106,20 @@ class TaskRunner:
         finally:
             self.table.remove(task_id)
             await self.admission.release(running.tenant)
+        if running.settled_elsewhere is not None:
+            # Another process gave the task up (this one was paused past its
+            # liveness): its terminal state stands; what the run ended with
+            # is dropped, never written over it.
+            logger.warning(
+                "task %s ended %s here after it was settled %s elsewhere: result dropped",
+                task_id[:8],
+                status,
+                running.settled_elsewhere,
+            )
+            if running.progress is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                    await running.progress.close()
+            return
         # Shielded: a manager stopping right after the work ended still records how.
         with trio.CancelScope(shield=True), trio.move_on_after(2.0):
             if running.progress is not None:

@@ -5,6 +5,11 @@ status, a progress ``statusMessage``) goes through :class:`StatusWriter`:
 the store records it, then ``on_change`` hears it here (the server fans it
 out as ``notifications/tasks``) and, with a shared bus, the other
 processes do.  One path, so a listener never misses a kind of change.
+
+Which moves are legal is not decided here: the status table
+(:data:`~trio_mcp_cancel.backends.task_records.TRANSITIONS`) lives beside
+the records, because every store applies it atomically and a check here,
+on a record read earlier, would race the other processes settling the task.
 """
 
 from __future__ import annotations

@@ -59,6 +59,23 @@ class RunningTask:
     tenant: str
     inputs: PendingInputs | None = None
     progress: TaskProgress | None = None
+    settled_elsewhere: str | None = None
+    """The terminal status another process (or the janitor of a dead process's
+    tasks) gave the record while the work still ran here: the run is cancelled
+    and whatever it ends with is dropped (the store keeps the first terminal
+    state), see :meth:`RunningTasks.settled_elsewhere`."""
+
+    def cancel(
+        self,
+        reason: str,
+        kind: CancelKind,
+        grace_period: float | UseConfig | None = USE_CONFIG,
+    ) -> None:
+        """Cancel its request (the registry's two phases); a task parked for input
+        wakes up to see the flag."""
+        self.exchange.cancel(reason, kind=kind, grace_period=grace_period)
+        if self.inputs is not None:
+            self.inputs.wake.set()
 
 
 @attrs.define(eq=False)
@@ -122,9 +139,7 @@ class RunningTasks:
         running = self._tasks.get(task_id)
         if running is None:
             return False
-        running.exchange.cancel(reason, kind="client")
-        if running.inputs is not None:
-            running.inputs.wake.set()  # a parked task wakes up to see the flag
+        running.cancel(reason, "client")
         return True
 
     def cancel_all(
@@ -136,10 +151,26 @@ class RunningTasks:
     ) -> int:
         """Cancel every running task, with the two phases (a server shutting down); how many."""
         for running in self._tasks.values():
-            running.exchange.cancel(reason, kind=kind, grace_period=grace_period)
-            if running.inputs is not None:
-                running.inputs.wake.set()  # a parked task wakes up to see the flag
+            running.cancel(reason, kind, grace_period)
         return len(self._tasks)
+
+    def settled_elsewhere(self, task_id: str, status: str) -> bool:
+        """The record of *task_id*, still running here, is terminal already: stop the run.
+
+        How a paused process learns its tasks were given up on: a worker
+        frozen past its liveness (a VM pause, a blocking loop) had them
+        settled ``failed`` by whoever noticed; finishing them after it
+        resumes would run side effects the client was told never happened
+        (and may retry).  Cancelled with kind ``server`` (the registry's two
+        phases); ``False`` when it does not run here or was stopped already.
+        """
+        running = self._tasks.get(task_id)
+        if running is None or running.settled_elsewhere is not None:
+            return False
+        running.settled_elsewhere = status
+        reason = f"the task was settled {status} elsewhere while it ran here"
+        running.cancel(reason, "server")
+        return True
 
     async def end_owner(
         self,

@@ -4,7 +4,8 @@ What arrives on the bus from other processes (a cancel or input answers
 for a task running here, a status change to fan out to this process's
 listeners) and what has to happen without any request (purging expired
 records; with a shared bus, re-reading the records of running tasks for a
-cancel whose bus message was lost while the backend was down).  An idle
+cancel whose bus message was lost while the backend was down, and a
+terminal state another process wrote while the work still runs here).  An idle
 server with a local store wakes for no timer: the next task wakes the
 janitor.
 """
@@ -75,13 +76,28 @@ class TaskWatch:
                     next_poll = now + poll
                     for task_id in self.table.ids():
                         record = await settings.store.get(task_id)
-                        if record is not None and record.cancel_requested:
+                        if record is None:
+                            continue
+                        if record.terminal:
+                            self._settled_elsewhere(task_id, record.status)
+                        elif record.cancel_requested:
                             self.table.cancel(task_id)
                 if now >= next_purge:
                     next_purge = now + settings.purge_interval
                     await settings.store.purge()
             except TaskStoreUnavailable as exc:
                 logger.debug("task janitor: %s", exc)
+
+    def _settled_elsewhere(self, task_id: str, status: str) -> None:
+        """A task running here whose record is terminal: cancel its run, and say so."""
+        if self.table.settled_elsewhere(task_id, status):
+            logger.warning(
+                "task %s was settled %s elsewhere while it still ran here (this process"
+                " was paused or lost its liveness key?): cancelling its run; its result"
+                " will be dropped",
+                task_id[:8],
+                status,
+            )
 
     def _nothing_to_look_after(self) -> bool:
         """No task runs here and the (local, in-memory) store holds no record to purge."""

@@ -170,6 +170,7 @@ def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) ->
     )  # fmt: skip
     supervisor = Supervisor(
         spec, workers, listener, environ, backend=backend, log_level=log_level,
+        url=f"http://{bound}:{listener.getsockname()[1]}",
         # A worker's serve() returns within graceful_timeout of its SIGTERM;
         # one still running a second later is stuck (a tool blocking without
         # a checkpoint) and is killed.

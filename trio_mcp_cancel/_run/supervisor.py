@@ -15,6 +15,11 @@ running are settled ``failed`` at once (each worker has its own
 ``MCP_INSTANCE_ID``, chosen here, see
 :meth:`~trio_mcp_cancel.backends.redis.RedisTaskStore.fail_tasks_of`).
 
+A worker that stops answering without exiting (its event loop blocked,
+the process stopped) is noticed too: each serving worker beats a pipe
+every second, and one silent for ``MCP_WORKER_HEARTBEAT_TIMEOUT`` seconds
+(10 by default) is killed (logged) and replaced, see :mod:`.heartbeat`.
+
 It gives up (every worker stopped gracefully, exit status 1) only on a
 crash loop while starting: ``max_start_failures`` (3) workers of one slot
 in a row *failed* before serving, that is exited on their own (any exit
@@ -55,6 +60,7 @@ import attrs
 import trio
 
 from ..backends.base import Backend, TaskStoreUnavailable
+from . import heartbeat
 
 __all__ = ["Supervisor", "describe_exit", "failed_by_itself"]
 
@@ -86,6 +92,17 @@ def describe_exit(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
+async def _ready_line(ready: trio.lowlevel.FdStream) -> str | None:
+    """A worker's ready line (``serving PATH``), or ``None`` if it closed the pipe first."""
+    data = b""
+    while b"\n" not in data and len(data) < 4096:  # a path, not a stream: bounded
+        chunk = await ready.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\n")[0].decode(errors="replace") if data else None
+
+
 @attrs.define(eq=False)
 class _Worker:
     slot: int
@@ -93,6 +110,8 @@ class _Worker:
     process: trio.Process
     ready: trio.lowlevel.FdStream
     """The read end of the pipe the worker writes a line to once it serves."""
+    beats: trio.lowlevel.FdStream | None = None
+    """The read end of its heartbeat pipe (:mod:`.heartbeat`; ``None``: not watched)."""
     serving: bool = False
     terminated: bool = False
     """Whether it was sent SIGTERM (a second one would stop it at once)."""
@@ -126,11 +145,21 @@ class Supervisor:
     """Seconds the workers get to stop after SIGTERM (their graceful timeout + a margin)."""
     settle_timeout: float = 1.0
     """Seconds after ``stop_timeout`` that settling a killed worker's tasks may take at a stop."""
+
+    heartbeat_timeout: float | None = attrs.field(
+        default=attrs.Factory(lambda self: heartbeat.timeout_from(self.environ), takes_self=True)
+    )
+    """Seconds a serving worker may send no heartbeat before it is killed and replaced
+    (``MCP_WORKER_HEARTBEAT_TIMEOUT``, default 10; ``None``: never), see :mod:`.heartbeat`."""
+    url: str = ""
+    """Where the listener is (``http://host:port``); logged with the MCP path the first
+    worker serving reports (the supervisor does not import the target)."""
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     gave_up: bool = False
     _live: dict[int, _Worker] = attrs.field(factory=dict)
     _stopping: trio.Event = attrs.field(factory=trio.Event)
     _settling: trio.CancelScope | None = None
+    _announced: bool = False
 
     async def run(self) -> int:
         """Supervise until a signal (then 0) or giving up (then 1)."""
@@ -238,20 +267,34 @@ class Supervisor:
             "--fd", str(fd), "--ready-fd", str(ready_write),
             "--lifeline-fd", str(lifeline_read), "--log-level", self.log_level, self.target,
         ]  # fmt: skip
+        passed = [fd, ready_write, lifeline_read]
+        beats_read = beats_write = None
+        if self.heartbeat_timeout is not None:
+            beats_read, beats_write = os.pipe()
+            passed.append(beats_write)
+            interval = heartbeat.interval_for(self.heartbeat_timeout)
+            command[-1:-1] = ["--heartbeat-fd", str(beats_write),
+                              "--heartbeat-interval", repr(interval)]  # fmt: skip
         try:
             process = await trio.lowlevel.open_process(
                 command,
                 env={**self.environ, "MCP_INSTANCE_ID": instance},
                 stdin=subprocess.DEVNULL,
-                pass_fds=(fd, ready_write, lifeline_read),
+                pass_fds=tuple(passed),
                 process_group=0,
             )
         except BaseException:
             os.close(ready_read)
+            if beats_read is not None:
+                os.close(beats_read)
             raise
         finally:
             os.close(ready_write)
+            if beats_write is not None:
+                os.close(beats_write)
         worker = _Worker(slot, instance, process, trio.lowlevel.FdStream(ready_read))
+        if beats_read is not None:
+            worker.beats = trio.lowlevel.FdStream(beats_read)
         self._live[slot] = worker
         logger.info("worker %d started (pid %d, instance %s)", slot, process.pid, instance)
         return worker
@@ -264,9 +307,17 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
 
                 async def watch_ready() -> None:
-                    if await ready.receive_some(64):
+                    line = await _ready_line(ready)
+                    if line is not None:
                         worker.serving = True
                         logger.info("worker %d (pid %d) serving", worker.slot, process.pid)
+                        if not self._announced and self.url:
+                            self._announced = True
+                            path = line.removeprefix("serving").strip()
+                            logger.info(
+                                "serving MCP on %s%s (%d workers)", self.url, path, self.workers
+                            )
+                        await self._watch_heartbeat(worker)
 
                 async def bound_stop() -> None:
                     await self._stopping.wait()
@@ -287,8 +338,28 @@ class Supervisor:
                 process.kill()  # the supervisor itself is being cancelled
             del self._live[worker.slot]
             await ready.aclose()
+            if worker.beats is not None:
+                await worker.beats.aclose()
         assert process.returncode is not None
         return process.returncode
+
+    async def _watch_heartbeat(self, worker: _Worker) -> None:
+        """Kill *worker* once it has sent no heartbeat for ``heartbeat_timeout`` seconds.
+
+        Its event loop is stuck (or the process stopped): it answers nobody,
+        and must not finish tasks that are about to be settled ``failed``.
+        Killed, it is replaced (and its tasks settled) like any dead worker.
+        """
+        timeout = self.heartbeat_timeout
+        if worker.beats is None or timeout is None:
+            return
+        await heartbeat.silent(worker.beats, timeout)
+        logger.error(
+            "worker %d (pid %d, instance %s) sent no heartbeat for %.1f s (its event loop"
+            " is blocked or the process is stopped): killing it",
+            worker.slot, worker.process.pid, worker.instance, timeout,
+        )  # fmt: skip
+        worker.process.kill()
 
     async def _settle(self, worker: _Worker) -> None:
         """Settle *worker*'s tasks ``failed`` (a shared Redis backend only)."""

@@ -6,10 +6,13 @@ descriptor *N*, hypercorn's ``fd://`` bind) with :func:`server_config`'s
 safe settings, and SIGINT/SIGTERM start ``serve(handle_signals=True)``'s
 graceful shutdown (calls in flight answered ``-32800``, within the graceful
 timeout).  Two pipes tie it to the supervisor:
-it writes a line to *R* once it serves (how the supervisor knows a
-replacement is up), and when *L* reaches end of file (the supervisor is
-gone, even by SIGKILL) it shuts down gracefully as on SIGTERM, so an
-orphaned worker never keeps the port.
+it writes a line to *R* once it serves, ``serving PATH`` (how the
+supervisor knows a replacement is up, and the MCP endpoint's path it
+logs), and when *L* reaches end of file (the supervisor is gone, even by
+SIGKILL) it shuts down gracefully as on SIGTERM, so an orphaned worker
+never keeps the port.  With ``--heartbeat-fd H`` its event loop writes a
+byte to *H* every ``--heartbeat-interval`` seconds, which the supervisor
+watches (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations
@@ -24,12 +27,22 @@ from functools import partial
 
 import trio
 
+from ..transports.http.app import McpHttpApp
 from ..transports.http.serving import AsgiApp, serve, server_config
-from . import target
+from . import heartbeat, target
 from .runner import configure_logging
 
 
-async def _serve_worker(app: AsgiApp, fd: int, ready_fd: int, lifeline_fd: int) -> None:
+async def _serve_worker(
+    app: AsgiApp,
+    fd: int,
+    ready_fd: int,
+    lifeline_fd: int,
+    beats: tuple[int, float] | None = None,
+) -> None:
+    # The ready line names the MCP endpoint's path: the supervisor, which
+    # never imports the target, logs the URL clients use from it.
+    path = app.path if isinstance(app, McpHttpApp) else ""
     config = server_config(bind=[f"fd://{fd}"], errorlog=logging.getLogger("hypercorn.error"))
     async with trio.open_nursery() as nursery:
 
@@ -38,8 +51,10 @@ async def _serve_worker(app: AsgiApp, fd: int, ready_fd: int, lifeline_fd: int) 
             nursery.cancel_scope.cancel()
 
         await nursery.start(serving)
+        if beats is not None:  # from the event loop: a stuck loop stops beating
+            nursery.start_soon(heartbeat.beat, *beats)
         with contextlib.suppress(BrokenPipeError):  # the supervisor is gone: see below
-            os.write(ready_fd, b"serving\n")
+            os.write(ready_fd, f"serving {path}\n".encode(errors="replace"))
         os.close(ready_fd)
         async with trio.lowlevel.FdStream(lifeline_fd) as lifeline:
             while await lifeline.receive_some(64):
@@ -56,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--lifeline-fd", type=int, required=True)
+    parser.add_argument("--heartbeat-fd", type=int)
+    parser.add_argument("--heartbeat-interval", type=float, default=heartbeat.INTERVAL)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("target")
     args = parser.parse_args(argv)
@@ -66,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trio-mcp-cancel worker: error: {exc}", file=sys.stderr)
         return 3
     try:
-        trio.run(partial(_serve_worker, app, args.fd, args.ready_fd, args.lifeline_fd))
+        beats = None if args.heartbeat_fd is None else (args.heartbeat_fd, args.heartbeat_interval)
+        trio.run(partial(_serve_worker, app, args.fd, args.ready_fd, args.lifeline_fd, beats))
     except KeyboardInterrupt:
         pass
     return 0

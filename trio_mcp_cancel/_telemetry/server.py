@@ -2,7 +2,7 @@
 
 One :class:`ServerTelemetry` per server (``McpServer(telemetry=...)``),
 made only when ``opentelemetry-api`` is installed and telemetry is on; the
-dispatcher checks ``server.telemetry is None`` once per request and
+dispatcher checks ``registration.telemetry is None`` once per request and
 otherwise never comes here.
 
 * :meth:`ServerTelemetry.serve` wraps one request in a ``SERVER`` span named
@@ -36,7 +36,8 @@ from .._core.request import TrackedRequest
 from . import names as n
 from .active import Active, current_active
 from .config import Telemetry
-from .otel import Api, global_providers_set, is_quiet_provider, load, wall_ns
+from .otel import Api, load, wall_ns
+from .otel_compat import global_providers_set, is_quiet_provider
 
 __all__ = ["ServerTelemetry", "Subject", "for_server"]
 

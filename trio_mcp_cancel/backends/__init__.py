@@ -12,6 +12,7 @@ from .._core.events import BackendEvent
 from .._public import fixup_module_metadata
 from .base import (
     Backend,
+    BackendError,
     BackendUnavailable,
     CancelBus,
     TaskStore,
@@ -23,6 +24,7 @@ from .task_records import TaskRecord
 
 __all__ = [
     "Backend",
+    "BackendError",
     "BackendEvent",
     "BackendUnavailable",
     "CancelBus",

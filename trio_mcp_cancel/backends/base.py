@@ -41,6 +41,7 @@ from .task_records import Clock, TaskRecord, TaskStatus
 
 __all__ = [
     "Backend",
+    "BackendError",
     "BackendUnavailable",
     "BusMessage",
     "CancelBus",
@@ -55,15 +56,30 @@ BusMessage = dict[str, Any]
 """A JSON object: ``{"type": "task.cancel" | "notify" | "session.end", ...}``."""
 
 
-class BackendUnavailable(Exception):
+class BackendError(Exception):
+    """The root of every error a backend raises for the server to handle.
+
+    One of three roots, by audience: a backend author (a :class:`TaskStore`,
+    a :class:`CancelBus`, a token verifier: anything the server calls
+    through a protocol) raises these, and the server turns each into its
+    answer (a 503, a ``-32603``, a 401...).  Tool code never sees one.
+    """
+
+
+class BackendUnavailable(BackendError):
     """The shared backend cannot be reached; a cross-process operation did not happen."""
 
 
-class TaskStoreUnavailable(Exception):
-    """The shared store cannot be reached; the operation did not happen."""
+class TaskStoreUnavailable(BackendError):
+    """The shared store cannot be reached; the operation did not happen.
+
+    Not a :class:`BackendUnavailable`: the server answers the two
+    differently (a task request's error, a session's 503), and code that
+    catches one must not start catching the other.
+    """
 
 
-class TaskStoreFull(Exception):
+class TaskStoreFull(BackendError):
     """No room for a new record: nothing was stored, nothing was evicted.
 
     ``limit`` says which bound: ``"tasks"``, the tenant already holds *cap*

@@ -52,7 +52,11 @@ cancel of a request running in this process works as before.  A circuit
 breaker (:class:`_Health`) makes the first operation that fails or times out
 (``hot_timeout`` for what a request waits for, ``op_timeout`` for background
 work) the only one that waits: until the heartbeat's probe finds Redis back,
-request-path operations are skipped at once.  What needs Redis fails with a
+request-path operations are skipped at once; it closes after several
+probes in a row succeed (:class:`~._breaker.Breaker`'s hysteresis).  Each
+request-path operation is one round trip (pipelines; the scripts are
+loaded by the heartbeat), so a Redis slower than usual but within
+``hot_timeout`` never opens it.  What needs Redis fails with a
 clear error (``tasks/*`` answer ``-32603`` "the task store is unavailable"),
 the quotas fall back to this process's own count, a task that ends
 meanwhile keeps its final state in a bounded outbox (written, never over a
@@ -258,8 +262,10 @@ class _Health:
     A circuit :class:`~._breaker.Breaker` stands in front of every call:
     once one fails or times out, calls are skipped at once (the caller gets
     its "unavailable" error and falls back to what this process can do
-    alone) until a probe succeeds.  The backend's heartbeat is the probe
-    (:attr:`prober`: it wakes at the breaker's retry time); without a
+    alone) until probes succeed (several in a row: the breaker's
+    hysteresis, so a slow Redis does not make it flap).  The backend's
+    heartbeat is the probe (:attr:`prober`: it wakes at the breaker's
+    retry time); without a
     heartbeat, one ordinary call is let through when a probe is due.
     Request-path calls wait at most *hot_timeout*; background ones
     (``slow=True``: the heartbeat, quota repair, writing a task's final
@@ -287,8 +293,18 @@ class _Health:
         *,
         slow: bool = False,
         probe: bool = False,
+        attempt: bool = False,
     ) -> T:
-        if not probe and not self.breaker.allow():
+        """*fn*'s value, within the timeout; *error* when it failed, timed out or was skipped.
+
+        *attempt*: a write that must not be skipped (a new session other
+        workers will look up): sent even while the breaker is open, and
+        then bounded by *hot_timeout*; its success counts toward closing the
+        breaker like a probe's, its failure does not delay the next probe.
+        """
+        if attempt and self.breaker.is_open:
+            slow = False  # an open breaker: nobody waits long for a write that may not happen
+        elif not probe and not self.breaker.allow():
             probe = not self.prober and self.breaker.try_probe()
             if not probe:
                 await trio.lowlevel.checkpoint()
@@ -303,7 +319,7 @@ class _Health:
             if probe:
                 self.breaker.failure(probe=True)  # cancelled: the next probe is due later
             raise
-        if self.breaker.success():
+        if self.breaker.success(probe=probe or attempt):
             self.events.emit(BackendEvent("backend.recovered", operation, ""))
         return value
 
@@ -630,6 +646,32 @@ class RedisTaskStore:
 
 # KEYS: the session record, its tenant's index of live sessions.
 # ARGV: record JSON, TTL ms (or ''), now ms, cap (or ''), member, index score.
+# The used-requestState set and its epoch (KEYS[2]: when the set began, Redis
+# time in seconds; both keys share the deployment's hash tag).  A set without
+# its epoch lost its data: the epoch restarts now, and a state sealed before
+# it (ARGV[2]) cannot be confirmed unused (-1).
+_CLAIM_STATE: Final = """
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+    epoch = redis.call('TIME')[1]
+    redis.call('SET', KEYS[2], epoch)
+end
+if tonumber(ARGV[2]) < tonumber(epoch) then
+    return -1
+end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+    return 1
+end
+return 0
+"""
+
+_MARK_STATE_EPOCH: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('SET', KEYS[1], redis.call('TIME')[1])
+end
+return 1
+"""
+
 _PUT_SESSION: Final = """
 if ARGV[4] ~= '' then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
@@ -698,7 +740,13 @@ class RedisSessionRecords:
         ]
         keys = [self._key(key), self._index(tenant)]
         stored: object = await self.health.call(
-            "sessions.put", lambda: self._put(keys=keys, args=args), BackendUnavailable
+            "sessions.put",
+            lambda: self._put(keys=keys, args=args),
+            BackendUnavailable,
+            # Durable, as a task's creation, and tried even with the breaker open:
+            # the next POST may reach a worker that finds no record and says 404.
+            slow=True,
+            attempt=True,
         )
         return stored == 1
 
@@ -721,8 +769,15 @@ class RedisSessionRecords:
         expiry = int(self.clock() * 1000) + ttl_ms
 
         async def refresh() -> None:
-            await self.client.pexpire(redis_key, ttl_ms)
-            await self.client.zadd(index, {key: expiry}, condition=PureToken.XX)
+            # One round trip (pipelined): two in a row cost twice the latency, so
+            # a Redis more than half the hot timeout away made every touch time out.
+            async with self.client.pipeline(transaction=False) as pipe:
+                replies = [
+                    pipe.pexpire(redis_key, ttl_ms),
+                    pipe.zadd(index, {key: expiry}, condition=PureToken.XX),
+                ]
+            for reply in replies:
+                await reply
 
         await self.health.call("sessions.touch", refresh, BackendUnavailable)
 
@@ -730,8 +785,10 @@ class RedisSessionRecords:
         redis_key, index = self._key(key), self._index(tenant)
 
         async def remove() -> None:
-            await self.client.delete([redis_key])
-            await self.client.zrem(index, [key])
+            async with self.client.pipeline(transaction=False) as pipe:  # one round trip
+                replies = [pipe.delete([redis_key]), pipe.zrem(index, [key])]
+            for reply in replies:
+                await reply
 
         await self.health.call("sessions.delete", remove, BackendUnavailable)
 
@@ -1156,6 +1213,8 @@ class RedisBackend:
         self.events = EventHub() if events is None else events
         self.reconnect_delay = reconnect_delay
         self.keys = _Keys(prefix)
+        self._state_epoch = f"{self.keys.base}:state-epoch"
+        self._claim_state: Any = None  # its script, registered at the first claim
         if hot_timeout is None:
             hot_timeout = type(self).HOT_TIMEOUT
         health = _Health(self.events, op_timeout, hot_timeout)
@@ -1186,37 +1245,90 @@ class RedisBackend:
         """
         health = self.tasks.health
         health.prober = True
+        scripts_loaded = False
         try:
             while True:
                 try:
                     await _beat(self)
                     await self.counters.resync()
                     await self.tasks.flush()
+                    # After the flush, so what an outage left behind is written first.
+                    if not scripts_loaded and not health.down:
+                        await self._load_scripts()
+                        scripts_loaded = True
                 except (BackendUnavailable, TaskStoreUnavailable):
-                    pass  # reported by the health check; retried at the next probe
+                    # Reported by the health check; retried at the next probe.  A
+                    # Redis that went away may come back without its scripts.
+                    scripts_loaded = False
                 await health.until_probe(self.liveness / 3)
         finally:
             health.prober = False
+
+    async def _load_scripts(self) -> None:
+        """``SCRIPT LOAD`` every script, in the background, before a request needs one.
+
+        A script Redis does not hold yet costs its first caller three round
+        trips (``NOSCRIPT``, the load, the retry): against a Redis a third
+        of the hot timeout away, that call timed out and opened the breaker.
+        """
+        tasks, sessions, counters = self.tasks, self.sessions, self.counters
+        scripts = [
+            tasks._create, tasks._settle, tasks._request_cancel, tasks._set_message,
+            sessions._put, counters._acquire, counters._release, counters._resync,
+        ]  # fmt: skip
+        for script in scripts:
+            await self.tasks.health.call(
+                "scripts.load",
+                lambda script=script: self.client.script_load(script.script),  # type: ignore[misc]
+                BackendUnavailable,
+                slow=True,
+            )
 
     @property
     def health_down(self) -> bool:
         """Whether the circuit breaker is open: Redis failed, and no probe found it back yet."""
         return self.tasks.health.down
 
-    async def claim_once(self, key: str, ttl: float) -> bool:
+    async def claim_once(self, key: str, ttl: float, issued_at: float | None = None) -> bool | None:
         """``True`` the first time *key* is claimed within *ttl* seconds, on any worker.
 
         The used-``requestState`` set every worker shares (``SET NX PX``; see
         :mod:`trio_mcp_cancel._protocol.replay`); :class:`BackendUnavailable`
         when Redis cannot tell, and the caller falls back to its own set.
+
+        With *issued_at* (when the state was sealed, wall clock): ``None`` when
+        the set is younger than the state, so a use of it may have been lost
+        with Redis's data (``P:state-epoch``, see :meth:`mark_state_epoch`).
         """
         name, ms = f"{self.keys.base}:state:{key}", max(1, math.ceil(ttl * 1000))
-        claimed = await self.tasks.health.call(
-            "state.claim",
-            lambda: self.client.set(name, "1", condition=PureToken.NX, px=ms),
+        if issued_at is None:
+            claimed = await self.tasks.health.call(
+                "state.claim",
+                lambda: self.client.set(name, "1", condition=PureToken.NX, px=ms),
+                BackendUnavailable,
+            )
+            return bool(claimed)
+        script = self._claim_state = self._claim_state or self.client.register_script(_CLAIM_STATE)
+        keys, args = [name, self._state_epoch], [ms, math.floor(issued_at)]
+        answer = await self.tasks.health.call(
+            "state.claim", lambda: script(keys=keys, args=args), BackendUnavailable
+        )
+        return None if answer == -1 else bool(answer)
+
+    async def mark_state_epoch(self) -> None:
+        """Note when the used-``requestState`` set began, unless it is noted already.
+
+        Called when a worker starts, before it seals any state: a set found
+        without its mark later lost its data (``FLUSHALL``, a restart without
+        persistence, a failover to a replica that missed the writes), and
+        :meth:`claim_once` then refuses the states sealed before the loss.
+        """
+        epoch = self._state_epoch
+        await self.tasks.health.call(
+            "state.epoch",
+            lambda: self.client.eval(_MARK_STATE_EPOCH, keys=[epoch]),
             BackendUnavailable,
         )
-        return bool(claimed)
 
     async def run(
         self, *, task_status: trio.TaskStatus[RedisBackend] = trio.TASK_STATUS_IGNORED

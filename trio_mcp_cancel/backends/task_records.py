@@ -14,11 +14,37 @@ processes whose Trio clocks have nothing in common.  Tests pass a clock
 derived from ``trio.current_time()`` so that ``MockClock`` still drives
 expiry.
 
-The state machine (:func:`transition`): ``working`` and ``input_required``
-(which carries the pending ``inputRequests``) may move to each other or to
-a terminal state; ``completed``, ``failed``
-and ``cancelled`` are terminal and never change again.  A store applies it
-atomically, so two processes settling one task cannot both win.
+**The status machine** (:data:`TRANSITIONS`, asked through
+:func:`can_move`; h11's ``_state.py`` style):
+
+============== =========================================== ====================
+status         may move to                                 why
+============== =========================================== ====================
+working        working, input_required, completed,         the run goes on, asks,
+               failed, cancelled                           or ends
+input_required working, input_required, completed,         answered, asked again,
+               failed, cancelled                           or ended meanwhile
+completed      nothing (terminal)                          the first end stands
+failed         nothing (terminal)                          the first end stands
+cancelled      nothing (terminal)                          the first end stands
+============== =========================================== ====================
+
+The file's rules:
+
+* A terminal status is final: a client told "failed" is never later handed
+  a result (whose side effects it may now repeat).  Two processes settling
+  one task race, and the loser's move is *refused*, not an error:
+  :func:`transition` returns ``False`` and changes nothing.  A store
+  applies the table atomically (memory: in one Trio step; Redis: the
+  ``_SETTLE`` script spells the same terminal set, and
+  ``tests/tasks/test_task_transitions.py`` runs both stores over every pair).
+* A move to the status a task already has is legal while it is live: a
+  new ``input_required`` round replaces the pending questions, a
+  ``working`` refresh its message.
+* A status MCP does not have is a bug in this package: ``ValueError``.
+* ``input_required`` carries its pending ``inputRequests``; ``completed``
+  its result, ``failed`` its error (:func:`settled_payload`); each status
+  keeps only its own payload.
 """
 
 from __future__ import annotations
@@ -26,25 +52,55 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 __all__ = [
+    "TRANSITIONS",
     "Clock",
     "TaskRecord",
     "TaskStatus",
     "iso8601",
     "new_task_id",
+    "can_move",
     "settled_payload",
     "transition",
 ]
 
 Clock = Callable[[], float]
+
+_LIVE_TO: Final[frozenset[TaskStatus]] = frozenset(
+    {"working", "input_required", "completed", "failed", "cancelled"}
+)
+
+#: The legal moves of a task's status (the module docstring's table).
+#: Invariant: a status with no way out is terminal, and exactly those are
+#: :data:`TERMINAL_STATUSES`; every live status may reach every status.
+#: Invariant: the keys are exactly :data:`TASK_STATUSES` (the wire's).
+TRANSITIONS: Final[Mapping[str, frozenset[TaskStatus]]] = {
+    "working": _LIVE_TO,
+    "input_required": _LIVE_TO,
+    "completed": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+
+def can_move(old: str, new: str) -> bool:
+    """Whether a task whose status is *old* may move to *new* (:data:`TRANSITIONS`).
+
+    ``ValueError`` for a status MCP does not have (either side): a bug in
+    this package, never a race to settle.
+    """
+    for status in (old, new):
+        if status not in TRANSITIONS:
+            raise ValueError(f"unknown task status {status!r}")
+    return new in TRANSITIONS[old]
 
 
 def new_task_id() -> str:
@@ -144,6 +200,8 @@ def settled_payload(
     (``ValueError`` otherwise), and each status keeps only its own payload,
     so a task that leaves ``input_required`` drops its pending requests.
     """
+    if status not in TRANSITIONS:
+        raise ValueError(f"unknown task status {status!r}")
     if status == "completed" and result is None:
         raise ValueError("a completed task needs its result")
     if status == "failed" and error is None:
@@ -165,16 +223,14 @@ def transition(
     message: str | None = None,
     input_requests: dict[str, Any] | None = None,
 ) -> bool:
-    """Move *record* to *status* in place; ``False`` (and no change) when it is terminal.
+    """Move *record* to *status* in place; ``False`` (and no change) when the table refuses.
 
     ``completed`` carries *result*, ``failed`` carries *error* (the JSON-RPC
     error object), ``input_required`` its pending *input_requests*, as the
     extension requires.
     """
-    if record.terminal:
+    if not can_move(record.status, status):
         return False
-    if status not in TASK_STATUSES:
-        raise ValueError(f"unknown task status {status!r}")
     record.result, record.error, record.input_requests = settled_payload(
         status, result=result, error=error, input_requests=input_requests
     )

@@ -126,13 +126,21 @@ class Outbox(Generic[T]):
             self._wakeup.unpark_all()
         return True
 
-    def _fits(
-        self, items: deque[tuple[T, int, bool, Callable[[], object] | None]], size: int
-    ) -> bool:
+    def waiting_bounded(self) -> int:
+        """Bytes of bounded items waiting behind the one in flight (the peer is behind)."""
+        items = self._items
+        if items is None:
+            return 0
         waiting = self.bounded_bytes
         _, head_size, head_bounded, _ = items[0]
         if head_bounded:
             waiting -= head_size  # in flight: never counted
+        return waiting
+
+    def _fits(
+        self, items: deque[tuple[T, int, bool, Callable[[], object] | None]], size: int
+    ) -> bool:
+        waiting = self.waiting_bounded()
         if self.lenient and not waiting:
             return True
         return waiting + size <= self.limit

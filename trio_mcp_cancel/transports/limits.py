@@ -114,6 +114,16 @@ class HttpLimits:
     that reconnects with ``Last-Event-ID`` (the final answer is kept apart, never
     dropped).  An event dropped before any connection took it makes the stream
     unresumable: its call is then cancelled as a disconnect at once."""
+    max_retained_stream_bytes: int = attrs.field(default=64 << 20, validator=_at_least_one)
+    """Bytes all resumable legacy SSE streams of one app may hold together: replay
+    buffers, and answers not yet delivered.  Per-stream bounds alone let memory
+    grow with the call rate when clients do not read (each unread answer is held
+    for ``write_timeout`` plus ``resume_window``).  Over it, the oldest finished
+    stream not yet delivered (or GET stream kept only for a resume) is evicted:
+    its connection is closed, its answer lost, a resume of it is ``409``; with
+    none left, the stream adding an event keeps less history (as at
+    ``replay_buffer_size``).  64 MiB is 256 full replay buffers, far more than
+    clients resume at once, and a small, fixed part of a worker's memory."""
 
 
 #: The defaults, shared (the objects are frozen).

@@ -63,6 +63,7 @@ from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
 from ._connection import MessageConnection, connection_caller
+from ._shutdown import SHUTDOWN_REASON
 from ._startup import require_running
 from ._tasks import tasks_served
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
@@ -189,11 +190,11 @@ async def _watch_signals(
                 return
             logger.info("%s: shutting down", name)
             connection.channel.cancel_all(
-                "server shutting down",
+                SHUTDOWN_REASON,
                 kind="server",
                 grace_period=connection.limits.disconnect_grace_period,
             )
-            connection.tasks_end_as = ("server shutting down", "server")
+            connection.tasks_end_as = (SHUTDOWN_REASON, "server")
             reader.stop()
 
 

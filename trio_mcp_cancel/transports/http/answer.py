@@ -53,7 +53,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -65,15 +64,15 @@ from ..._protocol.calls import Call, RequestCall
 from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.exchange import Caller, Exchange
 from ..._protocol.jsonrpc import Message
-from ..._protocol.tasks import TaskManager
 from ..._protocol.versions import Era
 from ..._protocol.wire import TOO_MANY_REQUESTS
 from ...backends.base import Backend
+from .._shutdown import SHUTDOWN_REASON, Shutdown  # re-exported: HTTP's shutdown is the shared one
 from . import rules
 from .inline import can_write_now
 from .lazy import await_then
 from .response import CallResponse, State
-from .resume import ResumableStream
+from .resume import ResumableStream, StreamBudget
 from .sessions import Session
 from .shared import tenant_call_slot
 from .writer import WRITER_TASK, ResponseWriter, write_now
@@ -92,8 +91,6 @@ _HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 #: The watcher tasks' name, as trio would make it (given: not one string per task).
 _WATCHER: Final = f"{__name__}.Responder._watch"
-#: The reason of a shutdown's cancel, as stdio gives it: the client reads it in ``-32800``.
-SHUTDOWN_REASON: Final = "server shutting down"
 
 
 def _extra(routed: Routed, status: int) -> Any:
@@ -135,73 +132,6 @@ class Routed:
 
 
 @attrs.define(eq=False)
-class Shutdown:
-    """The cancellable calls of one app in flight, and the shutdown that cancels them."""
-
-    at: float | None = None
-    """Set by :meth:`begin`: when calls still running are hard-cancelled
-    (``math.inf``: never); ``None`` while not shutting down."""
-    in_flight: set[Exchange] = attrs.field(factory=set)
-    """The exchanges of the cancellable calls running now (``Responder._stream`` keeps it)."""
-    _hooks: set[Callable[[], object]] = attrs.field(factory=set)
-    """What else ends at shutdown (an open GET stream's end), called once."""
-
-    def begin(
-        self, grace: float | None, within: float | None = None, tasks: TaskManager | None = None
-    ) -> int:
-        """Flag every call in flight, and every later one; how many ran.
-
-        What stdio does on a signal: each call's polled flag is set at once
-        (kind ``"server"``, reason ``"server shutting down"``), so a tool that
-        polls stops and tidies up, and its client is answered ``-32800`` with
-        the reason (a call that finishes anyway answers its result); each is
-        logged when it stops.  One still running after *grace* seconds
-        (``None``: never), or after *within* if that is sooner, is
-        hard-cancelled, so that its answer is written before the server
-        closes the connection: one deadline for all, so a call that starts
-        during the shutdown gets no more time than one that was running.
-        The tasks running in *tasks* (the manager the app runs) are cancelled
-        the same way (they settle ``failed``, "server shutting down"); open
-        GET streams end (their client sees the response finish).
-        """
-        if within is not None:
-            grace = within if grace is None else min(grace, max(0.0, within))
-        first = self.at is None
-        self.at = math.inf if grace is None else trio.current_time() + grace
-        running = list(self.in_flight)
-        for exchange in running:
-            self.flag(exchange)
-        stopping = 0 if tasks is None else tasks.cancel_all(SHUTDOWN_REASON, grace_period=grace)
-        if first:
-            hooks, self._hooks = self._hooks, set()
-            for hook in hooks:
-                hook()
-        logger.info(
-            "shutting down: %d call(s) and %d task(s) in flight cancelled (kind server)%s",
-            len(running),
-            stopping,
-            "" if grace is None else f", hard-cancelled in {grace:g}s if still running",
-        )
-        return len(running)
-
-    def flag(self, exchange: Exchange) -> None:
-        """Cancel *exchange*'s call for the shutdown (it has begun), by its deadline."""
-        at = self.at
-        assert at is not None
-        grace = None if at == math.inf else max(0.0, at - trio.current_time())
-        exchange.cancel(SHUTDOWN_REASON, kind="server", grace_period=grace)
-
-    def on_begin(self, hook: Callable[[], object]) -> Callable[[], None]:
-        """Call *hook* once when the shutdown begins (at once if it has); returns
-        the function that forgets it (for an open stream that ended first)."""
-        if self.at is not None:
-            hook()
-            return _nothing
-        self._hooks.add(hook)
-        return partial(self._hooks.discard, hook)
-
-
-@attrs.define(eq=False)
 class Responder:
     """Runs routed calls and writes every response of one app (see the module)."""
 
@@ -221,9 +151,11 @@ class Responder:
     client to come back before it counts as a disconnect (``None``: not resumable)."""
     replay_limit: int = 256 * 1024
     """Bytes of events each resumable stream keeps for a replay."""
+    stream_budget: StreamBudget = attrs.field(factory=lambda: StreamBudget(64 << 20))
+    """Bytes every resumable stream of the app may hold together (see :mod:`.resume`)."""
     service: trio.Nursery | None = None
     """The lifespan's service nursery (``None``: served without a lifespan)."""
-    shutdown: Shutdown = attrs.field(init=False, factory=Shutdown)
+    shutdown: Shutdown = attrs.field(init=False, factory=lambda: Shutdown(log=logger))
     """The app's calls in flight, and the shutdown that cancels them."""
     dispatcher: Dispatcher = attrs.field(init=False)
     """The server's dispatcher (``server.dispatcher``), looked up once per app."""
@@ -424,6 +356,8 @@ class Responder:
             writer.wakes = None
             response.disconnected()
             if stream is not None:
+                if stream.delivered:
+                    return  # closed after its answer was queued: delivered
                 with run.outlived():
                     await self._await_resume(stream, exchange, limit_at)
                 return
@@ -474,6 +408,8 @@ class Responder:
         while not stream.delivered:
             writer = stream.writer
             if writer is None:
+                if stream.evicted:
+                    return  # evicted to keep the server-wide budget: the answer is lost
                 if stream.final is not None and not stream.final[1]:
                     return  # ended without an answer (its client cancelled): nothing to resume
                 if not await stream.wait_attached(window):
@@ -632,7 +568,8 @@ class _CallRun:
     def _open_stream(self) -> ResumableStream:
         session = self.routed.session
         assert session is not None
-        return session.streams.open(self.responder.replay_limit)
+        responder = self.responder
+        return session.streams.open(responder.replay_limit, budget=responder.stream_budget)
 
     def _start_writer(self) -> None:
         assert self.response is not None

@@ -69,6 +69,7 @@ from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
 from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
+from .resume import StreamBudget
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
@@ -143,7 +144,9 @@ class McpHttpApp:
             its client has not come back within this many seconds (default
             5; ``MCP_RESUME_WINDOW``).  ``None``: no resumption; a dropped
             stream is a disconnect at once.  The replay buffer of each
-            stream is ``http_limits.replay_buffer_size`` bytes.
+            stream is ``http_limits.replay_buffer_size`` bytes, and all
+            streams together hold at most
+            ``http_limits.max_retained_stream_bytes``.
         backend: what server processes share (task records, cancellation
             requests; see :mod:`trio_mcp_cancel.backends`); ``None``: this
             process only, in memory.  The lifespan runs it.
@@ -234,6 +237,7 @@ class McpHttpApp:
             hypercorn_fast_paths,
             resume_window=_check_window(resume_window),
             replay_limit=http_limits.replay_buffer_size,
+            stream_budget=StreamBudget(http_limits.max_retained_stream_bytes),
         )
         self._modern = ModernEra(self._responder)
         self._legacy = LegacyEra(
@@ -254,6 +258,12 @@ class McpHttpApp:
             grace = self.registry.config.grace_period if known or _registry_around() else within
         tasks = self.dispatcher.runtime.tasks if self._runs_tasks else None
         return self._responder.shutdown.begin(grace, within, tasks)
+
+    @property
+    def retained_stream_bytes(self) -> int:
+        """Bytes the app's resumable legacy streams hold now (replay buffers and answers
+        not yet delivered), bounded by ``http_limits.max_retained_stream_bytes``."""
+        return self._responder.stream_budget.held
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -313,10 +323,14 @@ class McpHttpApp:
                         _unsubscribe_on_exit, self.backend.attach_events(self.registry.events)
                     )
                     await outer.start(self.backend.run)
+                    # Before this worker seals any requestState (see replay.py).
+                    await self.dispatcher.runtime.used_states.mark_epoch()
                     outer.start_soon(
                         _unsubscribe_on_exit, self.backend.bus.subscribe(self._legacy.on_bus)
                     )
                     await outer.start(self._get.serve_backend, self.backend)
+                    if self._sharing is not None:
+                        await outer.start(self._sharing.keep_written)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
                     if self._expiries is not None:
@@ -376,7 +390,7 @@ class McpHttpApp:
                     raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
                 rules.check_origin(headers, self.allowed_origins)
                 client = scope.get("client")
-                access = None if self.auth is None else await self._principal(headers, client)
+                access = None if self.auth is None else await _principal(self, headers, client)
                 principal = access.principal if isinstance(access, AccessToken) else access
                 method = scope["method"]
                 if method == "POST":
@@ -418,21 +432,6 @@ class McpHttpApp:
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
-
-    async def _principal(self, headers: dict[str, str], client: object) -> str | AccessToken | None:
-        """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
-        auth = self.auth
-        if auth is None:
-            return None
-        if isinstance(auth, OAuthResource):
-            try:
-                return await auth.authenticate(headers, client)
-            except Refusal as refused:
-                raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
-        principal = await authenticate(auth, headers)
-        if principal is None:
-            raise HttpError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
-        return principal
 
     async def _post(
         self,
@@ -485,6 +484,24 @@ class McpHttpApp:
             await responder.answer(routed, receive, send)
         else:
             await answer_until_expiry(responder, expiries, routed, receive, send, access)
+
+
+async def _principal(
+    app: McpHttpApp, headers: dict[str, str], client: object
+) -> str | AccessToken | None:
+    """The caller's principal id, or its validated token (``auth`` an OAuthResource)."""
+    auth = app.auth
+    if auth is None:
+        return None
+    if isinstance(auth, OAuthResource):
+        try:
+            return await auth.authenticate(headers, client)
+        except Refusal as refused:
+            raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
+    principal = await authenticate(auth, headers)
+    if principal is None:
+        raise HttpError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
+    return principal
 
 
 async def _discard_body(app: McpHttpApp, receive: Receive) -> None:

@@ -21,7 +21,11 @@ With ``Last-Event-ID`` the GET instead resumes the stream that id names
 on live on this response, which ends when that stream ends (a call's
 stream: once the call's answer was sent).  An id this session's streams
 cannot serve (unknown, ended, or older than the replay buffer holds) is
-``409`` with the reason.
+``409`` with the reason; so is a second resume of a stream while another
+resuming connection still carries it (a duplicated or retried GET: taking
+the stream over would end the first response before its head, which
+hypercorn turns into a ``500``), logged.  A resume does take over from the
+call's own POST connection: that client came back on a new one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from ..._protocol import jsonrpc
 from ..._protocol.admission import LISTEN_LIMITS, over_limit
 from ..._protocol.subscriptions import LegacyFilter, Listener
@@ -53,6 +58,7 @@ from .writer import ResponseWriter
 __all__ = ["GetStreams"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+_log = RateLimitedLog(logger)
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -142,6 +148,13 @@ class GetStreams:
             stream, after = found
             if not stream.can_resume(after):
                 raise HttpError(409, "Conflict: the events after Last-Event-ID are no longer held")
+            if not stream.standalone and stream.resume_in_progress():
+                _log.log(
+                    logging.INFO,
+                    "concurrent",
+                    "a second resume of a stream another connection resumes now: 409",
+                )
+                raise HttpError(409, "Conflict: another connection is resuming this stream")
             if stream.standalone:
                 await self._standalone(session, tenant, receive, send, (stream, after), ends)
                 return
@@ -183,8 +196,8 @@ class GetStreams:
             else:
                 if current is not None:
                     session.streams.close(current)
-                limit = responder.replay_limit
-                stream = session.streams.open(limit, standalone=True)
+                limit, budget = responder.replay_limit, responder.stream_budget
+                stream = session.streams.open(limit, standalone=True, budget=budget)
                 stream.attach(writer)
                 stream.prime()
             # A shutdown ends the stream (its response finishes) rather than
@@ -197,7 +210,9 @@ class GetStreams:
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
             elif stream.writer is None and responder.service is not None:
-                # Kept for a resume of what was in flight, for resume_window only.
+                # Kept for a resume of what was in flight, for resume_window only
+                # (and evictable meanwhile, like a finished call's stream).
+                responder.stream_budget.retire(stream)
                 responder.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
@@ -232,16 +247,20 @@ class GetStreams:
         """Carry *stream* on this GET until it ends, its client goes, it is replaced,
         or (*ends*) the token that opened it expires."""
         responder = self.responder
+        closed = False  # stays so when the writer ended first (the nursery is cancelled)
         async with trio.open_nursery() as nursery:
             writer.outbox.timeout = responder.write_timeout
             (responder.service or nursery).start_soon(writer.run)
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)
-            await self._watch(stream, writer, receive, ends)
+            closed = await self._watch(stream, writer, receive, ends)
             nursery.cancel_scope.cancel()
-        stream.detach(writer)
-        if not writer.done:
+        if closed:
+            stream.disconnected(writer)  # a detach, or (final event queued) the delivery
+        else:
+            stream.detach(writer)
+        if not writer.done and not stream.handed_over:
             writer.abandon()
 
     async def _watch(
@@ -250,9 +269,10 @@ class GetStreams:
         writer: ResponseWriter,
         receive: Receive,
         ends: tuple[float, str] | None = None,
-    ) -> None:
-        """Until the client goes, stops reading, or another GET took the stream over
-        (or, once the token expired and the stream was ended, it is written)."""
+    ) -> bool:
+        """Until the client goes (``True``: it closed its connection), stops reading, or
+        another GET took the stream over (or, once the token expired and the stream
+        was ended, it is written)."""
         interval = self.responder.keepalive_interval
         keepalive_at = math.inf if interval is None else trio.current_time() + interval
         ends_at = math.inf if ends is None else ends[0]
@@ -261,12 +281,12 @@ class GetStreams:
             with trio.CancelScope(deadline=deadline) as wait:
                 writer.wakes = wait
                 if (await receive())["type"] == "http.disconnect":
-                    return
+                    return True
                 continue
             now = trio.current_time()
             if now >= writer.stall_at:
                 logger.info("client stopped reading its GET stream; dropping it")
-                return
+                return False
             if ends is not None and now >= ends_at:
                 # Ended like an overflowed stream: the final write closes the
                 # response, then _end_when_written stops this watch.
@@ -276,9 +296,10 @@ class GetStreams:
                 continue
             if interval is not None and now >= keepalive_at:
                 if not stream.keepalive(sse.KEEPALIVE):
-                    return
+                    return False
                 keepalive_at = now + interval
         writer.wakes = None
+        return False
 
 
 async def _end_when_written(writer: ResponseWriter, scope: trio.CancelScope) -> None:

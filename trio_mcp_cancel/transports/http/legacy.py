@@ -34,7 +34,7 @@ from . import rules
 from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send
 from .rules import HttpError
 from .sessions import Session, SessionLimitReached, SessionStore
-from .shared import SessionSharing, session_key
+from .shared import SessionSharing, SessionUnconfirmed, session_key
 
 __all__ = ["LegacyEra"]
 
@@ -158,7 +158,12 @@ class LegacyEra:
         return session
 
     async def session(self, headers: dict[str, str], principal: str | None) -> Session | None:
-        """The session a request names (``None``: sessions are off); ``400``/``404`` else."""
+        """The session a request names (``None``: sessions are off); ``400``/``404`` else.
+
+        ``503`` with ``Retry-After`` when the session is not held here and the
+        shared backend cannot say whether it exists: ``404`` (start over) is
+        only for a session the backend says does not exist.
+        """
         sessions, sharing = self.sessions, self.sharing
         if sessions is None or sharing is None:
             return self._unshared_session(headers, principal)
@@ -166,7 +171,16 @@ class LegacyEra:
         session = sessions.get(session_id, principal, trio.current_time())
         if session is None:
             # Maybe another worker's (see .shared).
-            session = await sharing.find(session_id, principal, sessions)
+            try:
+                session = await sharing.find(session_id, principal, sessions)
+            except SessionUnconfirmed as exc:
+                raise HttpError(
+                    503,
+                    "Session could not be confirmed now (the shared session store is"
+                    " unavailable); retry",
+                    jsonrpc.INTERNAL_ERROR,
+                    RETRY_AFTER,
+                ) from exc
         if session is None:
             raise HttpError(404, sessions.not_found(session_id, shared=True))
         await sharing.touch(session)

@@ -116,7 +116,7 @@ class Relays:
         service = self.service()
         if stream is None or service is None:
             return  # not ours (every worker hears the question)
-        if stream.standalone or not stream.can_resume(after):
+        if stream.standalone or not stream.can_resume(after) or stream.resume_in_progress():
             service.start_soon(self._publish, {"type": REFUSED, "to": token})
             return
         writer = ResponseWriter(_bus_send(self.bus, token), self.limit, False)

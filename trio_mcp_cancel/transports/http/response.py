@@ -221,7 +221,7 @@ class CallResponse(ResponseMachine):
     def close_stream(self) -> bool:
         """``Exchange.close_stream``: end this connection, keep the resumable stream."""
         self.commit()
-        return self.stream is not None and self.stream.release()
+        return self.stream is not None and self.stream.end_connection()
 
     def keepalive(self) -> None:
         self.commit()
@@ -248,7 +248,9 @@ class CallResponse(ResponseMachine):
     def disconnected(self) -> None:
         """The client closed its stream (the watcher saw ``http.disconnect``)."""
         if self.stream is not None:
-            self.stream.detach(self.writer)  # resumable: the call goes on
+            # Resumable: a drop detaches (the call goes on); after the final
+            # event was queued it is the delivery (see ResumableStream.disconnected).
+            self.stream.disconnected(self.writer)
             return
         self.handle(Event.DISCONNECT)
 

@@ -22,8 +22,29 @@ the client wait for a stream with a hole in it.  A resume whose
 ``Last-Event-ID`` is older than the oldest event held is refused the same
 way.  Each session holds one stream per running SSE call (bounded by its
 ``max_concurrent_calls``) and one standalone GET stream
-(:class:`StreamTable`); a stream is removed as soon as its answer was
-delivered, or given up.
+(:class:`StreamTable`); a stream is removed, and its buffer freed, as soon
+as its answer was delivered, or given up.  A client that closes its
+connection after the answer was queued on it (hypercorn reports that
+``http.disconnect`` while it is still writing the last body) had it
+delivered: that is not a dropped connection to keep a replay for.
+
+**The server-wide budget** (:class:`StreamBudget`,
+``HttpLimits.max_retained_stream_bytes``).  Per-stream limits alone let
+memory grow with the call rate when clients do not read (every unread
+answer is held for ``write_timeout`` plus ``resume_window``), so every
+stream of an app counts its buffered events and its answer against one
+budget.  Over it, the oldest *retired* streams (finished but not
+delivered, or a GET stream kept only for a resume) are evicted first: their
+connection is dropped, their bytes freed, their answer reported lost,
+and a resume of them is ``409`` like any stream the session does not hold.
+When nothing is left to evict, the stream that is adding an event keeps
+less history (its oldest events are dropped, as at its own limit), and if
+its client is behind too it is treated as one that stopped reading (its
+connection is dropped with its queue; without a resume the call is
+cancelled as a disconnect), so the total never exceeds the budget by more
+than one answer.  An attached connection's queue holds the same event
+objects as the stream's history (never a copy), and is bounded per
+connection by ``max_buffered_bytes``.
 
 **Memory.**  A stream lives as long as its call, suspended calls
 included, so it is kept small (issue 27): the buffer is a list whose
@@ -38,6 +59,7 @@ task that causes it.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from itertools import islice
 from typing import Any, Final
@@ -45,9 +67,12 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from .writer import ResponseWriter
 
-__all__ = ["ResumableStream", "StreamTable", "parse_event_id"]
+logger = logging.getLogger("trio_mcp_cancel.http")
+
+__all__ = ["ResumableStream", "StreamBudget", "StreamTable", "parse_event_id"]
 
 #: How long a client waits before reconnecting (the SSE ``retry`` field, in ms).
 RETRY_MS: Final = 1000
@@ -108,6 +133,16 @@ class ResumableStream:
     writer: ResponseWriter | None = None
     """The connection the stream is attached to (``None``: detached)."""
     final_writer: ResponseWriter | None = None
+    resumed: bool = False
+    """The attached connection is a resume (a GET, here or relayed), not the call's own."""
+    handed_over: bool = False
+    """Its client closed the connection the final event was queued on: delivered."""
+    evicted: bool = False
+    """Dropped to keep the server-wide budget (:class:`StreamBudget`): it cannot resume."""
+    budget: StreamBudget | None = None
+    """The app's budget its bytes count against (``None``: only its own ``limit``)."""
+    table: StreamTable | None = None
+    """The session's table that holds it (eviction removes it from there)."""
     _changed: trio.Event | None = None
     """Set at the next change; made by the first waiter (most streams never have one)."""
 
@@ -122,7 +157,13 @@ class ResumableStream:
     def delivered(self) -> bool:
         """The final event was written by the connection that took it."""
         writer = self.final_writer
-        return writer is not None and writer.done and not writer.abandoned
+        return writer is not None and (self.handed_over or (writer.done and not writer.abandoned))
+
+    @property
+    def bytes_held(self) -> int:
+        """Bytes it holds: buffered events (with their overhead) and the final event."""
+        final = self.final
+        return self.size + (0 if final is None else len(final[1]))
 
     def _touch(self) -> None:
         changed = self._changed
@@ -151,43 +192,56 @@ class ResumableStream:
         ``False`` when the attached connection refused it (its client is too
         far behind): the caller detaches it.  Never blocks.
         """
+        if self.evicted:
+            return False
         if data:
             self.seq += 1
             data = b"id: " + self.event_id(self.seq) + b"\n" + data
         seq = self.seq
         if final:
             self.final = (seq, data)
+            added = len(data)
         else:
-            events = self.events
-            events.append((seq, data))
-            self.size += len(data) + _EVENT_OVERHEAD
-            if self.size > self.limit:
-                self._drop_oldest(events)
+            self.events.append((seq, data))
+            added = len(data) + _EVENT_OVERHEAD
+            self.size += added
+        accepted = True
         writer = self.writer
-        if writer is None:
+        if writer is not None:
+            accepted = writer.put(_body(data, final), final=final)
+            if accepted:
+                self.written = seq
+                if final:
+                    self.final_writer = writer
+        # Trimmed once the event was handed over: an event the attached
+        # connection took is not lost when the buffer drops it.
+        if self.size > self.limit:
+            self._drop_oldest(self.limit)
+        budget = self.budget
+        if budget is not None:
             if final:
-                self._touch()
-            return True
-        if not writer.put(_body(data, final), final=final):
-            return False
-        self.written = seq
+                budget.retire(self)
+            if not budget.grow(self, added):
+                accepted = False  # the budget is spent and its client is behind
         if final:
-            self.final_writer = writer
             self._touch()
-        return True
+        return accepted
 
-    def _drop_oldest(self, events: list[tuple[int, bytes]]) -> None:
-        """Drop the oldest events until the buffer fits its limit (or holds nothing).
+    def _drop_oldest(self, keep: int) -> None:
+        """Drop the oldest events until the buffer holds at most *keep* bytes (or nothing).
 
         A dropped entry is replaced by :data:`_GONE` at once, so its bytes are
         freed before the head is cut off.
         """
+        events = self.events
         dropped = self.dropped
-        while self.size > self.limit and dropped < len(events):
+        freed = 0
+        while self.size > keep and dropped < len(events):
             seq, frame = events[dropped]
             events[dropped] = _GONE
             dropped += 1
             self.size -= len(frame) + _EVENT_OVERHEAD
+            freed += len(frame) + _EVENT_OVERHEAD
             self.first_held = seq + 1
             if seq > self.written and not self.overflowed:
                 self.overflowed = True
@@ -196,6 +250,12 @@ class ResumableStream:
             del events[:dropped]
             dropped = 0
         self.dropped = dropped
+        if freed and self.budget is not None:
+            self.budget.shrink(freed)
+
+    def shed(self, excess: int) -> None:
+        """Keep *excess* fewer bytes of history (the budget is spent; see the module)."""
+        self._drop_oldest(max(0, self.size - excess))
 
     def keepalive(self, frame: bytes) -> bool:
         """A comment for the attached connection only (never numbered, never replayed)."""
@@ -204,7 +264,15 @@ class ResumableStream:
 
     def can_resume(self, after: int) -> bool:
         """Whether every event after *after* is still held (or was never sent)."""
-        return not self.overflowed and after <= self.seq and after >= self.first_held - 1
+        if self.overflowed or self.evicted or self.delivered:
+            return False  # a delivered answer is never sent twice
+        return after <= self.seq and after >= self.first_held - 1
+
+    def resume_in_progress(self) -> bool:
+        """Another resume carries the stream now: a second one is refused (``409``), not
+        let take it over (the first one's response would end before its head)."""
+        writer = self.writer
+        return self.resumed and writer is not None and not writer.done
 
     def attach(self, writer: ResponseWriter, after: int | None = None) -> bool:
         """Carry the stream on *writer* from now on, first replaying what came after *after*.
@@ -217,7 +285,10 @@ class ResumableStream:
         if old is not None and old is not writer:
             _drop(old)
         self.writer = writer
+        self.resumed = after is not None
         self.stalled = False
+        if self.budget is not None and self.final is None:
+            self.budget.unretire(self)  # a GET stream resumed: live again
         self._touch()
         if after is None:
             return True
@@ -233,7 +304,7 @@ class ResumableStream:
             self.final_writer = writer
         return True
 
-    def release(self) -> bool:
+    def end_connection(self) -> bool:
         """End the attached connection's response cleanly, keeping the stream (SEP-1699
         polling: its client reconnects with ``Last-Event-ID``); ``False``: none attached."""
         writer = self.writer
@@ -254,11 +325,59 @@ class ResumableStream:
         self.writer = None
         self._touch()
 
+    def disconnected(self, writer: ResponseWriter) -> bool:
+        """*writer*'s client closed its connection; ``True`` when that was the delivery.
+
+        A close after the final event was queued on *writer* is the end of
+        a delivered response (hypercorn reports it while the last body is
+        still being written), not a drop: the writer is left to finish, and
+        the stream is released at once (its buffer freed, its events no
+        longer resumable), so a delivered answer is held for nobody.  Any
+        other close detaches the connection: the stream waits for a resume.
+        """
+        if self.final_writer is writer and writer is not None:
+            self.handed_over = True
+            self.writer = None
+            self._touch()
+            self.release()
+            return True
+        self.detach(writer)
+        return False
+
+    def release(self) -> None:
+        """Forget the stream: out of its table, its bytes freed (the budget's too)."""
+        table = self.table
+        if table is not None:
+            table.close(self)
+        else:
+            self._free()
+
+    def _free(self) -> None:
+        held = self.bytes_held
+        self.events = []
+        self.dropped = self.size = 0
+        if self.final is not None:
+            self.final = (self.final[0], b"")
+        if self.budget is not None:
+            self.budget.forget(self, held)
+
+    def evict(self) -> None:
+        """Dropped to keep the server-wide budget: its connection ends (the queue is
+        dropped with it), waiters wake, a resume is refused, its bytes are freed."""
+        self.evicted = True
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.drop()
+            if writer.wakes is not None:
+                writer.wakes.cancel()
+        self.release()
+        self._touch()
+
     async def wait_attached(self, window: float) -> bool:
         """Wait up to *window* seconds for a connection; ``False``: none came (or the
-        stream overflowed meanwhile, so none could be given everything)."""
+        stream overflowed or was evicted meanwhile, so none could be given everything)."""
         with trio.move_on_after(window):
-            while self.writer is None and not self.overflowed:
+            while self.writer is None and not self.overflowed and not self.evicted:
                 await self._wait_changed()
         return self.writer is not None
 
@@ -282,13 +401,17 @@ class StreamTable:
 
     streams: dict[str, ResumableStream] = attrs.field(factory=dict)
 
-    def open(self, limit: int, *, standalone: bool = False) -> ResumableStream:
+    def open(
+        self, limit: int, *, standalone: bool = False, budget: StreamBudget | None = None
+    ) -> ResumableStream:
         """A new stream whose key is unique in the session (and unguessable: it is not
         a credential, but one client's ids should not name another's streams)."""
         key = secrets.token_hex(_KEY_LENGTH // 2)
         while key in self.streams:
             key = secrets.token_hex(_KEY_LENGTH // 2)
         stream = self.streams[key] = ResumableStream(key, limit, standalone)
+        stream.budget = budget
+        stream.table = self
         return stream
 
     def find(self, event_id: str) -> tuple[ResumableStream, int] | None:
@@ -302,9 +425,12 @@ class StreamTable:
         return next((s for s in self.streams.values() if s.standalone), None)
 
     def close(self, stream: ResumableStream) -> None:
-        """Forget *stream* (delivered, or given up); its connection, if any, is left alone."""
+        """Forget *stream* (delivered, or given up) and free its bytes; its connection,
+        if any, is left alone."""
         if self.streams.get(stream.key) is stream:
             del self.streams[stream.key]
+            stream.table = None
+            stream._free()
 
     def close_all(self) -> None:
         """The session ended: end its GET stream (its calls' streams end with the calls,
@@ -313,3 +439,100 @@ class StreamTable:
             if stream.standalone:
                 stream.detach()
                 self.close(stream)
+
+
+@attrs.define(eq=False)
+class StreamBudget:
+    """Bytes every resumable stream of one app holds, together; see the module docstring.
+
+    Streams report what they add (:meth:`grow`) and drop (:meth:`shrink`,
+    :meth:`forget`); a stream that can no longer gain events (finished, or
+    a GET stream kept only for a resume) is *retired* and may give its bytes
+    back.  Over the limit, oldest retired first: a retired stream nobody is
+    connected to, or whose client is behind (events still queued on its
+    connection, which hold the same bytes), is evicted; one whose client
+    read everything but the answer gives up its history (the answer goes
+    on).  Then those are evicted too, oldest first; then the stream adding
+    an event sheds its own history, and, when its client is behind (the
+    events are queued on its connection as well), counts that client as
+    stalled, which drops its connection's queue.  Everything runs in the
+    task that changes a stream: no locking, no task of its own.
+    """
+
+    limit: int
+    held: int = 0
+    evictions: int = 0
+    """Streams evicted so far (logged, and read by the benchmarks)."""
+    _retired: dict[ResumableStream, None] = attrs.field(factory=dict)
+    """Retired streams that still hold history or have no connection, oldest first."""
+    _bare: dict[ResumableStream, None] = attrs.field(factory=dict)
+    """Retired streams reduced to their answer, still being written, oldest first."""
+    _log: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
+
+    def retire(self, stream: ResumableStream) -> None:
+        self._retired[stream] = None
+
+    def unretire(self, stream: ResumableStream) -> None:
+        self._retired.pop(stream, None)
+        self._bare.pop(stream, None)
+
+    def grow(self, stream: ResumableStream, size: int) -> bool:
+        """*stream* holds *size* more bytes: make room when the budget is exceeded.
+
+        ``False``: nothing else could give room and *stream*'s client is behind
+        (its connection holds queued events that shedding history cannot free):
+        the caller treats the client as stalled, which drops that queue.
+        """
+        self.held += size
+        if self.held > self.limit:
+            return self._make_room(stream)
+        return True
+
+    def shrink(self, size: int) -> None:
+        self.held -= size
+
+    def forget(self, stream: ResumableStream, held: int) -> None:
+        """*stream* was released, with the *held* bytes it still counted."""
+        self.held -= held
+        self.unretire(stream)
+
+    def _make_room(self, adding: ResumableStream) -> bool:
+        """Free bytes in the order of the class docstring (never evicting *adding*)."""
+        retired, bare = self._retired, self._bare
+        evicted = 0
+        # *adding* is retired only while it adds its final event: it is the newest.
+        while self.held > self.limit and retired:
+            victim = next(iter(retired))
+            if victim is adding:
+                break
+            writer = victim.writer
+            if writer is None or writer.outbox.waiting_bounded():
+                # Nobody connected, or a client behind on its events: what they
+                # hold is queued on its connection too, so only eviction frees it.
+                victim.evict()  # forgets it
+                evicted += 1
+            else:
+                victim.shed(victim.size)  # its client read all but the answer, which goes on
+                del retired[victim]
+                bare[victim] = None
+        while self.held > self.limit and bare:
+            victim = next(iter(bare))
+            if victim is adding:
+                break
+            victim.evict()
+            evicted += 1
+        if evicted:
+            self.evictions += evicted
+            self._log.log(
+                logging.WARNING,
+                "evicted",
+                "resumable streams hold more than %d bytes (max_retained_stream_bytes);"
+                " evicted %d unread stream(s), oldest first: their answers are lost",
+                self.limit,
+                evicted,
+            )
+        if self.held <= self.limit:
+            return True
+        adding.shed(self.held - self.limit)
+        writer = adding.writer
+        return writer is None or not writer.outbox.waiting_bounded()

@@ -18,10 +18,17 @@ What cannot be shared is forwarded instead, over the backend's bus:
 
 The backend key of a session is a SHA-256 of its id: the id is a
 credential, and never leaves the process in clear.  When the backend is
-unreachable, sessions known locally keep working, and the cross-worker
-parts fail: the outage is reported once, by the backend's
-``backend.unavailable`` event (and its log line); each operation that
-failed is logged at debug level only, so an outage cannot flood the log.
+unreachable (or too slow: its breaker is open), sessions known locally
+keep working; one this process does not hold gets a retryable ``503``
+with ``Retry-After`` (:class:`SessionUnconfirmed`), never the ``404``
+that tells a client to start over, which is only for a session the
+backend says does not exist; and the cross-worker parts fail: the
+outage is reported once, by the backend's ``backend.unavailable`` event
+(and its log line); each operation that failed is logged at debug level
+only, so an outage cannot flood the log.  A session whose write-through
+failed is written in the background as soon as the backend answers
+(:meth:`SessionSharing.keep_written`), and so is the deletion of one
+ended meanwhile.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -43,9 +51,21 @@ from ..._protocol.jsonrpc import Message
 from ...backends.base import Backend, BackendUnavailable, BusMessage, SharedCounters
 from .sessions import Session, SessionLimitReached, SessionStore
 
-__all__ = ["SessionSharing", "session_key", "tenant_call_slot"]
+__all__ = ["SessionSharing", "SessionUnconfirmed", "session_key", "tenant_call_slot"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
+
+
+#: Seconds between two attempts to write what failed to reach the backend.
+RETRY_INTERVAL: Final = 0.5
+#: Ended sessions whose record is still to be deleted (see ``SessionSharing._unended``).
+MAX_UNENDED: Final = 10_000
+
+
+class SessionUnconfirmed(Exception):
+    """A session this process does not hold could not be looked up (the backend is
+    slow, down or its breaker open): not "unknown", so never a ``404``, which
+    tells the client to start over; the caller answers a retryable ``503``."""
 
 
 def session_key(session_id: str) -> str:
@@ -97,6 +117,14 @@ class SessionSharing:
     _touched: weakref.WeakKeyDictionary[Session, float] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary
     )
+    _unsaved: weakref.WeakSet[Session] = attrs.field(init=False, factory=weakref.WeakSet)
+    """Sessions whose write-through failed (backend away): :meth:`keep_written` writes
+    them as soon as it answers, so other workers find them (not a 404)."""
+    _unended: OrderedDict[str, str | None] = attrs.field(init=False, factory=OrderedDict)
+    """Backend keys (and tenants) of sessions ended here whose record could not be
+    deleted: deleted by :meth:`keep_written`, so they stop counting against the
+    tenant's sessions (at most :data:`MAX_UNENDED`; older ones lapse with their TTL)."""
+    _retry: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     @property
     def shared(self) -> bool:
@@ -123,8 +151,11 @@ class SessionSharing:
                 key, _record(session), self.idle_timeout, tenant=session.tenant, cap=cap
             )
         except BackendUnavailable as exc:
-            logger.debug("session not shared with other workers: %s", exc)
+            logger.debug("session not shared with other workers (yet): %s", exc)
+            self._unsaved.add(session)
+            self._retry.set()
             return True
+        self._unsaved.discard(session)
         if stored:
             self._touched[session] = trio.current_time()
         else:
@@ -149,7 +180,11 @@ class SessionSharing:
     async def find(
         self, session_id: str, principal: str | None, store: SessionStore
     ) -> Session | None:
-        """Adopt a session another worker created; ``None`` when unknown (or not the caller's)."""
+        """Adopt a session another worker created; ``None`` when unknown (or not the caller's).
+
+        ``None`` only when the backend says so; :class:`SessionUnconfirmed`
+        when it cannot say (or the session cannot be held here now).
+        """
         if not self.shared:
             return None
         key = session_key(session_id)
@@ -157,7 +192,7 @@ class SessionSharing:
             record = await self.backend.sessions.get(key)
         except BackendUnavailable as exc:
             logger.debug("cannot look up a session of another worker: %s", exc)
-            return None
+            raise SessionUnconfirmed(str(exc)) from exc
         if record is None or record.get("principal") != principal:
             return None
         public_id = record.get("public_id")
@@ -175,8 +210,9 @@ class SessionSharing:
         )
         try:
             evicted = store.adopt(session, trio.current_time())
-        except SessionLimitReached:
-            return None
+        except SessionLimitReached as exc:
+            # The session exists; this process has no room for it now.
+            raise SessionUnconfirmed(str(exc)) from exc
         for old in evicted:
             old.channel.cancel_all("session evicted")
             old.streams.close_all()
@@ -191,11 +227,49 @@ class SessionSharing:
         self._by_key.pop(key, None)
         if not self.shared:
             return
+        self._unsaved.discard(session)
         try:
             await self.backend.sessions.delete(key, tenant=session.tenant)
+        except BackendUnavailable as exc:
+            logger.debug("session record not deleted yet: %s", exc)
+            self._unended[key] = session.tenant
+            while len(self._unended) > MAX_UNENDED:
+                self._unended.popitem(last=False)
+            self._retry.set()
+        try:
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
             logger.warning("session end not shared with other workers: %s", exc)
+
+    async def keep_written(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """For as long as the app runs: write what could not reach the backend.
+
+        New sessions whose write-through failed are written (else another
+        worker, asking the backend, would answer 404 for a live session),
+        and records of sessions ended meanwhile are deleted (else they count
+        against their tenant's sessions until their TTL), every
+        :data:`RETRY_INTERVAL` seconds until the backend takes them.  One at
+        a time in the background: no request waits on it.
+        """
+        task_status.started()
+        while True:
+            await self._retry.wait()
+            self._retry = trio.Event()
+            while self._unsaved or self._unended:
+                for session in list(self._unsaved):
+                    await self.save(session)  # no cap: it was admitted already
+                    if session in self._unsaved:
+                        break  # still away: one attempt per round, not one per session
+                for key, tenant in list(self._unended.items()):
+                    try:
+                        await self.backend.sessions.delete(key, tenant=tenant)
+                    except BackendUnavailable:
+                        break
+                    self._unended.pop(key, None)
+                if self._unsaved or self._unended:
+                    await trio.sleep(RETRY_INTERVAL)
 
     async def forward_cancel(self, namespace: str, params: dict[str, Any]) -> None:
         """Publish a client's ``notifications/cancelled`` for the worker running the request."""

@@ -164,12 +164,20 @@ class ResponseWriter:
         self._kick()
 
     def abandon(self) -> None:
-        """Write nothing more (the response will not be finished)."""
+        """Write nothing more (the response will not be finished): what is queued is
+        dropped now, not kept until the request ends."""
         self.abandoned = True
-        self.outbox.end()
+        self.outbox.lose()
         if self._head is not None and self.fast_paths:
             hypercorn_compat.mark_head_blocked(self._send, self._head)
         self._kick()
+
+    def drop(self) -> None:
+        """Give up at once: drop what is queued and count as done now, even while a
+        write is pending (the server releases it when the connection closes, once the
+        request returned), so nobody waits on this response any more."""
+        self.abandon()
+        self._finish()
 
     def start(self, spawn: Callable[..., object]) -> None:
         """Write the queue on demand (see the module docstring) with tasks that *spawn*
