@@ -1,17 +1,21 @@
-"""The server is configuration; what changes while it serves is its dispatcher's runtime.
+"""One server object: its registration, its dispatcher and the dispatcher's runtime.
 
-``McpServer`` holds what the author registered and its settings; the task
-manager, the subscription hub and the used MRTR states live in one
-``ServerRuntime`` per server, made by (and reached through) its
-``Dispatcher``.  Registration changes still reach the listen streams, and a
-server that is never served never builds any of it.
+``McpServer`` builds all three when made: ``server.registration`` holds what
+the author registered and its settings; the task manager, the subscription
+hub and the used MRTR states live in one ``ServerRuntime`` per server
+(``server.dispatcher.runtime``).  Registration changes reach the listen
+streams, and a transport serves anything with a ``dispatcher``.
 """
 
 from __future__ import annotations
 
+import attrs
+
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol.subscriptions import Filter
-from trio_mcp_cancel.lowlevel import ServerRuntime, TaskManager
+from trio_mcp_cancel.lowlevel import Dispatcher, Served, ServerRuntime, TaskManager
 from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.testing import open_test_client
 
 #: Tool list changes, one resource's updates and one task's status.
 EVERYTHING = Filter(
@@ -87,3 +91,23 @@ def test_a_served_server_is_freed_with_its_dispatcher_once_nothing_refers_to_it(
     del server, dispatcher, echo
     gc.collect()
     assert gone() is None
+
+
+@attrs.frozen
+class Holder:
+    """Not an ``McpServer``: only what a transport needs (``lowlevel.Served``)."""
+
+    dispatcher: Dispatcher
+
+
+async def test_a_transport_serves_anything_with_a_dispatcher(mcp_registry: Registry) -> None:
+    server = McpServer("held")
+
+    @server.tool
+    async def echo(text: str) -> str:
+        return text
+
+    served: Served = Holder(server.dispatcher)
+    async with open_test_client(served, registry=mcp_registry) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert result["content"] == [{"type": "text", "text": "hi"}]
