@@ -4,8 +4,8 @@
 
 * its :class:`~.registration.Registration` (``server.registration``): what
   it offers, filled by the decorators below (``tool``, ``resource``,
-  ``prompt``, ...), and the settings it is served with;
-  (the server-wide :class:`~.limits.ServerLimits`, ``server.limits``, among them);
+  ``prompt``, ...), and the settings it is served with, the server-wide
+  :class:`~.limits.ServerLimits` (``server.limits``) among them;
 * its :class:`~.dispatcher.Dispatcher` (``server.dispatcher``), which serves
   that registration to every transport;
 * the dispatcher's :class:`~.runtime.ServerRuntime`
@@ -42,8 +42,6 @@ from .tools import TaskSupport, make_tool
 __all__ = ["McpServer"]
 
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
-
-_TOOLS_CHANGED = "notifications/tools/list_changed"
 
 
 class McpServer:
@@ -292,7 +290,7 @@ class McpServer:
             )
             if needs:
                 registration.tool_scopes[tool_name] = needs
-            registration.changed(_TOOLS_CHANGED)
+            self.tools_changed()
             return fn
 
         return register
@@ -431,7 +429,7 @@ class McpServer:
 
     def tools_changed(self) -> None:
         """Tell listen streams that asked: ``notifications/tools/list_changed``."""
-        self.registration.changed(_TOOLS_CHANGED)
+        self.registration.changed("notifications/tools/list_changed")
 
     def prompts_changed(self) -> None:
         self.registration.changed("notifications/prompts/list_changed")
