@@ -21,7 +21,7 @@ The MCP server is in :mod:`trio_mcp_cancel.server`, the transports in
 from __future__ import annotations
 
 from ._core.context import cancelled, checkpoint_cancelled
-from ._core.errors import CancellationLimitReached, RegistryClosed, RequestCancelled
+from ._core.errors import CancellationLimitReached, NoRegistry, RegistryClosed, RequestCancelled
 from ._core.events import (
     CancelKind,
     CleanupEvent,
@@ -50,6 +50,7 @@ __all__ = [
     "EvictionEvent",
     "HardCancelEvent",
     "LimitReachedEvent",
+    "NoRegistry",
     "OverrunEvent",
     "Registry",
     "RegistryClosed",

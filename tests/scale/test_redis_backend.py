@@ -18,7 +18,6 @@ from asgi_harness import (
     AsgiClient,
     headers_of,
     initialize,
-    initialize_message,
     legacy_call,
     legacy_headers,
     modern_call,
@@ -365,11 +364,15 @@ async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefi
         one, two = (AsgiClient(app, nursery, client=("192.0.2.9", 1)) for app in apps)
         async with one.lifespan(), two.lifespan():
             first = await initialize(one)
-            await initialize(one)
-            refused = await two.post(legacy_headers(version=None), initialize_message())
-            assert refused.status == 429
-            assert refused.json()["error"]["data"] == {"limit": "tenant", "max": 2}
-            assert "mcp-session-id" not in refused.headers
+            second = await initialize(one)
+            # The tenant is at its cap, counted over both processes: a new
+            # session on the other one makes room by ending the tenant's least
+            # recently used idle session, which lives on the first (a tenant
+            # whose sessions are all busy is refused: see
+            # test_tenant_sessions_across_workers.py).
+            await initialize(two)
+            evicted = await one.post(legacy_headers(first), legacy_call(4, "count", {"n": 1}))
+            assert evicted.status == 404
             # Another tenant is not affected.
             other = AsgiClient(apps[1], nursery, client=("192.0.2.10", 1))
             await initialize(other)
@@ -380,11 +383,11 @@ async def test_sessions_per_tenant_count_every_process(redis: RedisServer, prefi
             backends[0].bus.subscribe(
                 lambda message: ended.set() if message.get("type") == "session.end" else None
             )
-            deleted = await two.request("DELETE", legacy_headers(first))
+            deleted = await two.request("DELETE", legacy_headers(second))
             assert deleted.status == 204
             with trio.fail_after(10):
                 await ended.wait()
-            gone = await one.post(legacy_headers(first), legacy_call(5, "count", {"n": 1}))
+            gone = await one.post(legacy_headers(second), legacy_call(5, "count", {"n": 1}))
             assert gone.status == 404
             third = await initialize(two)
             reply = await one.post(legacy_headers(third), legacy_call(6, "count", {"n": 1}))

@@ -62,6 +62,16 @@ class RegistryClosed(CancellationError, RuntimeError):
     """The registry is not running (not yet started, or already closed)."""
 
 
+class NoRegistry(CancellationError, RuntimeError):
+    """No registry here: no ``open_registry()`` encloses the calling task.
+
+    Raised by :func:`~trio_mcp_cancel.current_registry` (and so by anything
+    that needs a registry and was given none).  Its own type, so a caller
+    can tell "there is no registry" from any other ``RuntimeError`` (a
+    ``RuntimeError`` still, as it always was).
+    """
+
+
 class RequestCancelled(CancellationError):
     """The current request was cancelled by the client, a disconnect or the server.
 

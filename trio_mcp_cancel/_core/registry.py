@@ -37,7 +37,7 @@ import attrs
 import trio
 
 from .context import RequestLike, current_request_var
-from .errors import CancellationLimitReached, RegistryClosed, RequestCancelled
+from .errors import CancellationLimitReached, NoRegistry, RegistryClosed, RequestCancelled
 from .events import (
     CancelKind,
     CleanupEvent,
@@ -615,10 +615,13 @@ current_registry_var: ContextVar[Registry] = ContextVar("trio_mcp_cancel.registr
 
 
 def current_registry() -> Registry:
-    """Return the registry of the innermost enclosing ``open_registry()`` block."""
+    """Return the registry of the innermost enclosing ``open_registry()`` block.
+
+    Raises :class:`NoRegistry` (a ``RuntimeError``) when there is none.
+    """
     registry = current_registry_var.get(None)
     if registry is None:
-        raise RuntimeError(
+        raise NoRegistry(
             "no registry is running here: use 'async with open_registry() as reg'"
             " or pass registry= explicitly"
         )

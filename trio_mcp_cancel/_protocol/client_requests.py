@@ -26,9 +26,9 @@ depends on the era of the request, never on the tool:
   ``ctx.elicit`` returns the answers in call order, so the call that asked
   last time now returns the client's answer.  That is safe exactly when
   the tool does nothing irreversible before its last question: read,
-  compute and ask first, act (write, send, charge) after.  A tool that
-  catches ``Exception`` around ``ctx.elicit`` must let :class:`InputRound`
-  through.
+  compute and ask first, act (write, send, charge) after.
+  :class:`InputRound` is a ``BaseException`` (like ``trio.Cancelled``), so
+  a tool that catches ``Exception`` around ``ctx.elicit`` lets it through.
 
 Answers are values: an elicitation the user declined or dismissed is an
 :class:`ElicitResult` with that ``action``.  A JSON-RPC error from the
@@ -171,11 +171,19 @@ def input_key(index: int) -> str:
     return f"ctx-{index}"
 
 
-class InputRound(Exception):
+class InputRound(BaseException):
     """A modern ``ctx.elicit`` needs an answer: end this run with ``input_required``.
 
     Raised out of the tool and caught where the tool's result is made;
     carries the question and the answers so far (sealed in the state).
+
+    A ``BaseException``, not an ``Exception``, for the reason
+    ``trio.Cancelled`` is one: it is control flow, not a failure of the
+    tool.  A tool body guarding its own work with ``try/except Exception``
+    (common, and right for its failures) would otherwise swallow the
+    question and break the round.  The library catches it by name (see
+    :func:`~.context.run_target`); inside a nursery it makes a
+    ``BaseExceptionGroup``, which :func:`~.context.only_rounds` reads.
     """
 
     def __init__(self, index: int, request: Mapping[str, Any], answers: list[Any]) -> None:

@@ -56,6 +56,7 @@ __all__ = [
     "new_context",
     "mrtr_identity",
     "only_rounds",
+    "without_rounds",
     "run_target",
 ]
 
@@ -421,16 +422,21 @@ async def run_target(
     except InputRound as round_:
         # A modern ctx.elicit: this run ends asking (see .client_requests).
         return round_.as_input_required()
-    except Exception as exc:
-        cancelled = _find_cancellation(exc)
-        if cancelled is not None:
-            # A helper task of the work stopped at checkpoint_cancelled().
-            raise cancelled from exc
-        grouped = only_rounds(exc)
+    except BaseExceptionGroup as group:
+        grouped = only_rounds(group)
         if grouped is not None:
             # ctx.elicit in a task of the tool's own nursery: the same round.
             return grouped.as_input_required()
-        raise
+        rest = without_rounds(group)
+        if isinstance(rest, Exception):
+            # Only when nothing in it is a trio.Cancelled (never swallowed).
+            cancelled = _find_cancellation(rest)
+            if cancelled is not None:
+                # A helper task of the work stopped at checkpoint_cancelled().
+                raise cancelled from group
+        if rest is group:
+            raise
+        raise rest from None  # a round beside a real failure is the failure
 
 
 async def invoke(
@@ -494,6 +500,19 @@ def only_rounds(exc: BaseException) -> InputRound | None:
         elif isinstance(item, InputRound):
             leaves.append(item)
     return min(leaves, key=lambda leaf: leaf.index, default=None)
+
+
+def without_rounds(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """*group* without its rounds (the real failures beside them), or *group* itself.
+
+    :class:`~.client_requests.InputRound` is a ``BaseException``, so a group
+    holding one is a ``BaseExceptionGroup`` that ``except Exception`` would
+    miss; what is left once the rounds are gone is what failed.
+    """
+    rounds, rest = group.split(InputRound)
+    if rounds is None or rest is None:
+        return group
+    return rest
 
 
 def _find_cancellation(exc: BaseException) -> RequestCancelled | None:

@@ -26,6 +26,7 @@ from .context import (
     needs_state,
     new_context,
     only_rounds,
+    without_rounds,
 )
 from .exchange import Exchange, LegacyState
 from .jsonrpc import INVALID_PARAMS, JsonRpcError
@@ -144,7 +145,10 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
                 except BaseExceptionGroup as group:  # ... in a task of its own nursery
                     grouped = only_rounds(group)
                     if grouped is None:
-                        raise
+                        rest = without_rounds(group)
+                        if rest is group:
+                            raise
+                        raise rest from None  # a round beside a real failure is the failure
                     asked = grouped.as_input_required()
                 if isinstance(asked, InputRequired):
                     return input_required(h, asked, tool.name)

@@ -22,7 +22,15 @@ import trio
 from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
-from .context import client_capabilities, input_required, make_context, run_target
+from .client_requests import InputRound
+from .context import (
+    client_capabilities,
+    input_required,
+    make_context,
+    only_rounds,
+    run_target,
+    without_rounds,
+)
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
 from .pagination import page
@@ -154,7 +162,21 @@ async def _complete(h: HandlerInput) -> dict[str, Any]:
     if completer is None:
         return completion_result([])
     ctx = await make_context(h, "completion/complete")
-    return completion_result(list(await completer(ctx, value, context)))
+    try:
+        values = await completer(ctx, value, context)
+    except InputRound:
+        # A completion has no input_required answer: a completer that asks
+        # the client is a bug of the server (an internal error, logged),
+        # never a BaseException loose in the transport.
+        raise RuntimeError("a completer cannot ask the client (ctx.elicit)") from None
+    except BaseExceptionGroup as group:
+        rest = without_rounds(group)
+        if only_rounds(group) is not None:
+            raise RuntimeError("a completer cannot ask the client (ctx.elicit)") from None
+        if rest is group:
+            raise
+        raise rest from None
+    return completion_result(list(values))
 
 
 # -- subscriptions/listen -------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import TypeGuard, cast
 
 from hypercorn.utils import is_asgi
 
+from .._core.errors import NoRegistry
 from .._core.registry import RegistryConfig
 from .._protocol.dispatcher import Dispatcher, Served
 from ..transports.http.app import McpHttpApp
@@ -124,7 +125,7 @@ def _require_own_registry(app: McpHttpApp) -> None:
     """
     try:
         given = app.registry  # the registry given, else the one around (none here)
-    except RuntimeError:
+    except NoRegistry:
         return  # none given: the app opens its own in its lifespan
     if not given.running:
         raise TargetError(

@@ -133,6 +133,17 @@ class SessionRecords(Protocol):
 
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
+    async def oldest(self, tenant: str | None, count: int) -> list[str]:
+        """Up to *count* keys of *tenant*'s live sessions, least recently refreshed first
+        (where a tenant at its cap looks for an idle session to end)."""
+
+    async def evict(self, key: str, *, tenant: str | None, cap: int) -> int:
+        """Delete session *key* only while *tenant* still holds *cap* sessions: ``1``
+        deleted, ``0`` not needed any more (the tenant is below *cap*), ``-1`` unknown.
+
+        Atomic, so two workers asked to make room for one new session do not
+        both end one."""
+
     async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None: ...
 
     async def delete(self, key: str, *, tenant: str | None = None) -> None: ...

@@ -67,6 +67,14 @@ class LocalSessionRecords:
         await trio.lowlevel.checkpoint()
         return None
 
+    async def oldest(self, tenant: str | None, count: int) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+    async def evict(self, key: str, *, tenant: str | None, cap: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return -1
+
     async def touch(self, key: str, ttl: float | None, *, tenant: str | None = None) -> None:
         await trio.lowlevel.checkpoint()
 

@@ -162,6 +162,8 @@ _REDIS_ERRORS: Final = (coredis.exceptions.RedisError, OSError, TimeoutError)
 #: What coredis's connections raise from their own cleanup when they are
 #: cancelled mid-operation (their anyio streams already closed): harmless
 #: at shutdown, so dropped there, while ``trio.Cancelled`` goes on.
+#: What a coredis client closed under a call raises (besides its ``RuntimeError``).
+_CLOSED: Final = (anyio.ClosedResourceError, anyio.BrokenResourceError)
 _SHUTDOWN_NOISE: Final = (
     *_REDIS_ERRORS,
     anyio.ClosedResourceError,
@@ -279,6 +281,10 @@ class _Health:
     prober: bool = False
     """Whether a heartbeat probes the backend (then the request path never does)."""
     _opened: trio.Event = attrs.field(init=False, factory=trio.Event)
+    stopped: bool = False
+    """Whether the backend stopped (its client closed): calls then fail as "unavailable",
+    never with coredis's ``RuntimeError`` about a closed pool (what a call still in
+    flight at shutdown, a quota release say, would otherwise get)."""
 
     @property
     def down(self) -> bool:
@@ -302,6 +308,9 @@ class _Health:
         then bounded by *hot_timeout*; its success counts toward closing the
         breaker like a probe's, its failure does not delay the next probe.
         """
+        if self.stopped:
+            await trio.lowlevel.checkpoint()
+            raise error(f"Redis is unavailable ({operation}): the backend has stopped")
         if attempt and self.breaker.is_open:
             slow = False  # an open breaker: nobody waits long for a write that may not happen
         elif not probe and not self.breaker.allow():
@@ -315,6 +324,11 @@ class _Health:
         except (*_REDIS_ERRORS, trio.TooSlowError) as exc:
             self.failed(operation, exc, probe=probe)
             raise error(f"Redis is unavailable ({operation}): {exc!r}"[:300]) from exc
+        except (RuntimeError, *_CLOSED) as exc:
+            if not self.stopped:
+                raise
+            # The client closed during the call (shutdown): not an outage, no event.
+            raise error(f"Redis is unavailable ({operation}): the backend has stopped") from exc
         except BaseException:
             if probe:
                 self.breaker.failure(probe=True)  # cancelled: the next probe is due later
@@ -693,6 +707,23 @@ end
 return 1
 """
 
+# KEYS: the session record, its tenant's index of live sessions.
+# ARGV: member, cap, now ms.  Ends the session only while its tenant still
+# holds its cap (so two workers asked to make room for one new session do
+# not both end one): 1 ended, 0 the room is made already, -1 not listed.
+_EVICT_SESSION: Final = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[2]) then
+  return 0
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return -1
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 @attrs.define(eq=False)
 class RedisSessionRecords:
@@ -708,9 +739,11 @@ class RedisSessionRecords:
     clock: Clock = time.time
     shared: bool = True
     _put: Any = attrs.field(init=False, default=None)
+    _evict: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._put = self.client.register_script(_PUT_SESSION)
+        self._evict = self.client.register_script(_EVICT_SESSION)
 
     def _key(self, key: str) -> str:
         return self.keys.session(key)
@@ -749,6 +782,26 @@ class RedisSessionRecords:
             attempt=True,
         )
         return stored == 1
+
+    async def oldest(self, tenant: str | None, count: int) -> list[str]:
+        """Up to *count* of *tenant*'s live sessions, the least recently refreshed first."""
+        index, now_ms = self._index(tenant), int(self.clock() * 1000)
+        members = await self.health.call(
+            "sessions.oldest",
+            lambda: self.client.zrange(
+                index, now_ms, "+inf", sortby=PureToken.BYSCORE, offset=0, count=count
+            ),
+            BackendUnavailable,
+        )
+        return [m if isinstance(m, str) else str(m) for m in members]
+
+    async def evict(self, key: str, *, tenant: str | None, cap: int) -> int:
+        keys = [self._key(key), self._index(tenant)]
+        args = [key, str(cap), str(int(self.clock() * 1000))]
+        ended: object = await self.health.call(
+            "sessions.evict", lambda: self._evict(keys=keys, args=args), BackendUnavailable
+        )
+        return ended if isinstance(ended, int) else 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
         redis_key = self._key(key)
@@ -1274,7 +1327,7 @@ class RedisBackend:
         tasks, sessions, counters = self.tasks, self.sessions, self.counters
         scripts = [
             tasks._create, tasks._settle, tasks._request_cancel, tasks._set_message,
-            sessions._put, counters._acquire, counters._release, counters._resync,
+            sessions._put, sessions._evict, counters._acquire, counters._release, counters._resync,
         ]  # fmt: skip
         for script in scripts:
             await self.tasks.health.call(
@@ -1356,12 +1409,19 @@ class RedisBackend:
 
     async def _serve(self) -> None:
         """Connect the client (until it works), then pump the bus and beat the heart."""
+        health = self.tasks.health
+        health.stopped = False
         async with contextlib.AsyncExitStack() as stack:
-            for context in self._contexts:  # the client (a Sentinel before its primary)
-                await self._enter(stack, context)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.bus.pump, self.reconnect_delay)
-                nursery.start_soon(self._heartbeat)
+            try:
+                for context in self._contexts:  # the client (a Sentinel before its primary)
+                    await self._enter(stack, context)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.bus.pump, self.reconnect_delay)
+                    nursery.start_soon(self._heartbeat)
+            finally:
+                # Before the stack closes the client: from here on every call is
+                # "unavailable" (debug-logged by its caller, repaired on restart).
+                health.stopped = True
 
     async def _enter(
         self, stack: contextlib.AsyncExitStack, context: contextlib.AbstractAsyncContextManager[Any]

@@ -41,7 +41,7 @@ import trio
 
 from ..._auth.resource import OAuthResource, Refusal
 from ..._auth.tokens import AccessToken
-from ..._core.errors import RegistryClosed
+from ..._core.errors import NoRegistry, RegistryClosed
 from ..._core.namespace import tenant_for
 from ..._core.registry import (
     USE_CONFIG,
@@ -218,9 +218,16 @@ class McpHttpApp:
             hypercorn_fast_paths = hypercorn_compat.fast_paths_default()[0]
         self.hypercorn_fast_paths = hypercorn_fast_paths
         self._own_registry: Registry | None = None
+        self._started = False
+        """Whether a lifespan ever started the app (its registry, given or its own, was there)."""
         self._runs_tasks = False
         self._sharing = (
-            SessionSharing(backend, http_limits.session_idle_timeout, limits.max_concurrent_calls)
+            SessionSharing(
+                backend,
+                http_limits.session_idle_timeout,
+                limits.max_concurrent_calls,
+                self.sessions,
+            )
             if backend is not None
             else None
         )
@@ -336,6 +343,7 @@ class McpHttpApp:
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
                     self._responder.service = service
+                    self._started = True
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
                         pass
@@ -418,16 +426,9 @@ class McpHttpApp:
             await respond(send, exc.status, exc.body(), exc.headers)
         except _ClientGone:
             return
-        except (RuntimeError, RegistryClosed):
-            if self._registry is None and self._own_registry is None and not _registry_around():
-                # Served without a lifespan and without open_registry(): say so.
-                logger.error(
-                    "no registry: run the app under an ASGI server with lifespan support,"
-                    " inside open_registry(), or pass registry="
-                )
-                await respond(send, 503, b"Service Unavailable: no registry")
-                return
-            raise
+        except (NoRegistry, RegistryClosed) as exc:
+            if not await _without_registry(self, send, exc):
+                raise
 
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
@@ -584,10 +585,33 @@ async def _unsubscribe_on_exit(unsubscribe: Callable[[], None]) -> None:
         unsubscribe()
 
 
+async def _without_registry(app: McpHttpApp, send: Send, exc: Exception) -> bool:
+    """Answer a request that found no registry (503); ``False``: the caller's bug, raise.
+
+    "no registry" (logged with the fix) only when there never was one: the
+    app was not started by a lifespan, given none, inside no ``open_registry()``.
+    After its lifespan ran, the registry closed with it: shutdown, debug only.
+    """
+    if app._registry is not None:
+        return False  # the registry given was closed under the app
+    if not app._started and not _registry_around():
+        logger.error(
+            "no registry: run the app under an ASGI server with lifespan support,"
+            " inside open_registry(), or pass registry="
+        )
+        await app._responder.respond(send, 503, b"Service Unavailable: no registry")
+        return True
+    if app._started:
+        logger.debug("request after shutdown: %s", exc)
+        await app._responder.respond(send, 503, b"Service Unavailable: shutting down")
+        return True
+    return False
+
+
 def _registry_around() -> bool:
     """Whether an ``open_registry()`` encloses the calling task."""
     try:
         current_registry()
-    except RuntimeError:
+    except NoRegistry:
         return False
     return True

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._core.errors import NoRegistry
 from ..._core.namespace import GLOBAL_NAMESPACE
 from ..._core.registry import Registry
 from ..._protocol import jsonrpc
@@ -210,6 +211,11 @@ class LegacyEra:
         cap = self.sessions.max_sessions_per_tenant if request.method == "initialize" else None
         if await self.sharing.save(session, cap):
             return True
+        # At its cap across workers: its least recently used idle session, wherever it
+        # lives, makes room; refused only when every one of them is busy.
+        if cap is not None and await self.sharing.make_room(session, cap):
+            if await self.sharing.save(session, cap):
+                return True
         self.sessions.end(session.id)
         limit = SessionLimitReached("tenant", self.sessions.max_sessions_per_tenant)
         await self.refuse_session(send, request.id, limit)
@@ -230,7 +236,7 @@ class LegacyEra:
             if isinstance(namespace, str) and namespace.startswith("session:"):
                 try:
                     registry = self.registry()
-                except RuntimeError:
+                except NoRegistry:  # the app's own registry is gone (shutdown)
                     return
                 params = {"requestId": message.get("request_id"), "reason": message.get("reason")}
                 notified = jsonrpc.Notification("notifications/cancelled", params)
@@ -243,6 +249,8 @@ class LegacyEra:
                     message.get("id"), message.get("result"), message.get("error")
                 )
                 session.channel.client_requests.resolve(response)
+        elif kind in ("session.make_room", "session.room") and self.sharing is not None:
+            self.sharing.on_bus(message)
         elif kind == "session.end" and self.sharing is not None and self.sessions is not None:
             key = message.get("session")
             session = self.sharing.local(key) if isinstance(key, str) else None

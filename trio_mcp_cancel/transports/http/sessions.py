@@ -131,6 +131,10 @@ class SessionStore:
     def tenant_count(self, tenant: str | None) -> int:
         return len(self._tenants.get(tenant, ()))
 
+    def holds(self, session: Session) -> bool:
+        """Whether *session* is one of this store's live sessions (not ended here)."""
+        return self._sessions.get(session.id) is session
+
     def create(
         self, principal: str | None, tenant: str | None, now: float, channel: Channel
     ) -> tuple[Session, list[Session]]:

@@ -14,7 +14,14 @@ What cannot be shared is forwarded instead, over the backend's bus:
   (``notify_cancelled``: the flag at once, the hard cancel after the grace
   period; and an early cancel is kept there, for a call still on its way);
 * a ``DELETE`` ends the session everywhere: every worker holding it ends
-  its copy and cancels the session's calls.
+  its copy and cancels the session's calls;
+* a tenant at ``max_sessions_per_tenant`` (counted across workers) makes
+  room for a new session by ending its least recently used *idle* one,
+  wherever it lives (:meth:`SessionSharing.make_room`): only the worker
+  holding a session knows whether it has calls in flight, so when the
+  oldest one lives elsewhere its holders are asked over the bus
+  (``session.make_room``), and the one that holds an idle one ends it;
+  the ``initialize`` is refused (429) only when nobody has an idle one.
 
 The backend key of a session is a SHA-256 of its id: the id is a
 credential, and never leaves the process in clear.  When the backend is
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -44,6 +52,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..._core.ratelog import RateLimitedLog
 from ..._protocol.admission import too_many_requests
 from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller, Channel, LegacyState
@@ -60,6 +69,14 @@ logger = logging.getLogger("trio_mcp_cancel.http")
 RETRY_INTERVAL: Final = 0.5
 #: Ended sessions whose record is still to be deleted (see ``SessionSharing._unended``).
 MAX_UNENDED: Final = 10_000
+#: How many of a tenant's oldest sessions a worker making room for a new one considers.
+EVICT_CANDIDATES: Final = 16
+#: Seconds an ``initialize`` at its tenant's cap waits for another worker to end an idle
+#: session (the whole wait only when none has one: then it is refused).
+EVICT_WAIT: Final = 0.25
+#: Requests to make room (from other workers) waiting to be served; more are dropped
+#: (the asking worker then refuses its ``initialize``, as when nobody had an idle one).
+MAX_ROOM_REQUESTS: Final = 64
 
 
 class SessionUnconfirmed(Exception):
@@ -111,6 +128,8 @@ class SessionSharing:
     backend: Backend
     idle_timeout: float | None
     max_concurrent_calls: int
+    store: SessionStore | None = None
+    """This worker's sessions (where a session evicted for another worker ends)."""
     _by_key: weakref.WeakValueDictionary[str, Session] = attrs.field(
         init=False, factory=weakref.WeakValueDictionary
     )
@@ -125,6 +144,15 @@ class SessionSharing:
     deleted: deleted by :meth:`keep_written`, so they stop counting against the
     tenant's sessions (at most :data:`MAX_UNENDED`; older ones lapse with their TTL)."""
     _retry: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _log: RateLimitedLog = attrs.field(init=False, factory=lambda: RateLimitedLog(logger))
+    """An outage ends many sessions (evictions, expiries): one warning a minute, counted."""
+    _rooms: dict[str, trio.Event] = attrs.field(init=False, factory=dict)
+    """This worker's ``initialize`` calls waiting for another worker to make room."""
+    _asked: trio.MemorySendChannel[BusMessage] = attrs.field(init=False)
+    _to_serve: trio.MemoryReceiveChannel[BusMessage] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._asked, self._to_serve = trio.open_memory_channel[BusMessage](MAX_ROOM_REQUESTS)
 
     @property
     def shared(self) -> bool:
@@ -239,12 +267,170 @@ class SessionSharing:
         try:
             await self.backend.bus.publish({"type": "session.end", "session": key})
         except BackendUnavailable as exc:
-            logger.warning("session end not shared with other workers: %s", exc)
+            self._log.log(
+                logging.WARNING, "session.end", "session end not shared with other workers: %s", exc
+            )
+
+    # -- a tenant at its cap: its least recently used idle session, on any worker ----
+
+    async def make_room(self, session: Session, cap: int) -> bool:
+        """End the least recently used idle session of new *session*'s tenant, on any worker.
+
+        Called when the tenant already holds *cap* sessions across every
+        worker.  The shared index lists them, least recently refreshed first;
+        whether one is idle only the worker holding it knows.  The oldest one
+        not busy here decides: held here and idle, it ends here; else its
+        holders are asked over the bus (the first holder of an idle one ends
+        it), and when nobody did within :data:`EVICT_WAIT`, this worker's own
+        oldest idle one ends.  ``True`` when room was made (save again), else
+        every session of the tenant is busy (or the backend is away).
+        """
+        store = self.store
+        if not self.shared or store is None:
+            return False
+        tenant, mine = session.tenant, session_key(session.id)
+        try:
+            listed = await self.backend.sessions.oldest(tenant, EVICT_CANDIDATES)
+        except BackendUnavailable as exc:
+            logger.debug("no room made for a new session: %s", exc)
+            return False
+        candidates = [key for key in listed if key != mine and not self._busy_here(key)]
+        if not candidates:
+            return False
+        if self._idle_here(candidates[0]) is None and self.backend.bus.shared:
+            # The oldest lives on another worker (or nowhere any more): ask.
+            if await self._ask_for_room(candidates, cap):
+                return True
+        for key in candidates:
+            idle = self._idle_here(key)
+            if idle is None:
+                continue
+            try:
+                ended = await self._evict(idle, key, cap)
+            except BackendUnavailable as exc:
+                logger.debug("no room made for a new session: %s", exc)
+                return False
+            if ended != -1:
+                return True  # ended here, or room was made meanwhile
+        return False
+
+    async def _ask_for_room(self, candidates: list[str], cap: int) -> bool:
+        """Ask the holders of *candidates* to end the oldest idle one; whether one did."""
+        if len(self._rooms) >= MAX_ROOM_REQUESTS:
+            return False  # a flood of initialize calls at their cap: not one more wait each
+        request = secrets.token_hex(8)
+        room = self._rooms[request] = trio.Event()
+        message: BusMessage = {
+            "type": "session.make_room",
+            "sessions": candidates,
+            "cap": cap,
+            "request": request,
+        }
+        try:
+            await self.backend.bus.publish(message)
+            with trio.move_on_after(EVICT_WAIT):
+                await room.wait()
+        except BackendUnavailable as exc:
+            logger.debug("cannot ask other workers to make room: %s", exc)
+        finally:
+            del self._rooms[request]
+        return room.is_set()
+
+    def on_bus(self, message: BusMessage) -> None:
+        """Another worker asks for room (``session.make_room``) or made it (``session.room``)."""
+        kind, request = message.get("type"), message.get("request")
+        if not isinstance(request, str):
+            return
+        if kind == "session.room":
+            room = self._rooms.get(request)
+            if room is not None:
+                room.set()
+        elif kind == "session.make_room":
+            try:
+                self._asked.send_nowait(message)
+            except trio.WouldBlock:
+                logger.debug("request to make room dropped: %d waiting", MAX_ROOM_REQUESTS)
+
+    async def _make_room_for_others(self) -> None:
+        """Serve other workers' ``session.make_room``: end the first listed idle one held here."""
+        async for message in self._to_serve:
+            sessions, cap = message.get("sessions"), message.get("cap")
+            if not isinstance(sessions, list) or not isinstance(cap, int) or cap < 1:
+                continue
+            for key in sessions[:EVICT_CANDIDATES]:
+                idle = self._idle_here(key) if isinstance(key, str) else None
+                if idle is None or not isinstance(key, str):
+                    continue
+                try:
+                    ended = await self._evict(idle, key, cap)
+                except BackendUnavailable as exc:
+                    logger.debug("no room made for another worker: %s", exc)
+                    break
+                if ended == 1:
+                    try:
+                        reply: BusMessage = {"type": "session.room", "request": message["request"]}
+                        await self.backend.bus.publish(reply)
+                    except BackendUnavailable as exc:
+                        logger.debug("room made, not said: %s", exc)  # its put finds the room
+                if ended != -1:
+                    break
+
+    def _held(self, key: str) -> Session | None:
+        session, store = self._by_key.get(key), self.store
+        if session is None or store is None or not store.holds(session):
+            return None
+        return session
+
+    def _busy_here(self, key: str) -> bool:
+        session = self._held(key)
+        return session is not None and session.busy
+
+    def _idle_here(self, key: str) -> Session | None:
+        session = self._held(key)
+        return session if session is not None and not session.busy else None
+
+    async def _evict(self, session: Session, key: str, cap: int) -> int:
+        """End idle *session* (held here) for a new one of its tenant, if still needed.
+
+        The backend decides atomically (see ``SessionRecords.evict``); ended,
+        it ends here and on every other worker holding a copy.
+        """
+        ended = await self.backend.sessions.evict(key, tenant=session.tenant, cap=cap)
+        if ended != 1:
+            return ended
+        if session.busy:
+            # A request reached it during the round trip: a session with calls in
+            # flight is never ended.  Its record goes back (the tenant is one over
+            # its cap until one of its sessions ends); the room stays made.
+            await self.save(session)
+            return ended
+        store = self.store
+        if store is not None:
+            store.end(session.id)
+        session.channel.cancel_all("session evicted")
+        session.streams.close_all()
+        self._by_key.pop(key, None)
+        self._unsaved.discard(session)
+        try:
+            await self.backend.bus.publish({"type": "session.end", "session": key})
+        except BackendUnavailable as exc:
+            self._log.log(
+                logging.WARNING, "session.end", "session end not shared with other workers: %s", exc
+            )
+        return ended
 
     async def keep_written(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """For as long as the app runs: write what could not reach the backend.
+        """For as long as the app runs: write what could not reach the backend, and make
+        room for other workers' new sessions (:meth:`make_room`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._make_room_for_others)
+            task_status.started()
+            await self._keep_written()
+
+    async def _keep_written(self) -> None:
+        """Write what could not reach the backend.
 
         New sessions whose write-through failed are written (else another
         worker, asking the backend, would answer 404 for a live session),
@@ -253,7 +439,6 @@ class SessionSharing:
         :data:`RETRY_INTERVAL` seconds until the backend takes them.  One at
         a time in the background: no request waits on it.
         """
-        task_status.started()
         while True:
             await self._retry.wait()
             self._retry = trio.Event()
