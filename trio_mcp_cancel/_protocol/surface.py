@@ -96,8 +96,8 @@ async def _list_templates(h: HandlerInput) -> dict[str, Any]:
     return _listing(h, "resourceTemplates", list(h.registration.resources.templates.values()))
 
 
-def _resource_target(server: Registration, params: Mapping[str, Any]) -> Tool:
-    server.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
+def _resource_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    registration.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
     return _target("resources/read")
 
 
@@ -141,8 +141,8 @@ async def _list_prompts(h: HandlerInput) -> dict[str, Any]:
     return _listing(h, "prompts", list(h.registration.prompts.prompts.values()))
 
 
-def _prompt_target(server: Registration, params: Mapping[str, Any]) -> Tool:
-    server.prompts.find(params.get("name"))
+def _prompt_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    registration.prompts.find(params.get("name"))
     return _target("prompts/get")
 
 
@@ -182,8 +182,8 @@ async def _complete(h: HandlerInput) -> dict[str, Any]:
 # -- subscriptions/listen -------------------------------------------------------------
 
 
-def _listen_target(server: Registration, params: Mapping[str, Any]) -> Tool:
-    read_filter(params, _LISTEN_FILTERS, server.limits.subscriptions)  # malformed: -32602
+def _listen_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    read_filter(params, _LISTEN_FILTERS, registration.limits.subscriptions)  # malformed: -32602
     return _target("subscriptions/listen")
 
 
