@@ -177,6 +177,7 @@ async def test_a_taken_port_is_one_line_and_exit_status_1(tmp_path: Path, transp
     ("attr", "message"),
     [
         ("make_server", "not the function make_server (serve what it returns"),
+        ("echo", "not the async function echo, which does not take (scope, receive, send)"),
         ("McpServer", "not the class McpServer (serve an instance of it)"),
     ],
 )

@@ -86,12 +86,34 @@ def _not_servable(found: object, serves: str) -> TargetError:
     """
     if isinstance(found, type):
         what = f"the class {found.__qualname__} (serve an instance of it)"
+    elif inspect.iscoroutinefunction(found):
+        name = getattr(found, "__qualname__", getattr(found, "__name__", "?"))
+        what = (
+            f"the async function {name}, which does not take (scope, receive, send)"
+            " (a tool? serve the McpServer it is registered on)"
+        )
     elif inspect.isroutine(found):
         name = getattr(found, "__qualname__", getattr(found, "__name__", "?"))
         what = f"the function {name} (serve what it returns, assigned to a module variable)"
     else:
         what = type(found).__name__
     return TargetError(f"expected {serves}, not {what}")
+
+
+def _takes_asgi_call(found: object) -> bool:
+    """Whether *found* can be called as ``app(scope, receive, send)``.
+
+    hypercorn takes any coroutine function for an ASGI 3 app, so a tool
+    (``async def forecast(city)``) named by mistake would be served and fail
+    on every request; its signature says so before anything starts.
+    """
+    try:
+        inspect.signature(found).bind(None, None, None)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): leave it to hypercorn
+        return True
+    return True
 
 
 def http_app(found: object, registry_config: RegistryConfig | None = None) -> AsgiApp:
@@ -107,7 +129,7 @@ def http_app(found: object, registry_config: RegistryConfig | None = None) -> As
     """
     if isinstance(found, McpHttpApp):
         _require_own_registry(found)
-    if not isinstance(found, type) and is_asgi(found):
+    if not isinstance(found, type) and is_asgi(found) and _takes_asgi_call(found):
         return cast(AsgiApp, found)
     if _is_server(found):
         if registry_config is None:
