@@ -35,8 +35,9 @@ from trio_mcp_cancel.http import HttpLimits
 from trio_mcp_cancel.lowlevel import USE_CONFIG
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
 
-#: The tool author's and the server author's modules together (issue 21: "about 40").
-MAX_CORE_NAMES = 40
+#: The tool author's and the server author's modules together (issue 21: "about 40";
+#: one more since ``ServerLimits`` replaced five loose ``McpServer`` keywords).
+MAX_CORE_NAMES = 41
 
 #: Modules whose names are documented in the module rather than on each name.
 MODULES = sorted(PUBLIC_MODULES - {"trio_mcp_cancel.backends.redis"})
