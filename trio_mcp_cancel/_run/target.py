@@ -16,13 +16,13 @@ import inspect
 import os
 import sys
 from collections.abc import Iterator
-from typing import cast
+from typing import TypeGuard, cast
 
 from hypercorn.utils import is_asgi
 
 from .._core.errors import NoRegistry
 from .._core.registry import RegistryConfig
-from .._protocol.mcp_server import McpServerBase
+from .._protocol.dispatcher import Dispatcher, Served
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import app_from_env
 from ..transports.http.serving import AsgiApp
@@ -127,14 +127,14 @@ def http_app(found: object, registry_config: RegistryConfig | None = None) -> As
     ``__call__`` is a coroutine function passes that test, so classes are
     refused first).
     """
-    if isinstance(found, McpServerBase):
-        if registry_config is None:
-            return app_from_env(found)
-        return app_from_env(found, registry_config=registry_config)
     if isinstance(found, McpHttpApp):
         _require_own_registry(found)
     if not isinstance(found, type) and is_asgi(found) and _takes_asgi_call(found):
         return cast(AsgiApp, found)
+    if _is_server(found):
+        if registry_config is None:
+            return app_from_env(found)
+        return app_from_env(found, registry_config=registry_config)
     raise _not_servable(found, "an McpServer or an ASGI app")
 
 
@@ -156,10 +156,18 @@ def _require_own_registry(app: McpHttpApp) -> None:
         )
 
 
-def stdio_server(found: object) -> McpServerBase:
+def stdio_server(found: object) -> Served:
     """The ``McpServer`` to serve on stdio: *found*, or the server of an ``McpHttpApp``."""
-    if isinstance(found, McpServerBase):
-        return found
     if isinstance(found, McpHttpApp):
         return found.server
+    if _is_server(found):
+        return found
     raise _not_servable(found, "an McpServer or an McpHttpApp (stdio serves its server)")
+
+
+def _is_server(found: object) -> TypeGuard[Served]:
+    """An ``McpServer``, told by its dispatcher (this module sits below the server
+    class, which imports it when ``run()`` is called, so it cannot name the class);
+    an app, which has one too, is an app (checked before)."""
+    dispatcher = None if isinstance(found, type) else getattr(found, "dispatcher", None)
+    return isinstance(dispatcher, Dispatcher)
