@@ -43,7 +43,7 @@ import trio
 
 from trio_mcp_cancel import RequestCancelledEvent, cancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 
 #: Tool calls answered, per tool; cancellation times seen, per ``key``.
 CALLS: dict[str, int] = {}
@@ -201,7 +201,7 @@ async def _floor_slow(request: Any, receive: Any, send: Any) -> None:
 
 
 def _ours_app(registry: Any, resume: bool = True) -> Any:
-    server = McpServer("bench", max_concurrent_calls=None, max_calls_per_tenant=None)
+    server = McpServer("bench", limits=ServerLimits(max_calls=None, max_calls_per_tenant=None))
     waiting: dict[tuple[str, object], trio.Event] = {}
 
     @server.tool()

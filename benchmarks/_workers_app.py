@@ -7,9 +7,9 @@ A no-op cancellable tool, with the per-server and per-tenant call caps off
 
 from __future__ import annotations
 
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 
-server = McpServer("bench-workers", max_concurrent_calls=None, max_calls_per_tenant=None)
+server = McpServer("bench-workers", limits=ServerLimits(max_calls=None, max_calls_per_tenant=None))
 
 
 @server.tool()

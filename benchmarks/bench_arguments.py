@@ -19,7 +19,6 @@ from statistics import median
 from typing import Any
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import McpServer
 
@@ -58,7 +57,7 @@ async def run(quick: bool) -> list[Row]:
     arguments = {"a": 1, "b": 2}
     async with open_registry() as registry:
         caller = Caller(SCOPE, registry)
-        dispatcher = Dispatcher.of(server)
+        dispatcher = server.dispatcher
 
         def through(name: str) -> Timer:
             message = {
@@ -78,7 +77,7 @@ async def run(quick: bool) -> list[Row]:
             return timer
 
         def binding(name: str) -> Timer:
-            bind = server.tools[name].bind
+            bind = server.registration.tools[name].bind
 
             async def timer(count: int) -> float:
                 start = time.perf_counter()

@@ -52,9 +52,8 @@ import httpx
 import trio
 
 from trio_mcp_cancel import RequestCancelledEvent, checkpoint_cancelled, open_registry
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
 from . import (
@@ -440,7 +439,7 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
     session_ids: list[str] = []
     async with open_registry(grace_period=1.0) as registry:
         events = EventRecorder.attach(registry)
-        server = _server(release, max_concurrent_calls=None, max_calls_per_tenant=None)
+        server = _server(release, limits=ServerLimits(max_calls=None, max_calls_per_tenant=None))
         app = McpHttpApp(
             server,
             registry,
@@ -518,7 +517,7 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
             drain_started = time.perf_counter()
             with trio.move_on_after(HANG_LIMIT):
                 await until(
-                    lambda: not (registry.in_flight_count or Dispatcher.of(server).calls_in_flight)
+                    lambda: not (registry.in_flight_count or server.dispatcher.calls_in_flight)
                 )
             drained = time.perf_counter() - drain_started
             # Let hypercorn close the connections the clients left (see KEEP_ALIVE).
@@ -544,7 +543,7 @@ async def _load_with_faults(calls: int, n: int, delay: float) -> dict[str, Any]:
                 ),
                 "rows_left": registry.row_count,
                 "in_flight_left": registry.in_flight_count,
-                "calls_counted_left": Dispatcher.of(server).calls_in_flight,
+                "calls_counted_left": server.dispatcher.calls_in_flight,
                 "sessions_left": len(store),
                 "busy_sessions_left": busy_sessions,
                 "tasks_before": tasks_before,

@@ -19,7 +19,6 @@ from statistics import median
 from typing import Any
 
 from trio_mcp_cancel import open_registry
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import McpServer, Telemetry
 
@@ -82,7 +81,7 @@ async def run(quick: bool) -> list[Row]:
         caller = Caller(SCOPE, registry)
 
         def through(telemetry: bool | Telemetry) -> Timer:
-            dispatcher = Dispatcher.of(_server(telemetry))
+            dispatcher = _server(telemetry).dispatcher
 
             async def timer(count: int) -> float:
                 if exporter is not None:

@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from trio_mcp_cancel.lowlevel import Dispatcher, SubscriptionLimits
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.lowlevel import SubscriptionLimits
+from trio_mcp_cancel.server import McpServer, ServerLimits
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 from ._common import Row
@@ -39,7 +39,7 @@ _KEPT = [
 
 
 def _server(limits: SubscriptionLimits) -> McpServer:
-    server = McpServer("bench-subscribe-bytes", subscription_limits=limits)
+    server = McpServer("bench-subscribe-bytes", limits=ServerLimits(subscriptions=limits))
 
     @server.resource_template("bench://big/{key}")
     async def big(key: str) -> str:
@@ -58,7 +58,7 @@ async def _flood(
 ) -> dict[str, Any]:
     """*sessions* legacy sessions of one tenant each subscribe *count* URIs of *size* bytes."""
     server = _server(limits)
-    ledger = Dispatcher.of(server).runtime.subscription_bytes
+    ledger = server.dispatcher.runtime.subscription_bytes
     outcomes: dict[str, int] = {}
     gc.collect()
     tracemalloc.start(1)

@@ -38,7 +38,7 @@ from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
+from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._common import Row
@@ -141,7 +141,7 @@ async def task_store_flood(
 
             created = await call("victim-token", "tools/call", {"name": "instant"}, "instant")
             task_id = created["result"]["taskId"]
-            await Dispatcher.of(server).runtime.tasks.wait_idle()
+            await server.dispatcher.runtime.tasks.wait_idle()
             await victim_latencies(5)  # warm-up
             before = await victim_latencies(samples)
 
@@ -163,7 +163,7 @@ async def task_store_flood(
                 await trio.sleep(0.05)  # the flood is under way
                 during = await victim_latencies(samples)
             flood_seconds = time.perf_counter() - flood_started
-            await Dispatcher.of(server).runtime.tasks.wait_idle()
+            await server.dispatcher.runtime.tasks.wait_idle()
             kept = await call("victim-token", "tasks/get", {"taskId": task_id}, task_id)
     before_median, during_median = statistics.median(before), statistics.median(during)
     return {

@@ -298,7 +298,7 @@ async def _dynamic_prompt(ctx: ToolContext) -> str:
 @server.tool()
 async def test_trigger_tool_change(ctx: ToolContext) -> str:
     """Adds or removes the tool 'test_dynamic_tool' (a tools list_changed notification)."""
-    if "test_dynamic_tool" in server.tools:
+    if "test_dynamic_tool" in server.registration.tools:
         server.remove_tool("test_dynamic_tool")
         return "removed test_dynamic_tool"
     server.tool("test_dynamic_tool", description="Appears and disappears.")(_dynamic_tool)
@@ -316,7 +316,7 @@ async def test_reconnection(ctx: ToolContext) -> str:
 @server.tool()
 async def test_trigger_prompt_change(ctx: ToolContext) -> str:
     """Adds or removes the prompt 'test_dynamic_prompt' (a prompts list_changed notification)."""
-    if "test_dynamic_prompt" in server.prompts.prompts:
+    if "test_dynamic_prompt" in server.registration.prompts.prompts:
         server.remove_prompt("test_dynamic_prompt")
         return "removed test_dynamic_prompt"
     server.prompt("test_dynamic_prompt", description="Appears and disappears.")(_dynamic_prompt)

@@ -2,10 +2,11 @@
 
 A tool author needs none of this: the root package and
 :mod:`trio_mcp_cancel.server` cover writing and serving tools.  Here are the
-pieces a transport is built from (the :class:`Dispatcher` of a server, the
+pieces a transport is built from (the :class:`Dispatcher` of a server, which
+a transport takes as anything :class:`Served`, with its :class:`Registration`; the
 typed call states it classifies messages into, a :class:`Caller` and an
 :class:`Exchange`), the server's runtime services (:class:`ServerRuntime`,
-``Dispatcher.of(server).runtime``: its task manager, subscription hub and
+``server.dispatcher.runtime``: its task manager, subscription hub and
 used MRTR states), the registry's lower-level types and helpers (request ids,
 namespaces, the thread token; :func:`track` / :func:`untrack` for code that
 cannot use ``async with tracked(...)``, and :class:`Tracking` built directly
@@ -50,11 +51,11 @@ from ._protocol.calls import (
     RequestCall,
 )
 from ._protocol.content import Content
-from ._protocol.dispatcher import Dispatcher
+from ._protocol.dispatcher import Dispatcher, Served
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
 from ._protocol.jsonrpc import JsonRpcError
-from ._protocol.mcp_server import McpServerBase, OnCancel
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
+from ._protocol.registration import OnCancel, Registration
 from ._protocol.runtime import ServerRuntime
 from ._protocol.subscriptions import SubscriptionLimits
 from ._protocol.tasks import TaskManager
@@ -102,12 +103,13 @@ __all__ = [
     "InvalidRequestId",
     "JsonRpcError",
     "LegacyState",
-    "McpServerBase",
     "NotificationCall",
     "OnCancel",
     "Rejected",
     "RequestCall",
+    "Registration",
     "RequestLike",
+    "Served",
     "ServerRuntime",
     "StateSigner",
     "SubscriptionLimits",

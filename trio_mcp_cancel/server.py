@@ -6,7 +6,8 @@ completion, logging, ``subscriptions/listen`` and questions to the client
 (``await ctx.elicit(...)``, ``ctx.sample``, ``ctx.list_roots``: a request to
 the client on the 2025 era, a multi round-trip request on 2026-07-28).
 ``server.run()`` serves it on stdio (what a desktop host launches),
-``server.run("http", port=...)`` over HTTP.  Inside a tool, poll the
+``server.run("http", port=...)`` over HTTP.  Importing this module loads
+no HTTP stack and patches nothing: ``run`` imports the runner when called.  Inside a tool, poll the
 cancellation flag with ``await trio_mcp_cancel.checkpoint_cancelled()``.
 Transport plumbing (``Dispatcher``, ``Caller``, ``Exchange``, call states)
 and MRTR by hand (``InputRequired`` and its request builders) are in
@@ -27,10 +28,11 @@ from ._protocol.content import (
     ToolResult,
 )
 from ._protocol.context import ToolContext
+from ._protocol.limits import ServerLimits
 from ._protocol.prompts import PromptMessage
 from ._protocol.resources import ResourceData
+from ._protocol.server import McpServer
 from ._public import fixup_module_metadata
-from ._run.runner import McpServer
 from ._telemetry.config import Telemetry
 from .transports.limits import ConnectionLimits
 
@@ -46,6 +48,7 @@ __all__ = [
     "PromptMessage",
     "ResourceData",
     "ResourceLink",
+    "ServerLimits",
     "Telemetry",
     "Text",
     "ToolContext",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import trio
 
 from ._core.registry import RegistryConfig, open_registry
-from ._protocol.mcp_server import McpServerBase
+from ._protocol.dispatcher import Served
 from ._public import fixup_module_metadata
 from .transports.limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 from .transports.stdio import serve_mcp_stdio
@@ -33,7 +33,7 @@ __all__ = ["run_stdio", "serve_mcp_stdio"]
 
 
 def run_stdio(
-    server: McpServerBase,
+    server: Served,
     *,
     registry_config: RegistryConfig | None = None,
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,

@@ -44,8 +44,8 @@ from ._client.memory import ChannelTransport
 from ._client.tasks import McpTaskError
 from ._core.events import Event
 from ._core.registry import Registry, RegistryConfig, current_registry_var
+from ._protocol.dispatcher import Served
 from ._protocol.exchange import Caller, LegacyState
-from ._protocol.mcp_server import McpServerBase
 from ._public import fixup_module_metadata
 from .transports.limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
@@ -207,7 +207,7 @@ class McpTestClient(ClientEngine):
 
 @contextlib.asynccontextmanager
 async def open_test_client(
-    server: McpServerBase,
+    server: Served,
     *,
     registry: Registry | None = None,
     era: Literal["modern", "legacy"] = "modern",

@@ -25,7 +25,7 @@ from trio.testing import MockClock
 from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, TaskManager, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
@@ -87,7 +87,7 @@ class Asked:
 @asynccontextmanager
 async def running_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(server).runtime.tasks.run)
+        await nursery.start(server.dispatcher.runtime.tasks.run)
         yield
         nursery.cancel_scope.cancel()
 

@@ -175,7 +175,7 @@ def sync_server(release: threading.Event) -> McpServer:
 
 async def test_sync_tools_get_a_schema_and_run_in_a_thread(autojump_clock: MockClock) -> None:
     server = sync_server(threading.Event())
-    tool = server.tools["add"]
+    tool = server.registration.tools["add"]
     assert tool.describe()["inputSchema"] == {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 2}},
@@ -296,7 +296,7 @@ async def test_the_server_wide_thread_limit_is_not_trios_default(
 ) -> None:
     release = threading.Event()
     server = sync_server(release)
-    assert server.sync_tool_threads.total == 40
+    assert server.registration.sync_tool_threads.total == 40
     try:
         async with open_test_client(
             server, registry_config=RegistryConfig(grace_period=3)
@@ -306,7 +306,7 @@ async def test_the_server_wide_thread_limit_is_not_trios_default(
             for call in calls:
                 await call.cancel("stop")
             await client.registry.wait_idle()
-            pool = server.sync_tool_threads.limiter
+            pool = server.registration.sync_tool_threads.limiter
             assert pool.borrowed_tokens == 3  # three abandoned threads, in the tools' pool
             assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
             # Trio's own thread users (DNS lookups, trio.Path) are not starved.
@@ -329,8 +329,8 @@ def test_thread_limits_are_checked_and_made_per_run() -> None:
             return "no"
 
     async def limiter() -> trio.CapacityLimiter:
-        first = server.sync_tool_threads.limiter
-        assert server.sync_tool_threads.limiter is first and first.total_tokens == 40
+        first = server.registration.sync_tool_threads.limiter
+        assert server.registration.sync_tool_threads.limiter is first and first.total_tokens == 40
         return first
 
     # A limiter per Trio run: an abandoned thread of an ended run holds no slot of the next.
@@ -383,7 +383,9 @@ async def test_a_tool_with_a_number_of_threads_runs_that_many_at_once(
             await trio.to_thread.run_sync(time.sleep, 0.2)
             await client.settle()
             assert len(entered) == 1  # the others wait for the tool's one thread
-            assert server.sync_tool_threads.limiter.borrowed_tokens == 0  # not the shared pool
+            assert (
+                server.registration.sync_tool_threads.limiter.borrowed_tokens == 0
+            )  # not the shared pool
             release.set()
             results = sorted([(await call.result())["content"][0]["text"] for call in calls])
             assert results == ["0", "1", "2"] and sorted(entered) == [0, 1, 2]

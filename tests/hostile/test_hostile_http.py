@@ -35,10 +35,9 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     checkpoint_cancelled,
 )
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 
 GRACE = 5.0
@@ -127,7 +126,7 @@ async def serving(
     app = McpHttpApp(server, registry, **app_options)
     async with served(app) as client:
         yield Served(client, registry, events, notes, app)
-    assert Dispatcher.of(server).calls_in_flight == 0
+    assert server.dispatcher.calls_in_flight == 0
 
 
 def start_modern(asgi: AsgiClient, message: dict[str, Any], **options: Any) -> HttpExchange:
@@ -394,7 +393,7 @@ async def test_server_wide_cap_holds_across_sessions_and_eras(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
 ) -> None:
-    options = {"max_concurrent_calls": 3, "max_calls_per_tenant": None}
+    options = {"limits": ServerLimits(max_calls=3, max_calls_per_tenant=None)}
     async with serving(mcp_registry, server_options=options) as s:
         calls = [
             start_modern(
@@ -427,7 +426,7 @@ async def test_per_tenant_cap_counts_every_session_of_the_tenant(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
 ) -> None:
-    options = {"max_calls_per_tenant": 2}
+    options = {"limits": ServerLimits(max_calls_per_tenant=2)}
     async with serving(mcp_registry, server_options=options) as s:
         sessions = [session_of(await open_session(s.client)) for _ in range(3)]
         calls = [start_legacy_wait(s.client, sid, n) for n, sid in enumerate(sessions[:2])]

@@ -34,7 +34,7 @@ from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
 from trio_mcp_cancel.backends.base import BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, TaskManager, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
@@ -137,12 +137,12 @@ def test_app_from_env_seals_with_the_shared_secret_and_opens_with_the_previous()
     old, new = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     server, _ = build()
     app_from_env(server, {"MCP_STATE_SECRET": new, "MCP_STATE_SECRET_PREVIOUS": old})
-    assert server.state_signer.secret == secret_from_text(new)
-    assert server.state_signer.previous == secret_from_text(old)
+    assert server.registration.state_signer.secret == secret_from_text(new)
+    assert server.registration.state_signer.previous == secret_from_text(old)
     # In code: bytes or the same text form.
     key = secrets.token_bytes(32)
-    assert build(state_secret=key)[0].state_signer.secret == key
-    assert build(state_secret=new)[0].state_signer.secret == secret_from_text(new)
+    assert build(state_secret=key)[0].registration.state_signer.secret == key
+    assert build(state_secret=new)[0].registration.state_signer.secret == secret_from_text(new)
     with pytest.raises(ValueError, match="state_secret_previous needs state_secret"):
         build(state_secret_previous=key)
 
@@ -375,7 +375,7 @@ async def test_a_replayed_retry_creates_no_second_task(
 
     caps = {**CAPS, "extensions": {"io.modelcontextprotocol/tasks": {}}}
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(server).runtime.tasks.run)
+        await nursery.start(server.dispatcher.runtime.tasks.run)
         async with open_test_client(server, client_capabilities=caps) as client:
             first = await client.request("tools/call", {"name": "launch"})
             retry = {
@@ -461,7 +461,7 @@ async def test_a_state_used_on_one_worker_is_refused_on_every_other_through_redi
             registry = await stack.enter_async_context(open_registry(grace_period=1))
             app = McpHttpApp(server, registry, backend=backend)
             app_from_env(server, shared)  # the shared secret, as every worker reads it
-            assert Dispatcher.of(server).runtime.used_states.shared is backend
+            assert server.dispatcher.runtime.used_states.shared is backend
             client = AsgiClient(app, nursery)
             await stack.enter_async_context(client.lifespan())
             clients.append(client)

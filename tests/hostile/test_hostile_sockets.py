@@ -58,7 +58,7 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 GRACE = 0.2
@@ -814,7 +814,7 @@ async def test_server_cap_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()
     cap = 4
     with trio.fail_after(TIMEOUT):
-        async with setup(mcp_registry, probe, caps={"max_concurrent_calls": cap}) as (
+        async with setup(mcp_registry, probe, caps={"limits": ServerLimits(max_calls=cap)}) as (
             served,
             _,
             app,
@@ -870,7 +870,7 @@ async def test_tenant_and_session_caps_on_calls_in_flight(mcp_registry: Registry
         async with setup(
             mcp_registry,
             probe,
-            caps={"max_calls_per_tenant": 3},
+            caps={"limits": ServerLimits(max_calls_per_tenant=3)},
             limits=ConnectionLimits(max_concurrent_calls=2),
         ) as (
             served,

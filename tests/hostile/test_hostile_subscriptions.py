@@ -32,8 +32,8 @@ from trio_mcp_cancel._protocol.subscriptions import (
     uri_bytes,
 )
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import Dispatcher, SubscriptionLimits
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.lowlevel import SubscriptionLimits
+from trio_mcp_cancel.server import McpServer, ServerLimits
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 DEFAULTS = SubscriptionLimits()
@@ -103,7 +103,7 @@ async def test_a_uri_longer_than_the_bound_is_refused_as_invalid_params() -> Non
 async def test_a_flood_of_huge_uris_holds_nothing(autojump_clock: trio.testing.MockClock) -> None:
     """The issue's attack, shortened: every 900 KB URI is refused, none is kept."""
     server = build()
-    ledger = Dispatcher.of(server).runtime.subscription_bytes
+    ledger = server.dispatcher.runtime.subscription_bytes
     async with open_test_client(server, era="legacy") as client:
         with measured() as held:
             for index in range(12):
@@ -118,7 +118,7 @@ async def test_many_large_uris_stop_at_the_session_budget_and_unsubscribing_free
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = build()
-    ledger = Dispatcher.of(server).runtime.subscription_bytes
+    ledger = server.dispatcher.runtime.subscription_bytes
     budget = DEFAULTS.max_bytes_per_session
     uris = [big_uri(index, 4000) for index in range(200)]
     fit = budget // uri_bytes(uris[0])
@@ -146,8 +146,8 @@ async def test_a_tenants_sessions_share_one_budget_and_an_ended_session_frees_it
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     limits = SubscriptionLimits(max_bytes_per_session=64 * 1024, max_bytes_per_tenant=96 * 1024)
-    server = build(subscription_limits=limits)
-    ledger = Dispatcher.of(server).runtime.subscription_bytes
+    server = build(limits=ServerLimits(subscriptions=limits))
+    ledger = server.dispatcher.runtime.subscription_bytes
     size = uri_bytes(big_uri(0, 4000))
     per_session = limits.max_bytes_per_session // size
     async with open_test_client(server, era="legacy", principal="mallory") as first:
@@ -191,8 +191,8 @@ def listen(client: AsgiClient, request_id: int, uris: list[str], ip: str) -> Htt
 async def test_listen_streams_count_against_the_tenants_budget_over_http(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    server = build(subscription_limits=LISTEN_LIMITS)
-    ledger = Dispatcher.of(server).runtime.subscription_bytes
+    server = build(limits=ServerLimits(subscriptions=LISTEN_LIMITS))
+    ledger = server.dispatcher.runtime.subscription_bytes
     uris = [big_uri(index, 4000) for index in range(15)]  # 61 KB: one stream's worth
     async with served(McpHttpApp(server, mcp_registry)) as client:
         first = listen(client, 1, uris, "192.0.2.1")

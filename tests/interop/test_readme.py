@@ -205,7 +205,7 @@ async def test_the_deploy_example_defines_its_server_and_main() -> None:
 
     server = _deploy["server"]
     assert isinstance(server, McpServer)
-    assert set(server.tools) == {"slow"}
+    assert set(server.registration.tools) == {"slow"}
     assert callable(_deploy["main"])
 
 
@@ -259,7 +259,7 @@ async def test_the_readme_work_tools_register_and_the_sync_one_runs(tmp_path: Pa
 
     server = _work["server"]
     assert isinstance(server, McpServer)
-    assert set(server.tools) == {"build", "checksum", "ask_upstream", "run_job"}
+    assert set(server.registration.tools) == {"build", "checksum", "ask_upstream", "run_job"}
     data = tmp_path / "data"
     data.write_bytes(b"abc" * 1000)
     async with open_test_client(server) as client:

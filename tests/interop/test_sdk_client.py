@@ -37,7 +37,7 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
 
 MODERN = "2026-07-28"
@@ -418,7 +418,7 @@ async def test_a_call_over_the_servers_cap_is_a_refusal_the_sdk_does_not_take_fo
     it.  The legacy era keeps its documented -32001 (see docs/deployment.md)."""
     with trio.fail_after(TIMEOUT):
         async with (
-            running(mcp_registry, {"max_concurrent_calls": 1}) as fx,
+            running(mcp_registry, {"limits": ServerLimits(max_calls=1)}) as fx,
             client(fx.url, mode) as c,
             trio.open_nursery() as nursery,
         ):

@@ -32,7 +32,7 @@ from trio_mcp_cancel.client import (
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import ConnectionLimits, McpServer
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
 from trio_mcp_cancel.stdio import run_stdio, serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http import deploy
@@ -95,6 +95,7 @@ def _cli_flags() -> set[str]:
 _CHECKS: dict[str, Callable[[], set[str]]] = {
     "McpServer": lambda: _parameters(McpServer.__init__),
     "McpServer.tool": lambda: _parameters(McpServer.tool),
+    "ServerLimits": lambda: {f.name for f in attrs.fields(ServerLimits)},
     "RegistryConfig / open_registry": lambda: {f.name for f in attrs.fields(RegistryConfig)},
     "McpHttpApp": lambda: _parameters(McpHttpApp.__init__),
     "ConnectionLimits": lambda: {f.name for f in attrs.fields(ConnectionLimits)},

@@ -33,10 +33,11 @@ import trio_mcp_cancel.server
 from trio_mcp_cancel._public import PUBLIC_MODULES
 from trio_mcp_cancel.http import HttpLimits
 from trio_mcp_cancel.lowlevel import USE_CONFIG
-from trio_mcp_cancel.server import ConnectionLimits
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
 
-#: The tool author's and the server author's modules together (issue 21: "about 40").
-MAX_CORE_NAMES = 40
+#: The tool author's and the server author's modules together (issue 21: "about 40";
+#: one more since ``ServerLimits`` replaced five loose ``McpServer`` keywords).
+MAX_CORE_NAMES = 41
 
 #: Modules whose names are documented in the module rather than on each name.
 MODULES = sorted(PUBLIC_MODULES - {"trio_mcp_cancel.backends.redis"})
@@ -133,13 +134,14 @@ def test_a_prompt_message_is_not_the_json_rpc_message() -> None:
 
 
 def test_settings_objects_are_frozen_and_documented() -> None:
-    for cls in (ConnectionLimits, HttpLimits):
+    for cls in (ConnectionLimits, HttpLimits, ServerLimits):
         limits = cls()
         field = attrs.fields(cls)[0]
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             setattr(limits, field.name, 1)
         # (inspect.getsource finds a class through __module__, now the public one.)
-        source = (ROOT / "trio_mcp_cancel" / "transports" / "limits.py").read_text()
+        home = "_protocol" if cls is ServerLimits else "transports"
+        source = (ROOT / "trio_mcp_cancel" / home / "limits.py").read_text()
         source = source.split(f"class {cls.__name__}:", 1)[1].split("\n\n\n", 1)[0]
         for field in attrs.fields(cls):
             # Each field is followed by its docstring (the reason for its default).
@@ -162,11 +164,30 @@ def test_settings_objects_are_frozen_and_documented() -> None:
         (HttpLimits, "max_sessions", 1.5),
         (HttpLimits, "max_sessions_per_tenant", 0),
         (HttpLimits, "session_idle_timeout", "3600"),
+        (ServerLimits, "max_calls", 0),
+        (ServerLimits, "max_calls_per_tenant", True),
+        (ServerLimits, "max_listen_streams", 1.5),
+        (ServerLimits, "max_listen_streams_per_tenant", -1),
     ],
 )
 def test_a_bad_setting_fails_where_it_is_written(cls: type, field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         cls(**{field: value})
+
+
+def test_the_server_wide_caps_are_one_typed_value_with_one_name_each() -> None:
+    # ``max_concurrent_calls`` is a connection's cap (ConnectionLimits) only.
+    assert "max_concurrent_calls" not in {f.name for f in attrs.fields(ServerLimits)}
+    with pytest.raises(TypeError):
+        McpServer("old-keywords", max_concurrent_calls=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="limits"):
+        McpServer("loose", limits={"max_calls": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="subscriptions"):
+        ServerLimits(subscriptions={"max_uris": 1})  # type: ignore[arg-type]
+    server = McpServer("typed", limits=ServerLimits(max_calls=None))
+    assert server.limits.max_calls is None and server.limits.max_listen_streams_per_tenant == 32
+    server.limits = ServerLimits(max_calls=2)  # replaced while serving: read at each admission
+    assert server.dispatcher.registration.limits.max_calls == 2
 
 
 def test_the_disconnect_grace_defaults_to_the_registry_grace_and_takes_none() -> None:

@@ -23,7 +23,6 @@ from cancellation_tools import probe_server
 import trio_mcp_cancel._core.registry as registry_module
 import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
 from trio_mcp_cancel import Registry, tracked
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel._protocol.jsonrpc import Notification
 from trio_mcp_cancel.lowlevel import InvalidRequestId, track
@@ -38,7 +37,7 @@ def cancel(request_id: object) -> Notification:
 async def test_only_a_cancel_of_a_request_not_running_here_is_for_another_worker(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry
 ) -> None:
-    dispatcher = Dispatcher.of(probe_server())
+    dispatcher = probe_server().dispatcher
     caller = Caller("session:s", mcp_registry)
     async with tracked(1, "session:s", registry=mcp_registry) as request:
         assert dispatcher.notify(cancel(1), caller) is False  # it runs here
@@ -82,7 +81,7 @@ def id_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
 async def test_a_tool_calls_id_is_validated_once(
     autojump_clock: trio.testing.MockClock, mcp_registry: Registry, id_checks: list[object]
 ) -> None:
-    dispatcher = Dispatcher.of(probe_server())
+    dispatcher = probe_server().dispatcher
     message = {
         "jsonrpc": "2.0",
         "id": "call-7",

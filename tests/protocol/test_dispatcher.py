@@ -24,7 +24,6 @@ from trio_mcp_cancel._protocol.calls import (
     Rejected,
     RequestCall,
 )
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import (
     LEGACY_TOO_MANY_REQUESTS,
@@ -33,7 +32,7 @@ from trio_mcp_cancel.lowlevel import (
     Exchange,
     too_many_requests_code,
 )
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, ServerLimits
 
 Message = dict[str, Any]
 
@@ -47,11 +46,15 @@ async def test_prepare_returns_exactly_one_typed_state_per_kind_of_message(
     mcp_registry: Registry,
 ) -> None:
     server = probe_server()
-    dispatcher = Dispatcher.of(server)
+    dispatcher = server.dispatcher
     caller = Caller("ns", mcp_registry)
     request = dispatcher.prepare(tool_call(1, "echo"), caller)
     assert isinstance(request, RequestCall)
-    assert request.tool is server.tools["echo"] and request.tracked and request.era == "legacy"
+    assert (
+        request.tool is server.registration.tools["echo"]
+        and request.tracked
+        and request.era == "legacy"
+    )
     unknown = dispatcher.prepare(tool_call(2, "nope"), caller)
     assert isinstance(unknown, Rejected)
     assert unknown.request is not None and unknown.error.request_id == 2
@@ -71,8 +74,8 @@ async def test_an_admission_refusal_carries_the_code_of_its_era(
 ) -> None:
     """Modern: outside the ranges 2026-07-28 reserves (clients read -32001 as their own
     timeout); legacy: the -32001 of earlier releases.  Same data either way."""
-    server = probe_server(max_concurrent_calls=1)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls=1))
+    dispatcher = server.dispatcher
     caller = Caller("ns", mcp_registry)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(dispatcher.handle, tool_call(1, "stubborn"), caller)
@@ -98,16 +101,16 @@ async def test_an_admission_refusal_carries_the_code_of_its_era(
 
 def test_every_transport_of_a_server_gets_the_same_dispatcher() -> None:
     server, other = probe_server(), probe_server()
-    assert Dispatcher.of(server) is Dispatcher.of(server)
-    assert Dispatcher.of(server) is not Dispatcher.of(other)
+    assert server.dispatcher is server.dispatcher
+    assert server.dispatcher is not other.dispatcher
 
 
 async def test_a_call_the_transport_admitted_is_counted_once_and_released_once(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    server = probe_server(max_concurrent_calls=1)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls=1))
+    dispatcher = server.dispatcher
     caller = Caller("ns", mcp_registry)
     call = dispatcher.prepare(tool_call(1, "echo", text="once"), caller)
     assert isinstance(call, RequestCall)
@@ -124,8 +127,8 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
     autojump_clock: MockClock,
     mcp_registry: Registry,
 ) -> None:
-    server = probe_server(max_concurrent_calls=1)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls=1))
+    dispatcher = server.dispatcher
     caller = Caller("ns", mcp_registry)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(dispatcher.handle, tool_call(1, "stubborn"), caller)
@@ -142,14 +145,14 @@ async def test_a_call_over_the_server_cap_is_refused_by_admit_and_takes_nothing(
 
 
 async def test_a_cap_changed_on_the_server_applies_to_the_next_call(mcp_registry: Registry) -> None:
-    server = probe_server(max_concurrent_calls=None)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls=None))
+    dispatcher = server.dispatcher
     caller = Caller("ns", mcp_registry)
     call = dispatcher.prepare(tool_call(1, "echo"), caller)
     assert isinstance(call, RequestCall)
     first, second = Exchange(), Exchange()
     assert dispatcher.admit(call, caller, first) is None
-    server.max_concurrent_calls = 1
+    server.limits = ServerLimits(max_calls=1)
     refused = dispatcher.admit(call, caller, second)
     assert refused is not None and refused["error"]["data"]["limit"] == "server"
     dispatcher.release(call, caller, first)
@@ -160,7 +163,7 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
     mcp_registry: Registry,
 ) -> None:
     server = probe_server()
-    dispatcher = Dispatcher.of(server)
+    dispatcher = server.dispatcher
     seen: list[HandlerInput] = []
 
     async def probe(h: HandlerInput) -> dict[str, Any]:
@@ -174,9 +177,14 @@ async def test_a_handler_gets_one_input_with_the_call_the_caller_and_the_exchang
     reply = await dispatcher.handle(message, caller, exchange)
     assert reply == {"jsonrpc": "2.0", "id": 5, "result": {"method": "test/probe", "echo": 1}}
     [h] = seen
-    assert (h.server, h.caller, h.exchange, h.era) == (server, caller, exchange, "legacy")
+    assert (h.registration, h.caller, h.exchange, h.era) == (
+        server.registration,
+        caller,
+        exchange,
+        "legacy",
+    )
     # Another server's table is untouched.
-    assert "test/probe" not in Dispatcher.of(probe_server()).methods
+    assert "test/probe" not in probe_server().dispatcher.methods
 
 
 async def test_a_modern_post_of_a_response_is_an_invalid_request_not_a_crash(

@@ -156,7 +156,7 @@ def test_a_malformed_template_is_refused_at_registration_saying_why(
     with pytest.raises(ValueError, match="URI template") as refused:
         server.resource_template(template)(read)
     assert why in str(refused.value)
-    assert not server.resources.templates
+    assert not server.registration.resources.templates
 
 
 @given(st.text(min_size=1, max_size=40))

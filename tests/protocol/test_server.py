@@ -27,7 +27,6 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import RequestCall
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -146,7 +145,7 @@ async def wait_in_flight(registry: Registry, request_id: object, namespace: str 
 async def handle(message: object, server: McpServer = SERVER) -> Message | None:
     """One message through a fresh registry that must be left empty."""
     async with open_registry() as registry:
-        reply = await Dispatcher.of(server).handle(message, Caller(SCOPE, registry))
+        reply = await server.dispatcher.handle(message, Caller(SCOPE, registry))
         assert_no_leaks(registry)
     return reply
 
@@ -198,7 +197,7 @@ async def test_tools_list_schemas_come_from_annotations() -> None:
     reply = await handle(request(2, "tools/list"))
     assert reply is not None and reply["id"] == 2
     tools = {tool["name"]: tool for tool in reply["result"]["tools"]}
-    assert list(tools) == list(SERVER.tools)
+    assert list(tools) == list(SERVER.registration.tools)
     assert tools["echo"] == {
         "name": "echo",
         "description": "Repeat text.",
@@ -474,7 +473,7 @@ async def test_client_responses_and_notifications_get_no_reply(
 ) -> None:
     # An address namespace keeps no early cancels (a session would keep
     # "nothing is running" a few seconds, in case its request comes late).
-    assert await Dispatcher.of(SERVER).handle(message, Caller("ip:192.0.2.1", mcp_registry)) is None
+    assert await SERVER.dispatcher.handle(message, Caller("ip:192.0.2.1", mcp_registry)) is None
     assert mcp_events.events == []
     assert_no_leaks(mcp_registry)
 
@@ -489,7 +488,7 @@ async def run_call(
     replies: list[Message | None],
     exchange: Exchange | None = None,
 ) -> None:
-    replies.append(await Dispatcher.of(server).handle(message, caller, exchange))
+    replies.append(await server.dispatcher.handle(message, caller, exchange))
 
 
 async def call_and_cancel(
@@ -505,7 +504,7 @@ async def call_and_cancel(
         nursery.start_soon(run_call, SERVER, call(request_id, tool), caller, replies)
         await wait_in_flight(registry, request_id)
         start = trio.current_time()
-        assert await Dispatcher.of(SERVER).handle(cancel_note(request_id, reason), caller) is None
+        assert await SERVER.dispatcher.handle(cancel_note(request_id, reason), caller) is None
     [reply] = replies
     return reply, trio.current_time() - start
 
@@ -573,7 +572,7 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
     loud: list[Message | None] = []
 
     async def respond_loudly() -> None:
-        dispatcher = Dispatcher.of(silent)
+        dispatcher = silent.dispatcher
         prepared = dispatcher.prepare(call(2, "count"), caller)
         assert isinstance(prepared, RequestCall)
         loud.append(await dispatcher.answer(prepared, caller, Exchange(), allow_silence=False))
@@ -583,8 +582,8 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
         nursery.start_soon(respond_loudly)
         await wait_in_flight(mcp_registry, 1)
         await wait_in_flight(mcp_registry, 2)
-        await Dispatcher.of(silent).handle(cancel_note(1, "stop one"), caller)
-        await Dispatcher.of(silent).handle(cancel_note(2, "stop two"), caller)
+        await silent.dispatcher.handle(cancel_note(1, "stop one"), caller)
+        await silent.dispatcher.handle(cancel_note(2, "stop two"), caller)
     assert replies == [None]
     assert loud == [
         {
@@ -598,7 +597,7 @@ async def test_silent_on_cancel_sends_nothing_unless_silence_is_not_allowed(
         }
     ]
     # Silence is only for cancellations: everything else is still answered.
-    reply = await Dispatcher.of(silent).handle(call(3, "echo", {"text": "hi"}), caller)
+    reply = await silent.dispatcher.handle(call(3, "echo", {"text": "hi"}), caller)
     assert reply is not None and reply["result"]["content"][0]["text"] == "hi"
     assert_no_leaks(mcp_registry)
 
@@ -615,7 +614,7 @@ async def test_a_notification_from_another_scope_does_not_cancel(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_call, SERVER, call(1, "count", {"n": 3}), alice, replies)
         await wait_in_flight(mcp_registry, 1, "session:alice")
-        assert await Dispatcher.of(SERVER).handle(cancel_note(1, "not yours"), mallory) is None
+        assert await SERVER.dispatcher.handle(cancel_note(1, "not yours"), mallory) is None
         # At most an early cancel kept in Mallory's own namespace (see
         # test_an_early_cancel_*): nothing of Alice's is touched.
         assert mcp_registry.namespace_row_count("session:alice") == 0
@@ -646,7 +645,7 @@ async def test_a_helper_task_stopping_at_the_flag_still_answers_request_cancelle
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_call, SERVER, call(5, "helpers"), caller, replies)
         await wait_in_flight(mcp_registry, 5)
-        await Dispatcher.of(SERVER).handle(cancel_note(5, "stop the helpers"), caller)
+        await SERVER.dispatcher.handle(cancel_note(5, "stop the helpers"), caller)
     assert replies == [
         {
             "jsonrpc": "2.0",
@@ -670,9 +669,7 @@ async def test_exchange_cancel_before_the_tool_starts_applies_when_it_starts(
     exchange = Exchange()
     exchange.cancel("stream gone", kind="disconnect")
     assert exchange.request is None
-    reply = await Dispatcher.of(SERVER).handle(
-        call(6, "count"), Caller(SCOPE, mcp_registry), exchange
-    )
+    reply = await SERVER.dispatcher.handle(call(6, "count"), Caller(SCOPE, mcp_registry), exchange)
     assert reply == {
         "jsonrpc": "2.0",
         "id": 6,
@@ -727,7 +724,7 @@ async def test_progress_is_sent_with_a_progress_token(
 ) -> None:
     sink = Sink()
     message = call(1, "count", {"n": 2, "delay": 0.5}, _meta={"progressToken": token})
-    reply = await Dispatcher.of(SERVER).handle(
+    reply = await SERVER.dispatcher.handle(
         message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
     )
     assert reply is not None and reply["result"]["content"][0]["text"] == "counted 2"
@@ -751,7 +748,7 @@ async def test_no_progress_without_a_valid_token(
 ) -> None:
     sink = Sink()
     message = call(1, "count", {"n": 2, "delay": 0.5}, **params)
-    reply = await Dispatcher.of(SERVER).handle(
+    reply = await SERVER.dispatcher.handle(
         message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
     )
     assert reply is not None and reply["result"]["isError"] is False
@@ -782,7 +779,7 @@ async def test_progress_must_increase(mcp_registry: Registry) -> None:
 async def test_progress_going_backwards_in_a_tool_is_a_tool_error(mcp_registry: Registry) -> None:
     sink = Sink()
     message = call(1, "backwards", _meta={"progressToken": "b"})
-    reply = await Dispatcher.of(SERVER).handle(
+    reply = await SERVER.dispatcher.handle(
         message, Caller(SCOPE, mcp_registry), Exchange(send=sink)
     )
     assert reply is not None
@@ -812,15 +809,13 @@ async def test_a_non_cancellable_tool_is_not_tracked(mcp_registry: Registry) -> 
 
     exchange = Exchange()
     exchange.cancel("too late")  # nothing to apply it to
-    reply = await Dispatcher.of(server).handle(
-        call(1, "quick"), Caller(SCOPE, mcp_registry), exchange
-    )
+    reply = await server.dispatcher.handle(call(1, "quick"), Caller(SCOPE, mcp_registry), exchange)
     assert reply is not None and reply["result"]["content"][0]["text"] == "quick"
     assert seen == [0, None]
     caller = Caller(SCOPE, mcp_registry)
 
     def tracked(on: McpServer, message: Message) -> bool:
-        prepared = Dispatcher.of(on).prepare(message, caller)
+        prepared = on.dispatcher.prepare(message, caller)
         return isinstance(prepared, RequestCall) and prepared.tracked
 
     assert tracked(server, call(1, "quick")) is False
@@ -842,7 +837,7 @@ def test_tools_must_be_functions_not_generators() -> None:
         async def agen(ctx: ToolContext) -> Any:
             yield "no"
 
-    assert server.tools == {}
+    assert server.registration.tools == {}
 
 
 def test_duplicate_tool_names_are_refused() -> None:
@@ -858,7 +853,7 @@ def test_duplicate_tool_names_are_refused() -> None:
         async def second(ctx: ToolContext) -> str:
             return "2"
 
-    assert server.tools["first"].fn is first
+    assert server.registration.tools["first"].fn is first
 
 
 @pytest.mark.parametrize("kind", ["args", "kwargs", "positional_only"])
@@ -881,7 +876,7 @@ def test_tool_parameters_must_be_named(kind: str) -> None:
     server = McpServer()
     with pytest.raises(TypeError, match="must be named"):
         server.tool()(fn)
-    assert server.tools == {}
+    assert server.registration.tools == {}
 
 
 def test_on_cancel_is_checked() -> None:
@@ -1106,7 +1101,7 @@ async def handle_fuzzed(message: object) -> Message | None:
     async with open_registry(grace_period=0) as registry:
         caller = Caller("session:fuzz", registry)
         with trio.fail_after(5):
-            reply = await Dispatcher.of(FUZZ_SERVER).handle(message, caller, Exchange(send=sink))
+            reply = await FUZZ_SERVER.dispatcher.handle(message, caller, Exchange(send=sink))
         if is_cancel_notification(message):
             # A cancel for a request not (yet) here is kept as a row, by design:
             # the bounded table of early cancels. Only that one row may remain.

@@ -1,17 +1,21 @@
-"""The server is configuration; what changes while it serves is its dispatcher's runtime.
+"""One server object: its registration, its dispatcher and the dispatcher's runtime.
 
-``McpServer`` holds what the author registered and its settings; the task
-manager, the subscription hub and the used MRTR states live in one
-``ServerRuntime`` per server, made by (and reached through) its
-``Dispatcher``.  Registration changes still reach the listen streams, and a
-server that is never served never builds any of it.
+``McpServer`` builds all three when made: ``server.registration`` holds what
+the author registered and its settings; the task manager, the subscription
+hub and the used MRTR states live in one ``ServerRuntime`` per server
+(``server.dispatcher.runtime``).  Registration changes reach the listen
+streams, and a transport serves anything with a ``dispatcher``.
 """
 
 from __future__ import annotations
 
+import attrs
+
+from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol.subscriptions import Filter
-from trio_mcp_cancel.lowlevel import Dispatcher, ServerRuntime, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import Dispatcher, Served, ServerRuntime, TaskManager
+from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.testing import open_test_client
 
 #: Tool list changes, one resource's updates and one task's status.
 EVERYTHING = Filter(
@@ -19,29 +23,30 @@ EVERYTHING = Filter(
 )
 
 
-def test_the_server_holds_registrations_and_settings_not_runtime_services() -> None:
-    server = McpServer("config-only", max_concurrent_calls=7)
+def test_the_registration_holds_what_was_registered_and_the_runtime_its_services() -> None:
+    server = McpServer("config-only", limits=ServerLimits(max_calls=7))
 
     @server.tool
     async def echo(text: str) -> str:
         return text
 
-    assert set(server.tools) == {"echo"} and server.max_concurrent_calls == 7
+    assert set(server.registration.tools) == {"echo"} and server.limits.max_calls == 7
     for service in ("tasks", "subscriptions", "used_states", "failures"):
-        assert not hasattr(server, service), service
-    # Nothing runs a server that was never served: no runtime, nobody to tell of changes.
-    assert server.task_manager is None and server.on_change is None
+        assert not hasattr(server.registration, service), service
+        assert hasattr(server.dispatcher.runtime, service), service
+    # The runtime is made with the server, and registration changes reach its hub.
+    assert server.registration.on_change == server.dispatcher.runtime.subscriptions.publish
 
 
 def test_each_server_has_one_runtime_owned_by_its_dispatcher() -> None:
     manager = TaskManager(ttl_ms=5_000)
     first, second = McpServer("first", tasks=manager), McpServer("second")
-    runtime = Dispatcher.of(first).runtime
+    runtime = first.dispatcher.runtime
     assert isinstance(runtime, ServerRuntime)
-    assert Dispatcher.of(first).runtime is runtime  # one per server, made once
+    assert first.dispatcher.runtime is runtime  # one per server, made once
     # The manager the author configured is the one the runtime runs.
-    assert runtime.tasks is manager and first.task_manager is manager
-    other = Dispatcher.of(second).runtime
+    assert runtime.tasks is manager
+    other = second.dispatcher.runtime
     assert other.tasks is not manager and other.tasks.ttl_ms == 3_600_000
     assert other.subscriptions is not runtime.subscriptions
     assert other.used_states is not runtime.used_states
@@ -50,7 +55,7 @@ def test_each_server_has_one_runtime_owned_by_its_dispatcher() -> None:
 def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
     server = McpServer("changes")
     server.tools_changed()  # before any runtime: nobody listens, nothing fails
-    runtime = Dispatcher.of(server).runtime
+    runtime = server.dispatcher.runtime
     listener = runtime.subscriptions.open(EVERYTHING)
 
     @server.tool
@@ -80,9 +85,29 @@ def test_a_served_server_is_freed_with_its_dispatcher_once_nothing_refers_to_it(
     async def echo(text: str) -> str:
         return text
 
-    dispatcher = Dispatcher.of(server)
-    assert Dispatcher.of(server) is dispatcher  # one per server, kept while it lives
+    dispatcher = server.dispatcher
+    assert server.dispatcher is dispatcher  # one per server, kept while it lives
     gone = weakref.ref(server)
     del server, dispatcher, echo
     gc.collect()
     assert gone() is None
+
+
+@attrs.frozen
+class Holder:
+    """Not an ``McpServer``: only what a transport needs (``lowlevel.Served``)."""
+
+    dispatcher: Dispatcher
+
+
+async def test_a_transport_serves_anything_with_a_dispatcher(mcp_registry: Registry) -> None:
+    server = McpServer("held")
+
+    @server.tool
+    async def echo(text: str) -> str:
+        return text
+
+    served: Served = Holder(server.dispatcher)
+    async with open_test_client(served, registry=mcp_registry) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert result["content"] == [{"type": "text", "text": "hi"}]

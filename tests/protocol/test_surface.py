@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import RegistryConfig, RequestCancelled, cancelled, checkpoint_cancelled
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, elicit, sample
+from trio_mcp_cancel.lowlevel import InputRequired, elicit, sample
 from trio_mcp_cancel.server import (
     Audio,
     EmbeddedResource,
@@ -508,10 +508,10 @@ async def test_listen_acknowledges_then_forwards_what_was_asked(
         await trio.sleep(1)
         await client.assert_no_answer(listen)
         assert len(listen.notifications) == 3
-        assert len(Dispatcher.of(server).runtime.subscriptions.listeners) == 1
+        assert len(server.dispatcher.runtime.subscriptions.listeners) == 1
         await prompts_only.cancel()
         await trio.sleep(1)
-        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+        assert server.dispatcher.runtime.subscriptions.listeners == set()
         assert_no_leaks(client.registry)
         assert client.unexpected == []
 
@@ -562,7 +562,7 @@ async def test_an_idle_listener_never_wakes_and_a_cancel_wakes_it_at_once(
         await listen.cancel("done")
         await client.registry.wait_idle()
         assert trio.current_time() == start  # ended at once, without the clock moving
-        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+        assert server.dispatcher.runtime.subscriptions.listeners == set()
         await client.assert_no_answer(listen)
         assert_no_leaks(client.registry)
 
@@ -571,7 +571,7 @@ async def test_listen_overflow_ends_the_stream_with_a_result(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, _ = build()
-    Dispatcher.of(server).runtime.subscriptions.queue_size = 2
+    server.dispatcher.runtime.subscriptions.queue_size = 2
     async with open_test_client(server) as client:
         listen = client.start_request(
             "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
@@ -582,7 +582,7 @@ async def test_listen_overflow_ends_the_stream_with_a_result(
         result = await listen.result()
     assert result["_meta"][SUB_ID] == listen.id
     assert result["resultType"] == "complete"
-    assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+    assert server.dispatcher.runtime.subscriptions.listeners == set()
 
 
 async def test_listen_is_modern_only_and_checks_its_filter(
@@ -634,7 +634,7 @@ async def test_mrtr_round_trip_with_sealed_state(autojump_clock: trio.testing.Mo
             assert refused.value.code == INVALID_PARAMS
         assert ran == []
         # An expired state is refused too.
-        server.state_signer.now = lambda: 10**12
+        server.registration.state_signer.now = lambda: 10**12
         with pytest.raises(McpError) as expired:
             await client.request("tools/call", retry)
         assert "expired" in expired.value.message

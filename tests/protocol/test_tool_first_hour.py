@@ -227,7 +227,7 @@ def test_a_return_type_pydantic_cannot_serialize_is_refused_at_registration() ->
         async def opaque(ctx: ToolContext) -> Opaque:
             return Opaque()
 
-    assert "opaque" not in server.tools
+    assert "opaque" not in server.registration.tools
 
 
 async def test_a_value_other_than_the_annotation_still_answers(

@@ -103,8 +103,8 @@ def test_bare_called_and_named_decorators_all_register() -> None:
 
     # The decorators give the function back, so it stays callable and testable.
     assert bare.__name__ == "bare" and original.__name__ == "original"
-    assert list(server.tools) == ["bare", "called", "renamed"]
-    assert list(server.prompts.prompts) == ["greet", "farewell"]
+    assert list(server.registration.tools) == ["bare", "called", "renamed"]
+    assert list(server.registration.prompts.prompts) == ["greet", "farewell"]
 
 
 def test_a_bare_resource_decorator_says_it_needs_the_uri() -> None:
@@ -117,7 +117,7 @@ def test_a_bare_resource_decorator_says_it_needs_the_uri() -> None:
         server.resource(read)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes the URI first"):
         server.resource_template(read)  # type: ignore[arg-type]
-    assert not server.resources
+    assert not server.registration.resources
 
 
 async def test_sync_functions_run_in_a_worker_thread_with_or_without_the_context() -> None:

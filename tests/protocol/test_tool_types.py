@@ -212,7 +212,7 @@ class Size(NamedTuple):
 def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
     server = McpServer()
     server.tool(fn)
-    (tool,) = server.list_tools()
+    (tool,) = server.registration.list_tools()
     return tool["inputSchema"]  # type: ignore[no-any-return]
 
 
@@ -298,7 +298,7 @@ def test_a_parameter_type_pydantic_cannot_express_fails_at_registration() -> Non
 
     with pytest.raises(TypeError, match=r"tool 'takes': parameter 'thing'"):
         server.tool(takes)
-    assert "takes" not in server.tools
+    assert "takes" not in server.registration.tools
 
 
 @dataclasses.dataclass

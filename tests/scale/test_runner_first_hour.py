@@ -177,6 +177,7 @@ async def test_a_taken_port_is_one_line_and_exit_status_1(tmp_path: Path, transp
     ("attr", "message"),
     [
         ("make_server", "not the function make_server (serve what it returns"),
+        ("echo", "not the async function echo, which does not take (scope, receive, send)"),
         ("McpServer", "not the class McpServer (serve an instance of it)"),
     ],
 )
@@ -375,15 +376,14 @@ def test_stdio_takes_the_servers_settings_from_the_environment_as_http_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from trio_mcp_cancel._protocol.mrtr import secret_from_text
-    from trio_mcp_cancel.lowlevel import Dispatcher
 
     secret = "A" * 43  # base64 of 32 bytes
     monkeypatch.setenv("MCP_TASK_TTL", "60")
     monkeypatch.setenv("MCP_STATE_SECRET", secret)
     server = McpServer("stdio-settings")
     serve_found(server, "stdio")  # configured now, served only when called
-    assert Dispatcher.of(server).runtime.tasks.ttl_ms == 60_000
-    assert server.state_signer.secret == secret_from_text(secret)
+    assert server.dispatcher.runtime.tasks.ttl_ms == 60_000
+    assert server.registration.state_signer.secret == secret_from_text(secret)
     monkeypatch.setenv("MCP_STATE_SECRET", "too short")
     with pytest.raises(ValueError, match="MCP_STATE_SECRET"):
         serve_found(McpServer("bad-secret"), "stdio")

@@ -26,7 +26,7 @@ from trio_mcp_cancel import Registry, RegistryConfig, cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
+from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
@@ -100,7 +100,7 @@ class Rig:
         phases (the flag at once, the hard cancel a grace period later), or,
         with ``None``, left alone to finish."""
         await self.seen.stopped.wait()
-        await Dispatcher.of(self.server).runtime.tasks.wait_idle()
+        await self.server.dispatcher.runtime.tasks.wait_idle()
         if cancelled_at is None:
             assert self.seen.flagged_at is None
             return
@@ -138,7 +138,7 @@ async def test_http_stream_closed_while_the_task_is_created_cancels_the_task(
             assert not any("result" in m for m in exchange.messages() if isinstance(m, dict))
             await rig.assert_stopped(cancelled_at=gone_at)
             assert await rig.status() == "cancelled"
-            assert Dispatcher.of(rig.server).runtime.tasks.running_count == 0
+            assert rig.server.dispatcher.runtime.tasks.running_count == 0
 
 
 async def test_http_task_whose_creation_was_delivered_survives_the_stream_closing(
@@ -181,7 +181,7 @@ async def test_message_stream_reply_never_written_cancels_the_task(
         await trio.sleep_forever()  # the peer stopped reading: stalled after write_timeout
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(server).runtime.tasks.run)
+        await nursery.start(server.dispatcher.runtime.tasks.run)
         connection = MessageConnection(
             server,
             connection_caller("test", mcp_registry),
@@ -214,7 +214,7 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
     rig = Rig()
     store = rig.store
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(rig.server).runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
         async with rig.client(namespace="principal:p") as client:
             call = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 10.0}}
@@ -239,7 +239,7 @@ async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
     rig = Rig()
     rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(rig.server).runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
         async with rig.client() as client:
             call = client.start_request("tools/call", {"name": "stubborn", "arguments": {}})
             await client.settle()
@@ -265,7 +265,7 @@ async def test_a_reused_request_id_forgets_the_task_it_once_created(
     rig = Rig()
     rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(rig.server).runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
         async with rig.client() as client:
             first = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 5.0}}

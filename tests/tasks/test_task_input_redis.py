@@ -14,7 +14,7 @@ import trio
 from deploy_harness import WITH_TASKS, RedisServer
 from redis_harness import client_of, prefix, redis, task_process, wait_status, wait_tracked
 
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, TaskManager, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient
 
@@ -56,9 +56,9 @@ async def test_input_for_a_task_on_one_instance_arrives_through_another(
             listen = on_b.start_request("subscriptions/listen", wanted)
             await wait_tracked(on_b, listen)
             assert parked["inputRequests"]["ok"]["method"] == "elicitation/create"
-            assert Dispatcher.of(a).runtime.tasks.running_here(task_id) and not Dispatcher.of(
-                b
-            ).runtime.tasks.running_here(task_id)
+            assert a.dispatcher.runtime.tasks.running_here(
+                task_id
+            ) and not b.dispatcher.runtime.tasks.running_here(task_id)
             answer = {"ok": {"action": "accept", "content": {"ok": True}}}
             ack = await on_b.request("tasks/update", {"taskId": task_id, "inputResponses": answer})
             assert ack["resultType"] == "complete"

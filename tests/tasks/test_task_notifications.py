@@ -15,7 +15,7 @@ import trio.testing
 from test_tasks import serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, TaskManager, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
 
@@ -72,7 +72,7 @@ async def test_listeners_get_each_status_of_their_own_tasks(
             assert statuses[2]["result"]["content"][0]["text"] == "confirmed"
             await listen.cancel()
             await trio.sleep(1)
-            assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+            assert server.dispatcher.runtime.subscriptions.listeners == set()
 
 
 async def test_task_notifications_need_the_extension(

@@ -22,7 +22,7 @@ from trio_mcp_cancel import checkpoint_cancelled
 from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress_message
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
+from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -106,7 +106,7 @@ async def test_at_most_one_store_write_per_interval(
         polled = await client.request("tasks/get", {"taskId": task_id})
         assert polled["status"] == "working"
         assert polled["statusMessage"] == store.writes[-1][1]  # the latest write, shown
-        await Dispatcher.of(server).runtime.tasks.wait_idle()
+        await server.dispatcher.runtime.tasks.wait_idle()
         times = [at for at, _ in store.writes]
         assert 5 <= len(times) <= 7  # 100 reports over 5 s
         assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))
@@ -126,7 +126,7 @@ async def test_progress_never_overwrites_a_cancelled_task(
         await trio.sleep(1.2)
         assert (await client.request("tasks/get", {"taskId": task_id}))["statusMessage"].isdigit()
         await client.request("tasks/cancel", {"taskId": task_id})
-        await Dispatcher.of(server).runtime.tasks.wait_idle()
+        await server.dispatcher.runtime.tasks.wait_idle()
         await trio.sleep(2.0)
         final = await client.request("tasks/get", {"taskId": task_id})
         assert final["status"] == "cancelled"

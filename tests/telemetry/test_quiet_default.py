@@ -24,7 +24,7 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 def test_a_server_on_no_op_providers_is_quiet_unless_the_request_carries_a_trace() -> None:
     noop = Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
-    telemetry = McpServer("quiet", telemetry=noop).telemetry
+    telemetry = McpServer("quiet", telemetry=noop).registration.telemetry
     assert telemetry is not None
     assert telemetry.quiet({"name": "x"})
     # A no-op span still carries the caller's trace on to what the tool calls.
@@ -32,11 +32,11 @@ def test_a_server_on_no_op_providers_is_quiet_unless_the_request_carries_a_trace
 
 
 def test_a_server_with_an_sdk_provider_is_never_quiet(otel: Otel) -> None:
-    telemetry = McpServer("recording", telemetry=otel.telemetry).telemetry
+    telemetry = McpServer("recording", telemetry=otel.telemetry).registration.telemetry
     assert telemetry is not None
     assert not telemetry.quiet({"name": "x"})
     half = Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=otel.meter_provider)
-    metrics_only = McpServer("metrics", telemetry=half).telemetry
+    metrics_only = McpServer("metrics", telemetry=half).registration.telemetry
     assert metrics_only is not None and not metrics_only.quiet({})
 
 
@@ -65,7 +65,7 @@ LATE_PROVIDER = textwrap.dedent(
     async def main():
         async with open_test_client(server) as client:
             await client.call_tool("echo", {{"text": "before"}})
-            assert server.telemetry.quiet({{}})
+            assert server.registration.telemetry.quiet({{}})
             if "{module}" == "trace":
                 provider = TracerProvider()
                 provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -73,7 +73,7 @@ LATE_PROVIDER = textwrap.dedent(
             else:
                 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
             await client.call_tool("echo", {{"text": "after"}})
-            assert not server.telemetry.quiet({{}})
+            assert not server.registration.telemetry.quiet({{}})
 
     trio.run(main)
     if "{module}" == "trace":

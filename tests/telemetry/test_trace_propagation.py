@@ -88,7 +88,7 @@ async def test_telemetry_false_records_nothing(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:
     server = probe_server(telemetry=False)
-    assert server.telemetry is None
+    assert server.registration.telemetry is None
     async with open_test_client(server) as client:
         await client.call_tool("echo", {"text": "quiet"})
     assert otel.spans() == []
@@ -127,7 +127,7 @@ NO_OTEL = textwrap.dedent(
     from trio_mcp_cancel._telemetry.propagation import inject_meta, trace_headers
 
     server = McpServer("plain")
-    assert server.telemetry is None
+    assert server.registration.telemetry is None
 
     @server.tool()
     async def echo(ctx: ToolContext, text: str) -> str:

@@ -24,15 +24,15 @@ from otel_harness import Otel, attrs_of, event_names
 
 from trio_mcp_cancel import RegistryConfig, run_process
 from trio_mcp_cancel._core.events import BackendEvent
-from trio_mcp_cancel.lowlevel import Dispatcher, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
 
 
 @asynccontextmanager
 async def serving_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(Dispatcher.of(server).runtime.tasks.run)
+        await nursery.start(server.dispatcher.runtime.tasks.run)
         yield
         nursery.cancel_scope.cancel()
 
@@ -175,7 +175,7 @@ async def test_an_abandoned_worker_thread_is_an_event_and_a_point(otel: Otel) ->
 async def test_admission_refusals_are_counted_by_limit_and_the_span_has_the_error_code(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:
-    server = probe_server(telemetry=otel.telemetry, max_concurrent_calls=1)
+    server = probe_server(telemetry=otel.telemetry, limits=ServerLimits(max_calls=1))
     async with open_test_client(server) as client:
         first = client.start_call("stubborn")
         await client.wait_in_flight(first)

@@ -19,7 +19,7 @@ import trio.testing
 from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 Message = dict[str, Any]
@@ -27,7 +27,7 @@ Message = dict[str, Any]
 
 def build_server() -> McpServer:
     """The probe server with one listen slot and a resource to subscribe to."""
-    server = probe_server("legacy-notes", max_listen_streams=1)
+    server = probe_server("legacy-notes", limits=ServerLimits(max_listen_streams=1))
 
     @server.resource("test://a", name="a")
     async def a(ctx: ToolContext) -> str:

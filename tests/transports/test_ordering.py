@@ -35,7 +35,6 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Exchange
 from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
@@ -80,7 +79,7 @@ def make_server() -> McpServer:
         return "ok"
 
     # A test-only request that is not a tool and takes long to answer.
-    Dispatcher.of(server).methods["test/slow"] = Method(_slow_method)
+    server.dispatcher.methods["test/slow"] = Method(_slow_method)
     return server
 
 

@@ -6,8 +6,8 @@ calls (and the other requests that run tracked work), one for open
 meant to stay open for hours, so counting it against the call caps would
 let a client's listeners starve its own calls, and a call-sized cap would
 be far too low for them.  The caps themselves are the server's
-configuration (:class:`~.mcp_server.McpServer`), read at each check, so a
-cap changed while serving applies to the next call.
+configuration (:class:`~.limits.ServerLimits`, ``registration.limits``),
+read at each check, so limits replaced while serving apply to the next call.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ __all__ = [
     "Limit",
     "Slots",
     "SubscriptionLimit",
-    "check_cap",
     "over_limit",
     "too_many_requests",
     "too_many_requests_code",
@@ -96,13 +95,6 @@ def too_many_subscribed_bytes(era: Era, limit: SubscriptionLimit, cap: int) -> J
     may retry once it (or the tenant) has unsubscribed or closed a listen stream.
     """
     return over_limit(era, "Too many subscribed bytes", limit, cap)
-
-
-def check_cap(cap: int | None) -> int | None:
-    """*cap*, validated: a concurrency limit is at least 1, or ``None`` (no limit)."""
-    if cap is not None and cap < 1:
-        raise ValueError("concurrency limits must be at least 1 (or None)")
-    return cap
 
 
 @attrs.define(eq=False)

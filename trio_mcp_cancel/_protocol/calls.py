@@ -28,7 +28,7 @@ import trio
 from . import jsonrpc
 from .exchange import Caller, Exchange
 from .jsonrpc import JsonRpcError
-from .mcp_server import McpServerBase
+from .registration import Registration
 from .runtime import ServerRuntime
 from .tools import Tool
 from .versions import Envelope, Era
@@ -126,18 +126,19 @@ class HandlerInput:
     dispatcher calls it again (a no-op by then) when the answer is ready.
     """
 
-    __slots__ = ("_status", "call", "caller", "exchange", "runtime", "server")
+    __slots__ = ("_status", "call", "caller", "exchange", "registration", "runtime")
 
     def __init__(
         self,
-        server: McpServerBase,
+        registration: Registration,
         call: RequestCall,
         caller: Caller,
         exchange: Exchange,
         runtime: ServerRuntime,
         status: trio.TaskStatus[None] | None = None,
     ) -> None:
-        self.server = server
+        self.registration = registration
+        """What the server offers and its settings (:mod:`.registration`)."""
         self.call = call
         self.caller = caller
         self.exchange = exchange
@@ -165,13 +166,13 @@ class HandlerInput:
 
     def with_exchange(self, exchange: Exchange) -> HandlerInput:
         """The same request on another exchange (a task's), reporting no start."""
-        return HandlerInput(self.server, self.call, self.caller, exchange, self.runtime)
+        return HandlerInput(self.registration, self.call, self.caller, exchange, self.runtime)
 
 
 Handler = Callable[[HandlerInput], Awaitable[Any]]
 """A method handler: its result (a JSON object) or a raised :class:`JsonRpcError`."""
 
-Target = Callable[[McpServerBase, Mapping[str, Any]], Tool]
+Target = Callable[[Registration, Mapping[str, Any]], Tool]
 """Finds the work of a tracked non-tool method while classifying (``-32602`` at once)."""
 
 

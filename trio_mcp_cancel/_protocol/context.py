@@ -294,7 +294,7 @@ async def make_context(h: HandlerInput, target: str) -> ToolContext:
     """
     ctx = new_context(h)
     if needs_state(h):
-        signer = h.server.state_signer
+        signer = h.registration.state_signer
         opened = signer.open_token(h.call.request.params["requestState"], _mrtr_binding(h, target))
         # Sealed with "e" = int(now + ttl): this is when, or up to a second before.
         issued_at = opened.expires_at - signer.ttl
@@ -367,7 +367,7 @@ def input_required(h: HandlerInput, value: InputRequired, target: str) -> dict[s
     check_declared(value, client_capabilities(h))
     token = None
     if value.state is not None:
-        token = h.server.state_signer.seal(value.state, _mrtr_binding(h, target))
+        token = h.registration.state_signer.seal(value.state, _mrtr_binding(h, target))
     return input_required_result(value, token)
 
 

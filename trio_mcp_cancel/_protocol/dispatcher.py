@@ -2,7 +2,7 @@
 
 A transport frames a message and describes who sent it (:class:`~.exchange.Caller`)
 and how to reach that request's stream (:class:`~.exchange.Exchange`); the
-server's :class:`Dispatcher` (``Dispatcher.of(server)``) does the rest, in
+server's :class:`Dispatcher` (``server.dispatcher``) does the rest, in
 this order:
 
 1. :meth:`Dispatcher.prepare` *classifies* the message (JSON-RPC shape, era,
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Coroutine, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -55,10 +55,11 @@ from .calls import (
 )
 from .exchange import Caller, Exchange
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
-from .mcp_server import McpServerBase
 from .methods import METHODS, TARGETS
+from .registration import Registration
 from .runtime import ServerRuntime
 from .subscriptions import listen_bytes
+from .tasks import TaskManager
 from .tools import Tool
 from .versions import (
     META_SERVER_INFO,
@@ -70,24 +71,26 @@ from .versions import (
     read_envelope,
 )
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "Served"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
 
 
 class Dispatcher:
-    """Serves one :class:`~.mcp_server.McpServer` to every transport; see the module docstring.
+    """Serves one server's :class:`~.registration.Registration` to every transport.
 
-    Get it with :meth:`of`: one per server, shared by every transport that
-    serves it, because admission is server-wide (*max_concurrent_calls*
-    counts the calls of every transport and session).  The server itself
-    stays configuration: it never imports this module; what changes while
-    it serves (its task manager, subscription hub, used MRTR states) is the
-    dispatcher's :attr:`runtime`, made with it.
+    See the module docstring.  :class:`~.server.McpServer` makes one in its
+    ``__init__`` (``server.dispatcher``), shared by every transport that
+    serves it, because admission is server-wide (``ServerLimits.max_calls``
+    counts the calls of every transport and session).  The registration is
+    configuration and imports nothing of this module; what changes while
+    the server serves (its task manager, subscription hub, used MRTR states)
+    is the dispatcher's :attr:`runtime`, made with it.
     """
 
-    def __init__(self, server: McpServerBase) -> None:
-        self.server = server
+    def __init__(self, registration: Registration, tasks: TaskManager | None = None) -> None:
+        self.registration = registration
+        """What the server offers and its settings, the admission caps among them."""
         self.methods: dict[str, Method] = dict(METHODS)
         """The method table (a copy of :data:`.methods.METHODS`, so a test may extend one)."""
         self.targets: dict[str, Target] = dict(TARGETS)
@@ -95,23 +98,9 @@ class Dispatcher:
         """Tool calls (and tracked reads) admitted and not finished."""
         self.listens = Slots()
         """Open ``subscriptions/listen`` streams."""
-        self.runtime = ServerRuntime.for_server(server)
+        self.runtime = ServerRuntime.for_server(registration, tasks)
         """The server's runtime services (tasks, subscription hub, used MRTR states, the
         failure log); one per server, owned here (see :mod:`.runtime`)."""
-
-    @classmethod
-    def of(cls, server: McpServerBase) -> Dispatcher:
-        """The dispatcher of *server*, made on first use and kept while the server lives.
-
-        Kept on the server itself (``served_by``), not in a weak-keyed table:
-        the dispatcher refers to its server, so a table's value would keep
-        its own key alive, and no server would ever be freed.  The pair is a
-        plain reference cycle the garbage collector frees together.
-        """
-        dispatcher = server.served_by
-        if not isinstance(dispatcher, cls):
-            dispatcher = server.served_by = cls(server)
-        return dispatcher
 
     @property
     def calls_in_flight(self) -> int:
@@ -164,7 +153,7 @@ class Dispatcher:
                 target = self.targets.get(parsed.method)
                 if target is not None:
                     # resources/read, prompts/get, subscriptions/listen: tracked like a tool.
-                    tool = target(self.server, parsed.params)
+                    tool = target(self.registration, parsed.params)
         except JsonRpcError as exc:
             exc.request_id = parsed.id
             return Rejected(exc, parsed)
@@ -172,7 +161,7 @@ class Dispatcher:
 
     def _find_tool(self, params: Mapping[str, Any]) -> Tool:
         name = params.get("name")
-        tool = self.server.tools.get(name) if isinstance(name, str) else None
+        tool = self.registration.tools.get(name) if isinstance(name, str) else None
         if tool is None:
             shown = str(name)[:100]  # the client's own string, echoed bounded
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {shown}", {"name": shown})
@@ -197,7 +186,7 @@ class Dispatcher:
         outcome = registry.notify_cancelled(
             caller.namespace, request_id, params.get("reason"), keep_early=not ordered
         )
-        telemetry = self.server.telemetry
+        telemetry = self.registration.telemetry
         if telemetry is not None:
             telemetry.notification(notification.method, params, caller.session_id, outcome.value)
         logger.debug(
@@ -257,12 +246,12 @@ class Dispatcher:
     ) -> Coroutine[Any, Any, Message | None]:
         """Answer one prepared request: the one place errors become JSON-RPC errors.
 
-        With telemetry on (``server.telemetry``, checked once) it runs inside
+        With telemetry on (``registration.telemetry``, checked once) it runs inside
         the request's span, unless nothing would record it (``quiet``); see
         :meth:`_answer`.  A plain function returning the coroutine to await
         (or to start), so the common path adds no coroutine frame of its own.
         """
-        telemetry = self.server.telemetry
+        telemetry = self.registration.telemetry
         request = call.request
         if telemetry is None or telemetry.quiet(request.params):
             return self._answer(call, caller, exchange, allow_silence, admitted, task_status)
@@ -285,7 +274,7 @@ class Dispatcher:
         """:meth:`answer`'s work.
 
         ``None`` only when the client cancelled the request (see
-        :data:`~.mcp_server.OnCancel`) and *allow_silence* (a plain JSON HTTP
+        :data:`~.registration.OnCancel`) and *allow_silence* (a plain JSON HTTP
         response must carry something, so that transport passes ``False``
         and gets ``-32800``).  ``task_status.started()`` is reported once the
         request can be cancelled, at the latest when the answer is ready.
@@ -299,7 +288,7 @@ class Dispatcher:
         caller), this admits the call itself.
         """
         request = call.request
-        h = HandlerInput(self.server, call, caller, exchange, self.runtime, task_status)
+        h = HandlerInput(self.registration, call, caller, exchange, self.runtime, task_status)
         if caller.channel is not None:
             caller.channel.created_tasks.pop(request.id, None)  # the id is reused
         try:
@@ -320,7 +309,7 @@ class Dispatcher:
             return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
         except RequestCancelled as exc:
             exchange.lost()  # its real answer is never sent
-            if exchange.silenced and self.server.on_cancel == "silent" and allow_silence:
+            if exchange.silenced and self.registration.on_cancel == "silent" and allow_silence:
                 return None
             data = {"reason": exc.reason} if exc.reason else None
             return jsonrpc.error_message(request.id, REQUEST_CANCELLED, "Request cancelled", data)
@@ -342,32 +331,30 @@ class Dispatcher:
             return result
         result.setdefault("resultType", "complete")
         meta = result.get("_meta")
-        info = self.server.info
+        info = self.registration.info
         result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
         return result
 
     # -- admission ----------------------------------------------------------------
 
     def _limit_refusal(self, call: RequestCall, caller: Caller) -> Message | None:
-        request, server = call.request, self.server
+        request, limits = call.request, self.registration.limits
         if call.long_lived:
             full = self.listens.full(
-                caller.tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
+                caller.tenant, limits.max_listen_streams, limits.max_listen_streams_per_tenant
             )
             if full is not None:
                 return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
             # Its resource URIs, held while it is open, within the subscription budgets.
             size = listen_bytes(request.params)
             over = self.runtime.subscription_bytes.refusal(
-                caller.tenant, size, server.subscription_limits, call.era
+                caller.tenant, size, limits.subscriptions, call.era
             )
             if over is not None:
                 over.request_id = request.id
                 return over.to_message()
         else:
-            full = self.calls.full(
-                caller.tenant, server.max_concurrent_calls, server.max_calls_per_tenant
-            )
+            full = self.calls.full(caller.tenant, limits.max_calls, limits.max_calls_per_tenant)
             if full is not None:
                 return too_many_requests(request.id, call.era, CALL_LIMITS[full[0]], full[1])
         channel = caller.channel
@@ -386,10 +373,11 @@ class Dispatcher:
         response, then ``answer(..., admitted=True)``.
         """
         refused = self._admit(call, caller, exchange)
-        telemetry = self.server.telemetry
-        if refused is not None and telemetry is not None:
-            # Its span: :meth:`answer` never runs for it.
-            telemetry.refused_request(refused, _subject(call, caller))
+        if refused is not None:
+            telemetry = self.registration.telemetry  # read for a refusal only
+            if telemetry is not None:
+                # Its span: :meth:`answer` never runs for it.
+                telemetry.refused_request(refused, _subject(call, caller))
         return refused
 
     def _admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
@@ -402,7 +390,7 @@ class Dispatcher:
             return None
         refused = self._limit_refusal(call, caller)
         if refused is not None:
-            telemetry = self.server.telemetry
+            telemetry = self.registration.telemetry
             if telemetry is not None:
                 telemetry.refused(refused["error"]["data"]["limit"])
             return refused
@@ -431,9 +419,9 @@ class Dispatcher:
         """Count a legacy session's GET stream as a listen stream, or say which cap
         (``"server"``/``"tenant"``, and its value) it would exceed; give it back with
         :meth:`release_notification_stream`."""
-        server = self.server
+        limits = self.registration.limits
         full = self.listens.full(
-            tenant, server.max_listen_streams, server.max_listen_streams_per_tenant
+            tenant, limits.max_listen_streams, limits.max_listen_streams_per_tenant
         )
         if full is None:
             self.listens.take(tenant)
@@ -473,6 +461,18 @@ def _protocol_version(call: RequestCall, caller: Caller) -> str | None:
     channel = caller.channel
     legacy = None if channel is None else channel.legacy
     return None if legacy is None else legacy.protocol_version
+
+
+class Served(Protocol):
+    """What a transport serves: anything with a :class:`Dispatcher` (an ``McpServer``).
+
+    Transports type their argument with this, not with the server class, so
+    none imports the server (or what it imports to be run); a test or an
+    application may serve a bare dispatcher's holder the same way.
+    """
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
 
 
 def _check_capabilities(tool: Tool, envelope: Envelope | None, caller: Caller) -> None:

@@ -74,7 +74,7 @@ class Channel:
     (the legacy HTTP GET stream), so ``initialize`` promises ``listChanged``/``subscribe``."""
     resource_subscriptions: ResourceSubscriptions = attrs.field(factory=ResourceSubscriptions)
     """Legacy ``resources/subscribe``: the URIs whose ``notifications/resources/updated``
-    the client's GET stream carries (bounded by the server's ``subscription_limits``;
+    the client's GET stream carries (bounded by the server's ``limits.subscriptions``;
     the transport clears it when the channel ends, giving their bytes back)."""
     client_requests: ClientRequests = attrs.field(factory=ClientRequests)
     """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""

@@ -59,7 +59,7 @@ __all__ = [
 
 
 async def initialize(h: HandlerInput) -> dict[str, Any]:
-    params, server, channel = h.params, h.server, h.caller.channel
+    params, server, channel = h.params, h.registration, h.caller.channel
     version = negotiate_legacy_version(params.get("protocolVersion"))
     capabilities = params.get("capabilities")
     info = params.get("clientInfo")
@@ -95,7 +95,7 @@ async def set_level(h: HandlerInput) -> dict[str, Any]:
 
 
 async def discover(h: HandlerInput) -> dict[str, Any]:
-    server, era = h.server, h.call.era
+    server, era = h.registration, h.call.era
     versions = list(MODERN_VERSIONS)
     capabilities = server.capabilities(era)
     if any(tool.task_support != "forbidden" for tool in server.tools.values()):
@@ -116,7 +116,7 @@ async def discover(h: HandlerInput) -> dict[str, Any]:
 
 
 async def list_tools(h: HandlerInput) -> dict[str, Any]:
-    server = h.server
+    server = h.registration
     tools, more = page("tools", server.list_tools(), h.params, server.page_size)
     result: dict[str, Any] = {"tools": list(tools), **more}
     if h.call.era == "modern":
@@ -171,7 +171,7 @@ async def _start_task(
     ``CreateTaskResult`` never reaches the client (the creating exchange
     lost), the task is cancelled: nobody could poll or cancel it.
     """
-    server, caller, request = h.server, h.caller, h.call.request
+    server, caller, request = h.registration, h.caller, h.call.request
     tasks = h.runtime.tasks
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:

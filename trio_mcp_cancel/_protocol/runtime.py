@@ -1,10 +1,10 @@
 """What a server holds while it serves: its runtime services, apart from its configuration.
 
-:class:`~.mcp_server.McpServer` is what the author registered and how it is
+:class:`~.server.McpServer` is what the author registered and how it is
 configured; it changes only when the author changes it.  What changes as
 the server serves lives here, in one :class:`ServerRuntime` per server,
 owned by the server's :class:`~.dispatcher.Dispatcher` (reach it as
-``Dispatcher.of(server).runtime``, the way transports reach the dispatcher):
+``server.dispatcher.runtime``):
 
 * ``tasks``: the :class:`~.tasks.TaskManager` (its nursery, running tasks and
   store), the one given as ``McpServer(tasks=...)`` or a default one; its
@@ -12,10 +12,10 @@ owned by the server's :class:`~.dispatcher.Dispatcher` (reach it as
 * ``subscriptions``: the :class:`~.subscriptions.SubscriptionHub` fanning
   notifications out to open ``subscriptions/listen`` (and legacy GET)
   streams; the server's registration changes reach it through
-  ``server.on_change``, set here;
+  ``registration.on_change``, set here;
 * ``subscription_bytes``: the :class:`~.subscriptions.SubscriptionBytes` that
   every session's and listen stream's resource URIs are counted in, so the
-  server's ``subscription_limits`` bound them per tenant and in total;
+  server's ``limits.subscriptions`` bound them per tenant and in total;
 * ``used_states``: the :class:`~.replay.UsedStates` set that makes each MRTR
   ``requestState`` single-use;
 * ``failures``: unexpected failures, logged once per kind and interval.
@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from .._core.ratelog import RateLimitedLog
-from .mcp_server import McpServerBase
+from .registration import Registration
 from .replay import UsedStates
 from .subscriptions import SubscriptionBytes, SubscriptionHub
 from .tasks import TaskManager
@@ -63,7 +63,7 @@ class ServerRuntime:
     """The ``subscriptions/listen`` (and legacy GET stream) fan-out."""
     subscription_bytes: SubscriptionBytes = attrs.field(factory=SubscriptionBytes)
     """Bytes of resource URIs subscribed to, server-wide and per tenant (legacy sessions'
-    ``resources/subscribe`` and open listen streams), against ``subscription_limits``."""
+    ``resources/subscribe`` and open listen streams), against ``limits.subscriptions``."""
     used_states: UsedStates = attrs.field(factory=UsedStates)
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
@@ -77,9 +77,9 @@ class ServerRuntime:
         self.subscriptions.publish("notifications/tasks", task)
 
     @classmethod
-    def for_server(cls, server: McpServerBase) -> ServerRuntime:
-        """The runtime of *server*: its task manager, and its changes told to the hub."""
-        given = server.task_manager
-        runtime = cls() if given is None else cls(tasks=given)
-        server.on_change = runtime.subscriptions.publish
+    def for_server(cls, registration: Registration, tasks: TaskManager | None) -> ServerRuntime:
+        """The runtime of a server: *tasks* (``None``: a new task manager), and its
+        registration's changes told to the hub."""
+        runtime = cls() if tasks is None else cls(tasks=tasks)
+        registration.on_change = runtime.subscriptions.publish
         return runtime

@@ -17,7 +17,7 @@ bounded queue, and one that falls too far behind is ended (with a complete
 result, so the client knows to re-list) instead of buffering without bound.
 
 What subscriptions hold is bounded in bytes, not only in count
-(:class:`SubscriptionLimits`, ``McpServer(subscription_limits=...)``): a
+(:class:`SubscriptionLimits`, ``ServerLimits(subscriptions=...)``): a
 resource URI's length, the URIs of one legacy session
 (``resources/subscribe``) or one listen stream, and what every session and
 stream of a tenant, and of the whole server, hold together

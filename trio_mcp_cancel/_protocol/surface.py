@@ -8,7 +8,7 @@ finds it while classifying the message and then runs the work inside
 ``tracked()`` like a tool call, so every cancellation form (a closed HTTP
 stream, ``notifications/cancelled``, a time limit, shutdown) stops it the
 same way, with the same admission limits (a listen stream has its own:
-it is long-lived, not a call; see :class:`~.mcp_server.McpServer`).
+it is long-lived, not a call; see :class:`~.server.McpServer`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from .context import (
     without_rounds,
 )
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
-from .mcp_server import McpServerBase
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
+from .registration import Registration
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, check_uri, read_filter
 from .tasks import client_declares_tasks, require_tasks_extension
@@ -64,7 +64,7 @@ def _target(name: str) -> Tool:
 
 def _cache(h: HandlerInput, result: dict[str, Any], *, listing: bool) -> dict[str, Any]:
     """Modern results of lists and reads carry ``ttlMs`` and ``cacheScope`` (SEP-2549)."""
-    server = h.server
+    server = h.registration
     if h.call.era == "modern":
         if listing:
             result.setdefault("ttlMs", server.list_ttl_ms)
@@ -80,7 +80,7 @@ def _listing(h: HandlerInput, key: str, items: list[Any]) -> dict[str, Any]:
 
     Only the page's items are described, and the modern caching fields added.
     """
-    items_page, more = page(key, items, h.params, h.server.page_size)
+    items_page, more = page(key, items, h.params, h.registration.page_size)
     result = {key: [item.describe() for item in items_page], **more}
     return _cache(h, result, listing=True)
 
@@ -89,21 +89,21 @@ def _listing(h: HandlerInput, key: str, items: list[Any]) -> dict[str, Any]:
 
 
 async def _list_resources(h: HandlerInput) -> dict[str, Any]:
-    return _listing(h, "resources", list(h.server.resources.resources.values()))
+    return _listing(h, "resources", list(h.registration.resources.resources.values()))
 
 
 async def _list_templates(h: HandlerInput) -> dict[str, Any]:
-    return _listing(h, "resourceTemplates", list(h.server.resources.templates.values()))
+    return _listing(h, "resourceTemplates", list(h.registration.resources.templates.values()))
 
 
-def _resource_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
-    server.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
+def _resource_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    registration.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
     return _target("resources/read")
 
 
 async def _read_resource(h: HandlerInput) -> dict[str, Any]:
     uri = h.params["uri"]
-    reader, variables, mime_type = h.server.resources.find(uri)
+    reader, variables, mime_type = h.registration.resources.find(uri)
     ctx = await make_context(h, uri)
     value = await run_target(h, lambda: reader(ctx, **variables))
     if isinstance(value, InputRequired):
@@ -115,15 +115,15 @@ async def _subscribe(h: HandlerInput) -> dict[str, Any]:
     """Legacy ``resources/subscribe`` / ``unsubscribe`` of a known URI.
 
     The session remembers it, bounded in count and bytes (the server's
-    ``subscription_limits``; see :class:`~.subscriptions.SubscriptionLimits`):
+    ``limits.subscriptions``; see :class:`~.subscriptions.SubscriptionLimits`):
     ``notifications/resources/updated`` for it then travel on the session's
     GET stream (HTTP) or its connection; the modern era subscribes with
     ``subscriptions/listen`` instead.
     """
-    uri, limits = h.params.get("uri"), h.server.subscription_limits
+    uri, limits = h.params.get("uri"), h.registration.limits.subscriptions
     if isinstance(uri, str):
         check_uri(uri, limits)  # over-long: -32602 before it is looked at
-    h.server.resources.find(uri)  # unknown: -32602 with the uri
+    h.registration.resources.find(uri)  # unknown: -32602 with the uri
     channel = h.caller.channel
     if channel is not None and isinstance(uri, str):
         subscribed = channel.resource_subscriptions
@@ -138,17 +138,17 @@ async def _subscribe(h: HandlerInput) -> dict[str, Any]:
 
 
 async def _list_prompts(h: HandlerInput) -> dict[str, Any]:
-    return _listing(h, "prompts", list(h.server.prompts.prompts.values()))
+    return _listing(h, "prompts", list(h.registration.prompts.prompts.values()))
 
 
-def _prompt_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
-    server.prompts.find(params.get("name"))
+def _prompt_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    registration.prompts.find(params.get("name"))
     return _target("prompts/get")
 
 
 async def _get_prompt(h: HandlerInput) -> dict[str, Any]:
     params = h.params
-    prompt = h.server.prompts.find(params.get("name"))
+    prompt = h.registration.prompts.find(params.get("name"))
     arguments = prompt.bind(params.get("arguments"))
     ctx = await make_context(h, prompt.name)
     value = await run_target(h, lambda: prompt.fn(ctx, **arguments))
@@ -158,7 +158,7 @@ async def _get_prompt(h: HandlerInput) -> dict[str, Any]:
 
 
 async def _complete(h: HandlerInput) -> dict[str, Any]:
-    completer, value, context = h.server.prompts.completer(h.params)
+    completer, value, context = h.registration.prompts.completer(h.params)
     if completer is None:
         return completion_result([])
     ctx = await make_context(h, "completion/complete")
@@ -182,8 +182,8 @@ async def _complete(h: HandlerInput) -> dict[str, Any]:
 # -- subscriptions/listen -------------------------------------------------------------
 
 
-def _listen_target(server: McpServerBase, params: Mapping[str, Any]) -> Tool:
-    read_filter(params, _LISTEN_FILTERS, server.subscription_limits)  # malformed: -32602
+def _listen_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
+    read_filter(params, _LISTEN_FILTERS, registration.limits.subscriptions)  # malformed: -32602
     return _target("subscriptions/listen")
 
 
@@ -193,7 +193,7 @@ async def _listen(h: HandlerInput) -> dict[str, Any]:
     if exchange.send is None:
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
-    granted = read_filter(request.params, _LISTEN_FILTERS, h.server.subscription_limits)
+    granted = read_filter(request.params, _LISTEN_FILTERS, h.registration.limits.subscriptions)
     if granted.task_ids:
         # Tasks extension: declared on this request (-32021), and only the
         # caller's own tasks are granted (others are "not found", silently).

@@ -1,10 +1,10 @@
 """One way to serve a server from a blocking call: ``server.run()`` and ``trio-mcp-cancel run``.
 
-:class:`McpServer` is the public server class: the registration and
-configuration of :class:`~.._protocol.mcp_server.McpServerBase` plus
-:meth:`McpServer.run`.  ``run`` sits above every transport (it runs Trio and
-picks one), so it lives here rather than in ``_protocol``, which the
-transports import; the console script (:mod:`.cli`) calls the same
+:meth:`McpServer.run <trio_mcp_cancel.server.McpServer.run>` calls
+:func:`run_server`, importing this module only then: it sits above every
+transport (it runs Trio and picks one, and imports hypercorn), so a server
+that is only registered, or served by a transport of the application's
+own, never loads it.  The console script (:mod:`.cli`) calls the same
 :func:`serve_found`, so the two cannot drift apart.
 """
 
@@ -15,34 +15,21 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator
-from enum import Enum
 from functools import partial
-from typing import Final, Literal
 
 import trio
 from hypercorn.config import Config
 from hypercorn.utils import LifespanFailureError
 
 from .._core.registry import RegistryConfig
-from .._protocol.mcp_server import McpServerBase
 from ..stdio import run_stdio
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import limits_from_env, seconds_setting, server_settings_from_env
 from ..transports.http.serving import AsgiApp, serve, server_config
 from . import target
+from .choices import FROM_ENVIRONMENT, FromEnvironment, Transport
 
-__all__ = [
-    "FROM_ENVIRONMENT",
-    "FromEnvironment",
-    "McpServer",
-    "StartupFailed",
-    "Transport",
-    "configure_logging",
-    "serve_found",
-]
-
-#: ``"streamable-http"`` is the MCP specification's name of ``"http"`` (the official SDK's too).
-Transport = Literal["stdio", "http", "streamable-http"]
+__all__ = ["StartupFailed", "configure_logging", "run_server", "serve_found"]
 
 _log = logging.getLogger("trio_mcp_cancel.run")
 
@@ -55,15 +42,6 @@ class StartupFailed(Exception):
     library failed.
     """
 
-
-class FromEnvironment(Enum):
-    """The type of :data:`FROM_ENVIRONMENT` (an enum, so type checkers know its one value)."""
-
-    token = 0
-
-
-#: ``grace_period=`` default: ``MCP_GRACE_PERIOD`` if set, else 5 seconds (what the CLI does).
-FROM_ENVIRONMENT: Final = FromEnvironment.token
 
 _LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -200,45 +178,25 @@ def _listen_problem(exc: OSError, host: str, port: int, port_option: str) -> str
     return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
-class McpServer(McpServerBase):
-    """An MCP server: register tools, resources and prompts, then :meth:`run` it.
+def run_server(
+    server: object,
+    transport: Transport,
+    *,
+    host: str,
+    port: int,
+    grace_period: float | FromEnvironment | None,
+    log_level: str,
+) -> None:
+    """``McpServer.run``: serve *server* until stopped, a startup failure as one line.
 
-    Transport-independent: the same server is served on stdio
-    (:meth:`run`, or :func:`~trio_mcp_cancel.stdio.serve_mcp_stdio` inside a
-    Trio program), over HTTP (:class:`~trio_mcp_cancel.http.McpHttpApp`),
-    WebSocket, or to the test client.  See :class:`McpServerBase` for the
-    configuration keywords.
+    When serving cannot start (the port is in use, the app refused to
+    start), raises :class:`SystemExit` whose message is the one sentence
+    saying why: a script exits with status 1 and that line, not a
+    traceback; the :class:`StartupFailed` is its ``__cause__``.
     """
-
-    def run(
-        self,
-        transport: Transport = "stdio",
-        *,
-        host: str = "127.0.0.1",
-        port: int = 8000,
-        grace_period: float | FromEnvironment | None = FROM_ENVIRONMENT,
-        log_level: str = "info",
-    ) -> None:
-        """Serve this server until stopped; blocks (it calls ``trio.run`` itself).
-
-        ``run()`` serves stdio, what a desktop host launches;
-        ``run("http", host=..., port=...)`` serves Streamable HTTP (both eras)
-        on ``127.0.0.1:8000`` by default (``port=0``: any free port, logged).
-        Both stop cleanly on SIGINT/SIGTERM (and stdio on end of input).
-        *grace_period* is the seconds from a cancel to its hard cancel (default:
-        ``MCP_GRACE_PERIOD``, else 5; ``None``: never hard-cancel).  Logging
-        goes to stderr at *log_level*, one line per cancelled request at
-        ``"info"``, as ``trio-mcp-cancel run`` does.  ``"streamable-http"``
-        is the same as ``"http"``.
-
-        When serving cannot start (the port is in use, the app refused to
-        start), raises :class:`SystemExit` whose message is the one sentence
-        saying why: a script exits with status 1 and that line, not a
-        traceback; the :class:`StartupFailed` is its ``__cause__``.
-        """
-        configure_logging(log_level)
-        serving = serve_found(self, transport, host=host, port=port, grace_period=grace_period)
-        try:
-            serving()
-        except StartupFailed as exc:
-            raise SystemExit(f"trio-mcp-cancel: error: {exc}") from exc
+    configure_logging(log_level)
+    serving = serve_found(server, transport, host=host, port=port, grace_period=grace_period)
+    try:
+        serving()
+    except StartupFailed as exc:
+        raise SystemExit(f"trio-mcp-cancel: error: {exc}") from exc

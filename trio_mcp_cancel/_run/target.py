@@ -16,13 +16,13 @@ import inspect
 import os
 import sys
 from collections.abc import Iterator
-from typing import cast
+from typing import TypeGuard, cast
 
 from hypercorn.utils import is_asgi
 
 from .._core.errors import NoRegistry
 from .._core.registry import RegistryConfig
-from .._protocol.mcp_server import McpServerBase
+from .._protocol.dispatcher import Dispatcher, Served
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import app_from_env
 from ..transports.http.serving import AsgiApp
@@ -86,12 +86,34 @@ def _not_servable(found: object, serves: str) -> TargetError:
     """
     if isinstance(found, type):
         what = f"the class {found.__qualname__} (serve an instance of it)"
+    elif inspect.iscoroutinefunction(found):
+        name = getattr(found, "__qualname__", getattr(found, "__name__", "?"))
+        what = (
+            f"the async function {name}, which does not take (scope, receive, send)"
+            " (a tool? serve the McpServer it is registered on)"
+        )
     elif inspect.isroutine(found):
         name = getattr(found, "__qualname__", getattr(found, "__name__", "?"))
         what = f"the function {name} (serve what it returns, assigned to a module variable)"
     else:
         what = type(found).__name__
     return TargetError(f"expected {serves}, not {what}")
+
+
+def _takes_asgi_call(found: object) -> bool:
+    """Whether *found* can be called as ``app(scope, receive, send)``.
+
+    hypercorn takes any coroutine function for an ASGI 3 app, so a tool
+    (``async def forecast(city)``) named by mistake would be served and fail
+    on every request; its signature says so before anything starts.
+    """
+    try:
+        inspect.signature(found).bind(None, None, None)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): leave it to hypercorn
+        return True
+    return True
 
 
 def http_app(found: object, registry_config: RegistryConfig | None = None) -> AsgiApp:
@@ -105,14 +127,14 @@ def http_app(found: object, registry_config: RegistryConfig | None = None) -> As
     ``__call__`` is a coroutine function passes that test, so classes are
     refused first).
     """
-    if isinstance(found, McpServerBase):
+    if isinstance(found, McpHttpApp):
+        _require_own_registry(found)
+    if not isinstance(found, type) and is_asgi(found) and _takes_asgi_call(found):
+        return cast(AsgiApp, found)
+    if _is_server(found):
         if registry_config is None:
             return app_from_env(found)
         return app_from_env(found, registry_config=registry_config)
-    if isinstance(found, McpHttpApp):
-        _require_own_registry(found)
-    if not isinstance(found, type) and is_asgi(found):
-        return cast(AsgiApp, found)
     raise _not_servable(found, "an McpServer or an ASGI app")
 
 
@@ -134,10 +156,18 @@ def _require_own_registry(app: McpHttpApp) -> None:
         )
 
 
-def stdio_server(found: object) -> McpServerBase:
+def stdio_server(found: object) -> Served:
     """The ``McpServer`` to serve on stdio: *found*, or the server of an ``McpHttpApp``."""
-    if isinstance(found, McpServerBase):
-        return found
     if isinstance(found, McpHttpApp):
         return found.server
+    if _is_server(found):
+        return found
     raise _not_servable(found, "an McpServer or an McpHttpApp (stdio serves its server)")
+
+
+def _is_server(found: object) -> TypeGuard[Served]:
+    """An ``McpServer``, told by its dispatcher (this module sits below the server
+    class, which imports it when ``run()`` is called, so it cannot name the class);
+    an app, which has one too, is an app (checked before)."""
+    dispatcher = None if isinstance(found, type) else getattr(found, "dispatcher", None)
+    return isinstance(dispatcher, Dispatcher)

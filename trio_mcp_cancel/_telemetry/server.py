@@ -2,7 +2,7 @@
 
 One :class:`ServerTelemetry` per server (``McpServer(telemetry=...)``),
 made only when ``opentelemetry-api`` is installed and telemetry is on; the
-dispatcher checks ``server.telemetry is None`` once per request and
+dispatcher checks ``registration.telemetry is None`` once per request and
 otherwise never comes here.
 
 * :meth:`ServerTelemetry.serve` wraps one request in a ``SERVER`` span named

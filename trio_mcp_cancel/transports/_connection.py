@@ -100,10 +100,9 @@ from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import Registry
 from .._protocol import jsonrpc
 from .._protocol.calls import ClientResponseCall, NotificationCall, Rejected, RequestCall
-from .._protocol.dispatcher import Dispatcher
+from .._protocol.dispatcher import Dispatcher, Served
 from .._protocol.exchange import Caller, Channel, Exchange
 from .._protocol.jsonrpc import JsonRpcError, Message
-from .._protocol.mcp_server import McpServerBase
 from .._protocol.subscriptions import LegacyFilter
 from ._outbox import Outbox
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
@@ -187,7 +186,7 @@ class MessageConnection:
             with other connections (the in-memory transport can do that).
     """
 
-    server: McpServerBase
+    server: Served
     caller: Caller
     write: WriteText
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS
@@ -211,11 +210,11 @@ class MessageConnection:
     _service: trio.Nursery | None = attrs.field(init=False, default=None)
     _pumping: bool = attrs.field(init=False, default=False)
     dispatcher: Dispatcher = attrs.field(init=False)
-    """The server's dispatcher (``Dispatcher.of(server)``), looked up once per connection."""
+    """The server's dispatcher (``server.dispatcher``), looked up once per connection."""
 
     @dispatcher.default
     def _dispatcher_of_server(self) -> Dispatcher:
-        return Dispatcher.of(self.server)
+        return self.server.dispatcher
 
     def __attrs_post_init__(self) -> None:
         self._outbox = Outbox(self.limits.max_buffered_bytes, self.limits.write_timeout)

@@ -2,7 +2,7 @@
 
 The HTTP app runs the server's
 :class:`~trio_mcp_cancel._protocol.tasks.TaskManager` (its runtime's,
-``Dispatcher.of(server).runtime.tasks``) in its ASGI lifespan.  stdio,
+``server.dispatcher.runtime.tasks``) in its ASGI lifespan.  stdio,
 WebSocket and the in-memory transport have no lifespan, so each serves
 inside :func:`tasks_served`: when the manager is not running yet it is
 started in a nursery of the transport's own, so a task-capable tool runs as
@@ -32,8 +32,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
-from .._protocol.dispatcher import Dispatcher
-from .._protocol.mcp_server import McpServerBase
+from .._protocol.dispatcher import Served
 from .._protocol.tasks import TaskManager
 
 __all__ = ["tasks_served"]
@@ -55,9 +54,9 @@ _leases: weakref.WeakKeyDictionary[TaskManager, _Lease] = weakref.WeakKeyDiction
 
 
 @contextlib.asynccontextmanager
-async def tasks_served(server: McpServerBase) -> AsyncIterator[None]:
+async def tasks_served(server: Served) -> AsyncIterator[None]:
     """Make sure the server's task manager runs for the block; see the module docstring."""
-    manager = Dispatcher.of(server).runtime.tasks
+    manager = server.dispatcher.runtime.tasks
     lease = _leases.get(manager)
     if lease is not None:
         # Started by another transport of this process: share it.

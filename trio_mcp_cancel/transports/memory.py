@@ -25,8 +25,8 @@ import attrs
 import trio
 
 from .._core.registry import Registry, current_registry
+from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
-from .._protocol.mcp_server import McpServerBase
 from ._connection import MessageConnection, connection_caller
 from ._startup import require_running
 from ._tasks import tasks_served
@@ -64,7 +64,7 @@ def memory_transport_pair(max_buffer_size: int | float = 256) -> tuple[MemoryEnd
 
 
 async def serve_mcp_memory(
-    server: McpServerBase,
+    server: Served,
     end: MemoryEnd,
     registry: Registry | None = None,
     *,

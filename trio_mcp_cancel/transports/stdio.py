@@ -60,8 +60,8 @@ import trio
 
 from .._core.registry import Registry, current_registry
 from .._protocol import jsonrpc
+from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
-from .._protocol.mcp_server import McpServerBase
 from ._connection import MessageConnection, connection_caller
 from ._shutdown import SHUTDOWN_REASON
 from ._startup import require_running
@@ -199,7 +199,7 @@ async def _watch_signals(
 
 
 async def serve_mcp_stdio(
-    server: McpServerBase,
+    server: Served,
     registry: Registry | None = None,
     *,
     stdin: trio.abc.ReceiveStream | None = None,
@@ -260,7 +260,7 @@ async def serve_mcp_stdio(
 
 
 async def _serve(
-    server: McpServerBase,
+    server: Served,
     registry: Registry,
     stdin: trio.abc.ReceiveStream,
     stdout: trio.abc.SendStream,

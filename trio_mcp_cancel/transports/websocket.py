@@ -60,8 +60,9 @@ from .._auth.resource import OAuthResource, Refusal
 from .._auth.tokens import AccessToken
 from .._core.registry import USE_CONFIG, Registry, current_registry
 from .._protocol import jsonrpc
+from .._protocol.dispatcher import Served
 from .._protocol.jsonrpc import JsonRpcError
-from .._protocol.mcp_server import McpServerBase
+from .._protocol.registration import Registration
 from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._shutdown import SHUTDOWN_REASON, Shutdown
 from ._startup import require_running
@@ -115,7 +116,7 @@ class _Closing:
 
 
 async def serve_mcp_websocket(
-    server: McpServerBase,
+    server: Served,
     registry: Registry | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -256,7 +257,7 @@ async def _watch_triggers(
 async def _handle(
     request: WebSocketRequest,
     *,
-    server: McpServerBase,
+    server: Served,
     registry: Registry,
     path: str,
     auth: Authenticator | OAuthResource | None,
@@ -335,7 +336,9 @@ async def _handle(
                         if isinstance(auth, OAuthResource) and access is not None:
                             if access.expires_at is not None:
                                 nursery.start_soon(_close_at_expiry, ws, access.expires_at)
-                            incoming = _scoped(incoming, ws, auth, server, access)
+                            incoming = _scoped(
+                                incoming, ws, auth, server.dispatcher.registration, access
+                            )
                         async with contextlib.aclosing(incoming) as messages:
                             await connection.serve(messages)
                         nursery.cancel_scope.cancel()
@@ -363,15 +366,15 @@ async def _scoped(
     messages: AsyncGenerator[str | bytes, None],
     ws: WebSocketConnection,
     resource: OAuthResource,
-    server: McpServerBase,
+    registration: Registration,
     access: AccessToken,
 ) -> AsyncGenerator[str | bytes, None]:
     """*messages*, until one the token may not send: then the connection is closed (1008)."""
     async with contextlib.aclosing(messages):
         async for raw in messages:
-            if server.tool_scopes or resource.method_scopes:
+            if registration.tool_scopes or resource.method_scopes:
                 try:
-                    check_scopes(resource, server, jsonrpc.decode(raw), access)
+                    check_scopes(resource, registration, jsonrpc.decode(raw), access)
                 except JsonRpcError:
                     pass  # not JSON, or too deep: the connection answers the error
                 except Refusal as refused:

@@ -31,7 +31,7 @@ from cancellation_tools import probe_server
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 
 
 def build_server(**options: Any) -> McpServer:
@@ -186,7 +186,9 @@ async def test_get_streams_count_against_the_listen_bounds(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
 ) -> None:
-    async with serving(mcp_registry, {"max_listen_streams_per_tenant": 1}) as s:
+    async with serving(
+        mcp_registry, {"limits": ServerLimits(max_listen_streams_per_tenant=1)}
+    ) as s:
         one, two = await initialize(s.client), await initialize(s.client)
         first = await open_get(s, one)
         assert s.listen_streams() == 1

@@ -195,8 +195,10 @@ async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncCli
         listed = await client.post(
             url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         )
-        assert {t["name"] for t in final(listed)["result"]["tools"]} == set(server.tools)
-        assert {"count", "stubborn", "echo", "quick"} <= set(server.tools)
+        assert {t["name"] for t in final(listed)["result"]["tools"]} == set(
+            server.registration.tools
+        )
+        assert {"count", "stubborn", "echo", "quick"} <= set(server.registration.tools)
         pong = await client.post(
             url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
         )
@@ -393,7 +395,7 @@ async def test_silent_cancel_ends_the_stream_without_a_response(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
     silent = McpServer("silent", on_cancel="silent")
-    silent.tools = server.tools
+    silent.registration.tools = server.registration.tools
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(mcp=silent)
         headers = await initialize(client, url)

@@ -26,7 +26,7 @@ from trio_mcp_cancel._protocol.calls import RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, ServerLimits
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http.answer import Responder, Routed
 
@@ -58,31 +58,31 @@ async def serving(registry: Registry, server: McpServer) -> AsyncIterator[AsgiCl
 async def test_a_tool_call_over_http_is_admitted_once(
     autojump_clock: trio.testing.MockClock, checks: list[str], mcp_registry: Registry
 ) -> None:
-    server = probe_server(max_concurrent_calls=4)
+    server = probe_server(limits=ServerLimits(max_calls=4))
     async with serving(mcp_registry, server) as client:
         answer = await client.post(
             modern_headers("tools/call", "echo"), modern_call(1, "echo", {"text": "hi"})
         )
         assert answer.status == 200 and answer.answer()["result"]["content"][0]["text"] == "hi"
     assert checks == ["tools/call"]
-    assert Dispatcher.of(server).calls_in_flight == 0
+    assert server.dispatcher.calls_in_flight == 0
 
 
 async def test_a_tool_call_over_a_stream_transport_is_admitted_once(
     autojump_clock: trio.testing.MockClock, checks: list[str]
 ) -> None:
-    server = probe_server(max_concurrent_calls=4)
+    server = probe_server(limits=ServerLimits(max_calls=4))
     async with open_test_client(server) as client:
         assert (await client.call_tool("echo", {"text": "hi"}))["content"][0]["text"] == "hi"
     assert checks == ["tools/call"]
-    assert Dispatcher.of(server).calls_in_flight == 0
+    assert server.dispatcher.calls_in_flight == 0
 
 
 async def test_a_call_over_the_server_cap_is_a_429_checked_once_and_takes_nothing(
     autojump_clock: trio.testing.MockClock, checks: list[str], mcp_registry: Registry
 ) -> None:
-    server = probe_server(max_concurrent_calls=1)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls=1))
+    dispatcher = server.dispatcher
     async with serving(mcp_registry, server) as client:
         running = client.start(
             "POST", modern_headers("tools/call", "count"), modern_call(1, "count")
@@ -146,8 +146,8 @@ async def _never_called() -> MutableMapping[str, Any]:  # pragma: no cover
 async def test_a_call_admitted_here_but_not_across_workers_gives_its_slots_back(
     autojump_clock: trio.testing.MockClock, hang: bool, mcp_registry: Registry
 ) -> None:
-    server = probe_server(max_calls_per_tenant=5)
-    dispatcher = Dispatcher.of(server)
+    server = probe_server(limits=ServerLimits(max_calls_per_tenant=5))
+    dispatcher = server.dispatcher
     counters = _Counters(hang=hang)
     responder = _responder(server, counters)
     sent: list[MutableMapping[str, Any]] = []

@@ -1,7 +1,7 @@
 """Open ``subscriptions/listen`` streams have their own admission bounds.
 
 A listen stream is meant to stay open for hours: it takes none of the
-tool-call slots (``max_concurrent_calls``, ``max_calls_per_tenant``), is
+tool-call slots (``ServerLimits.max_calls``, ``max_calls_per_tenant``), is
 bounded by ``max_listen_streams`` / ``max_listen_streams_per_tenant``
 instead (``TOO_MANY_REQUESTS``, HTTP ``429``), and ``max_request_time`` does not end it.
 """
@@ -25,10 +25,9 @@ from asgi_harness import (
 )
 
 from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
-from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 LISTEN = {"notifications": {"toolsListChanged": True}}
@@ -70,13 +69,13 @@ def listen(client: AsgiClient, request_id: int, ip: str = "192.0.2.1") -> HttpEx
 async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    server = build(max_concurrent_calls=1, max_listen_streams=2)
+    server = build(limits=ServerLimits(max_calls=1, max_listen_streams=2))
     async with open_test_client(server) as client:
         first = client.start_request("subscriptions/listen", LISTEN)
         second = client.start_request("subscriptions/listen", LISTEN)
         await client.wait_in_flight(first)
         await client.wait_in_flight(second)
-        assert (Dispatcher.of(server).listen_streams, Dispatcher.of(server).calls_in_flight) == (
+        assert (server.dispatcher.listen_streams, server.dispatcher.calls_in_flight) == (
             2,
             0,
         )
@@ -88,18 +87,18 @@ async def test_listen_streams_take_no_call_slot_and_have_their_own_server_cap(
         assert refused.value.data == {"limit": "listen_server", "max": 2}
         await first.cancel()
         await trio.testing.wait_all_tasks_blocked()
-        assert Dispatcher.of(server).listen_streams == 1
+        assert server.dispatcher.listen_streams == 1
         third = client.start_request("subscriptions/listen", LISTEN)
         await client.wait_in_flight(third)
-        assert Dispatcher.of(server).listen_streams == 2
-    assert Dispatcher.of(server).listen_streams == 0
+        assert server.dispatcher.listen_streams == 2
+    assert server.dispatcher.listen_streams == 0
 
 
 async def test_per_tenant_listen_cap_over_http_is_a_429_and_leaves_calls_alone(
     autojump_clock: trio.testing.MockClock,
     mcp_registry: Registry,
 ) -> None:
-    server = build(max_calls_per_tenant=1, max_listen_streams_per_tenant=1)
+    server = build(limits=ServerLimits(max_calls_per_tenant=1, max_listen_streams_per_tenant=1))
     async with serving(mcp_registry, server) as client:
         mine = listen(client, 1)
         assert (await mine.next_message())["method"] == "notifications/subscriptions/acknowledged"

@@ -25,7 +25,7 @@ from asgi_harness import (
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import Dispatcher, InputRequired, elicit
+from trio_mcp_cancel.lowlevel import InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.rules import check_param_headers
@@ -118,7 +118,7 @@ async def test_listen_over_http_ends_when_the_client_closes_it(
         server.prompts_changed()
         await trio.sleep(1)
         assert listen.after_disconnect == []
-        assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+        assert server.dispatcher.runtime.subscriptions.listeners == set()
 
 
 async def test_modern_resource_read_and_prompt_mrtr_over_http(
@@ -175,7 +175,7 @@ async def test_listen_needs_a_streamed_response(
         with trio.fail_after(10):
             await listen.done.wait()
     assert listen.json()["error"]["code"] == -32600
-    assert Dispatcher.of(server).runtime.subscriptions.listeners == set()
+    assert server.dispatcher.runtime.subscriptions.listeners == set()
 
 
 async def test_closing_a_resource_read_stream_cancels_the_read(

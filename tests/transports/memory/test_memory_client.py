@@ -81,7 +81,7 @@ async def test_modern_call_carries_the_envelope_and_gets_a_modern_result(
         result = await client.call_tool("whoami")
         assert result["structuredContent"] == {"namespace": client.namespace, "era": "modern"}
         assert result["resultType"] == "complete"
-        assert result["_meta"]["io.modelcontextprotocol/serverInfo"] == SERVER.info
+        assert result["_meta"]["io.modelcontextprotocol/serverInfo"] == SERVER.registration.info
         assert client.namespace.startswith("session:memory-")
         assert client.legacy is None
         assert client.unexpected == []

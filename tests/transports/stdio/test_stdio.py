@@ -44,7 +44,7 @@ from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
-from trio_mcp_cancel.lowlevel import Caller, Dispatcher
+from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
@@ -217,7 +217,7 @@ async def test_listen_on_stdio_ends_with_notifications_cancelled(
         mcp_server.tools_changed()
         await trio.sleep(5)
         assert len(peer.messages) == 2  # no answer, nothing more for the cancelled stream
-        assert Dispatcher.of(mcp_server).runtime.subscriptions.listeners == set()
+        assert mcp_server.dispatcher.runtime.subscriptions.listeners == set()
         assert_no_leaks(peer.registry)
 
 

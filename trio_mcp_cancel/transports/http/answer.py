@@ -64,10 +64,9 @@ import trio
 from ..._core.registry import Registry, UseConfig
 from ..._protocol import jsonrpc
 from ..._protocol.calls import Call, RequestCall
-from ..._protocol.dispatcher import Dispatcher
+from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.exchange import Caller, Exchange
 from ..._protocol.jsonrpc import Message
-from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.versions import Era
 from ..._protocol.wire import TOO_MANY_REQUESTS
 from ...backends.base import Backend
@@ -141,7 +140,7 @@ class Responder:
     """Runs the routed calls of one app; their responses go through its sink (see the
     module)."""
 
-    server: McpServerBase
+    server: Served
     backend: Backend | None
     json_response: bool
     disconnect_grace_period: float | UseConfig | None
@@ -165,11 +164,11 @@ class Responder:
     shutdown: Shutdown = attrs.field(init=False, factory=lambda: Shutdown(log=logger))
     """The app's calls in flight, and the shutdown that cancels them."""
     dispatcher: Dispatcher = attrs.field(init=False)
-    """The server's dispatcher (``Dispatcher.of(server)``), looked up once per app."""
+    """The server's dispatcher (``server.dispatcher``), looked up once per app."""
 
     @dispatcher.default
     def _dispatcher_of_server(self) -> Dispatcher:
-        return Dispatcher.of(self.server)
+        return self.server.dispatcher
 
     @sink.default
     def _make_sink(self) -> Sink:
@@ -213,7 +212,7 @@ class Responder:
             await self._run(routed, exchange, receive, send)
             return
         # Scale-out: the per-tenant cap counts the calls of every process.
-        cap = self.server.max_calls_per_tenant
+        cap = self.dispatcher.registration.limits.max_calls_per_tenant
         running = False
         try:
             async with tenant_call_slot(backend.counters, call, caller, cap) as refused:
@@ -225,8 +224,9 @@ class Responder:
             if not running:  # refused, or cancelled while asking the backend
                 self.dispatcher.release(call, caller, exchange)
         assert refused is not None
-        if self.server.telemetry is not None:
-            self.server.telemetry.refused("tenant")
+        # (No local here: each one is a slot in every call's coroutine frame.)
+        if self.dispatcher.registration.telemetry is not None:
+            self.dispatcher.registration.telemetry.refused("tenant")
         await self.refuse(send, refused, routed.extra)
 
     async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:

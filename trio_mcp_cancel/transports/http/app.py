@@ -51,9 +51,8 @@ from ..._core.registry import (
     open_registry,
 )
 from ..._protocol import jsonrpc
-from ..._protocol.dispatcher import Dispatcher
+from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.jsonrpc import JsonRpcError
-from ..._protocol.mcp_server import McpServerBase
 from ..._protocol.replay import SharedClaims
 from ...backends.base import Backend
 from ..auth import Authenticator, authenticate
@@ -78,10 +77,6 @@ from .writer import AsgiSink, Sink
 __all__ = ["McpHttpApp"]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
-
-# hypercorn imports ``module:app`` in each worker: every deployment path that
-# serves this app gets the guards (see .hypercorn_compat).
-hypercorn_compat.install()
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -167,7 +162,7 @@ class McpHttpApp:
 
     def __init__(
         self,
-        server: McpServerBase,
+        server: Served,
         registry: Registry | None = None,
         *,
         registry_config: RegistryConfig | None = None,
@@ -183,10 +178,17 @@ class McpHttpApp:
         backend: Backend | None = None,
         hypercorn_fast_paths: bool | None = None,
     ) -> None:
+        # Every deployment path that serves this app makes it (hypercorn imports
+        # ``module:app`` in each worker), so each gets the guards (see
+        # .hypercorn_compat); installed here, not at import, so importing the
+        # package patches nothing.  Idempotent.
+        hypercorn_compat.install()
         self.server = server
+        self.registration = server.dispatcher.registration
+        """What the server offers and its settings (its telemetry, its tools' scopes)."""
         self.backend = backend
         if isinstance(backend, SharedClaims):  # a used requestState is used on every worker
-            Dispatcher.of(server).runtime.used_states.shared = backend
+            server.dispatcher.runtime.used_states.shared = backend
         self._registry = registry
         self.registry_config = registry_config
         self.path = path
@@ -457,7 +459,7 @@ class McpHttpApp:
             return
         if self.oauth is not None and isinstance(access, AccessToken):
             try:
-                check_scopes(self.oauth, self.server, message, access)
+                check_scopes(self.oauth, self.registration, message, access)
             except Refusal as refused:
                 raise HttpError(refused.status, str(refused), headers=refused.headers()) from None
         client = scope.get("client")
@@ -469,7 +471,7 @@ class McpHttpApp:
             routed = await self._legacy.route(post)
         if routed is None:
             return
-        telemetry = self.server.telemetry
+        telemetry = self.registration.telemetry
         if telemetry is None or "traceparent" not in headers:
             await self._answer(routed, receive, send, access)
             return

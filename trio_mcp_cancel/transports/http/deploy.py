@@ -79,8 +79,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.registry import RegistryConfig
-from ..._protocol.dispatcher import Dispatcher
-from ..._protocol.mcp_server import McpServerBase
+from ..._protocol.dispatcher import Served
 from ..._protocol.mrtr import secret_from_text
 from ..._public import missing_extra
 from ...backends.base import Backend
@@ -143,7 +142,7 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> Backend | None
     return RedisBackend(url, prefix=prefix, instance_id=instance, hot_timeout=hot)
 
 
-def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) -> None:
+def _state_secret_from_env(server: Served, environ: Mapping[str, str]) -> None:
     """Seal ``requestState`` with ``MCP_STATE_SECRET`` (and open with the previous one)."""
     secret = environ.get("MCP_STATE_SECRET", "").strip()
     previous = environ.get("MCP_STATE_SECRET_PREVIOUS", "").strip()
@@ -151,7 +150,7 @@ def _state_secret_from_env(server: McpServerBase, environ: Mapping[str, str]) ->
         if previous:
             raise ValueError("MCP_STATE_SECRET_PREVIOUS is set but MCP_STATE_SECRET is not")
         return
-    signer = server.state_signer
+    signer = server.dispatcher.registration.state_signer
     signer.secret = secret_from_text(secret, "MCP_STATE_SECRET")
     signer.previous = secret_from_text(previous, "MCP_STATE_SECRET_PREVIOUS") if previous else None
 
@@ -168,14 +167,14 @@ def limits_from_env(environ: Mapping[str, str]) -> ConnectionLimits:
     return ConnectionLimits(max_request_time=max_request_time)
 
 
-def server_settings_from_env(server: McpServerBase, environ: Mapping[str, str]) -> None:
+def server_settings_from_env(server: Served, environ: Mapping[str, str]) -> None:
     """Apply the server's own settings (``MCP_TASK_TTL``, ``MCP_STATE_SECRET[_PREVIOUS]``).
 
     They live on *server*, not on a transport, so stdio honours them as
     HTTP does.
     """
     ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
-    Dispatcher.of(server).runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    server.dispatcher.runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
 
 
@@ -192,7 +191,7 @@ _AUTH_VARIABLES = (
 
 
 def app_from_env(
-    server: McpServerBase, environ: Mapping[str, str] | None = None, **overrides: Any
+    server: Served, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> McpHttpApp:
     """An :class:`McpHttpApp` for *server* configured from the environment (see above).
 

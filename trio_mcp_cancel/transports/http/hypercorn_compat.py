@@ -5,8 +5,9 @@ against.  Three things here reach into it, each guarded so that a hypercorn
 release that renames something only loses the shortcut, never a request:
 
 * **Two guards** (:func:`install`, applied when this package's HTTP app is
-  imported, so ``serve()``, ``hypercorn --worker-class trio module:app`` and
-  any runner that imports the app all get them):
+  made and when ``serve()`` runs, never at import, so ``serve()``,
+  ``hypercorn --worker-class trio module:app`` and any runner that imports
+  a module making the app all get them):
 
   - *a forgotten HTTP/2 stream's DATA is dropped, not a crash.*  hypercorn
     0.18 forgets a stream as soon as its response is complete; a ``DATA``
@@ -48,7 +49,7 @@ response head left pending by a client that stopped reading is left to
 hypercorn (whose connection guard below contains the error it then raises).
 
 ``MCP_HYPERCORN_GUARD=off`` (or ``0``/``false``/``no``) in the environment
-when the app is imported leaves hypercorn unpatched; :func:`uninstall`
+when the first app is made leaves hypercorn unpatched; :func:`uninstall`
 restores it at run time.  :func:`status` says what is applied.
 :data:`FIXED_IN` is the first hypercorn release whose ``DataReceived``
 branch has the guard (``None``: none yet); from that version on the stream

@@ -35,7 +35,7 @@ import trio
 from ..._auth.resource import OAuthResource
 from ..._auth.tokens import AccessToken
 from ..._protocol.exchange import Exchange
-from ..._protocol.mcp_server import McpServerBase
+from ..._protocol.registration import Registration
 from ..._telemetry.names import TOKEN_EXPIRED
 from .answer import Receive, Responder, Routed, Send
 
@@ -69,7 +69,7 @@ def resource_metadata(
 
 
 def check_scopes(
-    resource: OAuthResource, server: McpServerBase, message: object, access: AccessToken
+    resource: OAuthResource, registration: Registration, message: object, access: AccessToken
 ) -> None:
     """Refuse (:class:`~..._auth.resource.Refusal`, ``403``) a message *access* may not send."""
     if type(message) is not dict:
@@ -82,7 +82,7 @@ def check_scopes(
         params: Any = message.get("params")
         name = params.get("name") if isinstance(params, dict) else None
         if isinstance(name, str):
-            tool = server.tool_scopes.get(name, frozenset())
+            tool = registration.tool_scopes.get(name, frozenset())
     resource.check(access, resource.needed(method, tool))
 
 

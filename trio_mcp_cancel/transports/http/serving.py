@@ -33,9 +33,6 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 """An ASGI 3 application, such as :class:`~trio_mcp_cancel.http.McpHttpApp`."""
 
-# Whatever app serve() is given: one connection's failure never ends the server.
-hypercorn_compat.install()
-
 _SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Of a shutdown's graceful timeout, the seconds (at most; half of a shorter
 #: timeout) kept after the hard cancel of the calls still running: for their
@@ -193,6 +190,9 @@ async def serve(
         )
     elif host is not None or port is not None:
         raise TypeError("serve(): pass host/port to server_config(), or a config, not both")
+    # Whatever app it is given: one connection's failure never ends the server
+    # (see .hypercorn_compat); installed when serving, not at import.  Idempotent.
+    hypercorn_compat.install()
     framework = cast(Framework, app)
     if not handle_signals:
         await _hypercorn_serve(framework, config, task_status=task_status)
