@@ -22,7 +22,7 @@ from redis_harness import prefix, redis
 from trio_mcp_cancel.backends import BackendEvent, BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, ServerLimits
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
@@ -64,7 +64,7 @@ async def test_a_call_finishing_after_the_lifespan_ended_logs_no_registry_error(
     # The call holds one of its tenant's call slots in Redis; it finishes
     # after the lifespan stopped the backend, and releasing the slot then
     # must neither raise nor be mistaken for a missing registry.
-    server = McpServer("late-call", max_calls_per_tenant=8)
+    server = McpServer("late-call", limits=ServerLimits(max_calls_per_tenant=8))
     release, running = trio.Event(), trio.Event()
 
     @server.tool()
