@@ -38,7 +38,7 @@ from . import (
     profile_hotpath,
 )
 from ._common import Row
-from ._notes import analysis, conditions
+from ._notes import analysis, conditions, shapes
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_poll.NAME: bench_poll.run,
@@ -92,7 +92,7 @@ process, no socket; Python function calls per call, all and this
 library's; Trio scheduling points; the bytes a call allocates at its peak;
 and, for context only, wall-clock µs, the min of five batches).  The
 harness delivers a body as hypercorn's HTTP/1.1 does (two messages) and
-answers `can_write_now` as an idle hypercorn socket would, so a whole
+answers the hypercorn sink's `can_write_now` as an idle hypercorn socket would, so a whole
 response is written in the request's task as under hypercorn; the one
 socket write of `hypercorn_compat.send_whole` needs hypercorn's own
 objects, so here it is two `send()` calls.
@@ -160,7 +160,9 @@ counts are the information, not the rates.
 ## Targets missed, and why
 
 {analysis(rows)}
-"""
+## Measured costs behind the code's shapes
+
+{shapes()}"""
 
 
 def _asyncio_flavour() -> str:

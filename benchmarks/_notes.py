@@ -7,7 +7,7 @@ import re
 
 from ._common import Row
 
-__all__ = ["analysis", "conditions"]
+__all__ = ["analysis", "conditions", "shapes"]
 
 
 def _load(snapshot: str) -> str | None:
@@ -85,8 +85,8 @@ def analysis(rows: list[Row]) -> str:
             " and the protocol version), the app `json.loads` the body and sends a fixed result"
             " with two ASGI messages, about 10 µs of Python per call.  Issue 27's pass cut what"
             " ours does per call to the MCP server's own work: a call that never suspends makes"
-            " no response writer, queue or state machine (`transports/http/answer.py`,"
-            " `_CallRun`), and its whole reply goes out in one socket write on hypercorn's"
+            " no response writer or queue (`transports/http/answer.py`, `CallResponse`), and"
+            " its whole reply goes out in one socket write on hypercorn's"
             " HTTP/1.1 (`hypercorn_compat.send_whole`: the bytes hypercorn writes in three,"
             " with one send lock, one syscall and one scheduling point instead of three; the"
             " floor's app goes through hypercorn's own three); the body hypercorn queued is"
@@ -112,7 +112,7 @@ def analysis(rows: list[Row]) -> str:
             f" `CancelScope` is {scope} in the tracked row above: two `@contextmanager`"
             " deadline checks and a cancel status per scope, which no caller can avoid); the"
             " registry's in-flight entry, its private token and the current-request context"
-            " variable; and the check whether the call suspends (`lazy.await_then`, which"
+            " variable; and the check whether the call suspends (`answer.await_then`, which"
             " starts the disconnect watcher only then).  A key a `notifications/cancelled` can"
             " find, a scope to hard-cancel and a stream whose close is watched are the price of"
             " a call that can be cancelled at all; the row shows what they cost per call under"
@@ -203,3 +203,66 @@ def _observations(rows: list[Row]) -> str:
     if not found:
         return ""
     return "\n## Other observations\n\n" + "\n\n".join(found) + "\n"
+
+
+#: Shapes of the code whose comments give only the reason; the figures behind them, with
+#: how each was measured, so they are re-measured here rather than trusted in a comment.
+_SHAPES: tuple[tuple[str, str], ...] = (
+    (
+        "A cancellable HTTP call runs in the request's own task and starts its disconnect"
+        " watcher only when it first suspends (`transports/http/answer.py`, `await_then`)",
+        "a watcher task spawned for every call instead adds 20 Python calls to a no-op modern"
+        " `tools/call` (345 to 365, +5.8%, `python -m benchmarks.percall`) before the task"
+        " has even run; its run and exit come on top.  Trio has no hook for a task's first"
+        " suspension, hence the small coroutine driver.",
+    ),
+    (
+        "One response object per call (`answer.CallResponse`), its writer and queue made on"
+        " first need",
+        "when `_CallRun` and the `CallResponse` it made became one object (and its three"
+        " bound-method callbacks went), the heap per suspended call went from 34,587 to"
+        " 34,251 bytes (`python -m benchmarks.memory_sites 300`); a no-op call makes no"
+        " writer or queue at all (the per-call counts above).",
+    ),
+    (
+        "The watcher holds one cancel scope at a time, the same one the request's end"
+        " cancels (`CallResponse._watch`)",
+        "each further scope, with its cancel status, was about 650 bytes of a suspended"
+        " call (`memory_sites`, issue 27).",
+    ),
+    (
+        "A streamed response is written on demand, by tasks that live only while something"
+        " waits to be written (`transports/http/writer.py`, `ResponseWriter.start`)",
+        "a writer task parked on an empty queue for a call's life was about 2.5 KB of each"
+        " suspended call's heap (`memory_sites`, issue 27).",
+    ),
+    (
+        "Queues exist only while something is queued (`transports/_outbox.py`); the replay"
+        " buffer is a list cut in batches (`transports/http/resume.py`)",
+        "an empty `collections.deque` is 760 bytes (`sys.getsizeof`, CPython 3.12), held by"
+        " every suspended call whose client reads.",
+    ),
+    (
+        "Per-request records are `attrs.define`, not frozen (`answer.Post`, `answer.Routed`)",
+        "building a frozen attrs class of seven fields takes 3.4 times as long (`timeit`;"
+        " its `__init__` goes through `object.__setattr__`).",
+    ),
+    (
+        "A whole response that cannot block is written in the request's task, and on"
+        " hypercorn's HTTP/1.1 in one socket write (`transports/http/hypercorn_compat.py`,"
+        " `HypercornSink`)",
+        "a writer task per response was the largest single item of the no-op call's profile"
+        " before issue 27; `send_whole` makes one socket write, one send lock and one"
+        " scheduling point of hypercorn's three (the profile's `socket writes` per call).",
+    ),
+)
+
+
+def shapes() -> str:
+    """The section of RESULTS.md that gives the measured reasons behind code shapes."""
+    items = "\n".join(f"- **{shape}**: {why}" for shape, why in _SHAPES)
+    return (
+        "Code comments give reasons and invariants; the micro-costs behind a shape are"
+        " kept here, with how they were measured, to be re-measured when the code"
+        " changes.\n\n" + items + "\n"
+    )

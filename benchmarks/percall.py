@@ -29,7 +29,7 @@ import trio
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.lowlevel import Caller
-from trio_mcp_cancel.transports.http import answer
+from trio_mcp_cancel.transports.http import hypercorn_compat
 
 from ._client import INITIALIZE, LEGACY, MODERN, call_body
 from ._servers import _ours_app
@@ -170,7 +170,7 @@ _STAGES: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ..
     ),
     ("the tool's result", (("_protocol/tools.py", "result"),), ()),
     ("reply encoding", (("_protocol/jsonrpc.py", "encode"),), ()),
-    ("writing (the whole response)", (("http/answer.py", "respond"),), ()),
+    ("writing (the whole response)", (("http/writer.py", "respond"),), ()),
 )
 
 
@@ -265,13 +265,14 @@ def report(quick: bool = False) -> str:
     """The markdown lines for RESULTS.md: one per stage.
 
     The harness's ``send`` is not hypercorn's, so :func:`~trio_mcp_cancel.transports.http.
-    inline.can_write_now` would say no and every response would go through a writer task,
+    hypercorn_compat.can_write_now` would say no and every response would go through a writer task,
     which under hypercorn (an idle HTTP/1.1 socket) a whole response does not: it says yes
     here, as hypercorn's socket would (the one-write ``send_whole`` still needs hypercorn's
     own objects, so the harness gets the two ``send()`` calls).
     """
     lines = []
-    with mock.patch.object(answer, "can_write_now", lambda send, size: True):
+    yes = staticmethod(lambda send, size: True)
+    with mock.patch.object(hypercorn_compat.HypercornSink, "can_write_now", yes):
         stages = trio.run(_stages)
     for stage, numbers in stages.items():
         line = ", ".join(f"{k} {v:,.1f}" for k, v in numbers.items())

@@ -26,9 +26,9 @@ live here once:
   an answer that never reached the peer is reported as such.
 
 The queue itself exists only while something is queued (``None`` when
-empty): an empty :class:`~collections.deque` is 600 bytes, and most of the
-time a peer that reads has nothing waiting (an HTTP call suspended in its
-tool holds one such queue, issue 27).
+empty): an empty :class:`~collections.deque` is large (the figure is in
+``benchmarks/RESULTS.md``), and most of the time a peer that reads has
+nothing waiting (an HTTP call suspended in its tool holds one such queue).
 
 Invariants: ``bytes == sum of the sizes queued``; ``bounded_bytes`` is the
 part of it in bounded items; once ``closed`` nothing more is accepted;

@@ -47,7 +47,8 @@ from test_http import (  # noqa: F401
 
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
-from trio_mcp_cancel.transports.http import answer, app, hypercorn_compat, writer
+from trio_mcp_cancel.transports.http import hypercorn_compat
+from trio_mcp_cancel.transports.http.writer import AsgiSink
 
 
 def _unreachable(*args: Any, **kwargs: Any) -> Any:
@@ -57,9 +58,8 @@ def _unreachable(*args: Any, **kwargs: Any) -> Any:
 @pytest.fixture(autouse=True)
 def fast_paths_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(hypercorn_compat.FAST_PATHS_ENV, "off")
-    monkeypatch.setattr(app, "receive_now", _unreachable)
-    monkeypatch.setattr(answer, "can_write_now", _unreachable)
-    monkeypatch.setattr(writer.hypercorn_compat, "mark_head_blocked", _unreachable)
+    for shortcut in ("receive_now", "can_write_now", "write_now", "head_blocked"):
+        monkeypatch.setattr(hypercorn_compat.HypercornSink, shortcut, _unreachable)
     yield
 
 
@@ -69,7 +69,11 @@ def test_the_switch_and_the_option_turn_the_fast_paths_off() -> None:
         f"{hypercorn_compat.FAST_PATHS_ENV} turned them off",
     )
     assert not McpHttpApp(McpServer()).hypercorn_fast_paths
+    assert type(McpHttpApp(McpServer()).sink) is AsgiSink
     assert McpHttpApp(McpServer(), hypercorn_fast_paths=True).hypercorn_fast_paths
+    assert isinstance(
+        McpHttpApp(McpServer(), hypercorn_fast_paths=True).sink, hypercorn_compat.HypercornSink
+    )
 
 
 def test_fast_paths_are_on_only_for_hypercorn_releases_they_were_checked_against(

@@ -20,16 +20,17 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from trio_mcp_cancel.lowlevel import Exchange
+from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports._outbox import Outbox
+from trio_mcp_cancel.transports.http.answer import CallResponse, Responder, Routed
 from trio_mcp_cancel.transports.http.response import (
     TRANSITIONS,
-    CallResponse,
     Event,
     ResponseMachine,
     ResponseStateError,
     State,
 )
-from trio_mcp_cancel.transports.http.writer import ResponseWriter
 
 REPLY = {"jsonrpc": "2.0", "id": 1, "result": {"content": []}}
 
@@ -109,14 +110,33 @@ class FakeSend:
         return dict(self.messages[0]["headers"])[b"content-type"]
 
 
+class RecordingExchange(Exchange):
+    """An exchange that records the cancels it is asked for."""
+
+    def __init__(self, cancels: list[str]) -> None:
+        super().__init__()
+        self.cancels = cancels
+
+    def cancel(self, reason: str, **kwargs: Any) -> None:
+        self.cancels.append(reason)
+
+
+async def _never_receive() -> MutableMapping[str, Any]:
+    raise AssertionError("no watcher runs here")
+
+
 def make(
     send: FakeSend, *, sse: bool = True, limit: int = 1 << 20
 ) -> tuple[CallResponse, list[str]]:
-    stalls: list[str] = []
+    """A call's response with no nursery: nothing starts its writer or watcher, the test
+    runs ``response.writer`` itself; the cancels it asks for (a stall) are recorded."""
+    responder = Responder(McpServer(), None, not sse, None, None, None, True, None, limit)
+    routed: Any = Routed(call=None, caller=None, extra=[], era="modern")  # type: ignore[arg-type]
+    cancels: list[str] = []
     response = CallResponse(
-        ResponseWriter(send, limit, fast_paths=False), [], sse, lambda: stalls.append("stall")
+        responder, routed, RecordingExchange(cancels), _never_receive, send, None
     )
-    return response, stalls
+    return response, cancels
 
 
 async def test_an_answer_before_any_commit_is_one_json_body() -> None:
@@ -182,7 +202,11 @@ async def test_too_much_unread_output_stalls_the_client_once() -> None:
     response.commit()
     for _ in range(5):
         await response.send_message({"jsonrpc": "2.0", "method": "x", "params": {"p": "y" * 60}})
-    assert stalls == ["stall"] and response.state is State.ABANDONED and response.writer.stalled
+    assert (
+        stalls == ["client stopped reading"]
+        and response.state is State.ABANDONED
+        and response.writer.stalled
+    )
 
 
 async def test_an_abandoned_writer_means_a_lost_answer_even_once_finished(

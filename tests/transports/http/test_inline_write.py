@@ -1,14 +1,15 @@
 """Small whole responses are written in the request's task when the socket has room.
 
 The writer task (see ``transports/http/app.py``) exists so that no request
-waits on hypercorn's shielded write to a client that stopped reading.
-``transports/http/inline.py`` skips it when the write cannot block: HTTP/1.1
-on hypercorn, a plain TCP socket whose send buffer has room for the whole
-response.  Real hypercorn on 127.0.0.1 (the behaviour lives in the socket
-layer); which path a response took is seen by counting writer tasks.  That a
-client which stops reading still gets the writer task, and the server
-survives it, is ``test_hostile_sockets.py``'s pipelined test; here, that the
-check says no once the client's buffers are full.
+waits on hypercorn's shielded write to a client that stopped reading.  The
+hypercorn sink (``transports/http/hypercorn_compat.py``) skips it when the
+write cannot block: HTTP/1.1 on hypercorn, a plain TCP socket whose send
+buffer has room for the whole response.  Real hypercorn on 127.0.0.1 (the
+behaviour lives in the socket layer); which path a response took is seen by
+counting writer tasks.  That a client which stops reading still gets the
+writer task, and the server survives it, is ``test_hostile_sockets.py``'s
+pipelined test; here, that the check says no once the client's buffers are
+full.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from hypercorn.trio import serve
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.transports.http import inline
+from trio_mcp_cancel.transports.http import hypercorn_compat
 
 TIMEOUT = 15
 
@@ -120,12 +121,12 @@ async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn(
     async def send(message: Any) -> None:
         pass
 
-    assert not inline.can_write_now(send, 10)
+    assert not hypercorn_compat.can_write_now(send, 10)
     async with trio.open_nursery() as nursery:
         harness = AsgiClient(McpHttpApp(build(), mcp_registry), nursery)
         exchange = harness.start("POST", modern_headers(None), notification("n"))
         await exchange.wait_complete()
-        assert not inline.can_write_now(exchange.send, 10)
+        assert not hypercorn_compat.can_write_now(exchange.send, 10)
     # hypercorn's send on a connection whose client pipelines requests and never
     # reads: yes while the socket has room, then no (and the app writes only on yes,
     # so nothing here blocks before the client's buffers are full).
@@ -133,7 +134,7 @@ async def test_the_check_says_no_once_the_socket_is_full_and_off_hypercorn(
     body = b"x" * 6_000  # with its head, well under 16 KiB, Trio's TCP_NOTSENT_LOWAT
 
     async def probe(send: Any) -> None:
-        room = inline.can_write_now(send, len(body) + 1024)
+        room = hypercorn_compat.can_write_now(send, len(body) + 1024)
         answers.append(room)
         if room:
             await send({"type": "http.response.start", "status": 200, "headers": []})

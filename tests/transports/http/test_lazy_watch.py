@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_mcp_cancel.transports.http.lazy import await_then
+from trio_mcp_cancel.transports.http.answer import await_then
 
 
 async def _instant(value: int) -> int:

@@ -69,7 +69,7 @@ async def test_an_on_demand_writer_writes_in_order_and_holds_no_task_while_idle(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     send = Send()
-    writer = ResponseWriter(send, 1 << 20, fast_paths=False)
+    writer = ResponseWriter(send, 1 << 20)
     async with trio.open_nursery() as nursery:
         writer.put(HEAD)
         writer.start(nursery.start_soon)
@@ -90,7 +90,7 @@ async def test_an_on_demand_writer_writes_in_order_and_holds_no_task_while_idle(
 
 async def test_an_idle_on_demand_writer_abandoned_or_closed_is_done_without_a_task() -> None:
     for end in ("abandon", "close"):
-        writer = ResponseWriter(Send(), 1 << 20, fast_paths=False)
+        writer = ResponseWriter(Send(), 1 << 20)
         async with trio.open_nursery() as nursery:
             writer.put(HEAD)
             writer.start(nursery.start_soon)
@@ -104,7 +104,7 @@ async def test_an_idle_on_demand_writer_abandoned_or_closed_is_done_without_a_ta
 async def test_an_on_demand_write_keeps_its_deadline_and_wakes_the_watcher_then(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    writer = ResponseWriter(Send(blocked=True), 1 << 20, fast_paths=False)
+    writer = ResponseWriter(Send(blocked=True), 1 << 20)
     writer.outbox.timeout = 5.0
     async with trio.open_nursery() as nursery:
         with trio.CancelScope() as wakes:
@@ -124,7 +124,7 @@ async def test_a_writer_whose_nursery_closed_is_abandoned_not_raised() -> None:
     def closed(*args: object, **kwargs: object) -> None:
         raise RuntimeError("Nursery is closed to new arrivals")
 
-    writer = ResponseWriter(Send(), 1 << 20, fast_paths=False)
+    writer = ResponseWriter(Send(), 1 << 20)
     writer.put(HEAD)
     writer.start(closed)
     assert writer.done and writer.abandoned and not writer.running
@@ -132,7 +132,7 @@ async def test_a_writer_whose_nursery_closed_is_abandoned_not_raised() -> None:
 
 def test_the_replay_buffer_keeps_its_bound_and_replays_what_it_holds_in_order() -> None:
     stream = ResumableStream("0123456789ab", limit=2_000)
-    writer = ResponseWriter(Send(), 1 << 30, fast_paths=False)
+    writer = ResponseWriter(Send(), 1 << 30)
     stream.attach(writer)
     for n in range(500):
         assert stream.emit(b"data: %d\n\n" % n + b"x" * 100)
@@ -142,7 +142,7 @@ def test_the_replay_buffer_keeps_its_bound_and_replays_what_it_holds_in_order() 
     held = [seq for seq, _ in stream.held()]
     assert held == list(range(stream.first_held, 501)) and not stream.overflowed
     assert stream.can_resume(stream.first_held - 1) and not stream.can_resume(0)
-    again = ResponseWriter(Send(), 1 << 30, fast_paths=False)
+    again = ResponseWriter(Send(), 1 << 30)
     assert stream.attach(again, after=498)
     replayed = []
     while (message := again.outbox.start_write()) is not None:
@@ -153,7 +153,7 @@ def test_the_replay_buffer_keeps_its_bound_and_replays_what_it_holds_in_order() 
 
 def test_an_event_dropped_before_any_connection_took_it_overflows_the_stream() -> None:
     stream = ResumableStream("0123456789ab", limit=1_000)
-    stream.attach(ResponseWriter(Send(), 1 << 30, fast_paths=False))
+    stream.attach(ResponseWriter(Send(), 1 << 30))
     stream.emit(b"data: first\n\n")
     stream.detach()
     for _ in range(20):

@@ -8,23 +8,25 @@ This is also the one place the HTTP transport calls into the dispatcher
 short and visible.  Admission comes first, like on every transport, so a
 refused call is a ``429`` before any response is committed to.
 
-**Writes never block a request.**  Every response is queued in a
-:class:`~.writer.ResponseWriter` (see there for why) and written by a task
-of its own in the app's service nursery (on demand: only while something
-waits to be written), except a whole response the
-socket can take at once (:func:`~.inline.can_write_now`), which is written
-in the request's own task.  A client that leaves a write pending for
-``write_timeout``, or lets the queue overflow, is treated as gone: its call
-is cancelled (kind ``"disconnect"``), the request returns, and hypercorn
-closes the connection, which releases the pending write.
+**Writes never block a request.**  Every response goes through the app's
+sink (:class:`~.writer.Sink`, chosen once by the app): queued in a
+:class:`~.writer.ResponseWriter` and written by a task of its own in the
+app's service nursery (on demand: only while something waits to be
+written), except a whole response the sink can tell the socket takes at
+once (hypercorn's sink only), which is written in the request's own task.
+A client that leaves a write pending for ``write_timeout``, or lets the
+queue overflow, is treated as gone: its call is cancelled (kind
+``"disconnect"``), the request returns, and the server closes the
+connection, which releases the pending write.
 
-**A cancellable call** gets a :class:`~.response.CallResponse` (SSE or one
-JSON body, chosen lazily) and, once it first suspends
-(:func:`~.lazy.await_then`), a watcher task that waits on ``receive()`` for
-``http.disconnect`` (hypercorn reports a closed connection or a reset
-HTTP/2 stream there; a ``send()`` to a gone client silently does nothing),
-and carries the ``max_request_time`` limit, the keep-alive timer and the
-write deadline, so a call costs one extra task at most.
+**A cancellable call** gets one :class:`CallResponse` (SSE or one JSON
+body, chosen lazily; its lifecycle's rules are :mod:`.response`'s table)
+and, once it first suspends (:func:`await_then`), a watcher task that
+waits on ``receive()`` for ``http.disconnect`` (hypercorn reports a closed
+connection or a reset HTTP/2 stream there; a ``send()`` to a gone client
+silently does nothing), and carries the ``max_request_time`` limit, the
+keep-alive timer and the write deadline, so a call costs one extra task
+at most.
 
 **Resumable legacy streams** (``resume_window`` not ``None``; see
 :mod:`.resume`).  A legacy session's SSE response is a resumable stream: a
@@ -52,8 +54,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any, Final
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, MutableMapping, Sequence
+from typing import Any, Final, TypeVar
 
 import attrs
 import trio
@@ -68,29 +71,34 @@ from ..._protocol.versions import Era
 from ..._protocol.wire import TOO_MANY_REQUESTS
 from ...backends.base import Backend
 from .._shutdown import SHUTDOWN_REASON, Shutdown  # re-exported: HTTP's shutdown is the shared one
-from . import rules
-from .inline import can_write_now
-from .lazy import await_then
-from .response import CallResponse, State
+from . import rules, sse
+from .response import OPEN, Event, ResponseMachine, State
 from .resume import ResumableStream, StreamBudget
 from .sessions import Session
 from .shared import tenant_call_slot
-from .writer import WRITER_TASK, ResponseWriter, write_now
+from .writer import AsgiSink, ResponseWriter, Sink
 
-__all__ = ["SHUTDOWN_REASON", "Post", "Responder", "Routed", "Shutdown"]
+__all__ = [
+    "SHUTDOWN_REASON",
+    "CallResponse",
+    "Post",
+    "Responder",
+    "Routed",
+    "Shutdown",
+    "await_then",
+]
 
 logger = logging.getLogger("trio_mcp_cancel.http")
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+T = TypeVar("T")
 Header = tuple[bytes, bytes]
 Headers = list[Header]
 
-#: Room for a whole response's head (status line, headers) next to its body.
-_HEAD_ROOM: Final = 1024
 RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 #: The watcher tasks' name, as trio would make it (given: not one string per task).
-_WATCHER: Final = f"{__name__}.Responder._watch"
+_WATCHER: Final = f"{__name__}.CallResponse._watch"
 
 
 def _extra(routed: Routed, status: int) -> Any:
@@ -98,11 +106,7 @@ def _extra(routed: Routed, status: int) -> Any:
     return routed.extra if status != 429 else [*routed.extra, *RETRY_AFTER]
 
 
-def _nothing() -> None:
-    pass
-
-
-@attrs.define  # not frozen: made per POST, and a frozen attrs class costs 3x to build
+@attrs.define  # not frozen: made per POST (benchmarks/RESULTS.md, "code's shapes")
 class Post:
     """One POST's message and who sent it, once its body is read."""
 
@@ -133,7 +137,8 @@ class Routed:
 
 @attrs.define(eq=False)
 class Responder:
-    """Runs routed calls and writes every response of one app (see the module)."""
+    """Runs the routed calls of one app; their responses go through its sink (see the
+    module)."""
 
     server: Served
     backend: Backend | None
@@ -144,8 +149,8 @@ class Responder:
     legacy_disconnect_cancels: bool
     write_timeout: float | None
     max_buffered_bytes: int
-    fast_paths: bool = True
-    """hypercorn's shortcuts (see :mod:`.hypercorn_compat`); off: plain ASGI only."""
+    sink_type: type[AsgiSink] = AsgiSink
+    """The kind of :class:`~.writer.Sink` the app chose (plain ASGI, or hypercorn's)."""
     resume_window: float | None = None
     """Legacy SSE streams are resumable, and a dropped one waits this long for its
     client to come back before it counts as a disconnect (``None``: not resumable)."""
@@ -153,8 +158,9 @@ class Responder:
     """Bytes of events each resumable stream keeps for a replay."""
     stream_budget: StreamBudget = attrs.field(factory=lambda: StreamBudget(64 << 20))
     """Bytes every resumable stream of the app may hold together (see :mod:`.resume`)."""
-    service: trio.Nursery | None = None
-    """The lifespan's service nursery (``None``: served without a lifespan)."""
+    sink: Sink = attrs.field(init=False)
+    """How this app's responses reach the server (see :mod:`.writer`); it holds the
+    lifespan's service nursery (``sink.service``), where the writer tasks run."""
     shutdown: Shutdown = attrs.field(init=False, factory=lambda: Shutdown(log=logger))
     """The app's calls in flight, and the shutdown that cancels them."""
     dispatcher: Dispatcher = attrs.field(init=False)
@@ -163,6 +169,10 @@ class Responder:
     @dispatcher.default
     def _dispatcher_of_server(self) -> Dispatcher:
         return self.server.dispatcher
+
+    @sink.default
+    def _make_sink(self) -> Sink:
+        return self.sink_type(self.max_buffered_bytes, self.write_timeout)
 
     # -- the dispatcher, called from here only -----------------------------------
 
@@ -221,7 +231,7 @@ class Responder:
 
     async def refuse(self, send: Send, reply: Message, extra: Sequence[Header] = ()) -> None:
         """Answer ``429`` with the admission refusal *reply*."""
-        await self.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
+        await self.sink.respond(send, 429, jsonrpc.encode(reply), [*extra, *RETRY_AFTER], json=True)
 
     def _call(self, routed: Routed, exchange: Exchange, allow_silence: bool) -> Any:
         """The coroutine that runs the admitted call (the one place the dispatcher runs one)."""
@@ -231,8 +241,9 @@ class Responder:
 
     async def _run(self, routed: Routed, exchange: Exchange, receive: Receive, send: Send) -> None:
         if routed.call.tracked:
-            if self.service is not None:
-                await self._stream(routed, exchange, receive, send, self.service)
+            service = self.sink.service
+            if service is not None:
+                await self._stream(routed, exchange, receive, send, service)
                 return
             # Without a lifespan the request hosts its helper tasks itself.
             async with trio.open_nursery() as nursery:
@@ -244,7 +255,9 @@ class Responder:
             return
         code = jsonrpc.error_code(reply)
         status = 200 if code is None else rules.status_for(code, routed.era)
-        await self.respond(send, status, jsonrpc.encode(reply), _extra(routed, status), json=True)
+        await self.sink.respond(
+            send, status, jsonrpc.encode(reply), _extra(routed, status), json=True
+        )
 
     async def _stream(
         self,
@@ -258,263 +271,94 @@ class Responder:
 
         Its helper tasks (the watcher, the writer) run in *nursery* (the
         service nursery when there is one), so a call that never suspends
-        opens no nursery of its own; and its :class:`CallResponse` is made
-        only when needed (see :class:`_CallRun`), so one that also sends
-        nothing is answered with one whole response, as a plain call is.
+        opens no nursery of its own; and its :class:`CallResponse` makes
+        its writer only when needed, so one that also sends nothing is
+        answered with one whole response, as a plain call is.
         """
-        run = _CallRun(self, routed, exchange, receive, send, nursery)
-        if run.sse:
-            exchange.send = run.send_message
-            if run.resumable:
-                exchange.close_stream = run.close_stream
+        response = CallResponse(self, routed, exchange, receive, send, nursery)
+        if response.sse:
+            exchange.send = response.send_message
+            if response.resumable:
+                exchange.close_stream = response.close_stream
         shutdown = self.shutdown
         shutdown.in_flight.add(exchange)
         if shutdown.at is not None:
             shutdown.flag(exchange)  # started during the shutdown
         try:
             # The watcher starts when the call first suspends: one that
-            # never does cannot be disconnected from mid-way (see lazy.py).
-            reply = await await_then(self._call(routed, exchange, run.sse), run.watch)
-            response = run.response
-            if response is None and reply is not None:
+            # never does cannot be disconnected from mid-way.
+            reply = await await_then(self._call(routed, exchange, response.sse), response.watch)
+            if response.writer is None and reply is not None:
                 # Never suspended, sent nothing: one whole response (a task
                 # refused by its quota is a 429, as an admission refusal is).
                 status = 429 if jsonrpc.error_code(reply) == TOO_MANY_REQUESTS else 200
                 encoded = jsonrpc.encode(reply)
-                if not await self.respond(send, status, encoded, _extra(routed, status), json=True):
+                extra = _extra(routed, status)
+                if not await self.sink.respond(send, status, encoded, extra, json=True):
                     exchange.lost()  # the answer never reached the client
                 return
-            response = run.get()
-            response.finish(reply)
-            writer = response.writer
-            if response.start_writer is not None:
+            writer = response.finish(reply)
+            if not response.committed:
                 # Never committed: one whole response, or nothing (client gone).
-                await self._write_whole(writer, send, nursery)
+                await self.sink.write_whole(writer, send, nursery)
             if response.stream is not None:
-                await self._deliver(response.stream)
+                await response.deliver()
             else:
-                await self._drain(writer)
+                await self.sink.drain(writer)
         finally:
             shutdown.in_flight.discard(exchange)
-            if run.response is not None:
-                run.settle()
-
-    async def _watch(self, run: _CallRun, response: CallResponse) -> None:
-        """Wait for the client to go, sending keep-alives and enforcing the time limits,
-        until the call's request ended (:meth:`_CallRun.settle`).
-
-        It runs in the service nursery, where an exception would stop the
-        whole app: a bug here fails this call only (cancelled, kind
-        ``"server"``).  One frame (not a wrapper around the loop's) and one
-        cancel scope at a time, not a scope for the watcher's life plus one
-        per wait (each is a scope and a cancel status, ~650 bytes of a
-        suspended call, issue 27): the wait's scope is also the one
-        :meth:`_CallRun.settle` cancels (``run.watching``), and ``run.over``
-        tells the two apart.
-        """
-        try:
-            if run.over:
-                return
-            exchange, receive = run.exchange, run.receive
-            now = trio.current_time()
-            # A listen stream is meant to stay open: no time limit.
-            limit = None if run.routed.call.long_lived else self.max_request_time
-            limit_at = math.inf if limit is None else now + limit
-            interval = self.keepalive_interval if response.sse else None
-            keepalive_at = math.inf if interval is None else now + interval
-            writer = response.writer
-            stream = response.stream
-            while True:
-                wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
-                run.watching = writer.wakes = wait
-                with wait:
-                    if (await receive())["type"] == "http.disconnect":
-                        break
-                    continue  # trailing body chunks; the body was already read whole
-                if run.over:
-                    writer.wakes = None
-                    return
-                now = trio.current_time()
-                if stream is not None and stream.writer is not writer:
-                    # Detached (a stall), or a resuming GET carries the stream now.
-                    writer.wakes = None
-                    with run.outlived():
-                        await self._await_resume(stream, exchange, limit_at)
-                    return
-                if now >= writer.stall_at:
-                    response.stall("write timeout")
-                    if stream is not None:
-                        with run.outlived():
-                            await self._await_resume(stream, exchange, limit_at)
-                    return
-                if now >= limit_at:
-                    limit_at = math.inf
-                    exchange.cancel("request time limit reached", kind="server")
-                if interval is not None and now >= keepalive_at:
-                    response.keepalive()
-                    keepalive_at = now + interval
-            writer.wakes = None
-            response.disconnected()
-            if stream is not None:
-                if stream.delivered:
-                    return  # closed after its answer was queued: delivered
-                with run.outlived():
-                    await self._await_resume(stream, exchange, limit_at)
-                return
-            if run.routed.era == "modern" or self.legacy_disconnect_cancels:
-                exchange.cancel("client disconnected", grace_period=self.disconnect_grace_period)
-            elif limit_at < math.inf and response.state is State.ABANDONED:
-                # The call goes on without its client, but within the time limit.
-                with run.outlived():
-                    await trio.sleep_until(limit_at)
-                    exchange.cancel("request time limit reached", kind="server")
-        except Exception:
-            logger.exception("the stream watcher of a call failed; cancelling the call")
-            run.exchange.cancel("internal error", kind="server")
-
-    async def _await_resume(
-        self, stream: ResumableStream, exchange: Exchange, limit_at: float
-    ) -> None:
-        """A resumable stream lost its connection: give its client ``resume_window`` to
-        come back (each time), then cancel the call as a disconnect.
-
-        With ``legacy_disconnect_cancels`` off a client that closed its stream
-        is spared (the call runs on, within the time limit), as without
-        resumption; one that stopped reading is not (it holds the server's
-        memory and connection).  A stream whose replay buffer dropped an
-        undelivered event cannot be resumed whole: that counts as the window
-        passing.
-        """
-        window = self.resume_window
-        assert window is not None
-        with trio.move_on_at(limit_at):
-            while True:
-                if stream.writer is None and not await stream.wait_attached(window):
-                    if self.legacy_disconnect_cancels or stream.stalled:
-                        why = "client stopped reading" if stream.stalled else "client disconnected"
-                        if stream.overflowed:
-                            why += " (its stream's replay buffer overflowed)"
-                        exchange.cancel(why, grace_period=self.disconnect_grace_period)
-                        return
-                    await trio.sleep_forever()  # the time limit may still end it
-                await stream.wait_detached()
-        exchange.cancel("request time limit reached", kind="server")
-
-    async def _deliver(self, stream: ResumableStream) -> None:
-        """Wait until *stream*'s final event was written, on whichever connection carries
-        it; a stream left detached for ``resume_window`` is given up (the answer is lost)."""
-        window = self.resume_window
-        assert window is not None
-        while not stream.delivered:
-            writer = stream.writer
-            if writer is None:
-                if stream.evicted:
-                    return  # evicted to keep the server-wide budget: the answer is lost
-                if stream.final is not None and not stream.final[1]:
-                    return  # ended without an answer (its client cancelled): nothing to resume
-                if not await stream.wait_attached(window):
-                    return
-                continue
-            await self._drain(writer)
-            if not stream.delivered:
-                stream.detach(writer)
-
-    # -- writing ------------------------------------------------------------------
-
-    def _start_writer(
-        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
-    ) -> None:
-        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
-
-        *on_demand* (a stream, which may wait between writes): in tasks that
-        live only while something is to be written (:meth:`ResponseWriter.start`);
-        a whole response is one task that writes it and ends, as ever.
-        """
-        writer.outbox.timeout = self.write_timeout
-        if on_demand:
-            writer.start((self.service or nursery).start_soon)
-        else:
-            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
-
-    async def _write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
-        """Write *writer*'s whole response in this task when that cannot block, else start it.
-
-        See :mod:`.inline`: a small response on an HTTP/1.1 socket with room
-        to spare is written at once, so the writer task (and its spawn) is
-        only needed for a write that could be left pending by the client.
-        """
-        if self.service is None or (
-            self.fast_paths and can_write_now(send, writer.outbox.bytes + _HEAD_ROOM)
-        ):
-            await writer.run()
-        else:
-            self._start_writer(writer, nursery)
-
-    async def _drain(self, writer: ResponseWriter) -> None:
-        """Wait until *writer* wrote everything, or give up on a client that does not read.
-
-        Giving up means returning with the response unfinished; the server
-        then closes the connection, which releases the pending write.
-        """
-        if writer.done and not writer.stalled:
-            return
-        if writer.stalled:
-            writer.abandon()
-            return
-        timeout = math.inf if self.write_timeout is None else self.write_timeout
-        try:
-            with trio.move_on_after(timeout):
-                await writer.wait_done()
-                return
-            logger.info("client did not read its response for %ss; closing", self.write_timeout)
-        finally:
-            if not writer.done:
-                writer.abandon()
-
-    async def respond(
-        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
-    ) -> bool:
-        """Send a whole response (see the module docstring); whether it reached the socket.
-
-        One that cannot block is written here, in two ``send()`` calls and
-        no queue; any other goes through a writer.
-        """
-        service = self.service
-        if service is not None and self.fast_paths and can_write_now(send, len(body) + _HEAD_ROOM):
-            return await write_now(send, status, body, extra, json=json)
-        writer = ResponseWriter(send, self.max_buffered_bytes, self.fast_paths)
-        writer.put_whole(status, body, extra, json=json)
-        if service is None:
-            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
-        else:
-            self._start_writer(writer, service)
-            await self._drain(writer)
-        return writer.done and not writer.abandoned
+            if response.writer is not None:
+                response.settle()
 
 
-class _CallRun:
-    """One cancellable call's response side, made on first need.
+class CallResponse(ResponseMachine):
+    """The response of one cancellable call: its state (the rules are :mod:`.response`'s
+    table), what each transition writes, and the watcher of the call's stream.
 
-    The :class:`CallResponse` (its writer, queue and state machine) exists
-    once the call suspends (the watcher needs it), sends a message or
-    closes its stream; a call that does none of these (a no-op, a lookup in
-    memory: the common case) is answered by :meth:`Responder.respond` and
-    never makes one.  Plain attributes rather than closures: one object per
-    call.
+    One object per call, made when the call starts.  Driven by the call
+    (its messages, its end, in the request's task) and the watcher (a
+    disconnect, a stall, keep-alives, the time limit), it queues the bytes
+    in its :class:`~.writer.ResponseWriter`, made on first need: a call
+    that never suspends, sends nothing and ends with an answer (a no-op, a
+    lookup in memory: the common case) is answered by
+    the sink (``sink.respond``) and never makes one.  Everything runs in the
+    request's task or its watcher, so nothing interleaves with a transition.
+
+    **Resumable streams** (legacy sessions, :mod:`.resume`).  When the
+    response has a :class:`~.resume.ResumableStream`, every SSE event of
+    the call (progress, log, any server-to-client request, the answer)
+    goes through :meth:`_event` into it: numbered, kept for a replay, and
+    written on whichever connection carries the stream now.  A disconnect
+    or a stall then *detaches* that connection instead of abandoning the
+    response, which stays STREAMING (the call goes on, its events into the
+    replay buffer) until a resuming GET attaches, or ``resume_window``
+    passes (:meth:`_await_resume`); DELIVERED means the final event was
+    written by whichever connection took it.
     """
 
+    # Invariant: ``writer`` is None only while PENDING and nothing was asked of
+    # the response (no message, no suspension, no end yet).
+    # Invariant: ``committed`` is True exactly when the state went through
+    # STREAMING: the SSE head is queued and the writer runs on demand (in
+    # ``nursery``; with no nursery, the caller runs it).
+    # Invariant: ``stream`` is not None only when ``resumable`` and committed.
+    # Invariant: ``over`` once the request ended (:meth:`settle`); ``watching``
+    # is the watcher's current wait, which :meth:`settle` cancels.
+
     __slots__ = (
+        "committed",
         "exchange",
         "nursery",
         "over",
         "receive",
         "responder",
-        "response",
         "resumable",
         "routed",
         "send",
         "sse",
+        "stream",
         "watching",
+        "writer",
     )
 
     def __init__(
@@ -524,8 +368,9 @@ class _CallRun:
         exchange: Exchange,
         receive: Receive,
         send: Send,
-        nursery: trio.Nursery,
+        nursery: trio.Nursery | None,
     ) -> None:
+        self.state = State.PENDING
         self.responder = responder
         self.routed = routed
         self.exchange = exchange
@@ -539,43 +384,191 @@ class _CallRun:
             and routed.session is not None
             and routed.era == "legacy"
         )
-        self.response: CallResponse | None = None
+        self.writer: ResponseWriter | None = None
+        self.committed = False
+        self.stream: ResumableStream | None = None
         self.watching: trio.CancelScope | None = None
-        """The watcher's current wait, which :meth:`settle` cancels."""
         self.over = False
-        """The request ended (:meth:`settle`): the watcher's job is done."""
 
-    def get(self) -> CallResponse:
-        """The call's response, made now if it was not yet."""
-        response = self.response
-        if response is None:
-            responder, routed = self.responder, self.routed
-            writer = ResponseWriter(self.send, responder.max_buffered_bytes, responder.fast_paths)
-            # Bound methods of this object, not partials (each with its own
-            # argument tuple and keyword dict, kept for the call's life).
-            response = self.response = CallResponse(writer, routed.extra, self.sse, self._stalled)
-            if self.resumable:
-                response.open_stream = self._open_stream
-            # The writer starts when the response commits to SSE, or not at
-            # all when the whole answer can be written inline.
-            response.start_writer = self._start_writer
-        return response
+    def _open(self) -> ResponseWriter:
+        """The response's writer, made now if it was not yet."""
+        writer = self.writer
+        if writer is None:
+            responder = self.responder
+            writer = self.writer = responder.sink.writer(self.send)
+        return writer
 
-    def _stalled(self) -> None:
+    # -- driven by the call ---------------------------------------------------------
+
+    def watch(self) -> None:
+        """The call suspends, still running: commit to SSE now, so a silent call's head
+        and keep-alives reach the client, and watch its stream."""
+        self.commit()
+        assert self.nursery is not None
+        # A constant name: trio would otherwise build one string per task.
+        self.nursery.start_soon(self._watch, name=_WATCHER)
+
+    def commit(self) -> None:
+        """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
+        writer = self._open()
+        if not self.sse or self.state is not State.PENDING:
+            return
+        self.handle(Event.COMMIT)
+        self.committed = True
+        headers = [*sse.SSE_HEADERS, *self.routed.extra]
+        writer.put({"type": "http.response.start", "status": 200, "headers": headers})
+        if self.resumable:
+            responder = self.responder
+            session = self.routed.session
+            assert session is not None
+            stream = self.stream = session.streams.open(
+                responder.replay_limit, budget=responder.stream_budget
+            )
+            stream.attach(writer)
+            stream.prime()
+        if self.nursery is not None:
+            # A stream: its writes may block, so tasks of their own.
+            self.responder.sink.start(writer, self.nursery, on_demand=True)
+
+    def _event(self, data: bytes, *, final: bool = False) -> None:
+        if self.state is not State.STREAMING:
+            return
+        if final:
+            self.handle(Event.FINISH)
+        stream = self.stream
+        if stream is not None:
+            if not stream.emit(data, final=final):
+                self.stall("too much unread output")
+            return
+        message = {"type": "http.response.body", "body": data, "more_body": not final}
+        assert self.writer is not None
+        if not self.writer.put(message, final=final):
+            self.stall("too much unread output")
+
+    async def send_message(self, message: Message) -> None:
+        """A progress or log message of the call (``Exchange.send``)."""
+        self.commit()
+        self._event(sse.event(message))
+
+    def close_stream(self) -> bool:
+        """``Exchange.close_stream``: end this connection, keep the resumable stream."""
+        self.commit()
+        return self.stream is not None and self.stream.end_connection()
+
+    def finish(self, reply: Message | None) -> ResponseWriter:
+        """End the response with *reply* (``None``: end an SSE stream without one)."""
+        writer = self._open()
+        state = self.state
+        if state not in OPEN:
+            writer.close()  # the client is gone: write what is queued, then stop
+        elif self.sse and (state is State.STREAMING or reply is None):
+            self.commit()
+            self._event(b"" if reply is None else sse.event(reply), final=True)
+        else:
+            assert reply is not None
+            self.handle(Event.FINISH)
+            writer.put_whole(200, jsonrpc.encode(reply), self.routed.extra, json=True)
+        return writer
+
+    # -- driven by the watcher ------------------------------------------------------
+
+    def keepalive(self) -> None:
+        self.commit()
+        stream = self.stream
+        if stream is None:
+            self._event(sse.KEEPALIVE)
+        elif self.state is State.STREAMING and not stream.keepalive(sse.KEEPALIVE):
+            self.stall("too much unread output")
+
+    def disconnected(self) -> None:
+        """The client closed its stream (the watcher saw ``http.disconnect``)."""
+        if self.stream is not None:
+            # Resumable: a drop detaches (the call goes on); after the final
+            # event was queued it is the delivery (see ResumableStream.disconnected).
+            assert self.writer is not None
+            self.stream.disconnected(self.writer)
+            return
+        self.handle(Event.DISCONNECT)
+
+    def stall(self, why: str) -> None:
+        """The client stopped reading: treat it as gone (its call is cancelled)."""
+        stream = self.stream
+        if stream is not None:
+            # Resumable: the connection is dropped, not the call (see _await_resume).
+            if stream.writer is not None:
+                logger.info("client stopped reading its stream (%s); detaching it", why)
+                stream.detach()
+                stream.stalled = True
+            return
+        writer = self._open()
+        if writer.stalled or self.state is State.ABANDONED:
+            return
+        logger.info("client stopped reading its response (%s); disconnecting it", why)
+        self.handle(Event.DISCONNECT)
+        writer.stalled = True
         grace = self.responder.disconnect_grace_period
         self.exchange.cancel("client stopped reading", grace_period=grace)
 
-    def _open_stream(self) -> ResumableStream:
-        session = self.routed.session
-        assert session is not None
-        responder = self.responder
-        return session.streams.open(responder.replay_limit, budget=responder.stream_budget)
+    # -- the end of the request -------------------------------------------------------
 
-    def _start_writer(self) -> None:
-        assert self.response is not None
-        self.responder._start_writer(self.response.writer, self.nursery, on_demand=True)
+    def delivered(self) -> bool:
+        """Whether the answer reached the client, as the last transition says (WRITTEN or
+        ABANDON)."""
+        writer = self._open()
+        stream = self.stream
+        if stream is not None:
+            written = stream.delivered
+        else:
+            written = writer.done and not writer.abandoned
+        if self.state is State.FINISHING and written:
+            self.handle(Event.WRITTEN)
+        elif self.state is not State.DELIVERED:
+            self.handle(Event.ABANDON)
+        return self.state is State.DELIVERED
 
-    def outlived(self) -> trio.CancelScope:
+    def settle(self) -> bool:
+        """The request ends: so does the watcher's job; an answer that was not delivered
+        is reported lost (``Exchange.lost``).  Whether it was delivered."""
+        writer = self._open()
+        self.over = True
+        if self.watching is not None:
+            self.watching.cancel()
+        if not writer.done:
+            writer.abandon()  # cancelled (shutdown): leave the client
+        stream, session = self.stream, self.routed.session
+        if stream is not None and session is not None:
+            if not stream.delivered:
+                stream.detach()  # a resuming GET still attached ends too
+            session.streams.close(stream)
+        if self.delivered():
+            return True
+        self.exchange.lost()  # the answer never reached the client
+        return False
+
+    async def deliver(self) -> None:
+        """Wait until the resumable stream's final event was written, on whichever
+        connection carries it; a stream left detached for ``resume_window`` is given up
+        (the answer is lost)."""
+        stream = self.stream
+        window = self.responder.resume_window
+        assert stream is not None and window is not None
+        while not stream.delivered:
+            writer = stream.writer
+            if writer is None:
+                if stream.evicted:
+                    return  # evicted to keep the server-wide budget: the answer is lost
+                if stream.final is not None and not stream.final[1]:
+                    return  # ended without an answer (its client cancelled): nothing to resume
+                if not await stream.wait_attached(window):
+                    return
+                continue
+            await self.responder.sink.drain(writer)
+            if not stream.delivered:
+                stream.detach(writer)
+
+    # -- the watcher ----------------------------------------------------------------
+
+    def _outlived(self) -> trio.CancelScope:
         """The scope of the watcher's waits once its stream's wait is over: cancelled
         by :meth:`settle`, or at once when the request already ended."""
         scope = self.watching = trio.CancelScope()
@@ -583,35 +576,151 @@ class _CallRun:
             scope.cancel()
         return scope
 
-    async def send_message(self, message: Message) -> None:
-        """``Exchange.send``: a progress or log message, on the call's (SSE) response."""
-        await self.get().send_message(message)
+    async def _watch(self) -> None:
+        """Wait for the client to go, sending keep-alives and enforcing the time limits,
+        until the call's request ended (:meth:`settle`).
 
-    def close_stream(self) -> bool:
-        """``Exchange.close_stream`` (a resumable legacy stream)."""
-        return self.get().close_stream()
+        It runs in the service nursery, where an exception would stop the
+        whole app: a bug here fails this call only (cancelled, kind
+        ``"server"``).  One cancel scope at a time (not one for the
+        watcher's life plus one per wait: a suspended call holds whatever
+        its watcher holds): the wait's scope is also the one :meth:`settle`
+        cancels (``watching``), and ``over`` tells the two apart.
+        """
+        exchange = self.exchange
+        try:
+            if self.over:
+                return
+            responder, receive = self.responder, self.receive
+            now = trio.current_time()
+            # A listen stream is meant to stay open: no time limit.
+            limit = None if self.routed.call.long_lived else responder.max_request_time
+            limit_at = math.inf if limit is None else now + limit
+            interval = responder.keepalive_interval if self.sse else None
+            keepalive_at = math.inf if interval is None else now + interval
+            writer = self._open()
+            stream = self.stream
+            while True:
+                wait = trio.CancelScope(deadline=min(limit_at, keepalive_at, writer.stall_at))
+                self.watching = writer.wakes = wait
+                with wait:
+                    if (await receive())["type"] == "http.disconnect":
+                        break
+                    continue  # trailing body chunks; the body was already read whole
+                if self.over:
+                    writer.wakes = None
+                    return
+                now = trio.current_time()
+                if stream is not None and stream.writer is not writer:
+                    # Detached (a stall), or a resuming GET carries the stream now.
+                    writer.wakes = None
+                    with self._outlived():
+                        await self._await_resume(limit_at)
+                    return
+                if now >= writer.stall_at:
+                    self.stall("write timeout")
+                    if stream is not None:
+                        with self._outlived():
+                            await self._await_resume(limit_at)
+                    return
+                if now >= limit_at:
+                    limit_at = math.inf
+                    exchange.cancel("request time limit reached", kind="server")
+                if interval is not None and now >= keepalive_at:
+                    self.keepalive()
+                    keepalive_at = now + interval
+            writer.wakes = None
+            self.disconnected()
+            if stream is not None:
+                if stream.delivered:
+                    return  # closed after its answer was queued: delivered
+                with self._outlived():
+                    await self._await_resume(limit_at)
+                return
+            if self.routed.era == "modern" or responder.legacy_disconnect_cancels:
+                exchange.cancel(
+                    "client disconnected", grace_period=responder.disconnect_grace_period
+                )
+            elif limit_at < math.inf and self.state is State.ABANDONED:
+                # The call goes on without its client, but within the time limit.
+                with self._outlived():
+                    await trio.sleep_until(limit_at)
+                    exchange.cancel("request time limit reached", kind="server")
+        except Exception:
+            logger.exception("the stream watcher of a call failed; cancelling the call")
+            exchange.cancel("internal error", kind="server")
 
-    def settle(self) -> None:
-        """The call is over: so is the watcher's job; report an answer that was lost."""
-        response = self.get()
-        self.over = True
-        if self.watching is not None:
-            self.watching.cancel()
-        writer = response.writer
-        if not writer.done:
-            writer.abandon()  # cancelled (shutdown): leave the client
-        stream, session = response.stream, self.routed.session
-        if stream is not None and session is not None:
-            if not stream.delivered:
-                stream.detach()  # a resuming GET still attached ends too
-            session.streams.close(stream)
-        if not response.settle():
-            self.exchange.lost()  # the answer never reached the client
+    async def _await_resume(self, limit_at: float) -> None:
+        """The resumable stream lost its connection: give its client ``resume_window`` to
+        come back (each time), then cancel the call as a disconnect.
 
-    def watch(self) -> None:
-        """The call suspends, still running: commit to SSE now, so a silent call's head
-        and keep-alives reach the client, and watch its stream."""
-        response = self.get()
-        response.commit()
-        # A constant name: trio would otherwise build one string per task.
-        self.nursery.start_soon(self.responder._watch, self, response, name=_WATCHER)
+        With ``legacy_disconnect_cancels`` off a client that closed its stream
+        is spared (the call runs on, within the time limit), as without
+        resumption; one that stopped reading is not (it holds the server's
+        memory and connection).  A stream whose replay buffer dropped an
+        undelivered event cannot be resumed whole: that counts as the window
+        passing.
+        """
+        stream, exchange, responder = self.stream, self.exchange, self.responder
+        window = responder.resume_window
+        assert stream is not None and window is not None
+        with trio.move_on_at(limit_at):
+            while True:
+                if stream.writer is None and not await stream.wait_attached(window):
+                    if responder.legacy_disconnect_cancels or stream.stalled:
+                        why = "client stopped reading" if stream.stalled else "client disconnected"
+                        if stream.overflowed:
+                            why += " (its stream's replay buffer overflowed)"
+                        exchange.cancel(why, grace_period=responder.disconnect_grace_period)
+                        return
+                    await trio.sleep_forever()  # the time limit may still end it
+                await stream.wait_detached()
+        exchange.cancel("request time limit reached", kind="server")
+
+
+@types.coroutine
+def await_then(
+    coro: Coroutine[Any, Any, T], on_suspend: Callable[[], object]
+) -> Generator[Any, Any, T]:
+    """``await coro`` in the calling task, calling *on_suspend()* once just before the
+    coroutine's first suspension reaches the scheduler.
+
+    Why not a task: a call's watcher is needed only while the call is
+    suspended (a call that finishes without yielding cannot be
+    disconnected from, kept alive or timed out in the middle), and a task
+    per call would be most of a no-op call's cost.  Trio has no hook for
+    "this task suspends", so this drives the coroutine itself, by the
+    protocol of ``yield from`` (PEP 380): whatever the coroutine yields
+    goes to the scheduler, whatever the scheduler sends or throws goes
+    back in, and closing this closes the coroutine; the cancel scopes are
+    the caller's.  (One visible difference: ``Task.iter_await_frames()``
+    stops at this frame.)
+    """
+    try:
+        value = coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    try:
+        on_suspend()
+    except BaseException:
+        coro.close()
+        raise
+    while True:
+        try:
+            sent = yield value
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                value = coro.throw(exc)
+            except StopIteration as done:
+                result = done.value
+                return result
+        else:
+            try:
+                value = coro.send(sent)
+            except StopIteration as done:
+                result = done.value
+                return result

@@ -65,7 +65,6 @@ from ..limits import (
 from . import hypercorn_compat, rules
 from .answer import Post, Responder, Routed
 from .get_stream import GetStreams
-from .hypercorn_compat import receive_now
 from .legacy import LegacyEra
 from .modern import ModernEra
 from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
@@ -73,6 +72,7 @@ from .resume import StreamBudget
 from .rules import HttpError
 from .sessions import SessionStore
 from .shared import SessionSharing
+from .writer import AsgiSink, Sink
 
 __all__ = ["McpHttpApp"]
 
@@ -241,7 +241,8 @@ class McpHttpApp:
             legacy_disconnect_cancels,
             limits.write_timeout,
             limits.max_buffered_bytes,
-            hypercorn_fast_paths,
+            # The one place the app decides which server it is served by.
+            hypercorn_compat.HypercornSink if hypercorn_fast_paths else AsgiSink,
             resume_window=_check_window(resume_window),
             replay_limit=http_limits.replay_buffer_size,
             stream_budget=StreamBudget(http_limits.max_retained_stream_bytes),
@@ -255,6 +256,7 @@ class McpHttpApp:
             limits.max_concurrent_calls,
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
+        self.sink: Sink = self._responder.sink
 
     def begin_shutdown(self, within: float | None = None) -> int:
         """The server is shutting down: cancel every call and task in flight, as stdio does
@@ -312,7 +314,7 @@ class McpHttpApp:
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
-        problem = "already running" if self._responder.service is not None else None
+        problem = "already running" if self._responder.sink.service is not None else None
         problem = problem or self._startup_problem()
         if problem is not None:
             logger.error("McpHttpApp cannot start: %s", problem)
@@ -342,18 +344,18 @@ class McpHttpApp:
                     await self._start_tasks(service)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
-                    self._responder.service = service
+                    self._responder.sink.service = service
                     self._started = True
                     await send({"type": "lifespan.startup.complete"})
                     while (await receive())["type"] != "lifespan.shutdown":
                         pass
-                    self._responder.service = None
+                    self._responder.sink.service = None
                     # Writers still pending belong to connections the server
                     # closed by now (it shuts the lifespan down last).
                     service.cancel_scope.cancel()
                 outer.cancel_scope.cancel()
         finally:
-            self._responder.service = None
+            self._responder.sink.service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -385,7 +387,7 @@ class McpHttpApp:
     # -- requests ------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        respond = self._responder.respond
+        respond = self.sink.respond
         try:
             try:
                 target = len(scope["path"]) + len(scope.get("query_string") or b"")
@@ -446,14 +448,14 @@ class McpHttpApp:
         # The usual body is queued already: taken without a scheduling point,
         # and only a body still on its way needs the time limit (a cancel scope).
         reader = _Body(self.max_message_size)
-        if self.hypercorn_fast_paths and reader.take_queued(receive):
+        if reader.take_queued(self.sink, receive):
             body = reader.data()
         else:
             body = await _read_rest(receive, reader, self.body_timeout)
         try:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
-            await self._responder.respond(send, 400, jsonrpc.encode(exc.to_message()))
+            await self._responder.sink.respond(send, 400, jsonrpc.encode(exc.to_message()))
             return
         if self.oauth is not None and isinstance(access, AccessToken):
             try:
@@ -520,7 +522,7 @@ async def _discard_body(app: McpHttpApp, receive: Receive) -> None:
     left = app.max_message_size
     with trio.move_on_after(math.inf if app.body_timeout is None else app.body_timeout):
         while True:
-            message = (app.hypercorn_fast_paths and receive_now(receive)) or await receive()
+            message = app.sink.receive_now(receive) or await receive()
             left -= len(message.get("body", b""))
             if not message.get("more_body", False) or left < 0:
                 return
@@ -557,11 +559,11 @@ class _Body:
             self._chunks.append(chunk)
         return not message.get("more_body", False)
 
-    def take_queued(self, receive: Receive) -> bool:
-        """Take the messages hypercorn queued already (no scheduling point); ``True``
+    def take_queued(self, sink: Sink, receive: Receive) -> bool:
+        """Take the messages the server queued already (no scheduling point); ``True``
         once the body is complete.  hypercorn queues an HTTP/1.1 body read at once as
         two messages: the data, then an empty one that ends it."""
-        while (message := receive_now(receive)) is not None:
+        while (message := sink.receive_now(receive)) is not None:
             if self.add(message):
                 return True
         return False
@@ -599,11 +601,11 @@ async def _without_registry(app: McpHttpApp, send: Send, exc: Exception) -> bool
             "no registry: run the app under an ASGI server with lifespan support,"
             " inside open_registry(), or pass registry="
         )
-        await app._responder.respond(send, 503, b"Service Unavailable: no registry")
+        await app.sink.respond(send, 503, b"Service Unavailable: no registry")
         return True
     if app._started:
         logger.debug("request after shutdown: %s", exc)
-        await app._responder.respond(send, 503, b"Service Unavailable: shutting down")
+        await app.sink.respond(send, 503, b"Service Unavailable: shutting down")
         return True
     return False
 

@@ -91,7 +91,7 @@ class GetStreams:
 
         relays = None
         if backend is not None:
-            service = partial(getattr, responder, "service")
+            service = partial(getattr, responder.sink, "service")
             limit, timeout = responder.max_buffered_bytes, responder.write_timeout
             relays = Relays(backend.bus, owned, service, limit, timeout)
         return cls(responder, legacy, relays)
@@ -209,11 +209,11 @@ class GetStreams:
                 forget()
             if stream.ended:
                 session.streams.close(stream)  # a slow reader's, ended: it opens a new one
-            elif stream.writer is None and responder.service is not None:
+            elif stream.writer is None and responder.sink.service is not None:
                 # Kept for a resume of what was in flight, for resume_window only
                 # (and evictable meanwhile, like a finished call's stream).
                 responder.stream_budget.retire(stream)
-                responder.service.start_soon(self._forget_later, session, stream)
+                responder.sink.service.start_soon(self._forget_later, session, stream)
         finally:
             hub.close(listener)
             responder.release_notification_stream(tenant)
@@ -228,12 +228,11 @@ class GetStreams:
     def _open(self, send: Send, *, start: bool = False) -> ResponseWriter:
         """A writer with the SSE head queued (the body follows as it comes); *start*:
         running already, in the service nursery."""
-        responder = self.responder
-        writer = ResponseWriter(send, responder.max_buffered_bytes, responder.fast_paths)
+        sink = self.responder.sink
+        writer = sink.writer(send)
         writer.put({"type": "http.response.start", "status": 200, "headers": list(sse.SSE_HEADERS)})
-        if start and responder.service is not None:
-            writer.outbox.timeout = responder.write_timeout
-            responder.service.start_soon(writer.run)
+        if start and sink.service is not None:
+            sink.start(writer, sink.service)
         return writer
 
     async def _carry(
@@ -246,11 +245,9 @@ class GetStreams:
     ) -> None:
         """Carry *stream* on this GET until it ends, its client goes, it is replaced,
         or (*ends*) the token that opened it expires."""
-        responder = self.responder
         closed = False  # stays so when the writer ended first (the nursery is cancelled)
         async with trio.open_nursery() as nursery:
-            writer.outbox.timeout = responder.write_timeout
-            (responder.service or nursery).start_soon(writer.run)
+            self.responder.sink.start(writer, nursery)
             nursery.start_soon(_end_when_written, writer, nursery.cancel_scope)
             if listener is not None:
                 nursery.start_soon(_pump, listener, stream, writer)

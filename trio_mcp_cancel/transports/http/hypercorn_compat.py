@@ -31,20 +31,22 @@ release that renames something only loses the shortcut, never a request:
     line after that, so a client cannot flood the log), and lets the
     server go on.
 
-* **Shortcuts of the hot path** (:func:`receive_now`, :func:`idle_socket_of`,
-  :func:`send_whole`) and one repair (:func:`mark_head_blocked`), duck-typed
-  (or type-checked against hypercorn's own classes) and answering "no
-  shortcut" when the shape is not hypercorn's.
+* **The hypercorn sink** (:class:`HypercornSink`, the app's
+  :class:`~.writer.Sink` under hypercorn): shortcuts of the hot path
+  (:func:`receive_now`, :func:`can_write_now`, :func:`send_whole`) and one
+  repair (:func:`mark_head_blocked`), duck-typed (or type-checked against
+  hypercorn's own classes) and answering "no shortcut" when the shape is
+  not hypercorn's.
 
-**The off switch for the shortcuts and the repair.**  They are used only
-when :func:`fast_paths_default` says so: hypercorn is installed, its
-version is one they were checked against (:data:`FAST_PATHS_CHECKED`), and
+**The off switch for the sink.**  The app uses it only when
+:func:`fast_paths_default` says so: hypercorn is installed, its version is
+one the sink was checked against (:data:`FAST_PATHS_CHECKED`), and
 ``MCP_HYPERCORN_FAST_PATHS=off`` (or ``0``/``false``/``no``) is not in the
-environment.  ``McpHttpApp(hypercorn_fast_paths=False)`` turns them off for
-one app.  Off, the app is plain ASGI: every body is awaited, every
-response goes through a writer task, and a response head left pending by
-a client that stopped reading is left to hypercorn (whose connection
-guard below contains the error it then raises).
+environment.  ``McpHttpApp(hypercorn_fast_paths=False)`` turns it off for
+one app.  Off, the app's sink is :class:`~.writer.AsgiSink`, plain ASGI:
+every body is awaited, every response goes through a writer task, and a
+response head left pending by a client that stopped reading is left to
+hypercorn (whose connection guard below contains the error it then raises).
 
 ``MCP_HYPERCORN_GUARD=off`` (or ``0``/``false``/``no``) in the environment
 when the first app is made leaves hypercorn unpatched; :func:`uninstall`
@@ -56,12 +58,17 @@ guard is not applied (the containment always is).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import math
 import os
+import socket
+import struct
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import metadata
 from typing import Any, Final
@@ -69,12 +76,16 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .writer import AsgiSink, head
+
 __all__ = [
     "FAST_PATHS_CHECKED",
     "FAST_PATHS_ENV",
     "FIXED_IN",
     "GUARD_ENV",
     "GuardStatus",
+    "HypercornSink",
+    "can_write_now",
     "fast_paths_default",
     "idle_socket_of",
     "install",
@@ -368,7 +379,7 @@ def tcp_server_of(send: Any) -> Any:
     """hypercorn's ``TCPServer`` behind an ASGI *send*, over HTTP/1.1 only; else ``None``.
 
     It holds the connection's ``send_lock`` and ``stream`` (the socket),
-    which :mod:`.inline` reads to tell whether a write can block.
+    which :func:`can_write_now` reads to tell whether a write can block.
     """
     stream = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
     protocol = getattr(getattr(stream, "send", None), "__self__", None)
@@ -381,8 +392,8 @@ def idle_socket_of(send: Any) -> Any:
     """The socket behind an HTTP/1.1 *send* when no write holds its connection; else ``None``.
 
     hypercorn's ``TCPServer`` writes under its ``send_lock``; while nobody
-    holds it, what :mod:`.inline` reads from the socket (the bytes queued in
-    the kernel) says whether the next write can block.
+    holds it, what :func:`can_write_now` reads from the socket (the bytes
+    queued in the kernel) says whether the next write can block.
     """
     server = tcp_server_of(send)
     lock = getattr(server, "send_lock", None)
@@ -452,7 +463,7 @@ async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> 
     three.  The bytes on the wire are the same.
 
     Only for a write that cannot block (the caller asked
-    :func:`~.inline.can_write_now`: nobody holds the send lock).  Once the
+    :func:`can_write_now`: nobody holds the send lock).  Once the
     h11 state moved on the bytes must go out, and they do: the only point
     where ``protocol_send`` could raise ``Cancelled`` before writing is the
     lock's ``checkpoint_if_cancelled``, and a task found not cancelled here
@@ -497,3 +508,110 @@ async def send_whole(send: Any, head: MutableMapping[str, Any], body: bytes) -> 
     await config.log.access(stream.scope, head, time.time() - stream.start_time)
     await stream.send(names.stream_closed(stream_id=stream.stream_id))
     return True
+
+
+# -- whether a whole response can be written in the request's own task ------------
+#
+# Over HTTP/1.1 on a plain TCP socket served by hypercorn, a write blocks
+# only when the kernel's send buffer is full or too many bytes wait unsent
+# (``TCP_NOTSENT_LOWAT``).  hypercorn's own state cannot tell: its
+# ``TCPServer`` hands the bytes to ``SocketStream.send_all``, which blocks
+# in the kernel, so the socket's queue (``SIOCOUTQ``, ``SIOCOUTQNSD``) is
+# asked.  When it leaves room for the whole response with a wide margin, and
+# no other write holds the connection's send lock, the write completes at
+# once.  Everything else (HTTP/2, where a write also waits on flow control;
+# TLS; another ASGI server; a platform other than Linux; any attribute this
+# does not find) answers ``False``: the response goes through a writer task.
+
+_LINUX: Final = sys.platform.startswith("linux")
+_SIOCOUTQ: Final = 0x5411  # bytes queued on the socket, sent or not (TIOCOUTQ)
+_SIOCOUTQNSD: Final = 0x894B  # of those, not sent yet
+_NOTSENT_LOWAT: Final[int | None] = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+#: The send buffer also accounts per-packet overhead; stay well below it.
+_SHARE: Final = 4
+#: Per socket: ``_limits()``, read on its first response.
+_LIMITS: Final[weakref.WeakKeyDictionary[Any, tuple[int, int | None]]] = weakref.WeakKeyDictionary()
+
+
+def can_write_now(send: Any, size: int) -> bool:
+    """Whether *size* bytes written through *send* now cannot block (see above).
+
+    Linux blocks a TCP write when the socket's buffer is full, and, when
+    ``TCP_NOTSENT_LOWAT`` is set (Trio sets it to 16 KiB on every socket
+    stream), as soon as that many bytes are queued and not sent yet: the
+    common case of a client that stopped reading, its receive window
+    closed.  So both must leave room for *size*.  The two limits are read
+    once per socket; an empty queue (a client that read everything so far,
+    the usual case between requests) then needs one ``ioctl``.
+    """
+    if not _LINUX:
+        return False
+    sock = idle_socket_of(send)
+    if sock is None:
+        return False
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return False
+        limits = _LIMITS.get(sock)
+        if limits is None:
+            limits = _LIMITS[sock] = _limits(sock)
+        room, lowat = limits
+        queued = _ioctl_int(fd, _SIOCOUTQ)
+        if queued + size > room:
+            return False
+        if lowat is None:
+            return queued == 0  # cannot tell sent from unsent: only an empty queue is sure
+        if lowat <= 0:
+            return True
+        return size <= lowat and (queued == 0 or _ioctl_int(fd, _SIOCOUTQNSD) + size <= lowat)
+    except (OSError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def _limits(sock: Any) -> tuple[int, int | None]:
+    """The bytes a socket's send buffer holds for our use, and its ``TCP_NOTSENT_LOWAT``.
+
+    Read once: the kernel only ever grows a TCP send buffer by itself
+    (autotuning), so the first value stays a safe bound.
+    """
+    sndbuf: int = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    lowat = None if _NOTSENT_LOWAT is None else sock.getsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT)
+    return sndbuf // _SHARE, lowat
+
+
+def _ioctl_int(fd: int, request: int) -> int:
+    value: int = struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0]
+    return value
+
+
+# -- the sink -------------------------------------------------------------------------
+
+
+class HypercornSink(AsgiSink):
+    """The app's :class:`~.writer.Sink` under hypercorn: plain ASGI plus the shortcuts
+    above, each of which answers "no shortcut" on anything that is not hypercorn's
+    (another server's ``send``, HTTP/2, TLS), so that request goes the plain way."""
+
+    __slots__ = ()
+
+    receive_now = staticmethod(receive_now)
+    can_write_now = staticmethod(can_write_now)
+
+    async def write_now(
+        self, send: Any, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """A whole response in one socket write on hypercorn's HTTP/1.1 (:func:`send_whole`),
+        else as its two messages; a server that raises because the connection is gone is a
+        ``False``, as with a writer task."""
+        start = head(status, body, extra, json=json)
+        try:
+            if not await send_whole(send, start, body):
+                await send(start)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+        except Exception:
+            return False
+        return True
+
+    def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
+        mark_head_blocked(send, head)

@@ -96,12 +96,12 @@ class LegacyEra:
             # is answered like any other request of its era.
             status = 400 if call.request is None else rules.status_for(call.error.code, "legacy")
             body = jsonrpc.encode(call.error.to_message())
-            await self.responder.respond(
+            await self.responder.sink.respond(
                 post.send, status, body, extra, json=None if status == 400 else True
             )
             return None
         if not isinstance(call, RequestCall):
-            await self.responder.respond(post.send, 202, b"", extra)
+            await self.responder.sink.respond(post.send, 202, b"", extra)
             return None
         before = self._share if session is not None and self.sharing is not None else None
         return Routed(call, caller, extra, "legacy", session, before)
@@ -226,7 +226,9 @@ class LegacyEra:
         logger.warning("initialize refused: %s", exc)
         reply = too_many_sessions(request_id, exc.limit, exc.cap)
         status = 429 if exc.limit == "tenant" else 503
-        await self.responder.respond(send, status, jsonrpc.encode(reply), RETRY_AFTER, json=True)
+        await self.responder.sink.respond(
+            send, status, jsonrpc.encode(reply), RETRY_AFTER, json=True
+        )
 
     def on_bus(self, message: BusMessage) -> None:
         """Apply a legacy cancel, client answer or session end that reached another worker."""

@@ -33,7 +33,7 @@ class ModernEra:
         """The call of a modern POST; ``None`` when it was answered already."""
         send, headers, message = post.send, post.headers, post.message
         if rules.is_notification(message):
-            await self.responder.respond(send, 202, b"")
+            await self.responder.sink.respond(send, 202, b"")
             return None
         # The caller's namespace without a session is its tenant (worked out
         # once per POST by the app), or the global one.
@@ -73,4 +73,6 @@ class ModernEra:
 
     async def _error(self, post: Post, exc: JsonRpcError) -> None:
         status = rules.status_for(exc.code, "modern")
-        await self.responder.respond(post.send, status, jsonrpc.encode(exc.to_message()), json=True)
+        await self.responder.sink.respond(
+            post.send, status, jsonrpc.encode(exc.to_message()), json=True
+        )

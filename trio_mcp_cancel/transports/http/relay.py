@@ -119,7 +119,7 @@ class Relays:
         if stream.standalone or not stream.can_resume(after) or stream.resume_in_progress():
             service.start_soon(self._publish, {"type": REFUSED, "to": token})
             return
-        writer = ResponseWriter(_bus_send(self.bus, token), self.limit, False)
+        writer = ResponseWriter(_bus_send(self.bus, token), self.limit)
         writer.outbox.timeout = self.write_timeout
         writer.put({"type": "http.response.start"})
         self.owned[token] = (stream, writer)

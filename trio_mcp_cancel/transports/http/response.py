@@ -43,51 +43,25 @@ Invariants:
 * ABANDONED: the answer never reached the client; the request reports it
   lost (``Exchange.lost``) when it ends.
 
-:class:`ResponseMachine` is the pure part (no I/O, tested without
-sockets); :class:`CallResponse` is that machine with what each transition
-writes: driven by the call (its messages, its end) and the watcher (a
-disconnect, a stall), it queues the bytes in the request's
-:class:`~.writer.ResponseWriter` (one object per call, not two: it sits on
-every cancellable call's path).  Everything runs in the
-request's task or its watcher, so nothing interleaves with a transition.
-
-**Resumable streams** (legacy sessions, :mod:`.resume`).  When the
-response has a :class:`~.resume.ResumableStream`, every SSE event of the
-call (progress, log, any server-to-client request, the answer) goes
-through :meth:`CallResponse._event` into it: numbered, kept for a replay,
-and written on whichever connection carries the stream now.  A
-disconnect or a stall then *detaches* that connection instead of
-abandoning the response, which stays STREAMING (the call goes on, its
-events into the replay buffer) until a resuming GET attaches, or the HTTP
-layer gives up (:mod:`.answer`: ``resume_window``); DELIVERED means the
-final event was written by whichever connection took it.
+:class:`ResponseMachine` is these rules and nothing else (no I/O, tested
+without sockets); the one response object of a call,
+:class:`~.answer.CallResponse`, is this machine with what each transition
+writes and the watcher of the call's stream.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-from collections.abc import Callable
 from typing import Final
 
-from ..._protocol import jsonrpc
-from ..._protocol.jsonrpc import Message
-from . import sse
-from .resume import ResumableStream
-from .writer import ResponseWriter
-
 __all__ = [
+    "OPEN",
     "TRANSITIONS",
-    "CallResponse",
     "Event",
     "ResponseMachine",
     "ResponseStateError",
     "State",
 ]
-
-logger = logging.getLogger("trio_mcp_cancel.http")
-
-Headers = list[tuple[bytes, bytes]]
 
 
 class State(enum.Enum):
@@ -141,7 +115,7 @@ class ResponseStateError(RuntimeError):
 
 
 class ResponseMachine:
-    """The response's state; :meth:`handle` is the only way it changes."""
+    """A response's state; :meth:`handle` is the only way it changes."""
 
     __slots__ = ("state",)
 
@@ -154,135 +128,3 @@ class ResponseMachine:
         except KeyError:
             raise ResponseStateError(f"{event.value} in state {self.state.value}") from None
         return self.state
-
-
-class CallResponse(ResponseMachine):
-    """The response of one cancellable call: the machine, and what each transition writes.
-
-    *on_stall* is called once when the client is found too slow (it
-    cancels the call); *start_writer* starts the writer task when the
-    response commits to SSE (``None`` once started, or when the caller
-    starts it: a whole answer may be written inline instead).
-    """
-
-    __slots__ = ("_extra", "_on_stall", "open_stream", "sse", "start_writer", "stream", "writer")
-
-    def __init__(
-        self,
-        writer: ResponseWriter,
-        extra: Headers,
-        sse_mode: bool,
-        on_stall: Callable[[], object],
-    ) -> None:
-        self.state = State.PENDING
-        self.writer = writer
-        self._extra = extra
-        self.sse = sse_mode
-        self._on_stall = on_stall
-        self.start_writer: Callable[[], None] | None = None
-        self.open_stream: Callable[[], ResumableStream] | None = None
-        """Makes the response resumable when it commits to SSE (``None``: not resumable)."""
-        self.stream: ResumableStream | None = None
-
-    def commit(self) -> None:
-        """Make the response an SSE stream, queueing its head (once; SSE clients only)."""
-        if not self.sse or self.state is not State.PENDING:
-            return
-        self.handle(Event.COMMIT)
-        headers = [*sse.SSE_HEADERS, *self._extra]
-        self.writer.put({"type": "http.response.start", "status": 200, "headers": headers})
-        if self.open_stream is not None:
-            stream = self.stream = self.open_stream()
-            stream.attach(self.writer)
-            stream.prime()
-        start, self.start_writer = self.start_writer, None
-        if start is not None:
-            start()  # a stream: its writes may block, so a task of their own
-
-    def _event(self, data: bytes, *, final: bool = False) -> None:
-        if self.state is not State.STREAMING:
-            return
-        if final:
-            self.handle(Event.FINISH)
-        stream = self.stream
-        if stream is not None:
-            if not stream.emit(data, final=final):
-                self.stall("too much unread output")
-            return
-        message = {"type": "http.response.body", "body": data, "more_body": not final}
-        if not self.writer.put(message, final=final):
-            self.stall("too much unread output")
-
-    async def send_message(self, message: Message) -> None:
-        """A progress or log message of the call (``Exchange.send``)."""
-        self.commit()
-        self._event(sse.event(message))
-
-    def close_stream(self) -> bool:
-        """``Exchange.close_stream``: end this connection, keep the resumable stream."""
-        self.commit()
-        return self.stream is not None and self.stream.end_connection()
-
-    def keepalive(self) -> None:
-        self.commit()
-        stream = self.stream
-        if stream is None:
-            self._event(sse.KEEPALIVE)
-        elif self.state is State.STREAMING and not stream.keepalive(sse.KEEPALIVE):
-            self.stall("too much unread output")
-
-    def finish(self, reply: Message | None) -> None:
-        """End the response with *reply* (``None``: end an SSE stream without one)."""
-        state = self.state
-        if state not in OPEN:
-            self.writer.close()  # the client is gone: write what is queued, then stop
-            return
-        if self.sse and (state is State.STREAMING or reply is None):
-            self.commit()
-            self._event(b"" if reply is None else sse.event(reply), final=True)
-        else:
-            assert reply is not None
-            self.handle(Event.FINISH)
-            self.writer.put_whole(200, jsonrpc.encode(reply), self._extra, json=True)
-
-    def disconnected(self) -> None:
-        """The client closed its stream (the watcher saw ``http.disconnect``)."""
-        if self.stream is not None:
-            # Resumable: a drop detaches (the call goes on); after the final
-            # event was queued it is the delivery (see ResumableStream.disconnected).
-            self.stream.disconnected(self.writer)
-            return
-        self.handle(Event.DISCONNECT)
-
-    def stall(self, why: str) -> None:
-        """The client stopped reading: treat it as gone (its call is cancelled)."""
-        stream = self.stream
-        if stream is not None:
-            # Resumable: the connection is dropped, not the call (see .answer).
-            if stream.writer is not None:
-                logger.info("client stopped reading its stream (%s); detaching it", why)
-                stream.detach()
-                stream.stalled = True
-            return
-        if self.writer.stalled or self.state is State.ABANDONED:
-            return
-        logger.info("client stopped reading its response (%s); disconnecting it", why)
-        self.handle(Event.DISCONNECT)
-        self.writer.stalled = True
-        self._on_stall()
-
-    def settle(self) -> bool:
-        """The request ends: whether the answer was delivered (else it is lost)."""
-        writer = self.writer
-        stream = self.stream
-        if stream is not None:
-            if self.state is State.FINISHING and stream.delivered:
-                self.handle(Event.WRITTEN)
-            elif self.state is not State.DELIVERED:
-                self.handle(Event.ABANDON)
-            return self.state is State.DELIVERED
-        if self.state is State.FINISHING and writer.done and not writer.abandoned:
-            self.handle(Event.WRITTEN)
-        elif self.state is not State.DELIVERED:
-            self.handle(Event.ABANDON)
-        return self.state is State.DELIVERED

@@ -47,10 +47,11 @@ objects as the stream's history (never a copy), and is bounded per
 connection by ``max_buffered_bytes``.
 
 **Memory.**  A stream lives as long as its call, suspended calls
-included, so it is kept small (issue 27): the buffer is a list whose
-dropped head is cut off in batches (a :class:`~collections.deque` is 600
-bytes even when it holds one event), and the event that wakes waiters
-for a (de)attach exists only while somebody waits.
+included, so it is kept small: the buffer is a list whose dropped head is
+cut off in batches (a :class:`~collections.deque` is large even when it
+holds one event; the figure is in ``benchmarks/RESULTS.md``), and the
+event that wakes waiters for a (de)attach exists only while somebody
+waits.
 
 Sans-IO apart from :class:`~.writer.ResponseWriter`'s ``put`` (which never
 blocks) and the waits on attach/detach, so every transition runs in the

@@ -1,13 +1,23 @@
-"""One HTTP response's ASGI messages, queued by the request and written by a task of its own.
+"""How a response reaches the ASGI server: a :class:`Sink`, and the writer of one response.
 
 hypercorn writes to the socket inside a shielded cancel scope: a ``send()``
 to a client that stopped reading blocks until the client reads or the
 connection closes, and nothing (a cancel, a time limit, shutdown) can
 interrupt it; and hypercorn closes the connection only once the
 application returned.  So no task that must end on time calls ``send()``:
-the request queues its messages here (:meth:`ResponseWriter.put` never
-blocks) and :meth:`ResponseWriter.run` writes them, in a task of its own
-unless the write cannot block (see :mod:`.inline`).
+the request queues its messages in a :class:`ResponseWriter`
+(:meth:`ResponseWriter.put` never blocks) and :meth:`ResponseWriter.run`
+writes them, in a task of its own, unless the app's sink says the write
+cannot block.
+
+**The sink** is chosen once, by the app (``McpHttpApp``), for every
+request it serves: :class:`AsgiSink` is plain ASGI (every response through
+a writer task; works under any ASGI server); ``HypercornSink``
+(:mod:`.hypercorn_compat`, the only module that knows hypercorn's
+internals) adds hypercorn's shortcuts: a queued body taken without a
+scheduling point, a whole response written in the request's own task, in
+one socket write, when that cannot block, and the repair of a head left
+pending.  Nothing else in the HTTP transport asks which server it runs under.
 
 The queue is the transports' shared :class:`~.._outbox.Outbox`: progress,
 log messages and keep-alives are its bounded items, the final message the
@@ -19,28 +29,33 @@ watcher (whose cancel scope is :attr:`ResponseWriter.wakes`) is woken then.
 **On demand** (:meth:`ResponseWriter.start`, a call's response): instead of
 one task parked on the queue for the response's whole life, a task is
 spawned when there is something to write and ends when the queue is
-empty.  A suspended call whose client reads its stream (the usual case:
-head, progress, then nothing for a while) then holds no writer task, its
-coroutine frames and its parking lot (about 2.5 KB of an in-flight
-call's heap, issue 27); a keep-alive or a progress message costs a task
-spawn instead of a wake-up.  The rules are :meth:`ResponseWriter.run`'s:
-same order, same deadline, and ``done`` only once the queue ended.
+empty, so a suspended call whose client reads its stream (the usual case:
+head, progress, then nothing for a while) holds no writer task; a
+keep-alive or a progress message costs a task spawn instead of a wake-up.
+The rules are :meth:`ResponseWriter.run`'s: same order, same deadline, and
+``done`` only once the queue ended.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
 from .._outbox import Outbox
-from . import hypercorn_compat
 
-__all__ = ["WRITER_TASK", "ResponseWriter", "head", "write_now"]
+__all__ = ["WRITER_TASK", "AsgiSink", "ResponseWriter", "Sink", "head"]
+
+logger = logging.getLogger("trio_mcp_cancel.http")
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
+#: Room for a whole response's head (status line, headers) next to its body.
+_HEAD_ROOM: Final = 1024
 #: The name of a writer's tasks, as trio would name :meth:`~ResponseWriter.run`'s
 #: (given, so that trio does not build one string per task).
 WRITER_TASK: Final = f"{__name__}.ResponseWriter.run"
@@ -54,31 +69,157 @@ def head(status: int, body: bytes, extra: Any = (), *, json: bool | None = None)
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-async def write_now(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: Any = (),
-    *,
-    json: bool | None = None,
-) -> bool:
-    """Write a whole response in the calling task; whether it reached the server.
+class Sink(Protocol):
+    """How one app's responses reach its ASGI server (see the module)."""
 
-    Only for a write that cannot block (:func:`~.inline.can_write_now`
-    said so, which only hypercorn's fast paths do): it needs no writer
-    task, no queue and no deadline, and on hypercorn's HTTP/1.1 it is one
-    socket write.  A server that raises because the connection is gone is
-    a ``False``, as with :meth:`ResponseWriter.run`.
+    service: trio.Nursery | None
+    """The lifespan's service nursery, where writer tasks run (``None``: no lifespan)."""
+
+    def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
+        """The next message of *receive* if it is queued already; ``None``: await it."""
+        ...
+
+    def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
+        """The request ends while the write of its response *head* is still pending."""
+        ...
+
+    def writer(self, send: Send) -> ResponseWriter:
+        """A writer for one response through *send*, bounded as the app says."""
+        ...
+
+    def start(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
+    ) -> None:
+        """Run *writer* in a task of its own (see :meth:`AsgiSink.start`)."""
+        ...
+
+    async def write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
+        """Write *writer*'s queued whole response (see :meth:`AsgiSink.write_whole`)."""
+        ...
+
+    async def drain(self, writer: ResponseWriter) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read."""
+        ...
+
+    async def respond(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Send a whole response; whether it reached the server."""
+        ...
+
+
+class AsgiSink:
+    """Plain ASGI: every response is queued in a :class:`ResponseWriter` and written by a
+    task of its own; nothing is asked of the server beyond ``receive()`` and ``send()``.
+
+    A subclass that can tell a write cannot block (:meth:`can_write_now`)
+    has a whole response written in the request's own task instead
+    (:meth:`write_now`): ``HypercornSink``.
     """
-    start = head(status, body, extra, json=json)
-    try:
-        if await hypercorn_compat.send_whole(send, start, body):
-            return True  # in one socket write
-        await send(start)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-    except Exception:
+
+    __slots__ = ("max_buffered_bytes", "service", "write_timeout")
+
+    def __init__(self, max_buffered_bytes: int, write_timeout: float | None) -> None:
+        self.max_buffered_bytes = max_buffered_bytes
+        self.write_timeout = write_timeout
+        self.service: trio.Nursery | None = None
+
+    # -- what the server offers beyond plain ASGI: nothing here ----------------------
+
+    def receive_now(self, receive: Receive) -> MutableMapping[str, Any] | None:
+        return None
+
+    def can_write_now(self, send: Any, size: int) -> bool:
+        """Whether *size* bytes written through *send* now cannot block: plain ASGI cannot
+        tell, so never."""
         return False
-    return True
+
+    async def write_now(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Write a whole response in the calling task, only once :meth:`can_write_now`
+        said yes; whether it reached the server (one that raises is a ``False``, as
+        with a writer task)."""
+        start = head(status, body, extra, json=json)
+        try:
+            await send(start)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        except Exception:
+            return False
+        return True
+
+    def head_blocked(self, send: Any, head: MutableMapping[str, Any]) -> None:
+        pass  # the server's own business (hypercorn's connection guard contains it)
+
+    # -- writing ----------------------------------------------------------------------
+
+    def writer(self, send: Send) -> ResponseWriter:
+        return ResponseWriter(send, self.max_buffered_bytes, self)
+
+    def start(
+        self, writer: ResponseWriter, nursery: trio.Nursery, *, on_demand: bool = False
+    ) -> None:
+        """Run *writer* in the service nursery (or, without a lifespan, in *nursery*).
+
+        *on_demand* (a stream, which may wait between writes): in tasks that
+        live only while something is to be written (:meth:`ResponseWriter.start`);
+        a whole response is one task that writes it and ends.
+        """
+        writer.outbox.timeout = self.write_timeout
+        if on_demand:
+            writer.start((self.service or nursery).start_soon)
+        else:
+            (self.service or nursery).start_soon(writer.run, name=WRITER_TASK)
+
+    async def write_whole(self, writer: ResponseWriter, send: Send, nursery: trio.Nursery) -> None:
+        """Write *writer*'s queued whole response in this task when that cannot block (or
+        without a lifespan, as an ASGI app usually does), else start its task."""
+        if self.service is None or self.can_write_now(send, writer.outbox.bytes + _HEAD_ROOM):
+            await writer.run()
+        else:
+            self.start(writer, nursery)
+
+    async def drain(self, writer: ResponseWriter) -> None:
+        """Wait until *writer* wrote everything, or give up on a client that does not read.
+
+        Giving up means returning with the response unfinished; the server
+        then closes the connection, which releases the pending write.
+        """
+        if writer.done and not writer.stalled:
+            return
+        if writer.stalled:
+            writer.abandon()
+            return
+        timeout = math.inf if self.write_timeout is None else self.write_timeout
+        try:
+            with trio.move_on_after(timeout):
+                await writer.wait_done()
+                return
+            logger.info("client did not read its response for %ss; closing", self.write_timeout)
+        finally:
+            if not writer.done:
+                writer.abandon()
+
+    async def respond(
+        self, send: Send, status: int, body: bytes, extra: Any = (), *, json: bool | None = None
+    ) -> bool:
+        """Send a whole response; whether it reached the server.
+
+        One that cannot block is written here, without a queue; any other
+        goes through a writer task, and the request waits (within the write
+        deadline) for it.
+        """
+        service = self.service
+        if service is not None and self.can_write_now(send, len(body) + _HEAD_ROOM):
+            return await self.write_now(send, status, body, extra, json=json)
+        writer = ResponseWriter(send, self.max_buffered_bytes, self)
+        writer.put_whole(status, body, extra, json=json)
+        if service is None:
+            await writer.run()  # no lifespan: write inline, as an ASGI app usually does
+        else:
+            self.start(writer, service)
+            await self.drain(writer)
+        return writer.done and not writer.abandoned
 
 
 class ResponseWriter:
@@ -92,6 +233,12 @@ class ResponseWriter:
     (pending, streaming, finished) is :mod:`.response`'s state machine.
     """
 
+    # Invariant: ``done`` and ``abandoned`` never go back to False, and once
+    # ``abandoned`` nothing more is written (the queue is lost).
+    # Invariant: ``running`` only on demand (``_spawn`` set), and then exactly
+    # one task of :meth:`start` writes; without ``_spawn`` at most one :meth:`run`.
+    # Invariant: ``_head`` is set only while the write of the head is pending.
+
     __slots__ = (
         "_done",
         "_head",
@@ -99,20 +246,21 @@ class ResponseWriter:
         "_spawn",
         "abandoned",
         "done",
-        "fast_paths",
         "outbox",
         "running",
+        "sink",
         "stalled",
         "wakes",
     )
 
-    def __init__(self, send: Send, limit: int, fast_paths: bool = True) -> None:
+    def __init__(self, send: Send, limit: int, sink: Sink | None = None) -> None:
         self._send = send
         self.outbox: Outbox[MutableMapping[str, Any]] = Outbox(limit, None, True)
         self._head: MutableMapping[str, Any] | None = None
         """The response head while its write is pending."""
         self._done: trio.Event | None = None  # made only when somebody waits
-        self.fast_paths = fast_paths
+        self.sink = sink
+        """Told of a head left pending (``None``: nobody to tell)."""
         self.done = False
         """The last message was written, or the writer gave up."""
         self.abandoned = False
@@ -168,8 +316,8 @@ class ResponseWriter:
         dropped now, not kept until the request ends."""
         self.abandoned = True
         self.outbox.lose()
-        if self._head is not None and self.fast_paths:
-            hypercorn_compat.mark_head_blocked(self._send, self._head)
+        if self._head is not None and self.sink is not None:
+            self.sink.head_blocked(self._send, self._head)
         self._kick()
 
     def drop(self) -> None:
