@@ -62,7 +62,6 @@ import fcntl
 import functools
 import logging
 import math
-import os
 import socket
 import struct
 import sys
@@ -70,12 +69,12 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, MutableMapping
-from importlib import metadata
 from typing import Any, Final
 
 import attrs
 import trio
 
+from ..._compat import installed, release, switched_off
 from .writer import AsgiSink, head
 
 __all__ = [
@@ -103,7 +102,6 @@ logger = logging.getLogger("trio_mcp_cancel.http")
 GUARD_ENV: Final = "MCP_HYPERCORN_GUARD"
 #: The first hypercorn release that guards ``DataReceived`` itself; ``None``: none yet.
 FIXED_IN: Final[tuple[int, ...] | None] = None
-_OFF: Final = frozenset({"0", "off", "false", "no"})
 #: Distinct failures logged with a traceback; later ones get one line each.
 _TRACEBACKS: Final = 64
 
@@ -147,7 +145,7 @@ def install(*, force: bool = False) -> GuardStatus:
     with _lock:
         if _installed:
             return _status
-        if not force and os.environ.get(GUARD_ENV, "").strip().lower() in _OFF:
+        if not force and switched_off(GUARD_ENV):
             _status = GuardStatus(_version(), False, False, f"{GUARD_ENV} turned it off")
             return _status
         try:
@@ -160,7 +158,7 @@ def install(*, force: bool = False) -> GuardStatus:
         reasons = []
         streams = connections = False
         init = getattr(H2Protocol, "__init__", None)
-        if FIXED_IN is not None and version is not None and _parse(version) >= FIXED_IN:
+        if FIXED_IN is not None and version is not None and release(version, 3) >= FIXED_IN:
             reasons.append(f"hypercorn {version} guards HTTP/2 DATA itself")
         elif callable(init) and callable(getattr(H2Protocol, "_handle_events", None)):
             _originals.setdefault("H2Protocol.__init__", init)
@@ -200,18 +198,7 @@ def uninstall() -> None:
 
 
 def _version() -> str | None:
-    try:
-        return metadata.version("hypercorn")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _parse(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts)
+    return installed("hypercorn")
 
 
 # -- the HTTP/2 stream guard --------------------------------------------------
@@ -324,13 +311,13 @@ FAST_PATHS_CHECKED: Final = ((0, 16), (0, 18))
 
 def fast_paths_default() -> tuple[bool, str]:
     """Whether the shortcuts apply by default (the app's option overrides), and why not."""
-    if os.environ.get(FAST_PATHS_ENV, "").strip().lower() in _OFF:
+    if switched_off(FAST_PATHS_ENV):
         return False, f"{FAST_PATHS_ENV} turned them off"
     version = _version()
     if version is None:
         return False, "hypercorn is not installed"
     first, last = FAST_PATHS_CHECKED
-    if not first <= _parse(version)[:2] <= last:
+    if not first <= release(version) <= last:
         return False, f"hypercorn {version} is not a release they were checked against"
     return True, ""
 
