@@ -14,7 +14,7 @@ import os
 from importlib import metadata
 from typing import Final
 
-__all__ = ["OFF", "installed", "release", "switched_off"]
+__all__ = ["OFF", "Range", "installed", "release", "switched_off", "why_off"]
 
 #: The values of a switch variable that turn its module off (any case, spaces ignored).
 OFF: Final = frozenset({"0", "off", "false", "no"})
@@ -48,3 +48,23 @@ def release(version: str, parts: int = 2) -> tuple[int, ...]:
 def switched_off(variable: str) -> bool:
     """Whether the environment variable *variable* turns its module off."""
     return os.environ.get(variable, "").strip().lower() in OFF
+
+
+Range = tuple[tuple[int, ...], tuple[int, ...]]
+"""The first and last release (major, minor) a module was checked against."""
+
+
+def why_off(variable: str, distribution: str, version: str | None, checked: Range) -> str:
+    """Why a module's reach into *distribution* stays off here (``""``: it may run).
+
+    Off when *variable* switches it off, when *distribution* is not
+    installed, or when its *version* is outside the *checked* releases.
+    """
+    if switched_off(variable):
+        return f"{variable} turned it off"
+    if version is None:
+        return f"{distribution} is not installed"
+    first, last = checked
+    if not first <= release(version) <= last:
+        return f"{distribution} {version} is not a release it was checked against"
+    return ""

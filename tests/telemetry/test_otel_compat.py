@@ -94,7 +94,8 @@ def test_with_the_probe_off_the_public_getters_answer(
 
 def test_an_unchecked_api_release_gets_the_public_getters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(otel_compat, "_version", lambda: "2.0.0")
-    assert probe_default() == (False, "opentelemetry-api 2.0.0 is not a release it was written for")
+    why = "opentelemetry-api 2.0.0 is not a release it was checked against"
+    assert probe_default() == (False, why)
     assert provider_probe(trace) is None
 
 

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._compat import installed, release, switched_off
+from .._compat import installed, why_off
 
 __all__ = ["CHECKED", "ENV", "ResetStatus", "install", "reset_default"]
 
@@ -82,13 +82,8 @@ def _version() -> str | None:
 def reset_default() -> ResetStatus:
     """Whether the reset applies here: the off switch, the version, the private names."""
     version = _version()
-    if switched_off(ENV):
-        return ResetStatus(version, False, f"{ENV} turned it off")
-    if version is None:  # pragma: no cover - httpx2 needs it
-        return ResetStatus(None, False, "httpcore2 is not installed")
-    first, last = CHECKED
-    if not first <= release(version) <= last:
-        why = f"httpcore2 {version} is not a release it was checked against"
+    why = why_off(ENV, "httpcore2", version, CHECKED)
+    if why:
         return ResetStatus(version, False, why)
     if _classes() is None:
         return ResetStatus(version, False, f"httpcore2 {version} moved the internals it needs")

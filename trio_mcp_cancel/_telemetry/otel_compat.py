@@ -39,7 +39,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Final
 
-from .._compat import installed, release, switched_off
+from .._compat import installed, why_off
 from .otel import Api
 
 __all__ = [
@@ -66,15 +66,8 @@ def _version() -> str | None:
 
 def probe_default() -> tuple[bool, str]:
     """Whether the private probe may be used here, and why not."""
-    if switched_off(ENV):
-        return False, f"{ENV} turned it off"
-    version = _version()
-    if version is None:
-        return False, "opentelemetry-api is not installed"
-    first, last = CHECKED
-    if not first <= release(version) <= last:
-        return False, f"opentelemetry-api {version} is not a release it was written for"
-    return True, ""
+    why = why_off(ENV, "opentelemetry-api", _version(), CHECKED)
+    return not why, why
 
 
 def provider_probe(trace: ModuleType) -> Callable[[], bool] | None:

@@ -66,7 +66,7 @@ def fast_paths_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_switch_and_the_option_turn_the_fast_paths_off() -> None:
     assert hypercorn_compat.fast_paths_default() == (
         False,
-        f"{hypercorn_compat.FAST_PATHS_ENV} turned them off",
+        f"{hypercorn_compat.FAST_PATHS_ENV} turned it off",
     )
     assert not McpHttpApp(McpServer()).hypercorn_fast_paths
     assert type(McpHttpApp(McpServer()).sink) is AsgiSink

@@ -74,7 +74,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..._compat import installed, release, switched_off
+from ..._compat import installed, release, switched_off, why_off
 from .writer import AsgiSink, head
 
 __all__ = [
@@ -311,15 +311,8 @@ FAST_PATHS_CHECKED: Final = ((0, 16), (0, 18))
 
 def fast_paths_default() -> tuple[bool, str]:
     """Whether the shortcuts apply by default (the app's option overrides), and why not."""
-    if switched_off(FAST_PATHS_ENV):
-        return False, f"{FAST_PATHS_ENV} turned them off"
-    version = _version()
-    if version is None:
-        return False, "hypercorn is not installed"
-    first, last = FAST_PATHS_CHECKED
-    if not first <= release(version) <= last:
-        return False, f"hypercorn {version} is not a release they were checked against"
-    return True, ""
+    why = why_off(FAST_PATHS_ENV, "hypercorn", _version(), FAST_PATHS_CHECKED)
+    return not why, why
 
 
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
