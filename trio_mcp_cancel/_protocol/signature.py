@@ -148,8 +148,8 @@ class Signature:
     validation of the decoded values is the same as of the JSON, without re-encoding it."""
     _validate_python: Callable[..., dict[str, Any]] = attrs.field(init=False, repr=False)
     """The adapter's core validator itself, when it is built (the usual case): every call
-    validates its arguments, and ``TypeAdapter.validate_python`` adds a Python frame and
-    argument handling (about 100 ns, a quarter of binding two ``int`` arguments)."""
+    validates its arguments, and ``TypeAdapter.validate_python`` only adds a Python frame
+    and argument handling around it (measured in benchmarks/RESULTS.md, row 7)."""
 
     @_validate_python.default
     def _core_validator(self) -> Callable[..., dict[str, Any]]:
