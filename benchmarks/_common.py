@@ -102,3 +102,22 @@ def fmt_ratio(ratio: float) -> str:
 
 def verdict(ratio: float, limit: float) -> str:
     return "PASS" if ratio <= limit else "MISS"
+
+
+def post_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, object]:
+    """The ASGI scope of a ``POST /mcp`` over HTTP/1.1 from 127.0.0.1 carrying *headers*,
+    for benchmarks that drive an app in process (no socket, no server)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }

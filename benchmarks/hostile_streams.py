@@ -30,7 +30,7 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 
 from ._client import ACCEPT, INITIALIZE, LEGACY
-from ._common import Row
+from ._common import Row, post_scope
 from ._hostile_serve import serving, until
 
 BENCH = "9 hostile"
@@ -103,21 +103,8 @@ async def _read_fully(calls_each: int) -> dict[str, Any]:
         }
 
 
-def _scope(headers: dict[str, str]) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-    }
+def _scope(headers: dict[str, str]) -> dict[str, object]:
+    return post_scope([(k.encode(), v.encode()) for k, v in headers.items()])
 
 
 async def _unread_post(

@@ -32,6 +32,7 @@ from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.transports.http import hypercorn_compat
 
 from ._client import INITIALIZE, LEGACY, MODERN, call_body
+from ._common import post_scope
 from ._servers import _ours_app
 
 N = 2_000
@@ -52,23 +53,11 @@ class _Asgi:
                 **headers,
             }.items()
         ]
+        self.scope = post_scope(self.headers)
         self.sent: list[dict[str, Any]] = []
 
     async def __call__(self, body: bytes) -> list[dict[str, Any]]:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/mcp",
-            "raw_path": b"/mcp",
-            "query_string": b"",
-            "root_path": "",
-            "headers": self.headers,
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 2),
-        }
+        scope = {**self.scope}  # a fresh one each call, as a server makes; no call counted
         # A Trio memory channel, as hypercorn's Trio worker delivers a
         # request (so the app's hypercorn fast path for the body applies),
         # and in the two messages its HTTP/1.1 protocol queues for a body
