@@ -33,17 +33,6 @@ import attrs
 import httpx
 import pytest
 import trio
-from asgi_harness import (
-    headers_of,
-    initialize_message,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    modern_headers,
-    modern_request,
-    notification,
-    request,
-)
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -60,6 +49,18 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.asgi import (
+    headers_of,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    modern_headers,
+    modern_request,
+    notification,
+    request,
+)
 
 GRACE = 0.2
 WRITE_TIMEOUT = 0.5

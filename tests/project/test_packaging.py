@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from repo_paths import ROOT, TESTS
 
 from trio_mcp_cancel import RegistryConfig, RequestStoppedEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
+
+from _support.repo_paths import ROOT, TESTS
 
 PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT: dict[str, Any] = PYPROJECT["project"]
@@ -220,7 +221,7 @@ async def test_a_hard_cancel_logs_its_line_with_the_grace_it_took(
 
 
 def run_cli_and_cancel(*options: str) -> str:
-    """``trio-mcp-cancel run runner_app:server`` on stdio: call ``hold``, cancel it, close."""
+    """``trio-mcp-cancel run _support.runner_app:server`` on stdio: call ``hold``, cancel, close."""
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -234,8 +235,8 @@ def run_cli_and_cancel(*options: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "RUNNER_APP_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "trio_mcp_cancel", "run", "runner_app:server", "--grace-period", "0",
-         *options],
+        [sys.executable, "-m", "trio_mcp_cancel", "run", "_support.runner_app:server",
+         "--grace-period", "0", *options],
         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert process.stdin is not None and process.stdout is not None

@@ -3,7 +3,7 @@
 Subprocess tests: each starts the real command (``python -m trio_mcp_cancel``)
 on 127.0.0.1, port 0, and the ``--workers`` ones a real redis-server; every
 wait is bounded (``trio.fail_after``) and every process is killed on the way
-out.  The server is ``tests/runner_app.py``, whose tools say which worker
+out.  The server is ``tests/_support/runner_app.py``, whose tools say which worker
 answered.
 """
 
@@ -24,7 +24,12 @@ import attrs
 import httpx
 import pytest
 import trio
-from asgi_harness import (
+
+from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.http import backend_from_env
+
+from _support.asgi import (
     headers_of,
     initialize_message,
     legacy_call,
@@ -32,16 +37,14 @@ from asgi_harness import (
     modern_call,
     notification,
 )
-from deploy_harness import WITH_TASKS, RedisServer, answer, modern, task_request
-from redis_harness import prefix, record, redis, running
-from repo_paths import ROOT, TESTS
-
-from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
-from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.http import backend_from_env
+from _support.deploy import WITH_TASKS, RedisServer, answer, modern, task_request
+from _support.redis import prefix, record, redis, running
+from _support.repo_paths import ROOT, TESTS
 
 __all__ = ["prefix", "redis"]  # fixtures
 
+#: The test server (tests/_support/runner_app.py), found through PYTHONPATH=tests.
+APP = "_support.runner_app:server"
 LEGACY = "2025-11-25"
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
@@ -143,7 +146,7 @@ def test_the_console_script_is_the_same_command_as_python_m() -> None:
 
 
 async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
-    async with run(tmp_path, "runner_app:server") as server:
+    async with run(tmp_path, APP) as server:
         stdin, stdout = server.process.stdin, server.process.stdout
         assert stdin is not None and stdout is not None
         lines = [
@@ -172,7 +175,7 @@ async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
 
 
 async def test_run_serves_http_in_one_process_and_stops_on_sigterm(tmp_path: Path) -> None:
-    async with run(tmp_path, "runner_app:server", "--transport", "http", "--port", "0") as server:
+    async with run(tmp_path, APP, "--transport", "http", "--port", "0") as server:
         (port,) = await server.wait_log(_RUNNING_ON)
         server.port = int(port)
         async with httpx.AsyncClient(timeout=10) as client:
@@ -211,7 +214,7 @@ async def call_answer(
 async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_the_stated_time(
     tmp_path: Path,
 ) -> None:
-    async with run(tmp_path, "runner_app:server", "--transport", "http", "--port", "0") as server:
+    async with run(tmp_path, APP, "--transport", "http", "--port", "0") as server:
         (port,) = await server.wait_log(_RUNNING_ON)
         server.port = int(port)
         answers: dict[str, Any] = {}
@@ -260,7 +263,7 @@ async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_t
 async def test_run_refuses_what_it_cannot_do_with_a_clear_error(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    async with run(tmp_path, "runner_app:server", *args) as server:
+    async with run(tmp_path, APP, *args) as server:
         with trio.fail_after(20):
             await server.process.wait()
     assert server.process.returncode == 2
@@ -270,10 +273,10 @@ async def test_run_refuses_what_it_cannot_do_with_a_clear_error(
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("runner_app", "expected MODULE:ATTR"),
+        ("_support.runner_app", "expected MODULE:ATTR"),
         ("no_such_module_here:app", "no module named 'no_such_module_here'"),
-        ("runner_app:missing", "has no attribute 'missing'"),
-        ("runner_app:os", "expected an McpServer or an ASGI app"),
+        ("_support.runner_app:missing", "has no attribute 'missing'"),
+        ("_support.runner_app:os", "expected an McpServer or an ASGI app"),
     ],
 )
 async def test_run_names_a_target_it_cannot_serve(tmp_path: Path, spec: str, message: str) -> None:
@@ -303,7 +306,7 @@ async def wait_task(
 async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_serving(
     tmp_path: Path, redis: RedisServer, prefix: str
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2"]
     env = {"MCP_REDIS_URL": redis.url, "MCP_REDIS_PREFIX": prefix}
     async with run(tmp_path, *args, env=env) as server, httpx.AsyncClient(timeout=10) as client:
         (port,) = await server.wait_log(_LISTENING)
@@ -375,7 +378,7 @@ async def test_mrtr_retries_succeed_on_whichever_worker_they_reach(
     tmp_path: Path, redis: RedisServer, prefix: str
 ) -> None:
     """The supervisor's one MCP_STATE_SECRET: a retry opens on the other worker too."""
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2"]
     env = {"MCP_REDIS_URL": redis.url, "MCP_REDIS_PREFIX": prefix}
     async with run(tmp_path, *args, env=env) as server:
         (port,) = await server.wait_log(_LISTENING)
@@ -425,7 +428,7 @@ async def test_mrtr_retries_succeed_on_whichever_worker_they_reach(
 
 
 async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server, httpx.AsyncClient(timeout=20) as client:
         (port,) = await server.wait_log(_LISTENING)
@@ -452,7 +455,7 @@ async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: P
 async def test_sigterm_to_the_supervisor_answers_calls_in_flight_in_every_worker(
     tmp_path: Path,
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server:
         (port,) = await server.wait_log(_LISTENING)
@@ -493,7 +496,7 @@ async def test_a_starting_worker_killed_by_signals_is_restarted_and_the_others_k
 ) -> None:
     """An OOM kill (or an operator's) of a worker that is still starting is not a crash loop."""
     hold = tmp_path / "hold-start"
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"RUNNER_APP_HOLD_START": str(hold)}) as server:
         (port,) = await server.wait_log(_LISTENING)
@@ -530,7 +533,7 @@ def test_only_an_exit_or_a_crash_signal_counts_as_a_worker_failing_by_itself() -
 
 
 async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"RUNNER_APP_EXIT": "7"}) as server:
         with trio.fail_after(60):
@@ -541,7 +544,7 @@ async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) 
 
 
 async def test_workers_shut_down_when_the_supervisor_is_killed(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server:
         await server.wait_log(_SERVING, 2)

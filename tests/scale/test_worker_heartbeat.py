@@ -31,7 +31,7 @@ _SILENT = re.compile(r"worker \d \(pid (\d+), instance [^)]+\) sent no heartbeat
 async def test_a_stopped_worker_is_killed_after_the_heartbeat_timeout_and_replaced(
     tmp_path: Path,
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = ["_support.runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"MCP_WORKER_HEARTBEAT_TIMEOUT": "2"}) as server:
         (port,) = await server.wait_log(_LISTENING)

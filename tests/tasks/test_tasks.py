@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
 
 from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
@@ -18,6 +17,8 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, JsonRpcError, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
+
+from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
 
 TASKS = "io.modelcontextprotocol/tasks"
 WITH_TASKS = {"extensions": {TASKS: {}}}

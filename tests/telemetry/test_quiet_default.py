@@ -15,9 +15,10 @@ import textwrap
 import pytest
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider
-from otel_harness import Otel
 
 from trio_mcp_cancel.server import McpServer, Telemetry
+
+from _support.otel import Otel
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

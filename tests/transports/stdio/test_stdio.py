@@ -25,11 +25,20 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from repo_paths import ROOT
-from stdio_harness import (
+from trio.testing import MockClock
+
+from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
+from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
+from trio_mcp_cancel.lowlevel import Caller
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.stdio import serve_mcp_stdio
+from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.cancellation_tools import probe_server
+from _support.repo_paths import ROOT
+from _support.stdio import (
     ENVELOPE,
     SLOW_SERVER,
     TIMEOUT,
@@ -40,14 +49,6 @@ from stdio_harness import (
     launched,
     request,
 )
-from trio.testing import MockClock
-
-from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
-from trio_mcp_cancel.lowlevel import Caller
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.stdio import serve_mcp_stdio
-from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 SERVER = probe_server("stdio-test")
 

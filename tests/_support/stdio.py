@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 import trio
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 __all__ = [
     "ENVELOPE",

@@ -3,17 +3,19 @@
 Test modules live in folders by behaviour (``tests/core/``, ``tests/transports/http/``,
 ...), so ``Path(__file__).parent`` means something different in each; they import these
 instead.  ``TESTS`` is also what subprocess tests put on ``PYTHONPATH`` so a child process
-finds the shared harness modules (``runner_app``, ``cancellation_tools``) as pytest does
-(``pythonpath = ["tests"]`` in pyproject).
+finds the shared support package (``_support.runner_app``, ``_support.cancellation_tools``)
+as pytest does (``pythonpath = ["tests"]`` in pyproject).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ROOT", "TESTS"]
+__all__ = ["ROOT", "SUPPORT", "TESTS"]
 
-#: The ``tests/`` folder: the shared harness modules and the root ``conftest.py``.
-TESTS = Path(__file__).resolve().parent
+#: ``tests/_support/``: the shared harnesses, test servers and helpers.
+SUPPORT = Path(__file__).resolve().parent
+#: The ``tests/`` folder: the root ``conftest.py``, and the folder that holds ``_support``.
+TESTS = SUPPORT.parent
 #: The repository (``pyproject.toml``, ``examples/``, ``conformance/``, ``README.md``).
 ROOT = TESTS.parent
