@@ -19,7 +19,6 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from test_tasks import GRACE, WITH_TASKS, wall_clock
 
 from trio_mcp_cancel import Registry, RegistryConfig, cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
@@ -31,6 +30,7 @@ from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 
 from _support.asgi import AsgiClient, headers_of, modern_call
+from _support.tasks import GRACE, WITH_TASKS, wall_clock
 
 
 @attrs.define(eq=False)

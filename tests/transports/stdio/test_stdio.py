@@ -43,6 +43,7 @@ from _support.stdio import (
     SLOW_SERVER,
     TIMEOUT,
     Message,
+    assert_json_lines,
     call,
     cancel_note,
     encode,
@@ -381,14 +382,6 @@ async def test_max_message_size_must_be_positive(
 
 
 # -- a real server process -------------------------------------------------------
-
-
-def assert_json_lines(stdout: bytes) -> list[Message]:
-    """Everything on stdout is one JSON-RPC message per line."""
-    assert stdout.endswith(b"\n") or not stdout
-    messages = [json.loads(line) for line in stdout.splitlines()]
-    assert all(m.get("jsonrpc") == "2.0" for m in messages)
-    return messages
 
 
 def stdio_params() -> StdioServerParameters:
