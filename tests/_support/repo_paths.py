@@ -9,9 +9,11 @@ as pytest does (``pythonpath = ["tests"]`` in pyproject).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["ROOT", "SUPPORT", "TESTS"]
+__all__ = ["ROOT", "SUPPORT", "TESTS", "load_dev_py"]
 
 #: ``tests/_support/``: the shared harnesses, test servers and helpers.
 SUPPORT = Path(__file__).resolve().parent
@@ -19,3 +21,12 @@ SUPPORT = Path(__file__).resolve().parent
 TESTS = SUPPORT.parent
 #: The repository (``pyproject.toml``, ``examples/``, ``conformance/``, ``README.md``).
 ROOT = TESTS.parent
+
+
+def load_dev_py() -> ModuleType:
+    """``dev.py`` (a script, not a module on the path) loaded as a module."""
+    spec = importlib.util.spec_from_file_location("dev_py", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

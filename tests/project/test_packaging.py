@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import tomllib
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from trio_mcp_cancel import RegistryConfig, RequestStoppedEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
-from _support.repo_paths import ROOT, TESTS
+from _support.repo_paths import ROOT, TESTS, load_dev_py
 
 PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT: dict[str, Any] = PYPROJECT["project"]
@@ -82,14 +81,6 @@ def test_ci_and_dev_py_install_the_dev_extra() -> None:
     assert "python3 dev.py floors" in (ROOT / ".ci" / "run").read_text()
     dev = load_dev_py()
     assert dev.COMMANDS["test"][1] == ("dev",) and dev.COMMANDS["demo"][1] == ("demo",)
-
-
-def load_dev_py() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dev_py", ROOT / "dev.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_floors_pin_every_dependency_at_its_lower_bound() -> None:
