@@ -1,7 +1,7 @@
 """Slow Redis: what legacy sessions shared by two workers get (issue 36, item 7).
 
 A ``redis-server`` of its own behind a latency-injecting proxy
-(``tests/latency_proxy.py``: every chunk half a round trip late each way),
+(``tests/_support/latency_proxy.py``: every chunk half a round trip late each way),
 two apps with the Redis backend (default ``hot_timeout``, 100 ms) served by
 hypercorn's Trio worker, and a few clients, each opening a session on one
 worker and calling ``echo`` on both alternately (so every session is looked
@@ -47,9 +47,9 @@ BENCH = "9 hostile"
 CLIENTS = 6
 CALLS_PER_SESSION = 4
 
-# The proxy is a test harness module (tests/ holds the shared harnesses).
+# The proxy is a test harness module (tests/_support holds the shared harnesses).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
-from latency_proxy import latency_proxy  # noqa: E402
+from _support.latency_proxy import latency_proxy  # noqa: E402
 
 
 def _server() -> McpServer:

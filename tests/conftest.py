@@ -5,11 +5,11 @@
   on a loaded two-core machine can miss it with Redis healthy, open the
   circuit breaker and skip the writes a test then looks for.  Tests of the
   breaker itself pass ``hot_timeout=`` (or freeze Redis) explicitly.
-* A test that takes the ``redis`` fixture (``redis_harness``: a real
+* A test that takes the ``redis`` fixture (``_support.redis``: a real
   redis-server) is marked ``redis`` here, so ``dev.py test --fast`` leaves it
   out without every such test saying so.  The other markers (``slow``,
   ``subprocess``, ``node``; see pyproject) are set in the test modules.
-* ``mcp_server``: a fresh :func:`cancellation_tools.probe_server` (``echo``
+* ``mcp_server``: a fresh :func:`_support.cancellation_tools.probe_server` (``echo``
   plus the cancellation tools) for a test that needs no tools of its own.
   The library's own fixtures (``mcp_registry``, ``mcp_registry_config``,
   ``mcp_events``) and its ``mcp_registry`` marker come from its pytest plugin,
@@ -27,10 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cancellation_tools import probe_server
-from repo_paths import ROOT
 
 from trio_mcp_cancel.server import McpServer
+
+from _support.cancellation_tools import probe_server
+from _support.repo_paths import ROOT
 
 #: Fixtures that start a real redis-server: a test using one needs it.
 REDIS_FIXTURES = frozenset({"redis", "cluster", "sentinel", "standalone"})

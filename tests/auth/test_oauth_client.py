@@ -17,7 +17,6 @@ from typing import Any, Literal
 import attrs
 import pytest
 import trio
-from oauth_harness import AuthServer, listening_socket, running_auth_server, serving_asgi
 
 from trio_mcp_cancel import RequestCancelled, open_registry
 from trio_mcp_cancel._client.oauth import parse_challenge
@@ -31,6 +30,8 @@ from trio_mcp_cancel.client import (
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.oauth import AuthServer, listening_socket, running_auth_server, serving_asgi
 
 TIMEOUT = 30
 

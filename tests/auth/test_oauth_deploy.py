@@ -13,9 +13,10 @@ import re
 import httpx
 import pytest
 import trio
-from asgi_harness import modern_call, modern_headers
-from deploy_harness import answer, run_hypercorn
-from oauth_harness import running_auth_server
+
+from _support.asgi import modern_call, modern_headers
+from _support.deploy import answer, run_hypercorn
+from _support.oauth import running_auth_server
 
 pytestmark = pytest.mark.subprocess
 

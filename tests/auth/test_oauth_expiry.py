@@ -18,7 +18,15 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry, checkpoint_cancelled
+from trio_mcp_cancel._telemetry.names import server_cause
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.oauth import AccessToken, InvalidToken, OAuthResource
+from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.transports.http.oauth import Expiries
+
+from _support.asgi import (
     AsgiClient,
     HttpExchange,
     initialize_message,
@@ -29,13 +37,6 @@ from asgi_harness import (
     notification,
     served,
 )
-
-from trio_mcp_cancel import Registry, checkpoint_cancelled
-from trio_mcp_cancel._telemetry.names import server_cause
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.oauth import AccessToken, InvalidToken, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
-from trio_mcp_cancel.transports.http.oauth import Expiries
 
 RESOURCE = "http://mcp.test/mcp"
 ISSUER = "http://as.test"

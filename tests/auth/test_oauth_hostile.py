@@ -1,9 +1,9 @@
 """Token checking under attack: floods of made-up tokens, a throttling or slow
 authorization server, a failed first key fetch, a rotation right after a spent refetch.
 
-Everything in memory under a mock clock: the MCP app through :mod:`asgi_harness`,
+Everything in memory under a mock clock: the MCP app through :mod:`_support.asgi`,
 the authorization server through ``httpx2.ASGITransport``
-(:func:`oauth_harness.in_process_auth_server`).
+(:func:`_support.oauth.in_process_auth_server`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, served
-from oauth_harness import AuthServer, in_process_auth_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtOrOpaque, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers, served
+from _support.oauth import AuthServer, in_process_auth_server
 
 RESOURCE = "http://mcp.test/mcp"
 ATTACKER = ("198.51.100.7", 40000)

@@ -7,11 +7,12 @@ from typing import Any
 
 import attrs
 import trio
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers
-from repo_paths import ROOT
 
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import AccessToken, InvalidToken, OAuthResource
+
+from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers
+from _support.repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)

@@ -1,7 +1,7 @@
 """Every refusal of the resource server, on the wire: status, challenge, and what it cost.
 
-The MCP app runs in memory (:mod:`asgi_harness`); the authorization server
-it asks is a real one on 127.0.0.1 (:mod:`oauth_harness`): metadata, JWKS
+The MCP app runs in memory (:mod:`_support.asgi`); the authorization server
+it asks is a real one on 127.0.0.1 (:mod:`_support.oauth`): metadata, JWKS
 with rotation, introspection.  A refused request never reaches a tool.
 """
 
@@ -17,9 +17,7 @@ from typing import Any
 import jwt
 import pytest
 import trio
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, served
 from cryptography.hazmat.primitives.asymmetric import ec
-from oauth_harness import AuthServer, running_auth_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
@@ -32,6 +30,9 @@ from trio_mcp_cancel.oauth import (
     OAuthResource,
 )
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers, served
+from _support.oauth import AuthServer, running_auth_server
 
 RESOURCE = "http://mcp.test/mcp"
 METADATA_URL = "http://mcp.test/.well-known/oauth-protected-resource/mcp"

@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
+from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import (
     AsgiClient,
     HttpExchange,
     cancelled,
@@ -28,13 +35,7 @@ from asgi_harness import (
     notification,
     served,
 )
-from oauth_harness import running_auth_server
-
-from trio_mcp_cancel import Registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
-from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from _support.oauth import running_auth_server
 
 RESOURCE = "http://mcp.test/mcp"
 TIMEOUT = 20

@@ -4,7 +4,7 @@
 URL and the issuer it trusts (``expectedIssuer``).  Our server answers
 ``401`` with ``resource_metadata``; the client reads the Protected Resource
 Metadata, the authorization server's metadata (the test server of
-:mod:`oauth_harness`, plain ``http`` on 127.0.0.1: the SDK accepts a
+:mod:`_support.oauth`, plain ``http`` on 127.0.0.1: the SDK accepts a
 loopback token endpoint without TLS), gets a ``client_credentials`` token
 for our resource (RFC 8707 ``resource``) with the scope the challenge
 named, calls a tool, steps up on the ``403 insufficient_scope`` of a tool
@@ -23,14 +23,15 @@ from typing import Any
 
 import pytest
 import trio
-from oauth_harness import listening_socket, running_auth_server, serving_asgi
-from repo_paths import ROOT
 
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
+
+from _support.oauth import listening_socket, running_auth_server, serving_asgi
+from _support.repo_paths import ROOT
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools

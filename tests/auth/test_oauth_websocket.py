@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 import trio
-from cancellation_tools import probe_server
-from oauth_harness import AuthServer, running_auth_server
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.cancellation_tools import probe_server
+from _support.oauth import AuthServer, running_auth_server
 
 RESOURCE = "http://mcp.test/mcp"
 TIMEOUT = 20

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import trio
-from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
@@ -47,6 +46,8 @@ from trio_mcp_cancel.testing import (
     open_test_client,
 )
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.client import cancel_relay, http_server
 
 BOUND = 30
 

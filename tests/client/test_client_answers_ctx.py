@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import pytest
 import trio
-from client_harness import http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry, RequestCancelled
@@ -30,6 +29,8 @@ from trio_mcp_cancel.client import (
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.client import http_server
 
 BOUND = 30
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

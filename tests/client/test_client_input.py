@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import httpx2
 import pytest
 import trio
-from client_harness import http_server
 from pydantic import Field
 from trio.testing import MockClock
 
@@ -28,6 +27,8 @@ from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
+
+from _support.client import http_server
 
 BOUND = 30
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

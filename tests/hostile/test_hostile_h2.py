@@ -264,7 +264,7 @@ async def test_a_bounded_rapid_reset_flood_leaves_the_server_serving(port: int) 
 @pytest.mark.subprocess
 async def test_the_hypercorn_cli_worker_survives_the_refused_then_data_sequence() -> None:
     """``hypercorn --worker-class trio module:app`` imports our app, and with it the guards."""
-    from deploy_harness import run_hypercorn
+    from _support.deploy import run_hypercorn
 
     no_auth = {"accept": ACCEPT, "content-type": "application/json"}
     async with run_hypercorn(1) as server:

@@ -11,7 +11,7 @@
   bytes arrive: in one write (which hypercorn's HTTP/1.1 bound, applied
   only to an incomplete head, would let through) or trickled.
 
-Most run in memory through :mod:`asgi_harness`; one of each over a real socket.
+Most run in memory through :mod:`_support.asgi`; one of each over a real socket.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ import h2.events
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import (
     ACCEPT,
     AsgiClient,
     HttpExchange,
@@ -39,10 +44,6 @@ from asgi_harness import (
     modern_headers,
     served,
 )
-
-from trio_mcp_cancel import Registry
-from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
 
 TOKEN = "tokA"
 AUTH = f"Bearer {TOKEN}"

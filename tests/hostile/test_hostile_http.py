@@ -1,7 +1,7 @@
 """Hostile and broken HTTP clients, in memory on MockClock (issue 9).
 
 The socket-level versions of these live in ``test_hostile_sockets.py``;
-here the timings are exact.  :mod:`asgi_harness` models hypercorn's
+here the timings are exact.  :mod:`_support.asgi` models hypercorn's
 behaviour with a client that stopped reading: a ``send()`` blocks, shielded,
 until the app returns and the "server" closes the connection.
 """
@@ -16,17 +16,6 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
-    AsgiClient,
-    HttpExchange,
-    headers_of,
-    initialize_message,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    notification,
-    served,
-)
 
 from trio_mcp_cancel import (
     OverrunEvent,
@@ -39,6 +28,18 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
+
+from _support.asgi import (
+    AsgiClient,
+    HttpExchange,
+    headers_of,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    notification,
+    served,
+)
 
 GRACE = 5.0
 WRITE_TIMEOUT = 3.0

@@ -20,11 +20,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request
-from deploy_harness import RedisServer
 from hypothesis import example, given
 from hypothesis import strategies as st
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
@@ -38,6 +35,10 @@ from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
+
+from _support.asgi import AsgiClient, HttpExchange, modern_headers, modern_request
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
 

@@ -17,15 +17,16 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
-from asgi_harness import AsgiClient, modern_headers, modern_request
-from deploy_harness import RedisServer
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.lowlevel import InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, modern_headers, modern_request
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
 

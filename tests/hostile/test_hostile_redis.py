@@ -22,18 +22,6 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, headers_of, modern_call, modern_request
-from deploy_harness import WITH_TASKS, RedisServer, redis_server
-from redis_harness import (
-    client_of,
-    prefix,
-    record,
-    redis,
-    running,
-    start_cluster_node,
-    task_process,
-    wait_tracked,
-)
 
 from trio_mcp_cancel import Event, checkpoint_cancelled
 from trio_mcp_cancel._core.events import EventHub
@@ -44,6 +32,19 @@ from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
+from _support.deploy import WITH_TASKS, RedisServer, redis_server
+from _support.redis import (
+    client_of,
+    prefix,
+    record,
+    redis,
+    running,
+    start_cluster_node,
+    task_process,
+    wait_tracked,
+)
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

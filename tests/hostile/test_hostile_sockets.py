@@ -33,17 +33,6 @@ import attrs
 import httpx
 import pytest
 import trio
-from asgi_harness import (
-    headers_of,
-    initialize_message,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    modern_headers,
-    modern_request,
-    notification,
-    request,
-)
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -61,6 +50,19 @@ from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
+from _support.asgi import (
+    headers_of,
+    initialize_message,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    modern_headers,
+    modern_request,
+    notification,
+    request,
+)
+from _support.plain_asgi import ALSO_PLAIN_ASGI, asgi_paths  # noqa: F401 (a fixture)
+
 GRACE = 0.2
 WRITE_TIMEOUT = 0.5
 BODY_TIMEOUT = 0.5
@@ -75,8 +77,7 @@ BIG = 20_000
 """Bytes of one progress message of the ``flood`` tool."""
 
 TOKENS = {"tok-alice": "alice", "tok-mallory": "mallory"}
-#: The registry settings of the tests served by ``setup``: a function's own marker, so
-#: that it travels with the tests ``test_http_plain_asgi`` imports from here.
+#: The registry settings of the tests served by ``setup`` (a marker on each such test).
 SHORT_GRACE = pytest.mark.mcp_registry(grace_period=GRACE, overrun_margin=0.5)
 
 
@@ -351,6 +352,7 @@ async def wait_until(condition: Callable[[], bool]) -> None:
         ("write timeout", {"max_buffered_bytes": 1 << 30}, 0.02),
     ],
 )
+@ALSO_PLAIN_ASGI
 @SHORT_GRACE
 async def test_slow_reader_is_disconnected_and_others_are_served(
     path: str,
@@ -509,6 +511,7 @@ async def test_graceful_shutdown_with_a_stuck_client(
             assert_no_leaks(registry)
 
 
+@ALSO_PLAIN_ASGI
 @pytest.mark.mcp_registry(grace_period=GRACE)
 @pytest.mark.slow
 async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Registry) -> None:
@@ -567,6 +570,7 @@ async def test_pipelined_requests_to_a_client_that_never_reads(mcp_registry: Reg
 # -- c. request bodies that never arrive -------------------------------------------
 
 
+@ALSO_PLAIN_ASGI
 @SHORT_GRACE
 @pytest.mark.slow
 async def test_slow_bodies_get_408_while_others_are_served(mcp_registry: Registry) -> None:
@@ -809,6 +813,7 @@ async def test_session_flood_tied_with_the_victim_evicts_its_own(mcp_registry: R
 # -- e. server-wide, tenant and session caps on calls in flight ---------------------
 
 
+@ALSO_PLAIN_ASGI
 @SHORT_GRACE
 async def test_server_cap_on_calls_in_flight(mcp_registry: Registry) -> None:
     probe = Probe()

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_headers, modern_request, served
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +34,8 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import SubscriptionLimits
 from trio_mcp_cancel.server import McpServer, ServerLimits
 from trio_mcp_cancel.testing import McpError, open_test_client
+
+from _support.asgi import AsgiClient, HttpExchange, modern_headers, modern_request, served
 
 DEFAULTS = SubscriptionLimits()
 

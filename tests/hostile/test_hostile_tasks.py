@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from redis_harness import prefix, redis, running
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from trio_mcp_cancel import Registry
@@ -34,6 +33,8 @@ from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.redis import prefix, redis, running
 
 __all__ = ["prefix", "redis"]  # pytest fixtures
 

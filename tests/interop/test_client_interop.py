@@ -16,22 +16,25 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
-from sdk_server_app import make
 
 from trio_mcp_cancel.client import ClientHandlers, McpClient, open_http_client, open_stdio_client
+
+from _support.repo_paths import TESTS
+from _support.sdk_server_app import make
 
 pytestmark = [pytest.mark.subprocess]
 
 BOUND = 60
 ERAS = ["modern", "legacy"]
-SERVER = Path(__file__).resolve().parent.parent / "sdk_server_app.py"
+# Run as a module from tests/ (not as a script from tests/_support/, whose module names
+# would then shadow top-level packages such as ``redis``).
+SERVER = [sys.executable, "-m", "_support.sdk_server_app"]
 
 
 async def answer_name(params: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +115,7 @@ async def test_python_sdk_server_over_stdio(era: Any) -> None:
     with trio.fail_after(BOUND):
         try:
             async with open_stdio_client(
-                [sys.executable, str(SERVER)], era=era, handlers=HANDLERS, stderr=write_end
+                SERVER, cwd=str(TESTS), era=era, handlers=HANDLERS, stderr=write_end
             ) as client:
                 os.close(write_end)
                 write_end = -1

@@ -27,9 +27,10 @@ from typing import Any
 
 import pytest
 import trio
-from repo_paths import ROOT
 
 from trio_mcp_cancel.client import ClientHandlers, open_http_client
+
+from _support.repo_paths import ROOT
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import node_tools

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import run_suite

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 pytestmark = pytest.mark.subprocess
 

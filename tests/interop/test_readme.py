@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

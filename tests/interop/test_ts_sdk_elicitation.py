@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import trio
-from client_harness import hypercorn_checked, node_report
-from repo_paths import ROOT
 
 from trio_mcp_cancel import Registry, RequestCancelled
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.client import hypercorn_checked, node_report
+from _support.repo_paths import ROOT
 
 # A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
 pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=2)]

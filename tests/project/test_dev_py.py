@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_packaging import load_dev_py
+
+from _support.repo_paths import load_dev_py
 
 
 @pytest.fixture

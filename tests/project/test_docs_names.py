@@ -12,7 +12,8 @@ import importlib
 import re
 
 import pytest
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 _DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _CLAIM = re.compile(

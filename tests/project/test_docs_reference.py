@@ -20,7 +20,6 @@ from typing import Any
 import attrs
 import pytest
 from hypercorn.config import Config
-from repo_paths import ROOT
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel._run import cli
@@ -37,6 +36,8 @@ from trio_mcp_cancel.stdio import run_stdio, serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http import deploy
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.repo_paths import ROOT
 
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
 _SECTIONS = dict(

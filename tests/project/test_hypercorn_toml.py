@@ -6,10 +6,11 @@ import inspect
 import tomllib
 
 from hypercorn.config import Config
-from repo_paths import ROOT
 
 from trio_mcp_cancel.http import server_config
 from trio_mcp_cancel.transports.http.serving import _is_setting
+
+from _support.repo_paths import ROOT
 
 TOML = ROOT / "examples" / "hypercorn.toml"
 #: What the file sets for the hypercorn CLI only, and what is derived from other settings.

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
-from repo_paths import ROOT as REPO
+
+from _support.repo_paths import ROOT as REPO
 
 PACKAGE = "trio_mcp_cancel"
 ROOT = REPO / PACKAGE

@@ -17,7 +17,8 @@ import sys
 import textwrap
 
 import pytest
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 #: Modules of the HTTP and WebSocket stacks; none is needed to write or serve a stdio server.
 HTTP_STACK = ("hypercorn", "h11", "h2", "wsproto", "httpx", "httpcore", "httpcore2")

@@ -16,7 +16,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from repo_paths import ROOT as REPO
+
+from _support.repo_paths import ROOT as REPO
 
 PACKAGE = REPO / "trio_mcp_cancel"
 HTTPCORE2_HOME = "_client/httpcore2_compat.py"

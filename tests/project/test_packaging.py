@@ -11,17 +11,17 @@ import re
 import subprocess
 import sys
 import tomllib
-from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from repo_paths import ROOT, TESTS
 
 from trio_mcp_cancel import RegistryConfig, RequestStoppedEvent
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
+
+from _support.repo_paths import ROOT, TESTS, load_dev_py
 
 PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT: dict[str, Any] = PYPROJECT["project"]
@@ -81,14 +81,6 @@ def test_ci_and_dev_py_install_the_dev_extra() -> None:
     assert "python3 dev.py floors" in (ROOT / ".ci" / "run").read_text()
     dev = load_dev_py()
     assert dev.COMMANDS["test"][1] == ("dev",) and dev.COMMANDS["demo"][1] == ("demo",)
-
-
-def load_dev_py() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dev_py", ROOT / "dev.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_floors_pin_every_dependency_at_its_lower_bound() -> None:
@@ -220,7 +212,7 @@ async def test_a_hard_cancel_logs_its_line_with_the_grace_it_took(
 
 
 def run_cli_and_cancel(*options: str) -> str:
-    """``trio-mcp-cancel run runner_app:server`` on stdio: call ``hold``, cancel it, close."""
+    """``trio-mcp-cancel run _support.runner_app:server`` on stdio: call ``hold``, cancel, close."""
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -234,8 +226,8 @@ def run_cli_and_cancel(*options: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "RUNNER_APP_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "trio_mcp_cancel", "run", "runner_app:server", "--grace-period", "0",
-         *options],
+        [sys.executable, "-m", "trio_mcp_cancel", "run", "_support.runner_app:server",
+         "--grace-period", "0", *options],
         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert process.stdin is not None and process.stdout is not None

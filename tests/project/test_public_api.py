@@ -25,8 +25,6 @@ import attrs
 import httpx
 import pytest
 import trio
-from deploy_harness import modern
-from repo_paths import ROOT
 
 import trio_mcp_cancel
 import trio_mcp_cancel.server
@@ -34,6 +32,9 @@ from trio_mcp_cancel._public import PUBLIC_MODULES
 from trio_mcp_cancel.http import HttpLimits
 from trio_mcp_cancel.lowlevel import USE_CONFIG
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
+
+from _support.deploy import modern
+from _support.repo_paths import ROOT
 
 #: The tool author's and the server author's modules together (issue 21: "about 40";
 #: one more since ``ServerLimits`` replaced five loose ``McpServer`` keywords).

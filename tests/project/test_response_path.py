@@ -14,7 +14,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from repo_paths import ROOT as REPO
+
+from _support.repo_paths import ROOT as REPO
 
 PACKAGE = REPO / "trio_mcp_cancel"
 HYPERCORN_HOME = "transports/http/hypercorn_compat.py"

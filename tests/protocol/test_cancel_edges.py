@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 
 import trio_mcp_cancel._core.registry as registry_module
 import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
@@ -27,6 +26,8 @@ from trio_mcp_cancel._protocol.exchange import Caller
 from trio_mcp_cancel._protocol.jsonrpc import Notification
 from trio_mcp_cancel.lowlevel import InvalidRequestId, track
 from trio_mcp_cancel.testing import assert_no_leaks
+
+from _support.cancellation_tools import probe_server
 
 
 def cancel(request_id: object) -> Notification:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from asgi_harness import headers_of, modern_call, modern_headers, modern_meta, served
-from cancellation_tools import probe_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry
@@ -33,6 +31,9 @@ from trio_mcp_cancel.lowlevel import (
     too_many_requests_code,
 )
 from trio_mcp_cancel.server import McpServer, ServerLimits
+
+from _support.asgi import headers_of, modern_call, modern_headers, modern_meta, served
+from _support.cancellation_tools import probe_server
 
 Message = dict[str, Any]
 

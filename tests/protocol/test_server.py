@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import trio
-from cancellation_tools import probe_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
@@ -46,6 +45,8 @@ from trio_mcp_cancel.lowlevel import (
 )
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.cancellation_tools import probe_server
 
 Message = dict[str, Any]
 SCOPE = "session:test"

@@ -1,6 +1,6 @@
 """Tool parameters and results from type hints (pydantic): exact schemas, validation, conversion.
 
-The module under test (tests/tool_types_module.py) is written the way a
+The module under test (tests/_support/tool_types_module.py) is written the way a
 FastMCP user writes one: no context parameter, bare ``@server.tool``,
 ``Optional``, ``list[str]``, ``Literal``, an enum, a dataclass, a pydantic
 model, a ``datetime`` and a model return.  It is served in memory, over HTTP
@@ -21,10 +21,8 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, NamedTuple
 
 import pytest
-import tool_types_module as typed
 import trio
 import trio.testing
-from asgi_harness import headers_of, modern_request, served
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # what pydantic validates on Python < 3.12
 
@@ -33,6 +31,9 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
+
+from _support import tool_types_module as typed
+from _support.asgi import headers_of, modern_request, served
 
 BOOK_INPUT: dict[str, Any] = {
     "type": "object",

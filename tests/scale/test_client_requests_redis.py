@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from asgi_harness import AsgiClient, cancelled, initialize, legacy_call, legacy_headers
-from deploy_harness import RedisServer
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, cancelled, initialize, legacy_call, legacy_headers
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # fixtures
 

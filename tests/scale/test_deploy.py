@@ -8,11 +8,12 @@ import coredis
 import httpx
 import pytest
 import trio
-from deploy_harness import WITH_TASKS, modern, run_hypercorn, task_request
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import app_from_env, backend_from_env
 from trio_mcp_cancel.server import McpServer
+
+from _support.deploy import WITH_TASKS, modern, run_hypercorn, task_request
 
 
 async def poll_status(

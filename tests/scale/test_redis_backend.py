@@ -1,7 +1,7 @@
 """The Redis backend against a real redis-server: task records, the cancel bus, outages.
 
 Real time, real sockets on 127.0.0.1, every wait bounded; the server is
-started by the test on a port the kernel picked (see ``deploy_harness``).
+started by the test on a port the kernel picked (see ``_support.deploy``).
 """
 
 from __future__ import annotations
@@ -14,25 +14,6 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import (
-    AsgiClient,
-    headers_of,
-    initialize,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    modern_request,
-)
-from deploy_harness import WITH_TASKS, RedisServer, redis_server
-from redis_harness import (
-    client_of,
-    prefix,
-    record,
-    redis,
-    running,
-    task_process,
-    wait_status,
-)
 
 from trio_mcp_cancel import Event, Registry, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
@@ -41,6 +22,26 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp
 from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
 from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, McpError
+
+from _support.asgi import (
+    AsgiClient,
+    headers_of,
+    initialize,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    modern_request,
+)
+from _support.deploy import WITH_TASKS, RedisServer, redis_server
+from _support.redis import (
+    client_of,
+    prefix,
+    record,
+    redis,
+    running,
+    task_process,
+    wait_status,
+)
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

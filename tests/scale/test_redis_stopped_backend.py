@@ -15,14 +15,15 @@ import logging
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, initialize, legacy_call, legacy_headers
-from deploy_harness import RedisServer
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel.backends import BackendEvent, BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ServerLimits
+
+from _support.asgi import AsgiClient, initialize, legacy_call, legacy_headers
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

@@ -20,17 +20,18 @@ import pytest
 import trio
 from coredis._utils import hash_slot
 from coredis.connection import TCPLocation
-from deploy_harness import RedisServer, _free_port, _ping, redis_server, require_redis_server
-from redis_harness import (
+
+from trio_mcp_cancel.backends import TaskStoreFull, TaskStoreUnavailable
+from trio_mcp_cancel.backends import redis as redis_module
+from trio_mcp_cancel.backends.redis import RedisBackend, _Keys
+
+from _support.deploy import RedisServer, _free_port, _ping, redis_server, require_redis_server
+from _support.redis import (
     free_cluster_port,
     record,
     running,
     start_cluster_node,
 )
-
-from trio_mcp_cancel.backends import TaskStoreFull, TaskStoreUnavailable
-from trio_mcp_cancel.backends import redis as redis_module
-from trio_mcp_cancel.backends.redis import RedisBackend, _Keys
 
 # -- the key design ------------------------------------------------------------------
 

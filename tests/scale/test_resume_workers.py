@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers
-from deploy_harness import RedisServer
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel import (
     Event,
@@ -29,6 +26,10 @@ from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import assert_no_leaks
+
+from _support.asgi import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]
 

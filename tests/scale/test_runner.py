@@ -3,7 +3,7 @@
 Subprocess tests: each starts the real command (``python -m trio_mcp_cancel``)
 on 127.0.0.1, port 0, and the ``--workers`` ones a real redis-server; every
 wait is bounded (``trio.fail_after``) and every process is killed on the way
-out.  The server is ``tests/runner_app.py``, whose tools say which worker
+out.  The server is ``tests/_support/runner_app.py``, whose tools say which worker
 answered.
 """
 
@@ -13,18 +13,18 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import httpx
 import pytest
 import trio
-from asgi_harness import (
+
+from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.http import backend_from_env
+
+from _support.asgi import (
     headers_of,
     initialize_message,
     legacy_call,
@@ -32,82 +32,19 @@ from asgi_harness import (
     modern_call,
     notification,
 )
-from deploy_harness import WITH_TASKS, RedisServer, answer, modern, task_request
-from redis_harness import prefix, record, redis, running
-from repo_paths import ROOT, TESTS
-
-from trio_mcp_cancel._run.supervisor import describe_exit, failed_by_itself
-from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.http import backend_from_env
+from _support.deploy import WITH_TASKS, RedisServer, answer, modern, task_request
+from _support.redis import prefix, record, redis, running
+from _support.repo_paths import ROOT
+from _support.runner import APP, LISTENING, SERVING, gone, run
 
 __all__ = ["prefix", "redis"]  # fixtures
 
 LEGACY = "2025-11-25"
-_LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
-_SERVING = re.compile(r"worker (\d+) \(pid (\d+)\) serving")
 _STARTED = re.compile(r"worker \d+ started \(pid (\d+),")
 _KILLED_STARTING = re.compile(r"killed by SIGKILL before serving")
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(90)]
-
-
-@attrs.define(eq=False)
-class Run:
-    """One ``trio-mcp-cancel run`` process and its log (stderr, in a file)."""
-
-    process: trio.Process
-    log_path: Path
-    port: int = 0
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    async def wait_log(self, pattern: re.Pattern[str], count: int = 1) -> list[Any]:
-        """The first *count* matches of *pattern* in the log, once there are that many."""
-        with trio.fail_after(30):
-            while len(found := pattern.findall(self.log())) < count:
-                if self.process.returncode is not None:
-                    raise AssertionError(f"it exited: {self.log()[-3000:]}")
-                await trio.sleep(0.05)
-        return found[:count]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def serving_pids(self) -> list[int]:
-        return [int(pid) for _, pid in _SERVING.findall(self.log())]
-
-
-def environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "RUNNER_APP_"))}
-    return {**env, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]), **extra}
-
-
-@asynccontextmanager
-async def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> AsyncIterator[Run]:
-    """Start ``python -m trio_mcp_cancel run ARGS``; kill it if the test did not stop it."""
-    log_path = tmp_path / "run.log"
-    with log_path.open("wb") as log:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "trio_mcp_cancel", "run", *args],
-            cwd=str(ROOT),
-            env=environment(**(env or {})),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
-    try:
-        yield Run(process, log_path)
-    finally:
-        if process.returncode is None:
-            process.kill()  # the workers notice (their lifeline) and stop by themselves
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            for pipe in (process.stdin, process.stdout):
-                if pipe is not None:
-                    await pipe.aclose()
 
 
 async def whoami(client: httpx.AsyncClient, url: str, request_id: int = 1) -> list[str]:
@@ -117,14 +54,6 @@ async def whoami(client: httpx.AsyncClient, url: str, request_id: int = 1) -> li
     assert "result" in reply, reply
     text: str = reply["result"]["content"][0]["text"]
     return text.split()
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 # -- stdio and one HTTP process ---------------------------------------------------------
@@ -143,7 +72,7 @@ def test_the_console_script_is_the_same_command_as_python_m() -> None:
 
 
 async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
-    async with run(tmp_path, "runner_app:server") as server:
+    async with run(tmp_path, APP) as server:
         stdin, stdout = server.process.stdin, server.process.stdout
         assert stdin is not None and stdout is not None
         lines = [
@@ -172,7 +101,7 @@ async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
 
 
 async def test_run_serves_http_in_one_process_and_stops_on_sigterm(tmp_path: Path) -> None:
-    async with run(tmp_path, "runner_app:server", "--transport", "http", "--port", "0") as server:
+    async with run(tmp_path, APP, "--transport", "http", "--port", "0") as server:
         (port,) = await server.wait_log(_RUNNING_ON)
         server.port = int(port)
         async with httpx.AsyncClient(timeout=10) as client:
@@ -211,7 +140,7 @@ async def call_answer(
 async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_the_stated_time(
     tmp_path: Path,
 ) -> None:
-    async with run(tmp_path, "runner_app:server", "--transport", "http", "--port", "0") as server:
+    async with run(tmp_path, APP, "--transport", "http", "--port", "0") as server:
         (port,) = await server.wait_log(_RUNNING_ON)
         server.port = int(port)
         answers: dict[str, Any] = {}
@@ -260,7 +189,7 @@ async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_t
 async def test_run_refuses_what_it_cannot_do_with_a_clear_error(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    async with run(tmp_path, "runner_app:server", *args) as server:
+    async with run(tmp_path, APP, *args) as server:
         with trio.fail_after(20):
             await server.process.wait()
     assert server.process.returncode == 2
@@ -270,10 +199,10 @@ async def test_run_refuses_what_it_cannot_do_with_a_clear_error(
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("runner_app", "expected MODULE:ATTR"),
+        ("_support.runner_app", "expected MODULE:ATTR"),
         ("no_such_module_here:app", "no module named 'no_such_module_here'"),
-        ("runner_app:missing", "has no attribute 'missing'"),
-        ("runner_app:os", "expected an McpServer or an ASGI app"),
+        ("_support.runner_app:missing", "has no attribute 'missing'"),
+        ("_support.runner_app:os", "expected an McpServer or an ASGI app"),
     ],
 )
 async def test_run_names_a_target_it_cannot_serve(tmp_path: Path, spec: str, message: str) -> None:
@@ -303,12 +232,12 @@ async def wait_task(
 async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_serving(
     tmp_path: Path, redis: RedisServer, prefix: str
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2"]
     env = {"MCP_REDIS_URL": redis.url, "MCP_REDIS_PREFIX": prefix}
     async with run(tmp_path, *args, env=env) as server, httpx.AsyncClient(timeout=10) as client:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         first = set(server.serving_pids())
         assert len(first) == 2
 
@@ -346,7 +275,7 @@ async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_se
         assert describe_exit(-signal.SIGKILL) in server.log()
 
         # A replacement comes up; with the survivor killed too, it alone serves.
-        await server.wait_log(_SERVING, 3)
+        await server.wait_log(SERVING, 3)
         (replacement,) = set(server.serving_pids()) - first
         os.kill(survivor, signal.SIGKILL)
         with trio.fail_after(30):
@@ -360,7 +289,7 @@ async def test_a_killed_worker_is_replaced_its_tasks_fail_and_the_others_keep_se
         assert pid in {replacement, *set(server.serving_pids()) - first}
 
         # SIGTERM: every worker stops gracefully, the supervisor exits 0.
-        await server.wait_log(_SERVING, 4)
+        await server.wait_log(SERVING, 4)
         workers = set(server.serving_pids()) - {victim, survivor}
         server.process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
@@ -375,12 +304,12 @@ async def test_mrtr_retries_succeed_on_whichever_worker_they_reach(
     tmp_path: Path, redis: RedisServer, prefix: str
 ) -> None:
     """The supervisor's one MCP_STATE_SECRET: a retry opens on the other worker too."""
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2"]
     env = {"MCP_REDIS_URL": redis.url, "MCP_REDIS_PREFIX": prefix}
     async with run(tmp_path, *args, env=env) as server:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         asked_by: set[int] = set()
         crossed = 0
         answer = {"ok": {"action": "accept", "content": {"ok": True}}}
@@ -425,12 +354,12 @@ async def test_mrtr_retries_succeed_on_whichever_worker_they_reach(
 
 
 async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server, httpx.AsyncClient(timeout=20) as client:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         answers: list[Any] = []
         async with trio.open_nursery() as nursery:
 
@@ -452,12 +381,12 @@ async def test_sigterm_to_the_supervisor_lets_calls_in_flight_finish(tmp_path: P
 async def test_sigterm_to_the_supervisor_answers_calls_in_flight_in_every_worker(
     tmp_path: Path,
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         answers: list[Any] = []
         async with trio.open_nursery() as nursery:
 
@@ -493,12 +422,12 @@ async def test_a_starting_worker_killed_by_signals_is_restarted_and_the_others_k
 ) -> None:
     """An OOM kill (or an operator's) of a worker that is still starting is not a crash loop."""
     hold = tmp_path / "hold-start"
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"RUNNER_APP_HOLD_START": str(hold)}) as server:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         victim, survivor = server.serving_pids()
         hold.touch()  # from now on, a new worker stays starting until the file goes
         os.kill(victim, signal.SIGKILL)
@@ -511,7 +440,7 @@ async def test_a_starting_worker_killed_by_signals_is_restarted_and_the_others_k
                 assert int((await whoami(fresh, server.url))[0]) == survivor
         assert "giving up" not in server.log() and server.process.returncode is None
         hold.unlink()  # the next replacement starts normally and serves
-        await server.wait_log(_SERVING, 3)
+        await server.wait_log(SERVING, 3)
         server.process.send_signal(signal.SIGTERM)
         with trio.fail_after(20):
             await server.process.wait()
@@ -530,7 +459,7 @@ def test_only_an_exit_or_a_crash_signal_counts_as_a_worker_failing_by_itself() -
 
 
 async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"RUNNER_APP_EXIT": "7"}) as server:
         with trio.fail_after(60):
@@ -541,10 +470,10 @@ async def test_the_supervisor_gives_up_when_workers_die_at_once(tmp_path: Path) 
 
 
 async def test_workers_shut_down_when_the_supervisor_is_killed(tmp_path: Path) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args) as server:
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         workers = server.serving_pids()
         server.process.kill()
         await server.process.wait()

@@ -25,13 +25,14 @@ import attrs
 import httpx
 import pytest
 import trio
-from repo_paths import ROOT
 
 import trio_mcp_cancel
 from trio_mcp_cancel._run import cli
 from trio_mcp_cancel._run.runner import StartupFailed, serve_found, startup_problem
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http.deploy import limits_from_env
+
+from _support.repo_paths import ROOT
 
 LEGACY = "2025-11-25"
 _SERVING = re.compile(r"serving MCP on (http://127\.0\.0\.1:\d+\S*)")

@@ -17,14 +17,15 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from asgi_harness import (
+
+from _support.asgi import (
     cancelled,
     initialize_message,
     legacy_call,
     legacy_headers,
     notification,
 )
-from deploy_harness import (
+from _support.deploy import (
     WITH_TASKS,
     Hypercorn,
     RedisServer,

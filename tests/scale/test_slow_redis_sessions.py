@@ -1,7 +1,7 @@
 """Legacy sessions shared through a slow Redis (a latency-injecting proxy in front of
 a real redis-server): a slow backend never ends a session.
 
-Two apps (two "workers") share one Redis through :mod:`latency_proxy`,
+Two apps (two "workers") share one Redis through :mod:`_support.latency_proxy`,
 served in memory.  Below the request path's timeout every Redis operation
 a request waits for is one round trip (scripts preloaded, pipelines), so
 nothing times out and the breaker never opens; above it, a session the
@@ -18,16 +18,17 @@ from contextlib import asynccontextmanager
 import attrs
 import pytest
 import trio
-from asgi_harness import AsgiClient, initialize, legacy_call, legacy_headers, served
-from deploy_harness import RedisServer
-from latency_proxy import LatencyProxy, latency_proxy
-from redis_harness import prefix, redis
 
 from trio_mcp_cancel._core.events import BackendEvent
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http.shared import session_key
+
+from _support.asgi import AsgiClient, initialize, legacy_call, legacy_headers, served
+from _support.deploy import RedisServer
+from _support.latency_proxy import LatencyProxy, latency_proxy
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

@@ -19,19 +19,20 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
-from asgi_harness import (
+
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.http import HttpLimits, McpHttpApp
+from trio_mcp_cancel.server import McpServer
+
+from _support.asgi import (
     AsgiClient,
     initialize,
     initialize_message,
     legacy_call,
     legacy_headers,
 )
-from deploy_harness import RedisServer
-from redis_harness import prefix, redis
-
-from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import McpServer
+from _support.deploy import RedisServer
+from _support.redis import prefix, redis
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 import trio
-from test_runner import _LISTENING, _SERVING, gone, run
 
 from trio_mcp_cancel._run import heartbeat
 from trio_mcp_cancel._run.supervisor import describe_exit
+
+from _support.runner import APP, LISTENING, SERVING, gone, run
 
 _SILENT = re.compile(r"worker \d \(pid (\d+), instance [^)]+\) sent no heartbeat for 2\.0 s")
 
@@ -31,12 +32,12 @@ _SILENT = re.compile(r"worker \d \(pid (\d+), instance [^)]+\) sent no heartbeat
 async def test_a_stopped_worker_is_killed_after_the_heartbeat_timeout_and_replaced(
     tmp_path: Path,
 ) -> None:
-    args = ["runner_app:server", "--transport", "http", "--port", "0", "--workers", "2",
+    args = [APP, "--transport", "http", "--port", "0", "--workers", "2",
             "--allow-unshared"]  # fmt: skip
     async with run(tmp_path, *args, env={"MCP_WORKER_HEARTBEAT_TIMEOUT": "2"}) as server:
-        (port,) = await server.wait_log(_LISTENING)
+        (port,) = await server.wait_log(LISTENING)
         server.port = int(port)
-        await server.wait_log(_SERVING, 2)
+        await server.wait_log(SERVING, 2)
         victim, survivor = server.serving_pids()
         await trio.sleep(3)  # beating: nobody is killed while both answer
         assert "sent no heartbeat" not in server.log()
@@ -45,7 +46,7 @@ async def test_a_stopped_worker_is_killed_after_the_heartbeat_timeout_and_replac
         (killed,) = await server.wait_log(_SILENT)
         assert int(killed) == victim
         assert trio.current_time() - stopped < 8  # 2 s of silence, then at once
-        await server.wait_log(_SERVING, 3)
+        await server.wait_log(SERVING, 3)
         assert gone(victim) and not gone(survivor)
         assert describe_exit(-signal.SIGKILL) in server.log()
         server.process.send_signal(signal.SIGTERM)

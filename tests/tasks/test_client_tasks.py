@@ -14,7 +14,6 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from client_harness import cancel_relay, http_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, RegistryConfig, RequestCancelled
@@ -34,6 +33,8 @@ from trio_mcp_cancel.testing import (
     assert_no_leaks,
     open_test_client,
 )
+
+from _support.client import cancel_relay, http_server
 
 TASKS = "io.modelcontextprotocol/tasks"
 BOUND = 30

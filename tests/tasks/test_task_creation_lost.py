@@ -19,8 +19,6 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, headers_of, modern_call
-from test_tasks import GRACE, WITH_TASKS, wall_clock
 
 from trio_mcp_cancel import Registry, RegistryConfig, cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
@@ -30,6 +28,9 @@ from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
+
+from _support.asgi import AsgiClient, headers_of, modern_call
+from _support.tasks import GRACE, WITH_TASKS, wall_clock
 
 
 @attrs.define(eq=False)

@@ -12,11 +12,12 @@ from typing import Any
 
 import trio
 import trio.testing
-from test_tasks import get, serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.tasks import get, serving
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

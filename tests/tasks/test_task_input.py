@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from test_tasks import get, serving, wall_clock
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit, sample
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError
+
+from _support.tasks import get, serving, wall_clock
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

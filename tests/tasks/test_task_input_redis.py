@@ -11,12 +11,13 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 
 import trio
-from deploy_harness import WITH_TASKS, RedisServer
-from redis_harness import client_of, prefix, redis, task_process, wait_status, wait_tracked
 
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient
+
+from _support.deploy import WITH_TASKS, RedisServer
+from _support.redis import client_of, prefix, redis, task_process, wait_status, wait_tracked
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

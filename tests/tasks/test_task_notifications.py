@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from test_tasks import serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
+
+from _support.tasks import serving
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
 SUB_ID = "io.modelcontextprotocol/subscriptionId"

@@ -16,7 +16,6 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from test_tasks import serving
 
 from trio_mcp_cancel import checkpoint_cancelled
 from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress_message
@@ -24,6 +23,8 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.tasks import serving
 
 CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 

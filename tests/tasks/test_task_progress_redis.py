@@ -10,8 +10,13 @@ from __future__ import annotations
 import time
 
 import trio
-from deploy_harness import RedisServer
-from redis_harness import (
+
+from trio_mcp_cancel.backends.redis import RedisBackend
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.deploy import RedisServer
+from _support.redis import (
     client_of,
     prefix,
     record,
@@ -21,10 +26,6 @@ from redis_harness import (
     wait_status,
     wait_tracked,
 )
-
-from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

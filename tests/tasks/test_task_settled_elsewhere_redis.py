@@ -14,12 +14,13 @@ import logging
 
 import pytest
 import trio
-from deploy_harness import RedisServer
-from redis_harness import client_of, prefix, redis, running, task_process, wait_status
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.deploy import RedisServer
+from _support.redis import client_of, prefix, redis, running, task_process, wait_status
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

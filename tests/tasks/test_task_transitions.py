@@ -15,12 +15,13 @@ import secrets
 from typing import Any
 
 import pytest
-from deploy_harness import RedisServer
-from redis_harness import prefix, record, redis, running
 
 from trio_mcp_cancel.backends import MemoryTaskStore, TaskStore, task_records
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.backends.task_records import TRANSITIONS, TaskRecord, can_move
+
+from _support.deploy import RedisServer
+from _support.redis import prefix, record, redis, running
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 

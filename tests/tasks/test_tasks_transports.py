@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from stdio_harness import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
-from test_tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
 from trio_websocket import WebSocketServer, open_websocket_url
 
 from trio_mcp_cancel import (
@@ -34,6 +32,9 @@ from trio_mcp_cancel.testing import (
     open_test_client,
 )
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.stdio import ENVELOPE, SLOW_SERVER, TIMEOUT, call, launched, request
+from _support.tasks import GRACE, WITH_TASKS, Seen, get, make_server, start_task
 
 TASKS_META = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": WITH_TASKS}
 

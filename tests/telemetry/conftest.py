@@ -1,4 +1,4 @@
-"""A real OpenTelemetry SDK per test (see :mod:`otel_harness`).
+"""A real OpenTelemetry SDK per test (see :mod:`_support.otel`).
 
 The providers are handed to the server (``McpServer(telemetry=Telemetry(...))``),
 never installed globally, so nothing leaks from one test to the next.
@@ -27,7 +27,7 @@ if not _sdk_installed():
 
 @pytest.fixture
 def otel() -> Iterator[Any]:
-    from otel_harness import make_otel
+    from _support.otel import make_otel
 
     recorded = make_otel()
     yield recorded

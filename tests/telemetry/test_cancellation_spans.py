@@ -17,21 +17,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
-    cancelled,
-    headers_of,
-    initialize,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    served,
-)
-from cancellation_tools import probe_server
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
-from otel_harness import Otel, attrs_of, event_names
-from stdio_harness import call as stdio_call
-from stdio_harness import cancel_note, encode
 from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel import Registry, RegistryConfig
@@ -40,6 +27,20 @@ from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.asgi import (
+    cancelled,
+    headers_of,
+    initialize,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    served,
+)
+from _support.cancellation_tools import probe_server
+from _support.otel import Otel, attrs_of, event_names
+from _support.stdio import call as stdio_call
+from _support.stdio import cancel_note, encode
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

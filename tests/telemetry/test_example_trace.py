@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from stdio_harness import SLOW_SERVER, TIMEOUT, call, cancel_note, launched
+
+from _support.stdio import SLOW_SERVER, TIMEOUT, call, cancel_note, launched
 
 pytestmark = pytest.mark.subprocess
 

@@ -109,7 +109,7 @@ def test_an_api_that_renamed_its_globals_gets_the_public_getters() -> None:
 def test_with_the_probe_off_a_provider_installed_later_is_still_used_from_the_next_request(
     module: str,
 ) -> None:
-    from test_quiet_default import LATE_PROVIDER
+    from _support.otel import LATE_PROVIDER
 
     done = subprocess.run(
         [sys.executable, "-c", LATE_PROVIDER.format(module=module)],

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider
-from otel_harness import Otel
 
 from trio_mcp_cancel.server import McpServer, Telemetry
+
+from _support.otel import LATE_PROVIDER, Otel
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -38,53 +38,6 @@ def test_a_server_with_an_sdk_provider_is_never_quiet(otel: Otel) -> None:
     half = Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=otel.meter_provider)
     metrics_only = McpServer("metrics", telemetry=half).registration.telemetry
     assert metrics_only is not None and not metrics_only.quiet({})
-
-
-LATE_PROVIDER = textwrap.dedent(
-    """
-    import sys
-    import trio
-    from opentelemetry import {module}
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from trio_mcp_cancel.server import McpServer, ToolContext
-    from trio_mcp_cancel.testing import open_test_client
-
-    server = McpServer("late")  # telemetry=True: the global providers
-
-    @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
-        return text
-
-    exporter = InMemorySpanExporter()
-    reader = InMemoryMetricReader()
-
-    async def main():
-        async with open_test_client(server) as client:
-            await client.call_tool("echo", {{"text": "before"}})
-            assert server.registration.telemetry.quiet({{}})
-            if "{module}" == "trace":
-                provider = TracerProvider()
-                provider.add_span_processor(SimpleSpanProcessor(exporter))
-                trace.set_tracer_provider(provider)
-            else:
-                metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-            await client.call_tool("echo", {{"text": "after"}})
-            assert not server.registration.telemetry.quiet({{}})
-
-    trio.run(main)
-    if "{module}" == "trace":
-        print(",".join(span.name for span in exporter.get_finished_spans()))
-    else:
-        data = reader.get_metrics_data()
-        scopes = [s for r in data.resource_metrics for s in r.scope_metrics]
-        names = {{m.name for s in scopes for m in s.metrics}}
-        print(",".join(sorted(n for n in names if n.startswith("mcp.server"))))
-    """
-)
 
 
 @pytest.mark.subprocess

@@ -6,7 +6,8 @@ import re
 
 import trio
 import trio.testing
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

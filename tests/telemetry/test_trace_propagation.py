@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
-from otel_harness import Otel, attrs_of
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
+
+from _support.cancellation_tools import probe_server
+from _support.otel import Otel, attrs_of
 
 
 async def test_a_gateway_chain_through_the_librarys_client_is_one_trace(

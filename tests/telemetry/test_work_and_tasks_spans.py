@@ -18,15 +18,16 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 from opentelemetry.trace import SpanKind
-from otel_harness import Otel, attrs_of, event_names
 
 from trio_mcp_cancel import RegistryConfig, run_process
 from trio_mcp_cancel._core.events import BackendEvent
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
+
+from _support.cancellation_tools import probe_server
+from _support.otel import Otel, attrs_of, event_names
 
 
 @asynccontextmanager

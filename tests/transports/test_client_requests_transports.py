@@ -13,13 +13,6 @@ from typing import Any
 
 import trio
 import trio.testing
-from asgi_harness import (
-    AsgiClient,
-    cancelled,
-    initialize,
-    legacy_call,
-    legacy_headers,
-)
 from trio.testing import MockClock
 from trio_websocket import open_websocket_url
 
@@ -29,6 +22,14 @@ from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.asgi import (
+    AsgiClient,
+    cancelled,
+    initialize,
+    legacy_call,
+    legacy_headers,
+)
 
 Message = dict[str, Any]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

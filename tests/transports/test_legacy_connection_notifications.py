@@ -16,11 +16,12 @@ from typing import Any
 
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
 from trio_mcp_cancel.transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
+
+from _support.cancellation_tools import probe_server
 
 Message = dict[str, Any]
 

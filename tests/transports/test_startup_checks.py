@@ -11,13 +11,14 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry, RegistryClosed, open_registry
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.memory import memory_transport_pair, serve_mcp_memory
 from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+from _support.cancellation_tools import probe_server
 
 SERVER = probe_server("startup-checks")
 

@@ -13,11 +13,12 @@ import logging
 import pytest
 import trio
 import trio.testing
-from asgi_harness import initialize, legacy_call, legacy_headers, served
 
 from trio_mcp_cancel import Registry, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import initialize, legacy_call, legacy_headers, served
 
 pytestmark = pytest.mark.mcp_registry(grace_period=1.0)
 

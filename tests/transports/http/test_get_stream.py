@@ -15,7 +15,13 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+
+from _support.asgi import (
     AsgiClient,
     HttpExchange,
     headers_of,
@@ -26,12 +32,7 @@ from asgi_harness import (
     request,
     served,
 )
-from cancellation_tools import probe_server
-
-from trio_mcp_cancel import Registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from _support.cancellation_tools import probe_server
 
 
 def build_server(**options: Any) -> McpServer:

@@ -21,7 +21,6 @@ from trio_mcp_cancel import (
     HardCancelEvent,
     Registry,
     RequestCancelledEvent,
-    checkpoint_cancelled,
     open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
@@ -29,38 +28,11 @@ from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
+from _support.http_server import call, server, tool_log
+from _support.plain_asgi import ALSO_PLAIN_ASGI, asgi_paths  # noqa: F401 (a fixture)
+
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 TIMEOUT = 10
-
-server = McpServer("test-server")
-tool_log: list[str] = []
-
-
-@server.tool()
-async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
-    """Counts politely: polls the flag every step."""
-    for i in range(1, n + 1):
-        await checkpoint_cancelled()
-        await trio.sleep(delay)
-        await ctx.report_progress(i, total=n)
-    return f"counted to {n}"
-
-
-@server.tool()
-async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
-    """Ignores the flag; only a hard cancel stops it."""
-    try:
-        await trio.sleep(seconds)
-    except trio.Cancelled:
-        tool_log.append(f"stubborn {ctx.request_id} hard-cancelled")
-        raise
-    return "done"
-
-
-@server.tool()
-async def echo(ctx: ToolContext, text: str) -> str:
-    return text
-
 
 Serve = Callable[..., Awaitable[tuple[str, Registry]]]
 EARLY = 0.2
@@ -110,15 +82,6 @@ async def wait_in_flight(registry: Registry, count: int = 1) -> None:
     """Poll until the server is running *count* tracked requests."""
     while registry.in_flight_count < count:
         await trio.sleep(0.01)
-
-
-def call(
-    request_id: object, name: str, arguments: dict[str, Any], token: object = None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": name, "arguments": arguments}
-    if token is not None:
-        params["_meta"] = {"progressToken": token}
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
 def cancel(request_id: object, reason: str | None = None) -> dict[str, Any]:
@@ -188,6 +151,7 @@ async def stream_and_cancel(
     return messages
 
 
+@ALSO_PLAIN_ASGI
 async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
         url, _ = await serve_app()
@@ -211,6 +175,7 @@ async def test_initialize_list_and_call(serve_app: Serve, client: httpx.AsyncCli
         assert messages[-1]["result"]["content"] == [{"type": "text", "text": "counted to 3"}]
 
 
+@ALSO_PLAIN_ASGI
 async def test_sessions_are_required_and_can_end(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -227,6 +192,7 @@ async def test_sessions_are_required_and_can_end(
         assert (await client.post(url, headers=headers, json=ping)).status_code == 404
 
 
+@ALSO_PLAIN_ASGI
 async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(grace=5)
@@ -244,6 +210,7 @@ async def test_cancel_by_notification(serve_app: Serve, client: httpx.AsyncClien
         assert events.names() == ["request.cancelled", "request.stopped"]
 
 
+@ALSO_PLAIN_ASGI
 async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(
@@ -266,6 +233,7 @@ async def test_cancel_by_disconnect(serve_app: Serve, client: httpx.AsyncClient)
         assert events.of_type(HardCancelEvent) == []  # the polite tool stopped by itself
 
 
+@ALSO_PLAIN_ASGI
 async def test_disconnect_hard_cancels_a_stubborn_tool(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -314,6 +282,7 @@ async def test_cross_scope_cancel_is_refused(serve_app: Serve, client: httpx.Asy
         assert results["mallory"] is None  # cancelled by its client: no answer
 
 
+@ALSO_PLAIN_ASGI
 async def test_principals_scope_cancels_without_sessions(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -351,6 +320,7 @@ async def test_principals_scope_cancels_without_sessions(
         ]
 
 
+@ALSO_PLAIN_ASGI
 async def test_delete_session_cancels_its_requests(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -372,6 +342,7 @@ async def test_delete_session_cancels_its_requests(
         assert replies[-1]["error"]["data"]["reason"] == "session terminated"
 
 
+@ALSO_PLAIN_ASGI
 async def test_json_response_mode(serve_app: Serve, client: httpx.AsyncClient) -> None:
     with trio.fail_after(TIMEOUT):
         url, registry = await serve_app(json_response=True)
@@ -391,6 +362,7 @@ async def test_json_response_mode(serve_app: Serve, client: httpx.AsyncClient) -
         assert final(replies[0])["error"]["code"] == REQUEST_CANCELLED
 
 
+@ALSO_PLAIN_ASGI
 async def test_silent_cancel_ends_the_stream_without_a_response(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -437,6 +409,7 @@ BAD_INPUTS = [
 ]
 
 
+@ALSO_PLAIN_ASGI
 async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:
@@ -540,6 +513,7 @@ async def test_initialize_with_a_stale_session_header_starts_a_new_session(
         assert second["mcp-session-id"] != first["mcp-session-id"]
 
 
+@ALSO_PLAIN_ASGI
 async def test_max_request_time_cancels_from_the_server(
     serve_app: Serve, client: httpx.AsyncClient
 ) -> None:

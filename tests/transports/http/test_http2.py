@@ -19,12 +19,13 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
-from test_http import call, server
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.http_server import call, server
 
 TIMEOUT = 10
 

@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, modern_call, modern_headers, served
-from cancellation_tools import probe_server
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol.calls import RequestCall
@@ -29,6 +27,9 @@ from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ServerLimits
 from trio_mcp_cancel.testing import open_test_client
 from trio_mcp_cancel.transports.http.answer import Responder, Routed
+
+from _support.asgi import AsgiClient, modern_call, modern_headers, served
+from _support.cancellation_tools import probe_server
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """McpHttpApp in memory, both eras on one endpoint, under pytest-trio's MockClock.
 
-Every request goes through :mod:`asgi_harness` (no sockets), so grace
+Every request goes through :mod:`_support.asgi` (no sockets), so grace
 periods, keep-alive intervals and time limits are exact: ``autojump_clock``
 skips over them and the tests assert *when* things happen, not only that
 they do.  Each test runs its app inside :func:`serving`, which at the end
@@ -18,7 +18,21 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+from mcp_types._v2026_07_28 import CallToolResult, DiscoverResult, ListToolsResult
+
+from trio_mcp_cancel import (
+    HardCancelEvent,
+    Registry,
+    RequestCancelled,
+    RequestCancelledEvent,
+    checkpoint_cancelled,
+)
+from trio_mcp_cancel.http import McpHttpApp, bearer_auth
+from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.testing import EventRecorder
+
+from _support.asgi import (
     LEGACY,
     MODERN,
     SERVER_INFO,
@@ -38,19 +52,6 @@ from asgi_harness import (
     request,
     served,
 )
-from mcp_types._v2026_07_28 import CallToolResult, DiscoverResult, ListToolsResult
-
-from trio_mcp_cancel import (
-    HardCancelEvent,
-    Registry,
-    RequestCancelled,
-    RequestCancelledEvent,
-    checkpoint_cancelled,
-)
-from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
-from trio_mcp_cancel.testing import EventRecorder
 
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021

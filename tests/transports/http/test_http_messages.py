@@ -16,7 +16,11 @@ import pytest
 import trio
 import trio.testing
 
-from tests.asgi_harness import (
+from trio_mcp_cancel import Registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+
+from _support.asgi import (
     AsgiClient,
     initialize,
     legacy_call,
@@ -25,9 +29,6 @@ from tests.asgi_harness import (
     modern_headers,
     served,
 )
-from trio_mcp_cancel import Registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 REGION_SCHEMA = {
     "type": "object",

@@ -5,9 +5,12 @@ Every use of hypercorn's internals sits in
 (``MCP_HYPERCORN_FAST_PATHS=off``, or ``McpHttpApp(hypercorn_fast_paths=False)``),
 so the app must serve correctly with only what ASGI promises: every body
 awaited, every response through a writer task, nothing reached through
-``send.__self__``.  This module turns the switch off, makes every shortcut
-fail the test if it is reached anyway, and runs a representative set of
-the real-socket HTTP behaviour tests again under it: both eras, cancel by
+``send.__self__``.  The tests here check the switch and the option
+themselves, with the switch off.  A representative set of the real-socket
+HTTP behaviour tests runs again with it off and every shortcut failing the
+test if it is reached anyway (:mod:`_support.plain_asgi`), marked
+``ALSO_PLAIN_ASGI`` where they live (``test_http.py``, and
+``tests/hostile/test_hostile_sockets.py``): both eras, cancel by
 notification and by disconnect, sessions, JSON mode, bad input, a slow
 reader disconnected, pipelined requests to a client that never reads,
 slow bodies, the admission caps.
@@ -16,50 +19,20 @@ slow bodies, the admission caps.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-
-# The behaviour tests run again here (pytest collects what a module imports),
-# with their fixtures (hostile/ by its folder: tests/ is on the path, the folders are
-# namespace packages).
-from hostile.test_hostile_sockets import (  # noqa: F401
-    test_pipelined_requests_to_a_client_that_never_reads,
-    test_server_cap_on_calls_in_flight,
-    test_slow_bodies_get_408_while_others_are_served,
-    test_slow_reader_is_disconnected_and_others_are_served,
-)
-from test_http import (  # noqa: F401
-    client,
-    serve_app,
-    test_bad_input_gets_clear_errors_and_the_server_keeps_serving,
-    test_cancel_by_disconnect,
-    test_cancel_by_notification,
-    test_delete_session_cancels_its_requests,
-    test_disconnect_hard_cancels_a_stubborn_tool,
-    test_initialize_list_and_call,
-    test_json_response_mode,
-    test_max_request_time_cancels_from_the_server,
-    test_principals_scope_cancels_without_sessions,
-    test_sessions_are_required_and_can_end,
-    test_silent_cancel_ends_the_stream_without_a_response,
-)
 
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http import hypercorn_compat
 from trio_mcp_cancel.transports.http.writer import AsgiSink
 
-
-def _unreachable(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("a hypercorn shortcut was used with the fast paths off")
+from _support.plain_asgi import fast_paths_off
 
 
 @pytest.fixture(autouse=True)
-def fast_paths_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(hypercorn_compat.FAST_PATHS_ENV, "off")
-    for shortcut in ("receive_now", "can_write_now", "write_now", "head_blocked"):
-        monkeypatch.setattr(hypercorn_compat.HypercornSink, shortcut, _unreachable)
+def _fast_paths_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    fast_paths_off(monkeypatch)
     yield
 
 

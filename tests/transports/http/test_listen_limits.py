@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.testing import McpError, open_test_client
+
+from _support.asgi import (
     AsgiClient,
     HttpExchange,
     modern_call,
@@ -23,12 +30,6 @@ from asgi_harness import (
     modern_request,
     served,
 )
-
-from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
-from trio_mcp_cancel.testing import McpError, open_test_client
 
 LISTEN = {"notifications": {"toolsListChanged": True}}
 

@@ -13,10 +13,11 @@ import logging
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, initialize_message, legacy_headers
 
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
+
+from _support.asgi import AsgiClient, initialize_message, legacy_headers
 
 NO_REGISTRY = "no registry: run the app under an ASGI server with lifespan support"
 

@@ -18,17 +18,6 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
-    AsgiClient,
-    HttpExchange,
-    cancelled,
-    headers_of,
-    initialize,
-    legacy_call,
-    legacy_headers,
-    modern_call,
-    served,
-)
 
 from trio_mcp_cancel import (
     Registry,
@@ -39,6 +28,18 @@ from trio_mcp_cancel.http import HttpLimits, McpHttpApp, app_from_env
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.resume import parse_event_id
+
+from _support.asgi import (
+    AsgiClient,
+    HttpExchange,
+    cancelled,
+    headers_of,
+    initialize,
+    legacy_call,
+    legacy_headers,
+    modern_call,
+    served,
+)
 
 WINDOW = 5.0
 

@@ -28,10 +28,11 @@ import httpx
 import pytest
 import trio
 from hypercorn.config import Config
-from repo_paths import ROOT
 from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel.http import serve, server_config
+
+from _support.repo_paths import ROOT
 
 SLOW_SERVER = ROOT / "examples" / "slow_server.py"
 TIMEOUT = 20

@@ -26,7 +26,12 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry, RequestCancelled, cancelled, checkpoint_cancelled
+from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import (
     AsgiClient,
     HttpExchange,
     headers_of,
@@ -37,11 +42,7 @@ from asgi_harness import (
     modern_request,
     served,
 )
-from cancellation_tools import probe_server
-
-from trio_mcp_cancel import Registry, RequestCancelled, cancelled, checkpoint_cancelled
-from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
+from _support.cancellation_tools import probe_server
 
 REASON = "server shutting down"
 

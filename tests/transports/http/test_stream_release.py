@@ -16,11 +16,12 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers, served
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
+
+from _support.asgi import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers, served
 
 EVENT = 10 * 1024
 

@@ -13,14 +13,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
-    AsgiClient,
-    HttpExchange,
-    b64_header,
-    modern_headers,
-    modern_request,
-    served,
-)
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
@@ -29,6 +21,15 @@ from trio_mcp_cancel.lowlevel import InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.rules import check_param_headers
+
+from _support.asgi import (
+    AsgiClient,
+    HttpExchange,
+    b64_header,
+    modern_headers,
+    modern_request,
+    served,
+)
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 

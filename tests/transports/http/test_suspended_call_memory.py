@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, headers_of, modern_call
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.transports.http.resume import ResumableStream
 from trio_mcp_cancel.transports.http.writer import WRITER_TASK, ResponseWriter
+
+from _support.asgi import AsgiClient, headers_of, modern_call
 
 HEAD = {"type": "http.response.start", "status": 200, "headers": []}
 

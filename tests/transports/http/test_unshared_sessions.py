@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from asgi_harness import AsgiClient, initialize, legacy_headers, request
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel._protocol.exchange import Channel
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http.sessions import NOT_FOUND, NOT_OURS, SessionStore
+
+from _support.asgi import AsgiClient, initialize, legacy_headers, request
 
 SERVER = McpServer("two-workers")
 

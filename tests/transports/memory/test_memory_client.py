@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import trio
-from cancellation_tools import probe_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import (
@@ -41,6 +40,8 @@ from trio_mcp_cancel.testing import (
     assert_no_leaks,
     open_test_client,
 )
+
+from _support.cancellation_tools import probe_server
 
 Message = dict[str, Any]
 

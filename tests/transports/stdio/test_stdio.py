@@ -25,21 +25,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from cancellation_tools import probe_server
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from repo_paths import ROOT
-from stdio_harness import (
-    ENVELOPE,
-    SLOW_SERVER,
-    TIMEOUT,
-    Message,
-    call,
-    cancel_note,
-    encode,
-    launched,
-    request,
-)
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
@@ -48,6 +35,21 @@ from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.cancellation_tools import probe_server
+from _support.repo_paths import ROOT
+from _support.stdio import (
+    ENVELOPE,
+    SLOW_SERVER,
+    TIMEOUT,
+    Message,
+    assert_json_lines,
+    call,
+    cancel_note,
+    encode,
+    launched,
+    request,
+)
 
 SERVER = probe_server("stdio-test")
 
@@ -380,14 +382,6 @@ async def test_max_message_size_must_be_positive(
 
 
 # -- a real server process -------------------------------------------------------
-
-
-def assert_json_lines(stdout: bytes) -> list[Message]:
-    """Everything on stdout is one JSON-RPC message per line."""
-    assert stdout.endswith(b"\n") or not stdout
-    messages = [json.loads(line) for line in stdout.splitlines()]
-    assert all(m.get("jsonrpc") == "2.0" for m in messages)
-    return messages
 
 
 def stdio_params() -> StdioServerParameters:

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from stdio_harness import TIMEOUT, call, encode, launched, request
-from test_stdio import SERVER, assert_json_lines
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
+
+from _support.cancellation_tools import probe_server
+from _support.stdio import TIMEOUT, assert_json_lines, call, encode, launched, request
 
 INITIALIZE = request(
     1,
@@ -34,6 +35,8 @@ INITIALIZE = request(
     },
 )
 TOOLS_LIST = request(2, "tools/list")
+
+SERVER = probe_server("stdio-test")
 
 
 class EndAlreadyKnown(trio.abc.ReceiveStream):

@@ -1,6 +1,6 @@
 """A tool module written the FastMCP way: no context parameter, bare ``@server.tool``, rich hints.
 
-Shared by tests/test_tool_types.py (every transport serves the same schemas).
+Shared by tests/protocol/test_tool_types.py (every transport serves the same schemas).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 (in *seen*, and on stderr when run as a stdio server); ``ask`` needs a
 name, which the SDK elicits from the client: as an MRTR ``input_required``
 round in the modern era, as an ``elicitation/create`` request to the
-client in the legacy era.  ``python sdk_server_app.py`` serves it on stdio.
+client in the legacy era.  ``python -m _support.sdk_server_app`` (from ``tests/``)
+serves it on stdio.
 Used by ``tests/interop/test_client_interop.py``.
 """
 

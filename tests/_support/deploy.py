@@ -28,8 +28,9 @@ import attrs
 import httpx
 import pytest
 import trio
-from asgi_harness import headers_of, modern_request
-from repo_paths import ROOT
+
+from _support.asgi import headers_of, modern_request
+from _support.repo_paths import ROOT
 
 TASKS = "io.modelcontextprotocol/tasks"
 WITH_TASKS = {"extensions": {TASKS: {}}}

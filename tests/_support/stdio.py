@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 import trio
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 __all__ = [
     "ENVELOPE",
@@ -24,6 +25,7 @@ __all__ = [
     "TIMEOUT",
     "Message",
     "Process",
+    "assert_json_lines",
     "call",
     "cancel_note",
     "encode",
@@ -125,3 +127,11 @@ async def launched(tmp_path: Path, *args: str) -> AsyncIterator[Process]:
                 for pipe in (proc.stdin, proc.stdout):
                     if pipe is not None:
                         await pipe.aclose()
+
+
+def assert_json_lines(stdout: bytes) -> list[Message]:
+    """Everything on stdout is one JSON-RPC message per line."""
+    assert stdout.endswith(b"\n") or not stdout
+    messages = [json.loads(line) for line in stdout.splitlines()]
+    assert all(m.get("jsonrpc") == "2.0" for m in messages)
+    return messages

@@ -23,14 +23,6 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from asgi_harness import (
-    AsgiClient,
-    bare_app,
-    headers_of,
-    modern_call,
-    modern_headers,
-    notification,
-)
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -38,6 +30,15 @@ from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.transports.http import hypercorn_compat
+
+from _support.asgi import (
+    AsgiClient,
+    bare_app,
+    headers_of,
+    modern_call,
+    modern_headers,
+    notification,
+)
 
 TIMEOUT = 15
 

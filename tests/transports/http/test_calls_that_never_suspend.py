@@ -92,11 +92,11 @@ async def test_a_failing_hook_closes_the_coroutine() -> None:
 
 # -- in the HTTP app: the disconnect watcher of a cancellable call ----------------
 
-from asgi_harness import AsgiClient, headers_of, modern_call  # noqa: E402
-
 from trio_mcp_cancel import Registry  # noqa: E402
 from trio_mcp_cancel.http import McpHttpApp  # noqa: E402
 from trio_mcp_cancel.server import McpServer, ToolContext  # noqa: E402
+
+from _support.asgi import AsgiClient, headers_of, modern_call  # noqa: E402
 
 
 class _Watchers(trio.abc.Instrument):

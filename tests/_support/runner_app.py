@@ -1,4 +1,4 @@
-"""A server for the runner's subprocess tests (``trio-mcp-cancel run runner_app:server``).
+"""A server for the runner's subprocess tests (``trio-mcp-cancel run _support.runner_app:server``).
 
 Its tools say which worker process answers, so a test can tell the
 workers apart behind one socket.  ``RUNNER_APP_EXIT=N`` makes the import

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import trio
-from asgi_harness import bare_app, headers_of, modern_call
 from hypercorn.config import Config
 from hypercorn.events import RawData
 from hypercorn.trio import serve
@@ -28,6 +27,8 @@ from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.transports.http import hypercorn_compat
+
+from _support.asgi import bare_app, headers_of, modern_call
 
 TIMEOUT = 15
 

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from asgi_harness import (
+
+from trio_mcp_cancel import Registry
+from trio_mcp_cancel.http import McpHttpApp
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+
+from _support.asgi import (
     AsgiClient,
     cancelled,
     headers_of,
@@ -29,10 +34,6 @@ from asgi_harness import (
     modern_call,
     served,
 )
-
-from trio_mcp_cancel import Registry
-from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 
 
 def build() -> McpServer:

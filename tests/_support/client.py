@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from repo_paths import ROOT
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.testing import McpTestClient, PendingCall, assert_no_leaks
+
+from _support.repo_paths import ROOT
 
 __all__ = ["cancel_relay", "http_server", "hypercorn_checked", "node_report"]
 

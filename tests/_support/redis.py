@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 import trio
-from deploy_harness import WITH_TASKS, RedisServer, _ping, redis_server, require_redis_server
 
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.backends import TaskRecord
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.testing import McpTestClient, PendingCall, open_test_client
+
+from _support.deploy import WITH_TASKS, RedisServer, _ping, redis_server, require_redis_server
 
 __all__ = [
     "CLUSTER_BUS_OFFSET",

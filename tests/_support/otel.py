@@ -6,6 +6,7 @@ never installed globally, so nothing leaks from one test to the next.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import attrs
@@ -83,3 +84,54 @@ def event_names(span: ReadableSpan) -> list[str]:
 
 def attrs_of(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
+
+
+#: A script (``python -c``, after ``.format(module="trace" | "metrics")``) whose server
+#: uses the global providers: it calls ``echo``, installs an SDK provider globally,
+#: calls again, and prints what the SDK recorded.  A global provider can be installed
+#: once per process only, hence a process of its own.
+LATE_PROVIDER = textwrap.dedent(
+    """
+    import sys
+    import trio
+    from opentelemetry import {module}
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel.testing import open_test_client
+
+    server = McpServer("late")  # telemetry=True: the global providers
+
+    @server.tool()
+    async def echo(ctx: ToolContext, text: str) -> str:
+        return text
+
+    exporter = InMemorySpanExporter()
+    reader = InMemoryMetricReader()
+
+    async def main():
+        async with open_test_client(server) as client:
+            await client.call_tool("echo", {{"text": "before"}})
+            assert server.registration.telemetry.quiet({{}})
+            if "{module}" == "trace":
+                provider = TracerProvider()
+                provider.add_span_processor(SimpleSpanProcessor(exporter))
+                trace.set_tracer_provider(provider)
+            else:
+                metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+            await client.call_tool("echo", {{"text": "after"}})
+            assert not server.registration.telemetry.quiet({{}})
+
+    trio.run(main)
+    if "{module}" == "trace":
+        print(",".join(span.name for span in exporter.get_finished_spans()))
+    else:
+        data = reader.get_metrics_data()
+        scopes = [s for r in data.resource_metrics for s in r.scope_metrics]
+        names = {{m.name for s in scopes for m in s.metrics}}
+        print(",".join(sorted(n for n in names if n.startswith("mcp.server"))))
+    """
+)
