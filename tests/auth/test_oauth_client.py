@@ -30,7 +30,7 @@ from trio_mcp_cancel.client import (
 )
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 TIMEOUT = 30
 
@@ -47,15 +47,15 @@ def build(seen: list[str], started: trio.Event) -> McpServer:
     server = McpServer("oauth-client")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool(scopes=["admin"])
-    async def purge(ctx: ToolContext) -> str:
+    async def purge(ctx: Context) -> str:
         return "purged"
 
     @server.tool()
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         started.set()
         await ctx.request.wait_cancelled()
         cancellation = ctx.request.cancellation

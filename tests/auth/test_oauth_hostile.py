@@ -21,7 +21,7 @@ from oauth_harness import AuthServer, in_process_auth_server
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtOrOpaque, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 RESOURCE = "http://mcp.test/mcp"
 ATTACKER = ("198.51.100.7", 40000)
@@ -34,7 +34,7 @@ def build() -> McpServer:
     server = McpServer("oauth-hostile")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

@@ -31,7 +31,7 @@ from trio_mcp_cancel.oauth import (
     JwtVerifier,
     OAuthResource,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 RESOURCE = "http://mcp.test/mcp"
 METADATA_URL = "http://mcp.test/.well-known/oauth-protected-resource/mcp"
@@ -42,12 +42,12 @@ def build(ran: list[str]) -> McpServer:
     server = McpServer("oauth-refusals")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         ran.append(f"echo {text}")
         return text
 
     @server.tool(scopes=["files:write"])
-    async def write(ctx: ToolContext, text: str) -> str:
+    async def write(ctx: Context, text: str) -> str:
         ran.append(f"write {text}")
         return "written"
 

@@ -17,7 +17,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 RESOURCE = "http://mcp.test/mcp"
@@ -29,7 +29,7 @@ def build() -> McpServer:
     server = probe_server("oauth-ws")
 
     @server.tool(scopes=["admin"])
-    async def admin(ctx: ToolContext) -> str:
+    async def admin(ctx: Context) -> str:
         return "admin done"  # pragma: no cover - refused before it runs
 
     return server

@@ -43,7 +43,7 @@ from trio_mcp_cancel.backends._outbox import Outbox, PendingState
 from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
@@ -281,14 +281,14 @@ def hung_server(finish: trio.Event) -> McpServer:
     server = McpServer("hung-redis", tasks=TaskManager(cancel_poll_interval=1000))
 
     @server.tool(task="optional")
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         while not finish.is_set():
             await checkpoint_cancelled()
             await trio.sleep(0.01)
         return "finished"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

@@ -30,7 +30,7 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     checkpoint_cancelled,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 # A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
 pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=5)]
@@ -43,7 +43,7 @@ async def running(registry: Registry, seen: list[str], events: list[Event]) -> A
     server = McpServer("ts-sdk-test")
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 0.02) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 0.02) -> str:
         """Counts, reporting progress every step."""
         try:
             for i in range(1, n + 1):
@@ -56,7 +56,7 @@ async def running(registry: Registry, seen: list[str], events: list[Event]) -> A
         return f"counted to {n}"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.

@@ -20,7 +20,7 @@ from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
 from trio_mcp_cancel import Registry, RequestCancelled
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 # A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
 pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=2)]
@@ -34,7 +34,7 @@ async def running(registry: Registry, seen: list[str]) -> AsyncIterator[str]:
     server = McpServer("ts-sdk-elicit")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         answer = await ctx.elicit("Your name?", SCHEMA)
         assert answer.content is not None
         sampled = await ctx.sample(f"Greet {answer.content['name']}", 20)
@@ -42,7 +42,7 @@ async def running(registry: Registry, seen: list[str]) -> AsyncIterator[str]:
         return f"{sampled['content']['text']} ({len(roots)} roots)"
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         try:
             await ctx.elicit("Never answered", SCHEMA)
         except RequestCancelled as exc:

@@ -19,7 +19,7 @@ from client_harness import hypercorn_checked, node_report
 from repo_paths import ROOT
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 # A Node script in a subprocess; the `mcp_registry` marker configures the registry fixture.
 pytestmark = [pytest.mark.node, pytest.mark.subprocess, pytest.mark.mcp_registry(grace_period=1)]
@@ -34,7 +34,7 @@ async def running(
     server = McpServer("ts-sdk-resume-test")
 
     @server.tool()
-    async def polling(ctx: ToolContext) -> str:
+    async def polling(ctx: Context) -> str:
         """Reports progress, closes its stream's connection, reports again, answers."""
         await ctx.report_progress(1, total=2)
         closed.append(ctx.close_stream())
@@ -43,7 +43,7 @@ async def running(
         return "polled"
 
     @server.tool()
-    async def change(ctx: ToolContext) -> str:
+    async def change(ctx: Context) -> str:
         server.tools_changed()
         return "changed"
 

@@ -30,9 +30,9 @@ from repo_paths import ROOT
 
 import trio_mcp_cancel
 import trio_mcp_cancel.server
+from trio_mcp_cancel._core.registry import USE_CONFIG
 from trio_mcp_cancel._public import PUBLIC_MODULES
 from trio_mcp_cancel.http import HttpLimits
-from trio_mcp_cancel.lowlevel import USE_CONFIG
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
 
 #: The tool author's and the server author's modules together (issue 21: "about 40";

@@ -19,7 +19,7 @@ from redis_harness import prefix, redis
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 __all__ = ["prefix", "redis"]  # fixtures
 
@@ -30,7 +30,7 @@ def make_server() -> McpServer:
     server = McpServer("elicit-redis")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         answer = await ctx.elicit("Your name?", SCHEMA)
         assert answer.content is not None
         return f"Hello {answer.content['name']}"

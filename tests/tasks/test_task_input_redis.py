@@ -14,8 +14,8 @@ import trio
 from deploy_harness import WITH_TASKS, RedisServer
 from redis_harness import client_of, prefix, redis, task_process, wait_status, wait_tracked
 
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import McpTestClient
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
@@ -28,10 +28,10 @@ def make_server() -> McpServer:
     server = McpServer("redis-task-input", tasks=TaskManager(cancel_poll_interval=1000))
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext) -> str | InputRequired:
+    async def confirm(ctx: Context) -> str | InputRequired:
         answer = (ctx.input_responses or {}).get("ok")
         if answer is None:
-            return InputRequired({"ok": elicit("Go ahead?", SCHEMA)})
+            return InputRequired({"ok": InputRequired.elicit("Go ahead?", SCHEMA)})
         return f"confirmed: {answer['content']['ok']}"
 
     return server

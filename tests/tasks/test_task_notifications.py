@@ -15,8 +15,8 @@ import trio.testing
 from test_tasks import serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -27,10 +27,12 @@ def make_server() -> McpServer:
     server = McpServer("task-notifications", tasks=TaskManager(store=MemoryTaskStore()))
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext) -> str | InputRequired:
+    async def confirm(ctx: Context) -> str | InputRequired:
         await trio.sleep(1.0)
         if not ctx.input_responses:
-            return InputRequired({"ok": elicit("Go?", {"type": "object", "properties": {}})})
+            return InputRequired(
+                {"ok": InputRequired.elicit("Go?", {"type": "object", "properties": {}})}
+            )
         return "confirmed"
 
     return server

@@ -24,7 +24,7 @@ from redis_harness import (
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
@@ -58,7 +58,7 @@ def make_server(release: trio.Event) -> McpServer:
     )
 
     @server.tool(task="optional")
-    async def halfway(ctx: ToolContext) -> str:
+    async def halfway(ctx: Context) -> str:
         await ctx.report_progress(5, 10, "halfway")
         await release.wait()
         await ctx.report_progress(10, 10, "all done")

@@ -15,8 +15,9 @@ from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, JsonRpcError, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
+from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -41,7 +42,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
     server = McpServer("tasks-test", tasks=tasks)
 
     @server.tool(task="optional")
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 1.0) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 1.0) -> str:
         try:
             for _ in range(n):
                 if cancelled() and seen.flagged_at is None:
@@ -53,7 +54,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
         return f"counted to {n}"
 
     @server.tool(task="optional")
-    async def stubborn(ctx: ToolContext, seconds: float = 100.0) -> str:
+    async def stubborn(ctx: Context, seconds: float = 100.0) -> str:
         try:
             await trio.sleep(seconds)
         finally:
@@ -62,19 +63,19 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
         return "finished anyway"
 
     @server.tool(task="optional")
-    async def protocol_error_job(ctx: ToolContext) -> str:
+    async def protocol_error_job(ctx: Context) -> str:
         raise JsonRpcError(-32603, "backend exploded", {"why": "test"})
 
     @server.tool(task="optional")
-    async def failing_job(ctx: ToolContext) -> str:
+    async def failing_job(ctx: Context) -> str:
         raise ValueError("bad input")
 
     @server.tool(task="required")
-    async def only_task(ctx: ToolContext) -> str:
+    async def only_task(ctx: Context) -> str:
         return "done"
 
     @server.tool()
-    async def plain(ctx: ToolContext) -> str:
+    async def plain(ctx: Context) -> str:
         return "plain"
 
     return server
@@ -393,12 +394,12 @@ def test_tool_registration_checks_task_support() -> None:
     with pytest.raises(ValueError):
 
         @server.tool(task="sometimes")  # type: ignore[arg-type]
-        async def bad(ctx: ToolContext) -> None: ...
+        async def bad(ctx: Context) -> None: ...
 
     with pytest.raises(ValueError):
 
         @server.tool(task="optional", cancellable=False)
-        async def uncancellable(ctx: ToolContext) -> None: ...
+        async def uncancellable(ctx: Context) -> None: ...
 
 
 async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(

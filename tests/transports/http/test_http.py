@@ -25,8 +25,9 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import current_request
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -37,7 +38,7 @@ tool_log: list[str] = []
 
 
 @server.tool()
-async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
+async def count(ctx: Context, n: int = 100, delay: float = 0.02) -> str:
     """Counts politely: polls the flag every step."""
     for i in range(1, n + 1):
         await checkpoint_cancelled()
@@ -47,7 +48,7 @@ async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
 
 
 @server.tool()
-async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
+async def stubborn(ctx: Context, seconds: float = 30.0) -> str:
     """Ignores the flag; only a hard cancel stops it."""
     try:
         await trio.sleep(seconds)
@@ -58,7 +59,7 @@ async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
 
 
 @server.tool()
-async def echo(ctx: ToolContext, text: str) -> str:
+async def echo(ctx: Context, text: str) -> str:
     return text
 
 
@@ -469,7 +470,7 @@ async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
 
 
 @server.tool(cancellable=False)
-async def quick(ctx: ToolContext, text: str) -> str:
+async def quick(ctx: Context, text: str) -> str:
     """Not tracked: answered without a disconnect watcher."""
     assert current_request(None) is None
     await trio.lowlevel.checkpoint()

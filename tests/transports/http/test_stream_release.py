@@ -20,7 +20,7 @@ from asgi_harness import AsgiClient, HttpExchange, initialize, legacy_call, lega
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 EVENT = 10 * 1024
 
@@ -29,7 +29,7 @@ def build_server() -> McpServer:
     server = McpServer("release-test")
 
     @server.tool()
-    async def chatty(ctx: ToolContext, n: int = 26, size: int = EVENT) -> str:
+    async def chatty(ctx: Context, n: int = 26, size: int = EVENT) -> str:
         """Reports progress n times with a large message, then answers."""
         for i in range(1, n + 1):
             await trio.sleep(0.01)
