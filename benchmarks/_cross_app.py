@@ -14,13 +14,13 @@ import trio
 
 from trio_mcp_cancel import Event, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 server = McpServer("cross-process-bench")
 
 
 @server.tool(task="optional")
-async def spin(ctx: ToolContext) -> str:
+async def spin(ctx: Context) -> str:
     """Run until cancelled; report when the flag was set."""
     task_id = ctx.request.request_id
 

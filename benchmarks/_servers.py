@@ -43,7 +43,7 @@ import trio
 
 from trio_mcp_cancel import RequestCancelledEvent, cancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 
 #: Tool calls answered, per tool; cancellation times seen, per ``key``.
 CALLS: dict[str, int] = {}
@@ -205,17 +205,17 @@ def _ours_app(registry: Any, resume: bool = True) -> Any:
     waiting: dict[tuple[str, object], trio.Event] = {}
 
     @server.tool()
-    async def noop(ctx: ToolContext) -> str:
+    async def noop(ctx: Context) -> str:
         _count("noop")
         return "ok"
 
     @server.tool(cancellable=False)
-    async def noop_fast(ctx: ToolContext) -> str:
+    async def noop_fast(ctx: Context) -> str:
         _count("noop_fast")
         return "ok"
 
     @server.tool()
-    async def slow(ctx: ToolContext, key: str) -> str:
+    async def slow(ctx: Context, key: str) -> str:
         """Wait to be cancelled; note when the flag was seen."""
         global IN_FLIGHT
         IN_FLIGHT += 1
@@ -233,7 +233,7 @@ def _ours_app(registry: Any, resume: bool = True) -> Any:
             waiting.pop((ctx.namespace, ctx.request_id), None)
 
     @server.tool(cancellable=False)
-    async def stats(ctx: ToolContext, action: str = "", path: str = "") -> str:
+    async def stats(ctx: Context, action: str = "", path: str = "") -> str:
         return json.dumps(_stats(action, path))
 
     def on_event(event: object) -> None:

@@ -7,11 +7,11 @@ A no-op cancellable tool, with the per-server and per-tenant call caps off
 
 from __future__ import annotations
 
-from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits
 
 server = McpServer("bench-workers", limits=ServerLimits(max_calls=None, max_calls_per_tenant=None))
 
 
 @server.tool()
-async def noop(ctx: ToolContext) -> str:
+async def noop(ctx: Context) -> str:
     return "ok"

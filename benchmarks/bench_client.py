@@ -42,7 +42,7 @@ from hypercorn.config import Config
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.client import McpClient, McpError, open_http_client
 from trio_mcp_cancel.http import McpHttpApp, serve
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 from . import _h11_client
@@ -62,11 +62,11 @@ class Served:
         self.flagged_at: float | None = None
 
         @self.server.tool()
-        async def noop(ctx: ToolContext) -> str:
+        async def noop(ctx: Context) -> str:
             return "ok"
 
         @self.server.tool()
-        async def watched(ctx: ToolContext) -> str:
+        async def watched(ctx: Context) -> str:
             self.started.set()
             await ctx.request.wait_cancelled()
             self.flagged_at = time.perf_counter()

@@ -45,7 +45,7 @@ import trio.testing
 
 from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 
 from ._common import Row
 
@@ -120,7 +120,7 @@ async def _measure(calls: int, config: RegistryConfig, sessions_count: int) -> d
     saw_flag_at_start: dict[tuple[str, object], bool] = {}
 
     @server.tool()
-    async def work(ctx: ToolContext, seconds: float = TOOL_SECONDS) -> str:
+    async def work(ctx: Context, seconds: float = TOOL_SECONDS) -> str:
         """Polls the flag every 100 ms for *seconds*."""
         saw_flag_at_start[(ctx.namespace, ctx.request_id)] = cancelled()
         deadline = trio.current_time() + seconds

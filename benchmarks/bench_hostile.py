@@ -53,7 +53,7 @@ import trio
 
 from trio_mcp_cancel import RequestCancelledEvent, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import EventRecorder
 
 from . import (
@@ -89,7 +89,7 @@ def _server(release: trio.Event, **caps: Any) -> McpServer:
     server = McpServer("bench-hostile", **caps)
 
     @server.tool()
-    async def hold(ctx: ToolContext) -> str:
+    async def hold(ctx: Context) -> str:
         """Run, polling the flag, until the benchmark releases it."""
         while not release.is_set():
             await checkpoint_cancelled()
@@ -97,11 +97,11 @@ def _server(release: trio.Event, **caps: Any) -> McpServer:
         return "released"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 0.1) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 0.1) -> str:
         for i in range(1, n + 1):
             await checkpoint_cancelled()
             await trio.sleep(delay)

@@ -34,7 +34,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from ._common import Row
 from ._hostile_serve import serving, until
@@ -79,11 +79,11 @@ def _server() -> McpServer:
     server = McpServer("bench-hung-redis")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool(task="optional")
-    async def optional(ctx: ToolContext, text: str) -> str:
+    async def optional(ctx: Context, text: str) -> str:
         return text
 
     return server

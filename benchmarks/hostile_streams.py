@@ -27,7 +27,7 @@ import httpx
 import trio
 
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from ._client import ACCEPT, INITIALIZE, LEGACY
 from ._common import Row, post_scope
@@ -44,7 +44,7 @@ def _server() -> McpServer:
     server = McpServer("bench-streams")
 
     @server.tool()
-    async def chatty(ctx: ToolContext, n: int = EVENTS) -> str:
+    async def chatty(ctx: Context, n: int = EVENTS) -> str:
         """Reports progress n times with a 10 KB message, then answers."""
         for i in range(1, n + 1):
             await trio.sleep(0.002)

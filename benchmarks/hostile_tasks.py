@@ -39,7 +39,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from ._common import Row
 from ._hostile_serve import serving
@@ -59,7 +59,7 @@ def _server(store: MemoryTaskStore) -> McpServer:
     server = McpServer("bench-hostile-tasks", tasks=TaskManager(store=store))
 
     @server.tool(task="optional")
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     return server

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import trio
 
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from ._common import Row
 from .bench_cross_process import _headers, _message, _redis, _result
@@ -44,13 +44,13 @@ server = McpServer("hostile-workers-bench")
 
 
 @server.tool()
-async def whoami(ctx: ToolContext) -> str:
+async def whoami(ctx: Context) -> str:
     """The pid of the worker that answered."""
     return str(os.getpid())
 
 
 @server.tool(task="optional")
-async def hold(ctx: ToolContext) -> str:
+async def hold(ctx: Context) -> str:
     """Name this worker in the task's statusMessage, then run until stopped."""
     await ctx.report_progress(1, message=f"pid {os.getpid()}")
     await trio.sleep_forever()

@@ -47,7 +47,7 @@ from slow_server import CHILD_MARK, describe, run_demo_server
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent, open_registry
 from trio_mcp_cancel.client import open_http_client
-from trio_mcp_cancel.lowlevel import TASKS_EXTENSION
+from trio_mcp_cancel.lowlevel.wire import TASKS_EXTENSION
 
 HERE = Path(__file__).resolve().parent
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

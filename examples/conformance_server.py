@@ -31,15 +31,16 @@ import trio
 
 from trio_mcp_cancel import checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.lowlevel import InputRequired, JsonRpcError, elicit, list_roots, sample
+from trio_mcp_cancel.lowlevel import JsonRpcError
 from trio_mcp_cancel.server import (
     Audio,
+    Context,
     EmbeddedResource,
     Image,
+    InputRequired,
     McpServer,
     PromptMessage,
     Text,
-    ToolContext,
     ToolError,
 )
 
@@ -56,25 +57,25 @@ server = McpServer("trio-mcp-cancel-conformance", "1.0.0")
 
 
 @server.tool()
-async def test_simple_text(ctx: ToolContext) -> str:
+async def test_simple_text(ctx: Context) -> str:
     """Tests simple text content response."""
     return "This is a simple text response for testing."
 
 
 @server.tool()
-async def test_image_content(ctx: ToolContext) -> Image:
+async def test_image_content(ctx: Context) -> Image:
     """Tests image content response."""
     return Image(PNG, "image/png")
 
 
 @server.tool()
-async def test_audio_content(ctx: ToolContext) -> Audio:
+async def test_audio_content(ctx: Context) -> Audio:
     """Tests audio content response."""
     return Audio(WAV, "audio/wav")
 
 
 @server.tool()
-async def test_embedded_resource(ctx: ToolContext) -> EmbeddedResource:
+async def test_embedded_resource(ctx: Context) -> EmbeddedResource:
     """Tests embedded resource content response."""
     return EmbeddedResource(
         "test://embedded-resource", "This is an embedded resource content.", "text/plain"
@@ -82,7 +83,7 @@ async def test_embedded_resource(ctx: ToolContext) -> EmbeddedResource:
 
 
 @server.tool()
-async def test_multiple_content_types(ctx: ToolContext) -> list[Any]:
+async def test_multiple_content_types(ctx: Context) -> list[Any]:
     """Tests response with multiple content types (text, image, resource)."""
     return [
         Text("Multiple content types test:"),
@@ -96,13 +97,13 @@ async def test_multiple_content_types(ctx: ToolContext) -> list[Any]:
 
 
 @server.tool()
-async def test_error_handling(ctx: ToolContext) -> str:
+async def test_error_handling(ctx: Context) -> str:
     """Tests error response handling."""
     raise ToolError("This tool intentionally returns an error for testing")
 
 
 @server.tool()
-async def test_tool_with_logging(ctx: ToolContext) -> str:
+async def test_tool_with_logging(ctx: Context) -> str:
     """Tests a tool that emits log messages during execution."""
     await ctx.log("info", "Tool execution started")
     await trio.sleep(0.05)
@@ -113,14 +114,14 @@ async def test_tool_with_logging(ctx: ToolContext) -> str:
 
 
 @server.tool()
-async def test_logging_tool(ctx: ToolContext) -> str:
+async def test_logging_tool(ctx: Context) -> str:
     """Logs at info level: a modern client gets the messages only if it set a logLevel."""
     await ctx.log("info", "test_logging_tool ran")
     return "logged"
 
 
 @server.tool()
-async def test_tool_with_progress(ctx: ToolContext) -> str:
+async def test_tool_with_progress(ctx: Context) -> str:
     """Tests a tool that reports progress notifications."""
     for step in (0, 50, 100):
         await ctx.report_progress(step, 100, f"Completed step {step} of 100")
@@ -154,7 +155,7 @@ async def test_tool_with_progress(ctx: ToolContext) -> str:
         "additionalProperties": False,
     }
 )
-async def json_schema_2020_12_tool(ctx: ToolContext, **contact: Any) -> str:
+async def json_schema_2020_12_tool(ctx: Context, **contact: Any) -> str:
     """Tool with JSON Schema 2020-12 features, sent exactly as written."""
     return "ok"
 
@@ -168,7 +169,7 @@ async def json_schema_2020_12_tool(ctx: ToolContext, **contact: Any) -> str:
     annotations={"readOnlyHint": True, "idempotentHint": True},
 )
 async def add(
-    ctx: ToolContext, a: Annotated[float, "first addend"], b: Annotated[float, "second"] = 0.0
+    ctx: Context, a: Annotated[float, "first addend"], b: Annotated[float, "second"] = 0.0
 ) -> dict[str, float]:
     """Add two numbers (structured output)."""
     return {"sum": a + b}
@@ -184,7 +185,7 @@ async def add(
         "required": ["region"],
     }
 )
-async def test_region_routing(ctx: ToolContext, region: str, query: str = "") -> str:
+async def test_region_routing(ctx: Context, region: str, query: str = "") -> str:
     """Its region travels in the Mcp-Param-Region header too (SEP-2243), for routing."""
     return f"{region}: {query}"
 
@@ -249,7 +250,7 @@ _ENUMS_SCHEMA = {
 
 
 @server.tool()
-async def test_sampling(ctx: ToolContext, prompt: str) -> str:
+async def test_sampling(ctx: Context, prompt: str) -> str:
     """Asks the client's model (sampling/createMessage) and reports its answer."""
     result = await ctx.sample(prompt, 100)
     content = result.get("content")
@@ -258,28 +259,28 @@ async def test_sampling(ctx: ToolContext, prompt: str) -> str:
 
 
 @server.tool()
-async def test_elicitation(ctx: ToolContext, message: str) -> str:
+async def test_elicitation(ctx: Context, message: str) -> str:
     """Asks the user for a name and an email (elicitation/create)."""
     answer = await ctx.elicit(message, _CONTACT_SCHEMA)
     return f"User response: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool()
-async def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
+async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
     """Elicitation whose schema has a default for every primitive type (SEP-1034)."""
     answer = await ctx.elicit("Please review your details", _DEFAULTS_SCHEMA)
     return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool()
-async def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
+async def test_elicitation_sep1330_enums(ctx: Context) -> str:
     """Elicitation with the five enum forms of SEP-1330."""
     answer = await ctx.elicit("Please choose", _ENUMS_SCHEMA)
     return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
 
 
 @server.tool(client_capabilities={"sampling": {}})
-async def test_missing_capability(ctx: ToolContext) -> str:
+async def test_missing_capability(ctx: Context) -> str:
     """Needs the client's sampling capability (-32021 when it did not declare it)."""
     return "the client declared sampling"
 
@@ -287,16 +288,16 @@ async def test_missing_capability(ctx: ToolContext) -> str:
 # -- list-changed triggers ---------------------------------------------------------
 
 
-async def _dynamic_tool(ctx: ToolContext) -> str:
+async def _dynamic_tool(ctx: Context) -> str:
     return "dynamic"
 
 
-async def _dynamic_prompt(ctx: ToolContext) -> str:
+async def _dynamic_prompt(ctx: Context) -> str:
     return "dynamic"
 
 
 @server.tool()
-async def test_trigger_tool_change(ctx: ToolContext) -> str:
+async def test_trigger_tool_change(ctx: Context) -> str:
     """Adds or removes the tool 'test_dynamic_tool' (a tools list_changed notification)."""
     if "test_dynamic_tool" in server.registration.tools:
         server.remove_tool("test_dynamic_tool")
@@ -306,7 +307,7 @@ async def test_trigger_tool_change(ctx: ToolContext) -> str:
 
 
 @server.tool()
-async def test_reconnection(ctx: ToolContext) -> str:
+async def test_reconnection(ctx: Context) -> str:
     """Closes its SSE stream mid-call (SEP-1699 polling); the client resumes with Last-Event-ID."""
     ctx.close_stream()  # after the priming event: the client knows where to resume from
     await trio.sleep(0.2)
@@ -314,7 +315,7 @@ async def test_reconnection(ctx: ToolContext) -> str:
 
 
 @server.tool()
-async def test_trigger_prompt_change(ctx: ToolContext) -> str:
+async def test_trigger_prompt_change(ctx: Context) -> str:
     """Adds or removes the prompt 'test_dynamic_prompt' (a prompts list_changed notification)."""
     if "test_dynamic_prompt" in server.registration.prompts.prompts:
         server.remove_prompt("test_dynamic_prompt")
@@ -353,43 +354,49 @@ def _roots(responses: Any, key: str) -> list[str] | None:
 
 
 @server.tool()
-async def test_input_required_result_elicitation(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_elicitation(ctx: Context) -> str | InputRequired:
     """Asks the user's name (elicitation), then greets them."""
     answer = _accepted(ctx.input_responses, "user_name")
     if answer is None or not isinstance(answer.get("name"), str):
-        return InputRequired({"user_name": elicit("What is your name?", _NAME_SCHEMA)})
+        return InputRequired(
+            {"user_name": InputRequired.elicit("What is your name?", _NAME_SCHEMA)}
+        )
     return f"Hello, {answer['name']}!"
 
 
 @server.tool()
-async def test_streaming_elicitation(ctx: ToolContext) -> str | InputRequired:
+async def test_streaming_elicitation(ctx: Context) -> str | InputRequired:
     """Needs user input: asks for it with InputRequired, never with a server-to-client request."""
     answer = _accepted(ctx.input_responses, "user_name")
     if answer is None:
-        return InputRequired({"user_name": elicit("What is your name?", _NAME_SCHEMA)})
+        return InputRequired(
+            {"user_name": InputRequired.elicit("What is your name?", _NAME_SCHEMA)}
+        )
     return f"Hello, {answer.get('name')}!"
 
 
 @server.tool()
-async def test_input_required_result_sampling(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_sampling(ctx: Context) -> str | InputRequired:
     """Asks the client's model a question (sampling), then reports the answer."""
     text = _sampled_text(ctx.input_responses, "capital_question")
     if text is None:
-        return InputRequired({"capital_question": sample("What is the capital of France?", 100)})
+        return InputRequired(
+            {"capital_question": InputRequired.sample("What is the capital of France?", 100)}
+        )
     return f"The model answered: {text}"
 
 
 @server.tool()
-async def test_input_required_result_list_roots(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_list_roots(ctx: Context) -> str | InputRequired:
     """Asks for the client's roots, then lists them."""
     roots = _roots(ctx.input_responses, "client_roots")
     if roots is None:
-        return InputRequired({"client_roots": list_roots()})
+        return InputRequired({"client_roots": InputRequired.list_roots()})
     return f"Client roots: {', '.join(roots) or '(none)'}"
 
 
 @server.tool()
-async def test_input_required_result_request_state(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_request_state(ctx: Context) -> str | InputRequired:
     """Round-trips a sealed requestState."""
     confirm_schema = {
         "type": "object",
@@ -399,13 +406,14 @@ async def test_input_required_result_request_state(ctx: ToolContext) -> str | In
     answer = _accepted(ctx.input_responses, "confirm")
     if answer is None or ctx.request_state != {"awaiting": "confirm"}:
         return InputRequired(
-            {"confirm": elicit("Please confirm", confirm_schema)}, state={"awaiting": "confirm"}
+            {"confirm": InputRequired.elicit("Please confirm", confirm_schema)},
+            state={"awaiting": "confirm"},
         )
     return f"state-ok: confirmed={answer.get('ok')}"
 
 
 @server.tool()
-async def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_multiple_inputs(ctx: Context) -> str | InputRequired:
     """Asks for three inputs at once: elicitation, sampling and roots."""
     responses = ctx.input_responses
     name = _accepted(responses, "user_name")
@@ -414,9 +422,9 @@ async def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str | 
     if name is None or greeting is None or roots is None or ctx.request_state != "all-three":
         return InputRequired(
             {
-                "user_name": elicit("What is your name?", _NAME_SCHEMA),
-                "greeting": sample("Generate a greeting", 50),
-                "client_roots": list_roots(),
+                "user_name": InputRequired.elicit("What is your name?", _NAME_SCHEMA),
+                "greeting": InputRequired.sample("Generate a greeting", 50),
+                "client_roots": InputRequired.list_roots(),
             },
             state="all-three",
         )
@@ -424,7 +432,7 @@ async def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str | 
 
 
 @server.tool()
-async def test_input_required_result_multi_round(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_multi_round(ctx: Context) -> str | InputRequired:
     """Two rounds of questions, the state carrying the first answer into the second."""
     state = ctx.request_state
     color_schema = {
@@ -437,42 +445,46 @@ async def test_input_required_result_multi_round(ctx: ToolContext) -> str | Inpu
         if color is not None:
             return f"{state['name']} likes {color.get('color')}"
         return InputRequired(
-            {"step2": elicit("Step 2: What is your favorite color?", color_schema)}, state=state
+            {"step2": InputRequired.elicit("Step 2: What is your favorite color?", color_schema)},
+            state=state,
         )
     name = _accepted(ctx.input_responses, "step1")
     if isinstance(state, dict) and state.get("round") == 1 and name is not None:
         return InputRequired(
-            {"step2": elicit("Step 2: What is your favorite color?", color_schema)},
+            {"step2": InputRequired.elicit("Step 2: What is your favorite color?", color_schema)},
             state={"round": 2, "name": name.get("name")},
         )
     return InputRequired(
-        {"step1": elicit("Step 1: What is your name?", _NAME_SCHEMA)}, state={"round": 1}
+        {"step1": InputRequired.elicit("Step 1: What is your name?", _NAME_SCHEMA)},
+        state={"round": 1},
     )
 
 
 @server.tool()
-async def test_input_required_result_tampered_state(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_tampered_state(ctx: Context) -> str | InputRequired:
     """Seals its state; a tampered one is refused (-32602) before this code runs."""
     answer = _accepted(ctx.input_responses, "confirm")
     if answer is None or ctx.request_state is None:
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-        return InputRequired({"confirm": elicit("Confirm?", schema)}, state={"approved": False})
+        return InputRequired(
+            {"confirm": InputRequired.elicit("Confirm?", schema)}, state={"approved": False}
+        )
     return "state verified"
 
 
 @server.tool()
-async def test_input_required_result_capabilities(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_capabilities(ctx: Context) -> str | InputRequired:
     """Asks only for what the client declared it can answer."""
     declared = ctx.client_capabilities
     if ctx.input_responses:
         return f"received {', '.join(sorted(ctx.input_responses))}"
     requests: dict[str, Any] = {}
     if "elicitation" in declared:
-        requests["user_name"] = elicit("What is your name?", _NAME_SCHEMA)
+        requests["user_name"] = InputRequired.elicit("What is your name?", _NAME_SCHEMA)
     if "sampling" in declared:
-        requests["greeting"] = sample("Generate a greeting", 50)
+        requests["greeting"] = InputRequired.sample("Generate a greeting", 50)
     if "roots" in declared:
-        requests["client_roots"] = list_roots()
+        requests["client_roots"] = InputRequired.list_roots()
     if not requests:
         return "the client declared no input capability"
     return InputRequired(requests)
@@ -482,14 +494,14 @@ async def test_input_required_result_capabilities(ctx: ToolContext) -> str | Inp
 
 
 @server.tool()
-async def greet(ctx: ToolContext, name: str = "World") -> str:
+async def greet(ctx: Context, name: str = "World") -> str:
     """Returns a synchronous greeting (never a task)."""
     return f"Hello, {name}!"
 
 
 @server.tool(task="optional")
 async def slow_compute(
-    ctx: ToolContext,
+    ctx: Context,
     seconds: Annotated[float, "how long to work"] = 1.0,
     label: Annotated[str, "a label echoed in the result"] = "work",
 ) -> str:
@@ -502,14 +514,14 @@ async def slow_compute(
 
 
 @server.tool(task="required")
-async def failing_job(ctx: ToolContext) -> str:
+async def failing_job(ctx: Context) -> str:
     """Always ends in a tool execution error (a completed task with isError)."""
     await trio.sleep(1.0)
     raise ToolError("The task job failed")
 
 
 @server.tool(task="required")
-async def protocol_error_job(ctx: ToolContext) -> str:
+async def protocol_error_job(ctx: Context) -> str:
     """Always ends in a protocol error (a failed task with its JSON-RPC error)."""
     await trio.sleep(0.2)
     raise JsonRpcError(-32603, "Internal error: protocol_error_job always fails")
@@ -523,16 +535,18 @@ _CONFIRM_SCHEMA = {
 
 
 @server.tool(task="optional")
-async def confirm_delete(ctx: ToolContext, filename: str = "file.txt") -> str | InputRequired:
+async def confirm_delete(ctx: Context, filename: str = "file.txt") -> str | InputRequired:
     """Asks for confirmation from inside the task (input_required, answered by tasks/update)."""
     answer = _accepted(ctx.input_responses, "confirm")
     if answer is None:
-        return InputRequired({"confirm": elicit(f"Delete {filename}?", _CONFIRM_SCHEMA)})
+        return InputRequired(
+            {"confirm": InputRequired.elicit(f"Delete {filename}?", _CONFIRM_SCHEMA)}
+        )
     return f"Delete {filename} confirmed: {answer.get('confirm') is True}"
 
 
 @server.tool(task="optional")
-async def multi_input(ctx: ToolContext) -> str | InputRequired:
+async def multi_input(ctx: Context) -> str | InputRequired:
     """Asks two questions at once from inside the task; they may be answered one at a time."""
     schema = {"type": "object", "properties": {"name": {"type": "string"}}}
     first, second = (
@@ -541,22 +555,26 @@ async def multi_input(ctx: ToolContext) -> str | InputRequired:
     )
     if first is None or second is None:
         return InputRequired(
-            {"first": elicit("First input?", schema), "second": elicit("Second input?", schema)}
+            {
+                "first": InputRequired.elicit("First input?", schema),
+                "second": InputRequired.elicit("Second input?", schema),
+            }
         )
     return f"Inputs received: {first.get('name')}, {second.get('name')}"
 
 
-async def _ask_user_name(ctx: ToolContext) -> InputRequired | None:
+async def _ask_user_name(ctx: Context) -> InputRequired | None:
     """MRTR before the task: ask for the name until the retry carries it."""
     if _accepted(ctx.input_responses, "user_name") is None:
         return InputRequired(
-            {"user_name": elicit("What is your name?", _NAME_SCHEMA)}, state={"asked": "user_name"}
+            {"user_name": InputRequired.elicit("What is your name?", _NAME_SCHEMA)},
+            state={"asked": "user_name"},
         )
     return None
 
 
 @server.tool(task="required", before_task=_ask_user_name)
-async def test_tool_with_task(ctx: ToolContext) -> str:
+async def test_tool_with_task(ctx: Context) -> str:
     """Asks the user's name (MRTR, no task yet), then greets them from a task."""
     answer = _accepted(ctx.input_responses, "user_name") or {}
     await trio.sleep(0.5)
@@ -567,19 +585,19 @@ async def test_tool_with_task(ctx: ToolContext) -> str:
 
 
 @server.resource("test://static-text", name="static-text", mime_type="text/plain")
-async def static_text(ctx: ToolContext) -> str:
+async def static_text(ctx: Context) -> str:
     """A static text resource."""
     return "This is the content of the static text resource."
 
 
 @server.resource("test://static-binary", name="static-binary", mime_type="image/png")
-async def static_binary(ctx: ToolContext) -> bytes:
+async def static_binary(ctx: Context) -> bytes:
     """A static binary resource (a PNG image)."""
     return PNG
 
 
 @server.resource("test://watched-resource", name="watched-resource", mime_type="text/plain")
-async def watched_resource(ctx: ToolContext) -> str:
+async def watched_resource(ctx: Context) -> str:
     """A resource clients subscribe to."""
     return "Watched resource content"
 
@@ -587,7 +605,7 @@ async def watched_resource(ctx: ToolContext) -> str:
 @server.resource_template(
     "test://template/{id}/data", name="template-data", mime_type="application/json"
 )
-async def template_data(ctx: ToolContext, id: str) -> str:
+async def template_data(ctx: Context, id: str) -> str:
     """A resource template: the id substituted into the data."""
     return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
 
@@ -596,14 +614,14 @@ async def template_data(ctx: ToolContext, id: str) -> str:
 
 
 @server.prompt()
-async def test_simple_prompt(ctx: ToolContext) -> str:
+async def test_simple_prompt(ctx: Context) -> str:
     """A simple prompt without arguments."""
     return "This is a simple prompt for testing."
 
 
 @server.prompt()
 async def test_prompt_with_arguments(
-    ctx: ToolContext,
+    ctx: Context,
     arg1: Annotated[str, "First test argument"],
     arg2: Annotated[str, "Second test argument"],
 ) -> str:
@@ -612,13 +630,13 @@ async def test_prompt_with_arguments(
 
 
 @server.completion("prompt", "test_prompt_with_arguments", "arg1")
-async def complete_arg1(ctx: ToolContext, value: str, context: dict[str, str]) -> list[str]:
+async def complete_arg1(ctx: Context, value: str, context: dict[str, str]) -> list[str]:
     return [word for word in ("paris", "park", "party") if word.startswith(value)]
 
 
 @server.prompt()
 async def test_prompt_with_embedded_resource(
-    ctx: ToolContext, resourceUri: Annotated[str, "URI of the resource to embed"]
+    ctx: Context, resourceUri: Annotated[str, "URI of the resource to embed"]
 ) -> list[Any]:
     """A prompt with an embedded resource."""
     return [
@@ -628,13 +646,13 @@ async def test_prompt_with_embedded_resource(
 
 
 @server.prompt()
-async def test_prompt_with_image(ctx: ToolContext) -> list[Any]:
+async def test_prompt_with_image(ctx: Context) -> list[Any]:
     """A prompt with an image."""
     return [Image(PNG, "image/png"), PromptMessage("user", "Please analyze the image above.")]
 
 
 @server.prompt()
-async def test_input_required_result_prompt(ctx: ToolContext) -> str | InputRequired:
+async def test_input_required_result_prompt(ctx: Context) -> str | InputRequired:
     """A prompt that asks for context first (MRTR on prompts/get)."""
     answer = _accepted(ctx.input_responses, "user_context")
     if answer is None:
@@ -644,7 +662,7 @@ async def test_input_required_result_prompt(ctx: ToolContext) -> str | InputRequ
             "required": ["context"],
         }
         return InputRequired(
-            {"user_context": elicit("What context should the prompt use?", schema)}
+            {"user_context": InputRequired.elicit("What context should the prompt use?", schema)}
         )
     return f"Use this context: {answer.get('context')}"
 

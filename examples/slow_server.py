@@ -46,7 +46,7 @@ from hypercorn.config import Config
 
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry, run_process
 from trio_mcp_cancel.http import McpHttpApp, app_from_env, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -54,7 +54,7 @@ server = McpServer("slow-demo", instructions="Call 'count' and cancel it wheneve
 
 
 @server.tool(task="optional")
-async def count(ctx: ToolContext, n: int = 10, delay: float = 0.5) -> str:
+async def count(ctx: Context, n: int = 10, delay: float = 0.5) -> str:
     """Count to n, one step every `delay` seconds, reporting progress."""
     for i in range(1, n + 1):
         await checkpoint_cancelled()  # stops here, cooperatively, once cancelled
@@ -64,7 +64,7 @@ async def count(ctx: ToolContext, n: int = 10, delay: float = 0.5) -> str:
 
 
 @server.tool()
-async def stubborn(ctx: ToolContext, seconds: float = 60.0) -> str:
+async def stubborn(ctx: Context, seconds: float = 60.0) -> str:
     """Ignore the cancellation flag; only the grace period's hard cancel stops it."""
     await trio.sleep(seconds)
     return "finished anyway"
@@ -75,7 +75,7 @@ CHILD_MARK = "mcp-demo-child"
 
 
 @server.tool()
-async def child(ctx: ToolContext, seconds: float = 30.0) -> str:
+async def child(ctx: Context, seconds: float = 30.0) -> str:
     """Run a child process (a Python one-liner that sleeps); a cancel stops it.
 
     The flag sends it SIGTERM; had it ignored that, the hard cancel would

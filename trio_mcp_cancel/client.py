@@ -3,7 +3,7 @@
 For gateways and tools that call other MCP servers::
 
     @server.tool()
-    async def summarize(ctx: ToolContext, path: str) -> str:
+    async def summarize(ctx: Context, path: str) -> str:
         async with open_client("http://127.0.0.1:9000/mcp") as upstream:
             result = await upstream.call_tool("read", {"path": path})
         return result["content"][0]["text"]

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from trio_mcp_cancel import checkpoint_cancelled
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 
 def probe_server(name: str = "probe", version: str = "1.0", **options: Any) -> McpServer:
@@ -24,7 +24,7 @@ def probe_server(name: str = "probe", version: str = "1.0", **options: Any) -> M
     server = McpServer(name, version, **options)
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str, times: int = 1) -> str:
+    async def echo(ctx: Context, text: str, times: int = 1) -> str:
         """Repeat text."""
         return text * times
 
@@ -35,7 +35,7 @@ def add_cancellation_tools(server: McpServer) -> McpServer:
     """Register ``count``, ``stubborn``, ``helpers`` and ``whoami`` on *server*."""
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 1000, delay: float = 1.0) -> str:
+    async def count(ctx: Context, n: int = 1000, delay: float = 1.0) -> str:
         """Poll the flag between steps: stops cooperatively."""
         for i in range(1, n + 1):
             await checkpoint_cancelled()
@@ -44,13 +44,13 @@ def add_cancellation_tools(server: McpServer) -> McpServer:
         return f"counted {n}"
 
     @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
+    async def stubborn(ctx: Context) -> str:
         """Ignore the flag: only the hard cancel stops it."""
         await trio.sleep(1000)
         return "finished anyway"
 
     @server.tool()
-    async def helpers(ctx: ToolContext) -> str:
+    async def helpers(ctx: Context) -> str:
         """Poll the flag in a helper task, not in the tool's own task."""
 
         async def helper() -> None:
@@ -64,7 +64,7 @@ def add_cancellation_tools(server: McpServer) -> McpServer:
         return "unreachable"
 
     @server.tool()
-    async def whoami(ctx: ToolContext) -> dict[str, Any]:
+    async def whoami(ctx: Context) -> dict[str, Any]:
         return {"namespace": ctx.namespace, "era": ctx.era}
 
     return server

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from trio_mcp_cancel import checkpoint_cancelled
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 __all__ = ["call", "server", "tool_log"]
 
@@ -22,7 +22,7 @@ tool_log: list[str] = []
 
 
 @server.tool()
-async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
+async def count(ctx: Context, n: int = 100, delay: float = 0.02) -> str:
     """Counts politely: polls the flag every step."""
     for i in range(1, n + 1):
         await checkpoint_cancelled()
@@ -32,7 +32,7 @@ async def count(ctx: ToolContext, n: int = 100, delay: float = 0.02) -> str:
 
 
 @server.tool()
-async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
+async def stubborn(ctx: Context, seconds: float = 30.0) -> str:
     """Ignores the flag; only a hard cancel stops it."""
     try:
         await trio.sleep(seconds)
@@ -43,7 +43,7 @@ async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
 
 
 @server.tool()
-async def echo(ctx: ToolContext, text: str) -> str:
+async def echo(ctx: Context, text: str) -> str:
     return text
 
 

@@ -100,13 +100,13 @@ LATE_PROVIDER = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel.server import McpServer, Context
     from trio_mcp_cancel.testing import open_test_client
 
     server = McpServer("late")  # telemetry=True: the global providers
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     exporter = InMemorySpanExporter()

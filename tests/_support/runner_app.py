@@ -18,8 +18,7 @@ import trio
 
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.lowlevel import InputRequired, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 
 if os.environ.get("RUNNER_APP_EXIT"):
     os._exit(int(os.environ["RUNNER_APP_EXIT"]))
@@ -32,7 +31,7 @@ server = McpServer("runner-test")
 
 
 @server.tool()
-async def whoami(ctx: ToolContext) -> str:
+async def whoami(ctx: Context) -> str:
     """This process: its pid, its MCP_INSTANCE_ID, and a digest of its MCP_STATE_SECRET."""
     secret = os.environ.get("MCP_STATE_SECRET", "")
     digest = hashlib.sha256(secret.encode()).hexdigest()[:12] if secret else "-"
@@ -40,7 +39,7 @@ async def whoami(ctx: ToolContext) -> str:
 
 
 @server.tool(task="optional")
-async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
+async def hold(ctx: Context, seconds: float = 120.0) -> str:
     """Say which process runs it (as the task's statusMessage), then run *seconds*."""
     logging.getLogger("runner_app").warning("hold started in pid %d", os.getpid())
     await ctx.report_progress(1, message=f"pid {os.getpid()}")
@@ -49,7 +48,7 @@ async def hold(ctx: ToolContext, seconds: float = 120.0) -> str:
 
 
 @server.tool()
-async def until_cancelled(ctx: ToolContext) -> str:
+async def until_cancelled(ctx: Context) -> str:
     """Poll the flag until the request is cancelled, then stop (``-32800``) saying why."""
     logging.getLogger("runner_app").warning("until_cancelled started in pid %d", os.getpid())
     while True:
@@ -64,11 +63,13 @@ async def until_cancelled(ctx: ToolContext) -> str:
 
 
 @server.tool()
-async def confirm(ctx: ToolContext, item: str) -> str | InputRequired:
+async def confirm(ctx: Context, item: str) -> str | InputRequired:
     """MRTR: ask first; the retry (which may reach another worker) says which pid it ran in."""
     if ctx.input_responses is None or ctx.request_state != {"item": item}:
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-        return InputRequired({"ok": elicit(f"Delete {item}?", schema)}, state={"item": item})
+        return InputRequired(
+            {"ok": InputRequired.elicit(f"Delete {item}?", schema)}, state={"item": item}
+        )
     return f"{os.getpid()} confirmed {item}"
 
 

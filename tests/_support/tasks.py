@@ -18,7 +18,7 @@ import trio
 from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 __all__ = [
@@ -57,7 +57,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
     server = McpServer("tasks-test", tasks=tasks)
 
     @server.tool(task="optional")
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 1.0) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 1.0) -> str:
         try:
             for _ in range(n):
                 if cancelled() and seen.flagged_at is None:
@@ -69,7 +69,7 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
         return f"counted to {n}"
 
     @server.tool(task="optional")
-    async def stubborn(ctx: ToolContext, seconds: float = 100.0) -> str:
+    async def stubborn(ctx: Context, seconds: float = 100.0) -> str:
         try:
             await trio.sleep(seconds)
         finally:
@@ -78,19 +78,19 @@ def make_server(seen: Seen, **manager: Any) -> McpServer:
         return "finished anyway"
 
     @server.tool(task="optional")
-    async def protocol_error_job(ctx: ToolContext) -> str:
+    async def protocol_error_job(ctx: Context) -> str:
         raise JsonRpcError(-32603, "backend exploded", {"why": "test"})
 
     @server.tool(task="optional")
-    async def failing_job(ctx: ToolContext) -> str:
+    async def failing_job(ctx: Context) -> str:
         raise ValueError("bad input")
 
     @server.tool(task="required")
-    async def only_task(ctx: ToolContext) -> str:
+    async def only_task(ctx: Context) -> str:
         return "done"
 
     @server.tool()
-    async def plain(ctx: ToolContext) -> str:
+    async def plain(ctx: Context) -> str:
         return "plain"
 
     return server

@@ -29,7 +29,7 @@ from trio_mcp_cancel.client import (
 )
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.oauth import AuthServer, listening_socket, running_auth_server, serving_asgi
 
@@ -48,15 +48,15 @@ def build(seen: list[str], started: trio.Event) -> McpServer:
     server = McpServer("oauth-client")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool(scopes=["admin"])
-    async def purge(ctx: ToolContext) -> str:
+    async def purge(ctx: Context) -> str:
         return "purged"
 
     @server.tool()
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         started.set()
         await ctx.request.wait_cancelled()
         cancellation = ctx.request.cancellation

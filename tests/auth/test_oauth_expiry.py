@@ -23,7 +23,7 @@ from trio_mcp_cancel import Registry, checkpoint_cancelled
 from trio_mcp_cancel._telemetry.names import server_cause
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import AccessToken, InvalidToken, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.transports.http.oauth import Expiries
 
 from _support.asgi import (
@@ -67,7 +67,7 @@ def build() -> McpServer:
     server = McpServer("oauth-expiry")
 
     @server.tool()
-    async def forever(ctx: ToolContext) -> str:
+    async def forever(ctx: Context) -> str:
         while True:
             await checkpoint_cancelled()
             await trio.sleep(1)

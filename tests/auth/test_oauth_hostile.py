@@ -19,7 +19,7 @@ import trio
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtOrOpaque, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers, served
 from _support.oauth import AuthServer, in_process_auth_server
@@ -35,7 +35,7 @@ def build() -> McpServer:
     server = McpServer("oauth-hostile")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

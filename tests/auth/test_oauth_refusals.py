@@ -29,7 +29,7 @@ from trio_mcp_cancel.oauth import (
     JwtVerifier,
     OAuthResource,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers, served
 from _support.oauth import AuthServer, running_auth_server
@@ -43,12 +43,12 @@ def build(ran: list[str]) -> McpServer:
     server = McpServer("oauth-refusals")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         ran.append(f"echo {text}")
         return text
 
     @server.tool(scopes=["files:write"])
-    async def write(ctx: ToolContext, text: str) -> str:
+    async def write(ctx: Context, text: str) -> str:
         ran.append(f"write {text}")
         return "written"
 

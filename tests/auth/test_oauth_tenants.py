@@ -18,9 +18,9 @@ import trio.lowlevel
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
+from trio_mcp_cancel.lowlevel import namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 
 from _support.asgi import (
     AsgiClient,
@@ -46,17 +46,19 @@ def build(release: trio.Event, seen: list[str]) -> McpServer:
     server = McpServer("oauth-tenants")
 
     @server.tool(task="optional")
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         await release.wait()
         seen.append("wait finished")
         return "released"
 
     @server.tool()
-    async def ask(ctx: ToolContext) -> str | InputRequired:
+    async def ask(ctx: Context) -> str | InputRequired:
         answer = (ctx.input_responses or {}).get("topic")
         if answer is None:
             schema = {"type": "object", "properties": {"topic": {"type": "string"}}}
-            return InputRequired({"topic": elicit("Which topic?", schema)}, state="asked")
+            return InputRequired(
+                {"topic": InputRequired.elicit("Which topic?", schema)}, state="asked"
+            )
         return f"about {answer['content']['topic']}"
 
     return server

@@ -27,7 +27,7 @@ import trio
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled, open_registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks
 
 from _support.oauth import listening_socket, running_auth_server, serving_asgi
@@ -50,12 +50,12 @@ async def test_typescript_sdk_v2_discovers_gets_a_token_calls_and_cancels(
     principals: list[str] = []
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         principals.append(ctx.namespace)
         return text
 
     @server.tool(scopes=["mcp:slow"])
-    async def slow(ctx: ToolContext) -> str:
+    async def slow(ctx: Context) -> str:
         seen.append("slow started")
         try:
             while True:

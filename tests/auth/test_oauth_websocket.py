@@ -15,7 +15,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 from _support.cancellation_tools import probe_server
@@ -30,7 +30,7 @@ def build() -> McpServer:
     server = probe_server("oauth-ws")
 
     @server.tool(scopes=["admin"])
-    async def admin(ctx: ToolContext) -> str:
+    async def admin(ctx: Context) -> str:
         return "admin done"  # pragma: no cover - refused before it runs
 
     return server

@@ -38,7 +38,7 @@ from trio_mcp_cancel.client import (
     open_stdio_client,
     open_websocket_client,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpTestClient,
@@ -61,7 +61,7 @@ class Downstream:
         self.started = trio.Event()
 
         @self.server.tool()
-        async def watched(ctx: ToolContext) -> str:
+        async def watched(ctx: Context) -> str:
             self.started.set()
             await ctx.request.wait_cancelled()
             cancellation = ctx.request.cancellation
@@ -71,7 +71,7 @@ class Downstream:
             return "unreachable"
 
         @self.server.tool()
-        async def echo(ctx: ToolContext, text: str) -> str:
+        async def echo(ctx: Context, text: str) -> str:
             await ctx.report_progress(1, 2, "half")
             return text
 
@@ -81,7 +81,7 @@ def gateway(upstream: list[Any]) -> McpServer:
     server = McpServer("A")
 
     @server.tool()
-    async def relay(ctx: ToolContext, tool: str = "watched") -> Any:
+    async def relay(ctx: Context, tool: str = "watched") -> Any:
         client = upstream[0]
         return await client.call_tool(tool, {"text": "hi"} if tool == "echo" else {})
 
@@ -276,18 +276,18 @@ async def test_websocket_client_round_trip_and_cancel(mcp_registry: Registry) ->
 STDIO_SERVER = textwrap.dedent(
     """
     import sys, trio
-    from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel.server import McpServer, Context
     from trio_mcp_cancel import RegistryConfig
     from trio_mcp_cancel.stdio import run_stdio
 
     server = McpServer("stdio-b")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool()
-    async def watched(ctx: ToolContext, path: str) -> str:
+    async def watched(ctx: Context, path: str) -> str:
         open(path, "w").write("started")
         await ctx.request.wait_cancelled()
         open(path, "w").write("flagged:" + ctx.request.cancellation.kind)

@@ -26,7 +26,7 @@ from trio_mcp_cancel.client import (
     open_stdio_client,
     open_websocket_client,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -41,7 +41,7 @@ def make_server(seen: list[str]) -> McpServer:
     server = McpServer("asker")
 
     @server.tool()
-    async def survey(ctx: ToolContext) -> str:
+    async def survey(ctx: Context) -> str:
         """Asks all three kinds of question, then acts once."""
         who = await ctx.elicit("Your name?", NAME)
         said = await ctx.sample("Say hi", 10)
@@ -52,7 +52,7 @@ def make_server(seen: list[str]) -> McpServer:
         return f"{who.content['name']} / {said['content']['text']} / {uris}"
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         try:
             answer = await ctx.elicit("Your name?", NAME)
         except RequestCancelled as exc:

@@ -15,7 +15,7 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RegistryConfig
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 
 
@@ -26,7 +26,7 @@ class B:
         self.started = trio.Event()
 
         @self.server.tool()
-        async def watched(ctx: ToolContext) -> str:
+        async def watched(ctx: Context) -> str:
             self.started.set()
             await ctx.request.wait_cancelled()
             assert ctx.request.cancellation is not None
@@ -47,7 +47,7 @@ def gateway(to_b: list[McpTestClient], limit: float | None) -> McpServer:
     a = McpServer("A")
 
     @a.tool()
-    async def relay(ctx: ToolContext) -> Any:
+    async def relay(ctx: Context) -> Any:
         if limit is None:
             return await to_b[0].call_tool("watched")
         with trio.move_on_after(limit):  # the tool's own time limit

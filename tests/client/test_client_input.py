@@ -24,8 +24,8 @@ from trio.testing import MockClock
 from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 from _support.client import http_server
@@ -34,7 +34,7 @@ BOUND = 30
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 
-def answered(ctx: ToolContext, key: str) -> str | None:
+def answered(ctx: Context, key: str) -> str | None:
     answer = (ctx.input_responses or {}).get(key)
     content = answer.get("content") if isinstance(answer, dict) else None
     name = content.get("name") if isinstance(content, dict) else None
@@ -51,23 +51,27 @@ def make_server() -> McpServer:
         return f"routed to {region}"
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str | InputRequired:
+    async def greet(ctx: Context) -> str | InputRequired:
         name = answered(ctx, "who")
         if name is None:
-            return InputRequired({"who": elicit("Your name?", NAME)}, state={"round": 1})
+            return InputRequired(
+                {"who": InputRequired.elicit("Your name?", NAME)}, state={"round": 1}
+            )
         return f"hello {name} (state {ctx.request_state})"
 
     @server.tool()
-    async def insatiable(ctx: ToolContext) -> InputRequired:
-        return InputRequired({"who": elicit("Again?", NAME)})
+    async def insatiable(ctx: Context) -> InputRequired:
+        return InputRequired({"who": InputRequired.elicit("Again?", NAME)})
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext, item: str = "x") -> str | InputRequired:
+    async def confirm(ctx: Context, item: str = "x") -> str | InputRequired:
         name = answered(ctx, "sure")
         await ctx.report_progress(2 if name else 1, 2, "checking")
         await trio.sleep(1.0)
         if name is None:
-            return InputRequired({"sure": elicit(f"Delete {item}?", NAME)}, state={"item": item})
+            return InputRequired(
+                {"sure": InputRequired.elicit(f"Delete {item}?", NAME)}, state={"item": item}
+            )
         return f"{ctx.request_state['item']} deleted by {name}"
 
     return server

@@ -28,7 +28,7 @@ from trio_mcp_cancel import Registry, RequestCancelledEvent
 from trio_mcp_cancel._client.http import DRAIN_BYTES, DRAIN_TIME
 from trio_mcp_cancel.client import McpTransportError, open_http_client
 from trio_mcp_cancel.http import McpHttpApp, serve
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder
 
 BOUND = 30
@@ -45,13 +45,13 @@ class Slow:
         self.release = trio.Event()
 
         @self.server.tool()
-        async def hold(ctx: ToolContext) -> str:
+        async def hold(ctx: Context) -> str:
             self.started.set()
             await self.release.wait()
             return "held"
 
         @self.server.tool()
-        async def echo(ctx: ToolContext, text: str) -> str:
+        async def echo(ctx: Context, text: str) -> str:
             return text
 
 
@@ -315,7 +315,7 @@ def chatty_server() -> McpServer:
     server = McpServer("chatty")
 
     @server.tool()
-    async def chatty(ctx: ToolContext) -> str:
+    async def chatty(ctx: Context) -> str:
         for step in (1, 2, 3):
             await ctx.report_progress(step, 3)
         return "done"
@@ -360,7 +360,7 @@ async def test_a_call_cancelled_while_its_answer_streams_still_closes_the_stream
     going = trio.Event()
 
     @server.tool()
-    async def stream_forever(ctx: ToolContext) -> str:
+    async def stream_forever(ctx: Context) -> str:
         await ctx.report_progress(1)
         going.set()
         await trio.sleep_forever()

@@ -41,14 +41,8 @@ from trio_mcp_cancel import (
     tracked,
 )
 from trio_mcp_cancel._core.registry import USE_CONFIG
-from trio_mcp_cancel.lowlevel import (
-    CancelOutcome,
-    InvalidRequestId,
-    TrackedRequest,
-    is_valid_request_id,
-    track,
-    untrack,
-)
+from trio_mcp_cancel._core.validation import is_valid_request_id
+from trio_mcp_cancel.lowlevel import CancelOutcome, InvalidRequestId, TrackedRequest, track, untrack
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 # ---------------------------------------------------------------------------

@@ -22,12 +22,12 @@ from trio_mcp_cancel import (
     open_registry,
     tracked,
 )
+from trio_mcp_cancel._core.context import reason
 from trio_mcp_cancel.lowlevel import (
     CancelOutcome,
     TrackedRequest,
     current_registry,
     current_request,
-    reason,
     track,
     untrack,
 )

@@ -4,12 +4,8 @@ import ipaddress
 
 import pytest
 
-from trio_mcp_cancel.lowlevel import (
-    GLOBAL_NAMESPACE,
-    client_bucket,
-    namespace_for,
-    namespace_from_asgi,
-)
+from trio_mcp_cancel._core.namespace import GLOBAL_NAMESPACE, client_bucket
+from trio_mcp_cancel.lowlevel import namespace_for, namespace_from_asgi
 
 
 def test_session_beats_principal_beats_ip() -> None:

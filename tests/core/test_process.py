@@ -253,7 +253,7 @@ async def test_lines_are_streamed_as_progress() -> None:
 
 
 async def test_a_reporter_with_last_progress_is_continued_from_it() -> None:
-    # Any reporter may say where it stands (ToolContext.last_progress does).
+    # Any reporter may say where it stands (Context.last_progress does).
     reports: list[float] = []
 
     class Ctx:
@@ -270,7 +270,7 @@ async def test_a_reporter_with_last_progress_is_continued_from_it() -> None:
 
 
 async def test_line_progress_continues_after_the_tools_own_progress() -> None:
-    from trio_mcp_cancel.server import ToolContext
+    from trio_mcp_cancel.server import Context
 
     sent: list[dict[str, object]] = []
 
@@ -280,7 +280,7 @@ async def test_line_progress_continues_after_the_tools_own_progress() -> None:
         async def notify(self, message: dict[str, object]) -> None:
             sent.append(message["params"])  # type: ignore[arg-type]
 
-    ctx = ToolContext(1, None, "tok", Exchange())  # type: ignore[arg-type]
+    ctx = Context(1, None, "tok", Exchange())  # type: ignore[arg-type]
     assert ctx.last_progress is None
     await ctx.report_progress(10.5, None, "before")
     assert ctx.last_progress == 10.5

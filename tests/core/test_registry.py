@@ -20,12 +20,12 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     tracked,
 )
+from trio_mcp_cancel._core.context import reason
 from trio_mcp_cancel.lowlevel import (
     CancelOutcome,
     InvalidRequestId,
     TrackedRequest,
     current_request,
-    reason,
     track,
     untrack,
 )

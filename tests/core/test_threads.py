@@ -26,7 +26,7 @@ from trio_mcp_cancel import (
     run_sync,
     tracked,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks, open_test_client
 
 BOUND = 30
@@ -151,13 +151,13 @@ def sync_server(release: threading.Event) -> McpServer:
     server = McpServer("sync-tools")
 
     @server.tool()
-    def add(ctx: ToolContext, a: int, b: int = 2) -> dict[str, Any]:
+    def add(ctx: Context, a: int, b: int = 2) -> dict[str, Any]:
         """Add two numbers, in a worker thread."""
         trio.from_thread.run(ctx.report_progress, 1, 1, "adding")
         return {"sum": a + b, "main_thread": threading.current_thread() is threading.main_thread()}
 
     @server.tool()
-    def polite(ctx: ToolContext) -> str:
+    def polite(ctx: Context) -> str:
         token = cancel_token()
         while not token.wait(0.05):
             pass
@@ -166,7 +166,7 @@ def sync_server(release: threading.Event) -> McpServer:
         return "unreachable"
 
     @server.tool()
-    def stuck(ctx: ToolContext) -> str:
+    def stuck(ctx: Context) -> str:
         release.wait()
         return "too late"
 
@@ -233,7 +233,7 @@ async def test_a_stuck_sync_tool_is_abandoned_and_the_call_ends_on_time(
 def test_generators_are_not_tools() -> None:
     server = McpServer()
 
-    def gen(ctx: ToolContext) -> Any:
+    def gen(ctx: Context) -> Any:
         yield 1
 
     with pytest.raises(TypeError, match="plain function"):
@@ -248,12 +248,12 @@ async def test_stuck_threads_of_one_tool_cannot_starve_the_others(
     server = McpServer("limits", sync_tool_threads=2)
 
     @server.tool(thread_limiter=own)
-    def stuck(ctx: ToolContext) -> str:
+    def stuck(ctx: Context) -> str:
         release.wait()
         return "too late"
 
     @server.tool()
-    def add(ctx: ToolContext, a: int, b: int) -> int:
+    def add(ctx: Context, a: int, b: int) -> int:
         return a + b
 
     try:
@@ -325,7 +325,7 @@ def test_thread_limits_are_checked_and_made_per_run() -> None:
     with pytest.raises(TypeError, match="sync"):
 
         @server.tool(thread_limiter=2)
-        async def not_sync(ctx: ToolContext) -> str:
+        async def not_sync(ctx: Context) -> str:
             return "no"
 
     async def limiter() -> trio.CapacityLimiter:
@@ -369,7 +369,7 @@ async def test_a_tool_with_a_number_of_threads_runs_that_many_at_once(
     server = McpServer("one-at-a-time")
 
     @server.tool(thread_limiter=1)
-    def single(ctx: ToolContext, n: int) -> int:
+    def single(ctx: Context, n: int) -> int:
         entered.append(n)
         release.wait()
         return n

@@ -2,13 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from trio_mcp_cancel.lowlevel import (
-    MAX_ID_BYTES,
-    InvalidRequestId,
-    is_valid_request_id,
-    sanitize_reason,
-    validate_request_id,
-)
+from trio_mcp_cancel._core.validation import is_valid_request_id, sanitize_reason
+from trio_mcp_cancel.lowlevel import InvalidRequestId, validate_request_id
+from trio_mcp_cancel.lowlevel.wire import MAX_ID_BYTES
 
 
 @pytest.mark.parametrize(

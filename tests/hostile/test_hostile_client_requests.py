@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel.server import ClientRequestError, McpServer, ToolContext
+from trio_mcp_cancel.server import ClientRequestError, Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.transports.memory import memory_transport_pair, serve_mcp_memory
 
@@ -36,7 +36,7 @@ def make_server() -> McpServer:
     server = McpServer("hostile-answers")
 
     @server.tool()
-    async def ask(ctx: ToolContext) -> str:
+    async def ask(ctx: Context) -> str:
         try:
             answer = await ctx.elicit("Name?", SCHEMA)
         except ClientRequestError as exc:

@@ -31,7 +31,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import (
     ACCEPT,
@@ -74,12 +74,12 @@ def build(ran: list[str]) -> McpServer:
     server = McpServer("headers-test")
 
     @server.tool(input_schema=REGION_SCHEMA)
-    async def routed(ctx: ToolContext, region: str) -> str:
+    async def routed(ctx: Context, region: str) -> str:
         ran.append(region)
         return region
 
     @server.tool()
-    async def admin(ctx: ToolContext) -> str:
+    async def admin(ctx: Context) -> str:
         ran.append("admin")
         return "admin"
 

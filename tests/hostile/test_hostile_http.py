@@ -25,8 +25,8 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel.wire import LEGACY_TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import EventRecorder
 
 from _support.asgi import (
@@ -59,7 +59,7 @@ def build(notes: Notes, **options: Any) -> McpServer:
     server = McpServer("hostile", **options)
 
     @server.tool()
-    async def chatter(ctx: ToolContext, seconds: int = 100, size: int = 100) -> str:
+    async def chatter(ctx: Context, seconds: int = 100, size: int = 100) -> str:
         """Reports progress every second, ignoring the flag."""
         notes.started[ctx.request_id] = trio.current_time()
         try:
@@ -76,7 +76,7 @@ def build(notes: Notes, **options: Any) -> McpServer:
         return "done"
 
     @server.tool()
-    async def shielded(ctx: ToolContext, seconds: float = 30.0) -> str:
+    async def shielded(ctx: Context, seconds: float = 30.0) -> str:
         """Shields itself from cancellation: the hard cancel cannot stop it."""
         with trio.CancelScope(shield=True):
             await trio.sleep(seconds)
@@ -84,7 +84,7 @@ def build(notes: Notes, **options: Any) -> McpServer:
         return "finished anyway"
 
     @server.tool()
-    async def wait(ctx: ToolContext, seconds: float = 10.0) -> str:
+    async def wait(ctx: Context, seconds: float = 10.0) -> str:
         """Polls the flag once a second."""
         for _ in range(int(seconds)):
             await checkpoint_cancelled()

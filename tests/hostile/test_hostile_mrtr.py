@@ -31,8 +31,8 @@ from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
 from trio_mcp_cancel.backends.base import BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
@@ -53,25 +53,27 @@ def build(**options: Any) -> tuple[McpServer, list[str]]:
     ran: list[str] = []
 
     @server.tool()
-    async def confirm(ctx: ToolContext, item: str) -> str | InputRequired:
+    async def confirm(ctx: Context, item: str) -> str | InputRequired:
         answer = (ctx.input_responses or {}).get("ok")
         if answer is None or ctx.request_state is None:
             schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-            return InputRequired({"ok": elicit(f"Delete {item}?", schema)}, state={"item": item})
+            return InputRequired(
+                {"ok": InputRequired.elicit(f"Delete {item}?", schema)}, state={"item": item}
+            )
         ran.append(ctx.request_state["item"])
         return f"deleted {ctx.request_state['item']}"
 
     @server.tool()
-    async def take(ctx: ToolContext, data: dict[str, Any]) -> str:
+    async def take(ctx: Context, data: dict[str, Any]) -> str:
         ran.append("take")
         return "taken"
 
     @server.tool()
-    async def boom(ctx: ToolContext) -> str:
+    async def boom(ctx: Context) -> str:
         raise RuntimeError(f"tool broke on request {ctx.request_id}")
 
     @server.resource("test://broken", name="broken")
-    async def broken(ctx: ToolContext) -> str:
+    async def broken(ctx: Context) -> str:
         raise RuntimeError(f"reader broke on request {ctx.request_id}")
 
     return server, ran
@@ -364,13 +366,15 @@ async def test_a_replayed_retry_creates_no_second_task(
     server = McpServer("hostile-mrtr-tasks", tasks=TaskManager())
     ran: list[str] = []
 
-    async def ask_first(ctx: ToolContext) -> InputRequired | None:
+    async def ask_first(ctx: Context) -> InputRequired | None:
         if ctx.input_responses is None:
-            return InputRequired({"ok": elicit("Sure?", {"type": "object"})}, state="asked")
+            return InputRequired(
+                {"ok": InputRequired.elicit("Sure?", {"type": "object"})}, state="asked"
+            )
         return None
 
     @server.tool(task="required", before_task=ask_first)
-    async def launch(ctx: ToolContext) -> str:
+    async def launch(ctx: Context) -> str:
         ran.append("launched")
         return "launched"
 

@@ -21,8 +21,7 @@ import trio
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
-from trio_mcp_cancel.lowlevel import InputRequired, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 
 from _support.asgi import AsgiClient, modern_headers, modern_request
 from _support.deploy import RedisServer
@@ -39,12 +38,14 @@ def build() -> tuple[McpServer, list[str]]:
     ran: list[str] = []
 
     @server.tool()
-    async def confirm(ctx: ToolContext, item: str) -> str | InputRequired:
+    async def confirm(ctx: Context, item: str) -> str | InputRequired:
         """Deletes *item* once the user confirmed."""
         answer = (ctx.input_responses or {}).get("ok")
         if answer is None or ctx.request_state is None:
             schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-            return InputRequired({"ok": elicit(f"Delete {item}?", schema)}, state={"item": item})
+            return InputRequired(
+                {"ok": InputRequired.elicit(f"Delete {item}?", schema)}, state={"item": item}
+            )
         ran.append(item)
         return f"deleted {item}"
 

@@ -31,7 +31,7 @@ from trio_mcp_cancel.backends._outbox import Outbox, PendingState
 from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
 from _support.deploy import WITH_TASKS, RedisServer, redis_server
@@ -282,14 +282,14 @@ def hung_server(finish: trio.Event) -> McpServer:
     server = McpServer("hung-redis", tasks=TaskManager(cancel_poll_interval=1000))
 
     @server.tool(task="optional")
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         while not finish.is_set():
             await checkpoint_cancelled()
             await trio.sleep(0.01)
         return "finished"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

@@ -46,8 +46,8 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel.wire import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 from _support.asgi import (
@@ -100,7 +100,7 @@ def make_server(probe: Probe, **caps: Any) -> McpServer:
     server = McpServer("hostile", **caps)
 
     @server.tool()
-    async def flood(ctx: ToolContext, size: int = BIG, delay: float = 0.005) -> str:
+    async def flood(ctx: Context, size: int = BIG, delay: float = 0.005) -> str:
         """Emit big progress messages until stopped; never polls the flag."""
         probe.flood_started.set()
         try:
@@ -114,7 +114,7 @@ def make_server(probe: Probe, **caps: Any) -> McpServer:
             probe.flood_ended.append((trio.current_time(), kind))
 
     @server.tool()
-    async def hold(ctx: ToolContext) -> str:
+    async def hold(ctx: Context) -> str:
         """Run (polling the flag) until the test releases every held call."""
         probe.holding += 1
         try:
@@ -126,11 +126,11 @@ def make_server(probe: Probe, **caps: Any) -> McpServer:
         return "released"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 3, delay: float = 0.01) -> str:
+    async def count(ctx: Context, n: int = 3, delay: float = 0.01) -> str:
         for i in range(1, n + 1):
             await checkpoint_cancelled()
             await trio.sleep(delay)

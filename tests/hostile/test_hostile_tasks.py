@@ -29,8 +29,9 @@ from trio_mcp_cancel.backends.memory import PURGE_BATCH, MemoryTaskStore
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -61,12 +62,12 @@ def make_server(
     server = McpServer("hostile-tasks", tasks=tasks)
 
     @server.tool(task="optional")
-    async def hold(ctx: ToolContext) -> str:
+    async def hold(ctx: Context) -> str:
         await release.wait()
         return "released"
 
     @server.tool(task="optional")
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     return server

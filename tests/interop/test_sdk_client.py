@@ -36,8 +36,8 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel.wire import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import assert_no_leaks
 
 MODERN = "2026-07-28"
@@ -81,7 +81,7 @@ def make_server(fx: Fixture, **options: Any) -> McpServer:
     server = McpServer("sdk-test", **options)
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 0.02) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 0.02) -> str:
         """Counts politely: polls the flag every step and reports progress."""
         fx.started.set()
         try:
@@ -96,7 +96,7 @@ def make_server(fx: Fixture, **options: Any) -> McpServer:
         return f"counted to {n}"
 
     @server.tool()
-    async def stubborn(ctx: ToolContext, seconds: float = 30.0) -> str:
+    async def stubborn(ctx: Context, seconds: float = 30.0) -> str:
         """Ignores the flag; only the hard cancel stops it."""
         fx.started.set()
         try:
@@ -108,7 +108,7 @@ def make_server(fx: Fixture, **options: Any) -> McpServer:
         return "finished anyway"
 
     @server.tool()
-    async def silent(ctx: ToolContext, seconds: float = 3.0) -> str:
+    async def silent(ctx: Context, seconds: float = 3.0) -> str:
         """Sends nothing at all for *seconds*, then answers."""
         fx.started.set()
         await trio.sleep(seconds)
@@ -116,7 +116,7 @@ def make_server(fx: Fixture, **options: Any) -> McpServer:
         return f"slept {seconds}"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

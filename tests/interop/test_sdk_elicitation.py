@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks
 
 TIMEOUT = 15
@@ -36,7 +36,7 @@ def make_server(seen: list[str]) -> McpServer:
     server = McpServer("sdk-elicitation")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         """Asks a name, asks the model, lists roots, then answers (one body, both eras)."""
         answer = await ctx.elicit("Your name?", SCHEMA)
         if not answer.accepted or answer.content is None:
@@ -47,7 +47,7 @@ def make_server(seen: list[str]) -> McpServer:
         return f"{sampled['content']['text']} ({len(roots)} roots)"
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         """Asks, and is cancelled by the server's time limit before any answer."""
         seen.append("waits: asking")
         await ctx.elicit("Never answered", SCHEMA)

@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks
 
 TIMEOUT = 30
@@ -40,7 +40,7 @@ def make_server() -> McpServer:
     server = McpServer("sdk-resume-test")
 
     @server.tool()
-    async def halting(ctx: ToolContext, steps: int = 2, pause: float = 2.5) -> str:
+    async def halting(ctx: Context, steps: int = 2, pause: float = 2.5) -> str:
         """Reports progress, then stays silent for longer than the client's read timeout."""
         for i in range(1, steps + 1):
             await ctx.report_progress(i, total=steps)
@@ -49,7 +49,7 @@ def make_server() -> McpServer:
         return f"done after {steps}"
 
     @server.resource("test://doc", name="doc")
-    async def doc(ctx: ToolContext) -> str:
+    async def doc(ctx: Context) -> str:
         return "doc"
 
     return server

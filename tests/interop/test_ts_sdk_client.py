@@ -28,7 +28,7 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     checkpoint_cancelled,
 )
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.client import hypercorn_checked, node_report
 from _support.repo_paths import ROOT
@@ -44,7 +44,7 @@ async def running(registry: Registry, seen: list[str], events: list[Event]) -> A
     server = McpServer("ts-sdk-test")
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 10, delay: float = 0.02) -> str:
+    async def count(ctx: Context, n: int = 10, delay: float = 0.02) -> str:
         """Counts, reporting progress every step."""
         try:
             for i in range(1, n + 1):
@@ -57,7 +57,7 @@ async def running(registry: Registry, seen: list[str], events: list[Event]) -> A
         return f"counted to {n}"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     # A grace longer than a step, so the tool stops at its own next checkpoint.

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from trio_mcp_cancel import Registry, RequestCancelled
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.client import hypercorn_checked, node_report
 from _support.repo_paths import ROOT
@@ -35,7 +35,7 @@ async def running(registry: Registry, seen: list[str]) -> AsyncIterator[str]:
     server = McpServer("ts-sdk-elicit")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         answer = await ctx.elicit("Your name?", SCHEMA)
         assert answer.content is not None
         sampled = await ctx.sample(f"Greet {answer.content['name']}", 20)
@@ -43,7 +43,7 @@ async def running(registry: Registry, seen: list[str]) -> AsyncIterator[str]:
         return f"{sampled['content']['text']} ({len(roots)} roots)"
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         try:
             await ctx.elicit("Never answered", SCHEMA)
         except RequestCancelled as exc:

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from trio_mcp_cancel import Event, Registry, RequestCancelledEvent
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.client import hypercorn_checked, node_report
 from _support.repo_paths import ROOT
@@ -35,7 +35,7 @@ async def running(
     server = McpServer("ts-sdk-resume-test")
 
     @server.tool()
-    async def polling(ctx: ToolContext) -> str:
+    async def polling(ctx: Context) -> str:
         """Reports progress, closes its stream's connection, reports again, answers."""
         await ctx.report_progress(1, total=2)
         closed.append(ctx.close_stream())
@@ -44,7 +44,7 @@ async def running(
         return "polled"
 
     @server.tool()
-    async def change(ctx: ToolContext) -> str:
+    async def change(ctx: Context) -> str:
         server.tools_changed()
         return "changed"
 

@@ -20,7 +20,7 @@ import pytest
 from trio_mcp_cancel._public import PUBLIC_MODULES
 from trio_mcp_cancel.backends import BackendError
 from trio_mcp_cancel.client import McpError
-from trio_mcp_cancel.lowlevel import CancellationError
+from trio_mcp_cancel.server import CancellationError
 
 ROOTS: tuple[type[Exception], ...] = (CancellationError, McpError, BackendError)
 

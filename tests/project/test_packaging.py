@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import RegistryConfig, RequestStoppedEvent
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 from _support.repo_paths import ROOT, TESTS, load_dev_py
@@ -100,13 +100,13 @@ import sys
 sys.modules["pytest"] = None  # importing pytest now raises ImportError
 sys.modules["pytest_trio"] = None
 import trio, trio.testing
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Context
 from trio_mcp_cancel.testing import open_test_client, assert_no_leaks
 
 server = McpServer("no-pytest")
 
 @server.tool()
-async def add(ctx: ToolContext, a: int, b: int) -> str:
+async def add(ctx: Context, a: int, b: int) -> str:
     return str(a + b)
 
 async def main():
@@ -152,13 +152,13 @@ SERVER = McpServer("cancel-log")
 
 
 @SERVER.tool()
-async def polite(ctx: ToolContext) -> str:
+async def polite(ctx: Context) -> str:
     await ctx.request.wait_cancelled()
     return "stopped"
 
 
 @SERVER.tool()
-async def stubborn(ctx: ToolContext) -> str:
+async def stubborn(ctx: Context) -> str:
     await trio.sleep_forever()  # ignores the flag: only the hard cancel stops it
     return "never"
 

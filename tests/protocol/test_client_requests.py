@@ -23,8 +23,8 @@ from trio_mcp_cancel.server import (
     ClientRequestError,
     ClientRequestTimeout,
     ConnectionLimits,
+    Context,
     McpServer,
-    ToolContext,
 )
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
@@ -42,7 +42,7 @@ def make_server(seen: list[str]) -> McpServer:
     server = McpServer("asker")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         """Asks a name, then greets; what it did goes to *seen*."""
         try:
             answer = await ctx.elicit("Your name?", SCHEMA)
@@ -56,7 +56,7 @@ def make_server(seen: list[str]) -> McpServer:
         return f"Hello {answer.content['name']}"
 
     @server.tool()
-    async def two_questions(ctx: ToolContext) -> str:
+    async def two_questions(ctx: Context) -> str:
         first = await ctx.elicit("First?", SCHEMA)
         sampled = await ctx.sample("Say hi", 10)
         roots = await ctx.list_roots()
@@ -65,7 +65,7 @@ def make_server(seen: list[str]) -> McpServer:
         return f"{first.content['name']} / {sampled['content']['text']} / {len(roots)} roots"
 
     @server.tool()
-    async def impatient(ctx: ToolContext) -> str:
+    async def impatient(ctx: Context) -> str:
         try:
             await ctx.elicit("Quick?", SCHEMA, answer_within=5)
         except ClientRequestTimeout as exc:
@@ -298,7 +298,7 @@ async def test_a_trio_cancel_reaching_the_wait_still_tells_the_client(
     server = McpServer("scoped")
 
     @server.tool()
-    async def scoped(ctx: ToolContext) -> str:
+    async def scoped(ctx: Context) -> str:
         with trio.move_on_after(3):
             await ctx.elicit("Within 3s?", SCHEMA, answer_within=None)
         return "gave up"
@@ -395,7 +395,7 @@ async def test_a_prompt_asks_through_mrtr_too(mcp_registry: Registry) -> None:
     server = McpServer("prompter")
 
     @server.prompt()
-    async def topic(ctx: ToolContext) -> str:
+    async def topic(ctx: Context) -> str:
         answer = await ctx.elicit("Topic?", SCHEMA)
         assert answer.content is not None
         return f"Write about {answer.content['name']}"

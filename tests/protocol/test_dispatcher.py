@@ -23,11 +23,10 @@ from trio_mcp_cancel._protocol.calls import (
     RequestCall,
 )
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import (
+from trio_mcp_cancel.lowlevel import Caller, Exchange
+from trio_mcp_cancel.lowlevel.wire import (
     LEGACY_TOO_MANY_REQUESTS,
     TOO_MANY_REQUESTS,
-    Caller,
-    Exchange,
     too_many_requests_code,
 )
 from trio_mcp_cancel.server import McpServer, ServerLimits

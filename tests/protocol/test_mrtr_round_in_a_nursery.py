@@ -13,7 +13,7 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel.client import ClientHandlers
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -23,7 +23,7 @@ def make_server() -> McpServer:
     server = McpServer("nursery-asker")
 
     @server.tool()
-    async def helpers(ctx: ToolContext) -> str:
+    async def helpers(ctx: Context) -> str:
         names: list[str] = []
 
         async def ask() -> None:
@@ -37,7 +37,7 @@ def make_server() -> McpServer:
         return f"hello {names[0]}"
 
     @server.tool()
-    async def nested(ctx: ToolContext) -> str:
+    async def nested(ctx: Context) -> str:
         async with trio.open_nursery() as outer:
 
             async def inner() -> None:
@@ -48,7 +48,7 @@ def make_server() -> McpServer:
         return "asked"
 
     @server.tool()
-    async def ask_and_fail(ctx: ToolContext) -> str:
+    async def ask_and_fail(ctx: Context) -> str:
         async def fail() -> None:
             raise ValueError("broken helper")
 

@@ -15,7 +15,7 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel.client import ClientHandlers
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -25,7 +25,7 @@ def make_server() -> McpServer:
     server = McpServer("guarded-asker")
 
     @server.tool()
-    async def guarded(ctx: ToolContext) -> str:
+    async def guarded(ctx: Context) -> str:
         try:
             answer = await ctx.elicit("Your name?", NAME)
         except Exception as exc:  # the tool's own failures only
@@ -34,7 +34,7 @@ def make_server() -> McpServer:
         return f"hello {answer.content['name']}"
 
     @server.tool()
-    async def guarded_in_a_nursery(ctx: ToolContext) -> str:
+    async def guarded_in_a_nursery(ctx: Context) -> str:
         names: list[str] = []
 
         async def ask() -> None:
@@ -54,7 +54,7 @@ def make_server() -> McpServer:
         return f"hello {names[0]}"
 
     @server.prompt()
-    async def greeting(ctx: ToolContext) -> str:
+    async def greeting(ctx: Context) -> str:
         try:
             answer = await ctx.elicit("Your name?", NAME)
         except Exception:
@@ -104,7 +104,7 @@ async def test_a_completer_that_asks_fails_the_request_and_the_client_keeps_work
     server = make_server()
 
     @server.completion("prompt", "greeting", "who")
-    async def names(ctx: ToolContext, value: str, context: Any) -> list[str]:
+    async def names(ctx: Context, value: str, context: Any) -> list[str]:
         await ctx.elicit("Your name?", NAME)
         return ["unreachable"]
 

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 LISTS = {
@@ -31,16 +31,16 @@ def build(n: int, **options: Any) -> McpServer:
     server = McpServer("paging", "1.0", **options)
     for i in range(n):
 
-        async def tool(ctx: ToolContext) -> str:
+        async def tool(ctx: Context) -> str:
             return "ok"
 
-        async def resource(ctx: ToolContext) -> str:
+        async def resource(ctx: Context) -> str:
             return "text"
 
-        async def template(ctx: ToolContext, id: str) -> str:
+        async def template(ctx: Context, id: str) -> str:
             return id
 
-        async def prompt(ctx: ToolContext) -> str:
+        async def prompt(ctx: Context) -> str:
             return "hello"
 
         server.tool(f"tool{i}")(tool)

@@ -24,6 +24,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
+from trio_mcp_cancel._core.validation import is_valid_request_id
 from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import RequestCall
 from trio_mcp_cancel._protocol.jsonrpc import (
@@ -33,17 +34,10 @@ from trio_mcp_cancel._protocol.jsonrpc import (
     PARSE_ERROR,
     JsonRpcError,
 )
-from trio_mcp_cancel.lowlevel import (
-    LATEST_LEGACY_VERSION,
-    LEGACY_VERSIONS,
-    REQUEST_CANCELLED,
-    Caller,
-    Exchange,
-    OnCancel,
-    current_request,
-    is_valid_request_id,
-)
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel._protocol.registration import OnCancel
+from trio_mcp_cancel.lowlevel import Caller, Exchange, current_request
+from trio_mcp_cancel.lowlevel.wire import LATEST_LEGACY_VERSION, LEGACY_VERSIONS, REQUEST_CANCELLED
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 from _support.cancellation_tools import probe_server
@@ -60,7 +54,7 @@ def make_server(on_cancel: OnCancel = "error") -> McpServer:
 
     @server.tool(description="Every JSON type.")
     async def typed(
-        ctx: ToolContext,
+        ctx: Context,
         i: int,
         f: float,
         s: str,
@@ -73,31 +67,31 @@ def make_server(on_cancel: OnCancel = "error") -> McpServer:
         return {"i": i, "f": f, "s": s, "b": b, "items": items, "obj": obj, "opt": opt}
 
     @server.tool()
-    async def structured(ctx: ToolContext) -> dict[str, Any]:
+    async def structured(ctx: Context) -> dict[str, Any]:
         return {"answer": 42, "text": "héllo"}
 
     @server.tool()
-    async def nothing(ctx: ToolContext) -> None:
+    async def nothing(ctx: Context) -> None:
         return None
 
     @server.tool()
-    async def number(ctx: ToolContext) -> int:
+    async def number(ctx: Context) -> int:
         return 5
 
     @server.tool()
-    async def fails(ctx: ToolContext) -> str:
+    async def fails(ctx: Context) -> str:
         raise RuntimeError("kaput")
 
     @server.tool()
-    async def not_json(ctx: ToolContext, what: str) -> object:
+    async def not_json(ctx: Context, what: str) -> object:
         return {"set": {1, 2}} if what == "set" else [float("nan")]
 
     @server.tool()
-    async def listing(ctx: ToolContext) -> list[object]:
+    async def listing(ctx: Context) -> list[object]:
         return [1, "two", None]
 
     @server.tool()
-    async def backwards(ctx: ToolContext) -> str:
+    async def backwards(ctx: Context) -> str:
         await ctx.report_progress(2)
         await ctx.report_progress(1)
         return "unreachable"
@@ -759,7 +753,7 @@ async def test_no_progress_without_a_valid_token(
 
 async def test_progress_must_increase(mcp_registry: Registry) -> None:
     sink = Sink()
-    ctx = ToolContext(1, Caller(SCOPE, mcp_registry), "t", Exchange(sink))
+    ctx = Context(1, Caller(SCOPE, mcp_registry), "t", Exchange(sink))
     await ctx.report_progress(1)
     await ctx.report_progress(1.5, total=3)
     for bad in (1.5, 1, float("nan")):
@@ -791,7 +785,7 @@ async def test_progress_going_backwards_in_a_tool_is_a_tool_error(mcp_registry: 
 
 
 async def test_tool_context_outside_a_running_tool(mcp_registry: Registry) -> None:
-    ctx = ToolContext(1, Caller(SCOPE, mcp_registry))
+    ctx = Context(1, Caller(SCOPE, mcp_registry))
     with pytest.raises(RuntimeError, match="not running"):
         _ = ctx.request
     await ctx.report_progress(1)  # no token, no sink: nothing to do, no error
@@ -802,7 +796,7 @@ async def test_a_non_cancellable_tool_is_not_tracked(mcp_registry: Registry) -> 
     seen: list[object] = []
 
     @server.tool(cancellable=False)
-    async def quick(ctx: ToolContext) -> str:
+    async def quick(ctx: Context) -> str:
         seen.append(ctx.registry.in_flight_count)
         await trio.lowlevel.checkpoint()
         seen.append(current_request(None))  # not tracked: there is no flag to look at
@@ -835,7 +829,7 @@ def test_tools_must_be_functions_not_generators() -> None:
     with pytest.raises(TypeError, match="async function or a plain function"):
 
         @server.tool()
-        async def agen(ctx: ToolContext) -> Any:
+        async def agen(ctx: Context) -> Any:
             yield "no"
 
     assert server.registration.tools == {}
@@ -845,13 +839,13 @@ def test_duplicate_tool_names_are_refused() -> None:
     server = McpServer()
 
     @server.tool()
-    async def first(ctx: ToolContext) -> str:
+    async def first(ctx: Context) -> str:
         return "1"
 
     with pytest.raises(ValueError, match="already registered"):
 
         @server.tool("first")
-        async def second(ctx: ToolContext) -> str:
+        async def second(ctx: Context) -> str:
             return "2"
 
     assert server.registration.tools["first"].fn is first
@@ -859,13 +853,13 @@ def test_duplicate_tool_names_are_refused() -> None:
 
 @pytest.mark.parametrize("kind", ["args", "kwargs", "positional_only"])
 def test_tool_parameters_must_be_named(kind: str) -> None:
-    async def with_args(ctx: ToolContext, *args: int) -> None:
+    async def with_args(ctx: Context, *args: int) -> None:
         pass
 
-    async def with_kwargs(ctx: ToolContext, **kwargs: int) -> None:
+    async def with_kwargs(ctx: Context, **kwargs: int) -> None:
         pass
 
-    async def positional_only(ctx: ToolContext, x: int, /) -> None:
+    async def positional_only(ctx: Context, x: int, /) -> None:
         pass
 
     tools: dict[str, Callable[..., Awaitable[None]]] = {
@@ -891,14 +885,14 @@ FUZZ_SERVER = McpServer("fuzz", "0")
 
 
 @FUZZ_SERVER.tool()
-async def fast(ctx: ToolContext, x: int = 0, s: str = "") -> dict[str, Any]:
+async def fast(ctx: Context, x: int = 0, s: str = "") -> dict[str, Any]:
     await checkpoint_cancelled()
     await ctx.report_progress(1)
     return {"x": x, "s": s}
 
 
 @FUZZ_SERVER.tool()
-async def boom(ctx: ToolContext, s: str = "") -> str:
+async def boom(ctx: Context, s: str = "") -> str:
     raise ValueError(s)
 
 

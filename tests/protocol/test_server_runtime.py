@@ -12,9 +12,10 @@ from __future__ import annotations
 import attrs
 
 from trio_mcp_cancel import Registry
+from trio_mcp_cancel._protocol.runtime import ServerRuntime
 from trio_mcp_cancel._protocol.subscriptions import Filter
-from trio_mcp_cancel.lowlevel import Dispatcher, Served, ServerRuntime, TaskManager
-from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel import Dispatcher, Served, TaskManager
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import open_test_client
 
 #: Tool list changes, one resource's updates and one task's status.
@@ -59,7 +60,7 @@ def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
     listener = runtime.subscriptions.open(EVERYTHING)
 
     @server.tool
-    async def late(ctx: ToolContext) -> str:
+    async def late(ctx: Context) -> str:
         return "added while serving"
 
     server.resource_updated("test://doc")

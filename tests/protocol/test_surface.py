@@ -16,17 +16,17 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import RegistryConfig, RequestCancelled, cancelled, checkpoint_cancelled
-from trio_mcp_cancel.lowlevel import InputRequired, elicit, sample
 from trio_mcp_cancel.server import (
     Audio,
+    Context,
     EmbeddedResource,
     Image,
+    InputRequired,
     McpServer,
     PromptMessage,
     ResourceData,
     ResourceLink,
     Text,
-    ToolContext,
     ToolError,
     ToolResult,
 )
@@ -53,7 +53,7 @@ def build() -> tuple[McpServer, list[str]]:
     ran: list[str] = []
 
     @server.tool()
-    async def pictures(ctx: ToolContext) -> list[Any]:
+    async def pictures(ctx: Context) -> list[Any]:
         """Every content type."""
         return [
             Text("caption"),
@@ -65,15 +65,15 @@ def build() -> tuple[McpServer, list[str]]:
         ]
 
     @server.tool()
-    async def spelled_out(ctx: ToolContext) -> ToolResult:
+    async def spelled_out(ctx: Context) -> ToolResult:
         return ToolResult([Text("partial")], structured={"ok": False}, is_error=True)
 
     @server.tool()
-    async def refuses(ctx: ToolContext) -> str:
+    async def refuses(ctx: Context) -> str:
         raise ToolError("no such city")
 
     @server.tool()
-    async def crashes(ctx: ToolContext) -> str:
+    async def crashes(ctx: Context) -> str:
         raise KeyError("boom")
 
     @server.tool(
@@ -82,7 +82,7 @@ def build() -> tuple[McpServer, list[str]]:
         title="Adder",
     )
     async def add(
-        ctx: ToolContext, a: Annotated[float, "first addend"], b: float = 2.0
+        ctx: Context, a: Annotated[float, "first addend"], b: float = 2.0
     ) -> dict[str, float]:
         """Add two numbers.
 
@@ -93,23 +93,23 @@ def build() -> tuple[McpServer, list[str]]:
         return {"sum": a + b}
 
     @server.tool(output_schema={"type": "object"})
-    async def wrong_output(ctx: ToolContext) -> str:
+    async def wrong_output(ctx: Context) -> str:
         return "not an object"
 
     @server.tool(input_schema=SCHEMA_2020)
-    async def explicit(ctx: ToolContext, name: str, at: dict[str, float] | None = None) -> str:
+    async def explicit(ctx: Context, name: str, at: dict[str, float] | None = None) -> str:
         return f"{name} at {at}"
 
     @server.resource("test://text", name="text", mime_type="text/plain", description="Some text")
-    async def text(ctx: ToolContext) -> str:
+    async def text(ctx: Context) -> str:
         return "hello"
 
     @server.resource("test://bin", name="bin", mime_type="application/octet-stream")
-    async def binary(ctx: ToolContext) -> bytes:
+    async def binary(ctx: Context) -> bytes:
         return b"\x00\xff"
 
     @server.resource("test://slow", name="slow")
-    async def slow(ctx: ToolContext) -> str:
+    async def slow(ctx: Context) -> str:
         try:
             for _ in range(100):
                 await checkpoint_cancelled()
@@ -120,12 +120,12 @@ def build() -> tuple[McpServer, list[str]]:
         return "finished"
 
     @server.resource_template("test://items/{kind}/{id}", name="item", mime_type="text/plain")
-    async def item(ctx: ToolContext, kind: str, id: str) -> list[ResourceData]:
+    async def item(ctx: Context, kind: str, id: str) -> list[ResourceData]:
         return [ResourceData(f"test://items/{kind}/{id}", f"{kind} #{id}")]
 
     @server.prompt(description="Greets someone")
     async def greet(
-        ctx: ToolContext, who: Annotated[str, "whom to greet"], style: str = "plain"
+        ctx: Context, who: Annotated[str, "whom to greet"], style: str = "plain"
     ) -> list[Any]:
         return [
             PromptMessage("user", f"Greet {who} ({style})"),
@@ -134,22 +134,22 @@ def build() -> tuple[McpServer, list[str]]:
         ]
 
     @server.completion("prompt", "greet", "who")
-    async def complete_who(ctx: ToolContext, value: str, context: dict[str, str]) -> list[str]:
+    async def complete_who(ctx: Context, value: str, context: dict[str, str]) -> list[str]:
         names = [f"{n}-{context.get('style', '')}" for n in ("ann", "anna", "bob")]
         return [n for n in names if n.startswith(value)]
 
     @server.completion("resource", "test://items/{kind}/{id}", "kind")
-    async def complete_kind(ctx: ToolContext, value: str, context: dict[str, str]) -> list[str]:
+    async def complete_kind(ctx: Context, value: str, context: dict[str, str]) -> list[str]:
         return [f"k{i}" for i in range(150)]
 
     @server.tool()
-    async def chatty(ctx: ToolContext) -> str:
+    async def chatty(ctx: Context) -> str:
         for level in ("debug", "info", "error"):
             await ctx.log(level, f"{level} line", logger="chatty")
         return "logged"
 
     @server.tool()
-    async def logs_after_cancel(ctx: ToolContext) -> str:
+    async def logs_after_cancel(ctx: Context) -> str:
         while not cancelled():
             await trio.sleep(0.1)
         await ctx.log("error", "too late")  # the client cancelled: never sent
@@ -157,17 +157,19 @@ def build() -> tuple[McpServer, list[str]]:
         return "unreachable"
 
     @server.tool()
-    async def confirm(ctx: ToolContext, item: str) -> str | InputRequired:
+    async def confirm(ctx: Context, item: str) -> str | InputRequired:
         ran.append(f"confirm ran with state {ctx.request_state!r}")
         answer = (ctx.input_responses or {}).get("ok")
         if answer is None or ctx.request_state is None:
             schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-            return InputRequired({"ok": elicit(f"Delete {item}?", schema)}, state={"item": item})
+            return InputRequired(
+                {"ok": InputRequired.elicit(f"Delete {item}?", schema)}, state={"item": item}
+            )
         return f"deleted {ctx.request_state['item']}: {answer['content']['ok']}"
 
     @server.tool()
-    async def asks_model(ctx: ToolContext) -> InputRequired:
-        return InputRequired({"q": sample("2+2?")})
+    async def asks_model(ctx: Context) -> InputRequired:
+        return InputRequired({"q": InputRequired.sample("2+2?")})
 
     return server, ran
 
@@ -270,19 +272,19 @@ def test_explicit_schema_must_fit_the_function() -> None:
     with pytest.raises(TypeError, match="no parameter 'other'"):
 
         @server.tool(input_schema={"type": "object", "properties": {"other": {}}})
-        async def tool(ctx: ToolContext) -> str:
+        async def tool(ctx: Context) -> str:
             return ""
 
     with pytest.raises(ValueError, match="tool name"):
 
         @server.tool("has space")
-        async def tool3(ctx: ToolContext) -> str:
+        async def tool3(ctx: Context) -> str:
             return ""
 
     with pytest.raises(ValueError, match="type 'object'"):
 
         @server.tool(input_schema={"type": "string"})
-        async def tool2(ctx: ToolContext) -> str:
+        async def tool2(ctx: Context) -> str:
             return ""
 
 
@@ -476,7 +478,7 @@ async def test_listen_acknowledges_then_forwards_what_was_asked(
         await client.wait_in_flight(listen)
 
         @server.tool()
-        async def newcomer(ctx: ToolContext) -> str:
+        async def newcomer(ctx: Context) -> str:
             return "new"
 
         server.resource_updated("test://text")

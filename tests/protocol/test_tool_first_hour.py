@@ -23,7 +23,7 @@ import pytest
 import trio.testing
 from typing_extensions import TypedDict
 
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 Era = Literal["modern", "legacy"]
@@ -55,7 +55,7 @@ def adder(**options: Any) -> McpServer:
     server = McpServer("first-hour", **options)
 
     @server.tool()
-    async def add(ctx: ToolContext, a: int, b: int = 0) -> int:
+    async def add(ctx: Context, a: int, b: int = 0) -> int:
         """Adds."""
         return a + b
 
@@ -127,47 +127,47 @@ def rich_server() -> McpServer:
     server = McpServer("returns")
 
     @server.tool()
-    async def when(ctx: ToolContext) -> datetime.datetime:
+    async def when(ctx: Context) -> datetime.datetime:
         return WHEN
 
     @server.tool()
-    async def day(ctx: ToolContext) -> datetime.date:
+    async def day(ctx: Context) -> datetime.date:
         return WHEN.date()
 
     @server.tool()
-    async def ident(ctx: ToolContext) -> uuid.UUID:
+    async def ident(ctx: Context) -> uuid.UUID:
         return uuid.UUID(int=5)
 
     @server.tool()
-    async def money(ctx: ToolContext) -> decimal.Decimal:
+    async def money(ctx: Context) -> decimal.Decimal:
         return decimal.Decimal("1.10")
 
     @server.tool()
-    async def where(ctx: ToolContext) -> pathlib.PurePosixPath:
+    async def where(ctx: Context) -> pathlib.PurePosixPath:
         return pathlib.PurePosixPath("/srv/data")
 
     @server.tool()
-    async def colour(ctx: ToolContext) -> Colour:
+    async def colour(ctx: Context) -> Colour:
         return Colour.RED
 
     @server.tool()
-    async def days(ctx: ToolContext) -> list[datetime.date]:
+    async def days(ctx: Context) -> list[datetime.date]:
         return [WHEN.date()]
 
     @server.tool()
-    async def stamps(ctx: ToolContext) -> dict[str, datetime.datetime]:
+    async def stamps(ctx: Context) -> dict[str, datetime.datetime]:
         return {"at": WHEN}
 
     @server.tool()
-    async def point(ctx: ToolContext) -> Point:
+    async def point(ctx: Context) -> Point:
         return Point(x=1)
 
     @server.tool()
-    async def pair(ctx: ToolContext) -> Pair:
+    async def pair(ctx: Context) -> Pair:
         return Pair(WHEN.date(), uuid.UUID(int=1))
 
     @server.tool()
-    async def named(ctx: ToolContext) -> Named:
+    async def named(ctx: Context) -> Named:
         return {"when": WHEN}
 
     return server
@@ -224,7 +224,7 @@ def test_a_return_type_pydantic_cannot_serialize_is_refused_at_registration() ->
     with pytest.raises(TypeError, match=r"tool 'opaque': the return type Opaque cannot be turned"):
 
         @server.tool()
-        async def opaque(ctx: ToolContext) -> Opaque:
+        async def opaque(ctx: Context) -> Opaque:
             return Opaque()
 
     assert "opaque" not in server.registration.tools
@@ -237,7 +237,7 @@ async def test_a_value_other_than_the_annotation_still_answers(
     server = McpServer()
 
     @server.tool()
-    async def liar(ctx: ToolContext) -> datetime.datetime:
+    async def liar(ctx: Context) -> datetime.datetime:
         return "not a date"  # type: ignore[return-value]
 
     async with open_test_client(server) as client:
@@ -254,16 +254,16 @@ async def test_a_tool_without_a_docstring_has_no_description(
     server = McpServer()
 
     @server.tool()
-    async def bare(ctx: ToolContext) -> str:
+    async def bare(ctx: Context) -> str:
         return "x"
 
     @server.tool()
-    async def documented(ctx: ToolContext) -> str:
+    async def documented(ctx: Context) -> str:
         """Says x."""
         return "x"
 
     @server.tool(description="Given.")
-    async def given(ctx: ToolContext) -> str:
+    async def given(ctx: Context) -> str:
         return "x"
 
     async with open_test_client(server, era=era) as client:

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from trio_mcp_cancel import ThreadAbandonedEvent, cancelled
 from trio_mcp_cancel.client import McpError
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, open_test_client
 
 
@@ -36,7 +36,7 @@ async def test_the_context_is_found_by_its_annotation_at_any_position_or_is_abse
         return f"{a}+{b}={a + b}"
 
     @server.tool
-    async def last(a: int, context: ToolContext) -> str:
+    async def last(a: int, context: Context) -> str:
         seen.append(context)
         return f"a={a} ctx={type(context).__name__}"
 
@@ -47,12 +47,12 @@ async def test_the_context_is_found_by_its_annotation_at_any_position_or_is_abse
     async with open_test_client(server) as client:
         listed = {t["name"]: t for t in (await client.request("tools/list"))["tools"]}
         assert text_of(await client.call_tool("who", {"a": 1, "b": 2})) == "1+2=3"
-        assert text_of(await client.call_tool("last", {"a": 5})) == "a=5 ctx=ToolContext"
+        assert text_of(await client.call_tool("last", {"a": 5})) == "a=5 ctx=Context"
         assert text_of(await client.call_tool("noargs")) == "none"
     assert list(listed["who"]["inputSchema"]["properties"]) == ["a", "b"]
     assert list(listed["last"]["inputSchema"]["properties"]) == ["a"]
     assert listed["noargs"]["inputSchema"]["properties"] == {}
-    assert isinstance(seen[0], ToolContext)
+    assert isinstance(seen[0], Context)
 
 
 async def test_an_unannotated_ctx_first_is_still_the_context() -> None:
@@ -64,14 +64,14 @@ async def test_an_unannotated_ctx_first_is_still_the_context() -> None:
 
     async with open_test_client(server) as client:
         (tool,) = (await client.request("tools/list"))["tools"]
-        assert text_of(await client.call_tool("legacy", {"n": 1})) == "ToolContext 1"
+        assert text_of(await client.call_tool("legacy", {"n": 1})) == "Context 1"
     assert list(tool["inputSchema"]["properties"]) == ["n"]
 
 
 def test_two_context_parameters_are_refused_at_registration() -> None:
     server = McpServer()
 
-    async def twice(a: ToolContext, b: ToolContext) -> str:
+    async def twice(a: Context, b: Context) -> str:
         return "never"
 
     with pytest.raises(TypeError, match="more than one parameter takes the context"):
@@ -128,14 +128,12 @@ async def test_sync_functions_run_in_a_worker_thread_with_or_without_the_context
         return f"{a + b} main={threading.current_thread() is threading.main_thread()}"
 
     @server.tool
-    def with_ctx(n: int, ctx: ToolContext) -> str:
+    def with_ctx(n: int, ctx: Context) -> str:
         return f"{type(ctx).__name__} {n} cancelled={cancelled()}"
 
     async with open_test_client(server) as client:
         assert text_of(await client.call_tool("plain", {"a": 2, "b": 3})) == "5 main=False"
-        assert (
-            text_of(await client.call_tool("with_ctx", {"n": 4})) == "ToolContext 4 cancelled=False"
-        )
+        assert text_of(await client.call_tool("with_ctx", {"n": 4})) == "Context 4 cancelled=False"
 
 
 async def test_prompt_arguments_are_converted_from_strings_and_checked() -> None:
@@ -184,7 +182,7 @@ async def test_resource_template_variables_are_converted_to_the_readers_types() 
         return f"item {item_id}"
 
     @server.resource("test://static")
-    def static(ctx: ToolContext) -> str:
+    def static(ctx: Context) -> str:
         return f"static via {type(ctx).__name__}"
 
     async with open_test_client(server) as client:
@@ -193,7 +191,7 @@ async def test_resource_template_variables_are_converted_to_the_readers_types() 
         with pytest.raises(McpError) as wrong:
             await client.request("resources/read", {"uri": "test://items/abc"})
     assert found["contents"][0]["text"] == "item 42" and seen == [42]
-    assert plain["contents"][0]["text"] == "static via ToolContext"
+    assert plain["contents"][0]["text"] == "static via Context"
     assert wrong.value.code == -32602 and "'item_id'" in wrong.value.message
 
 
@@ -239,8 +237,8 @@ async def test_a_keyword_only_context_is_passed_by_name() -> None:
     server = McpServer()
 
     @server.tool
-    async def starred(*, ctx: ToolContext, n: int) -> str:
+    async def starred(*, ctx: Context, n: int) -> str:
         return f"{type(ctx).__name__} {n}"
 
     async with open_test_client(server) as client:
-        assert text_of(await client.call_tool("starred", {"n": 3})) == "ToolContext 3"
+        assert text_of(await client.call_tool("starred", {"n": 3})) == "Context 3"

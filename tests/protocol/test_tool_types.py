@@ -28,7 +28,7 @@ from typing_extensions import TypedDict  # what pydantic validates on Python < 3
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
 
@@ -391,7 +391,7 @@ async def test_a_hand_written_input_schema_is_sent_as_written_and_skips_pydantic
     schema = {"type": "object", "properties": {"q": {"type": "object"}}, "required": ["q"]}
 
     @server.tool(input_schema=schema)
-    async def search(ctx: ToolContext, q: Query) -> str:
+    async def search(ctx: Context, q: Query) -> str:
         return type(q).__name__  # no conversion on this path: what the client sent
 
     async with open_test_client(server) as client:

@@ -16,7 +16,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import AsgiClient, cancelled, initialize, legacy_call, legacy_headers
 from _support.deploy import RedisServer
@@ -31,7 +31,7 @@ def make_server() -> McpServer:
     server = McpServer("elicit-redis")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         answer = await ctx.elicit("Your name?", SCHEMA)
         assert answer.content is not None
         return f"Hello {answer.content['name']}"

@@ -19,8 +19,9 @@ from trio_mcp_cancel import Event, Registry, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends import BackendEvent, MemoryTaskStore, TaskStoreFull
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
-from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import EventRecorder, McpError
 
 from _support.asgi import (
@@ -129,7 +130,7 @@ def make_server(manager: TaskManager, stopped: list[str]) -> McpServer:
     server = McpServer("redis-tasks", tasks=manager)
 
     @server.tool(task="optional")
-    async def count(ctx: ToolContext, n: int = 10_000, delay: float = 0.01) -> str:
+    async def count(ctx: Context, n: int = 10_000, delay: float = 0.01) -> str:
         try:
             for _ in range(n):
                 await checkpoint_cancelled()

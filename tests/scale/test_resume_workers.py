@@ -24,7 +24,7 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import assert_no_leaks
 
 from _support.asgi import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers
@@ -40,7 +40,7 @@ def make_server() -> McpServer:
     server = McpServer("resume-workers")
 
     @server.tool()
-    async def steps(ctx: ToolContext, n: int = 5, delay: float = 0.3) -> str:
+    async def steps(ctx: Context, n: int = 5, delay: float = 0.3) -> str:
         for i in range(1, n + 1):
             await checkpoint_cancelled()
             await trio.sleep(delay)
@@ -171,7 +171,7 @@ async def test_a_resource_updated_on_one_worker_reaches_a_get_stream_on_the_othe
     for server in servers:
 
         @server.resource("test://doc", name="doc")
-        async def doc(ctx: ToolContext) -> str:
+        async def doc(ctx: Context) -> str:
             return "doc"
 
     with trio.fail_after(TIMEOUT):

@@ -22,8 +22,9 @@ from trio_mcp_cancel._client.calls import cancel_notification
 from trio_mcp_cancel._client.engine import ClientEngine
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, McpTaskCancelled, TaskPolling, open_http_client
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, JsonRpcError, TaskManager
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -50,12 +51,12 @@ class Downstream:
         self.stopped = trio.Event()
 
         @self.server.tool(task="optional")
-        async def work(ctx: ToolContext, seconds: float = 2.2) -> str:
+        async def work(ctx: Context, seconds: float = 2.2) -> str:
             await trio.sleep(seconds)
             return f"worked {seconds}"
 
         @self.server.tool(task="optional")
-        async def stubborn(ctx: ToolContext) -> str:
+        async def stubborn(ctx: Context) -> str:
             """Sets nothing but its record of the flag: only the hard cancel stops it."""
             self.started.set()
             try:
@@ -69,11 +70,11 @@ class Downstream:
             return "unreachable"
 
         @self.server.tool(task="optional")
-        async def broken(ctx: ToolContext) -> str:
+        async def broken(ctx: Context) -> str:
             raise JsonRpcError(-32603, "backend exploded", {"why": "test"})
 
         @self.server.tool(task="optional")
-        async def tool_error(ctx: ToolContext) -> str:
+        async def tool_error(ctx: Context) -> str:
             raise ValueError("bad input")
 
 
@@ -90,7 +91,7 @@ def gateway(upstream: list[Any]) -> McpServer:
     server = McpServer("A")
 
     @server.tool()
-    async def relay(ctx: ToolContext, tool: str = "stubborn") -> Any:
+    async def relay(ctx: Context, tool: str = "stubborn") -> Any:
         return await upstream[0].call_tool(tool, on_task=seen_tasks.append)
 
     seen_tasks: list[dict[str, Any]] = []
@@ -338,7 +339,7 @@ async def test_a_flagged_caller_never_starts_a_task(autojump_clock: MockClock) -
         a = McpServer("A")
 
         @a.tool()
-        async def late(ctx: ToolContext) -> str:
+        async def late(ctx: Context) -> str:
             await ctx.request.wait_cancelled()
             try:
                 await upstream[0].call_tool("work")

@@ -25,7 +25,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 
@@ -60,7 +60,7 @@ def make_server(seen: Seen, store: MemoryTaskStore) -> McpServer:
     server = McpServer("lost-task-test", tasks=TaskManager(store=store))
 
     @server.tool(task="optional")
-    async def stubborn(ctx: ToolContext, seconds: float = 1000.0) -> str:
+    async def stubborn(ctx: Context, seconds: float = 1000.0) -> str:
         """Notes when the flag goes up, then ignores it: only the hard cancel stops it."""
         try:
             deadline = trio.current_time() + seconds

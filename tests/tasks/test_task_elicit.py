@@ -15,7 +15,7 @@ import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.tasks import get, serving
 
@@ -30,7 +30,7 @@ async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
     runs: list[str] = []
 
     @server.tool(task="required")
-    async def onboard(ctx: ToolContext) -> str:
+    async def onboard(ctx: Context) -> str:
         runs.append("started")
         answer = await ctx.elicit("Your name?", NAME)
         assert answer.content is not None
@@ -56,12 +56,12 @@ async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
     assert runs == ["started"]  # parked and resumed, never run again
 
 
-def before_task_server(ask_first: Callable[[ToolContext], Awaitable[None]]) -> McpServer:
+def before_task_server(ask_first: Callable[[Context], Awaitable[None]]) -> McpServer:
     """A task-required tool whose ``before_task`` is *ask_first*."""
     server = McpServer("before-elicit", tasks=TaskManager(store=MemoryTaskStore()))
 
     @server.tool(task="required", before_task=ask_first)
-    async def later(ctx: ToolContext) -> str:
+    async def later(ctx: Context) -> str:
         return "ran"
 
     return server
@@ -78,7 +78,7 @@ async def first_round(client: Any) -> dict[str, Any]:
 async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async def ask_first(ctx: ToolContext) -> None:
+    async def ask_first(ctx: Context) -> None:
         await ctx.elicit("Your name?", NAME)
 
     async with serving(before_task_server(ask_first), capabilities=CAPABILITIES) as (client, _):
@@ -100,7 +100,7 @@ async def test_ctx_elicit_in_before_task_is_an_mrtr_round_before_the_task_exists
 async def test_ctx_elicit_in_a_task_of_before_tasks_own_nursery_is_the_same_round(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async def ask_first(ctx: ToolContext) -> None:
+    async def ask_first(ctx: Context) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.elicit, "Your name?", NAME)
 

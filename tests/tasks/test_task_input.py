@@ -17,8 +17,8 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit, sample
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import McpError
 
 from _support.tasks import get, serving, wall_clock
@@ -27,7 +27,7 @@ CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks
 NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 
-def answered_name(ctx: ToolContext) -> str | None:
+def answered_name(ctx: Context) -> str | None:
     answer = (ctx.input_responses or {}).get("user_name")
     content = answer.get("content") if isinstance(answer, dict) else None
     name = content.get("name") if isinstance(content, dict) else None
@@ -38,35 +38,40 @@ def make_server() -> tuple[McpServer, list[str]]:
     server = McpServer("task-input-test", tasks=TaskManager(store=MemoryTaskStore()))
     asked: list[str] = []
 
-    async def ask_name(ctx: ToolContext, greeting: str = "Hello") -> InputRequired | None:
+    async def ask_name(ctx: Context, greeting: str = "Hello") -> InputRequired | None:
         asked.append(greeting)
         if answered_name(ctx) is None:
-            return InputRequired({"user_name": elicit("What is your name?", NAME)}, state="r1")
+            return InputRequired(
+                {"user_name": InputRequired.elicit("What is your name?", NAME)}, state="r1"
+            )
         return None
 
     @server.tool(task="required", before_task=ask_name)
-    async def greet_later(ctx: ToolContext, greeting: str = "Hello") -> str:
+    async def greet_later(ctx: Context, greeting: str = "Hello") -> str:
         await trio.sleep(5.0)
         return f"{greeting}, {answered_name(ctx)} (state {ctx.request_state})"
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext, item: str = "x") -> str | InputRequired:
+    async def confirm(ctx: Context, item: str = "x") -> str | InputRequired:
         await trio.sleep(1.0)
         answers = ctx.input_responses or {}
         if "first" not in answers or "second" not in answers:
             return InputRequired(
-                {"first": elicit(f"Delete {item}?", NAME), "second": elicit("Sure?", NAME)},
+                {
+                    "first": InputRequired.elicit(f"Delete {item}?", NAME),
+                    "second": InputRequired.elicit("Sure?", NAME),
+                },
                 state={"item": item},
             )
         names = [answers[key]["content"]["name"] for key in ("first", "second")]
         return f"{ctx.request_state['item']}: {' and '.join(names)}"
 
     @server.tool(task="optional")
-    async def samples(ctx: ToolContext) -> str | InputRequired:
-        return InputRequired({"q": sample("Hi?", 10)})
+    async def samples(ctx: Context) -> str | InputRequired:
+        return InputRequired({"q": InputRequired.sample("Hi?", 10)})
 
     @server.tool(task="optional")
-    async def state_only(ctx: ToolContext) -> str | InputRequired:
+    async def state_only(ctx: Context) -> str | InputRequired:
         return InputRequired(state="nothing to ask")
 
     return server, asked
@@ -202,7 +207,7 @@ async def test_bad_input_requests_in_a_task_fail_it_clearly(
 def test_before_task_needs_a_task_capable_tool() -> None:
     server = McpServer("x")
 
-    async def never(ctx: ToolContext) -> None:
+    async def never(ctx: Context) -> None:
         return None
 
     with pytest.raises(ValueError, match="before_task"):

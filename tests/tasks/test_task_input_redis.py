@@ -12,8 +12,8 @@ from contextlib import AbstractAsyncContextManager
 
 import trio
 
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import McpTestClient
 
 from _support.deploy import WITH_TASKS, RedisServer
@@ -29,10 +29,10 @@ def make_server() -> McpServer:
     server = McpServer("redis-task-input", tasks=TaskManager(cancel_poll_interval=1000))
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext) -> str | InputRequired:
+    async def confirm(ctx: Context) -> str | InputRequired:
         answer = (ctx.input_responses or {}).get("ok")
         if answer is None:
-            return InputRequired({"ok": elicit("Go ahead?", SCHEMA)})
+            return InputRequired({"ok": InputRequired.elicit("Go ahead?", SCHEMA)})
         return f"confirmed: {answer['content']['ok']}"
 
     return server

@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
-from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import TaskManager
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 from _support.tasks import serving
@@ -28,10 +28,12 @@ def make_server() -> McpServer:
     server = McpServer("task-notifications", tasks=TaskManager(store=MemoryTaskStore()))
 
     @server.tool(task="optional")
-    async def confirm(ctx: ToolContext) -> str | InputRequired:
+    async def confirm(ctx: Context) -> str | InputRequired:
         await trio.sleep(1.0)
         if not ctx.input_responses:
-            return InputRequired({"ok": elicit("Go?", {"type": "object", "properties": {}})})
+            return InputRequired(
+                {"ok": InputRequired.elicit("Go?", {"type": "object", "properties": {}})}
+            )
         return "confirmed"
 
     return server

@@ -22,7 +22,7 @@ from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.tasks import serving
 
@@ -43,7 +43,7 @@ def make_server(store: MemoryTaskStore, interval: float) -> McpServer:
     server = McpServer("task-progress", tasks=tasks)
 
     @server.tool(task="optional")
-    async def steps(ctx: ToolContext, n: int = 10, delay: float = 0.3) -> str:
+    async def steps(ctx: Context, n: int = 10, delay: float = 0.3) -> str:
         for i in range(1, n + 1):
             await ctx.report_progress(i, n, f"step {i}")
             await trio.sleep(delay)
@@ -51,7 +51,7 @@ def make_server(store: MemoryTaskStore, interval: float) -> McpServer:
         return "done"
 
     @server.tool(task="optional")
-    async def endless(ctx: ToolContext) -> str:
+    async def endless(ctx: Context) -> str:
         i = 0
         while True:
             i += 1
@@ -148,7 +148,7 @@ def test_progress_message_format() -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 async def test_bad_progress_in_a_task_is_refused_like_anywhere(bad: float) -> None:
     seen: list[Any] = []
-    ctx = ToolContext(1, None, task_progress=lambda *a: seen.append(a))  # type: ignore[arg-type]
+    ctx = Context(1, None, task_progress=lambda *a: seen.append(a))  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         await ctx.report_progress(bad)
     assert seen == []

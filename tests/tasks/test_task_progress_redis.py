@@ -13,7 +13,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.deploy import RedisServer
 from _support.redis import (
@@ -59,7 +59,7 @@ def make_server(release: trio.Event) -> McpServer:
     )
 
     @server.tool(task="optional")
-    async def halfway(ctx: ToolContext) -> str:
+    async def halfway(ctx: Context) -> str:
         await ctx.report_progress(5, 10, "halfway")
         await release.wait()
         await ctx.report_progress(10, 10, "all done")

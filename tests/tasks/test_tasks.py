@@ -12,8 +12,8 @@ from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
 
 from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
@@ -311,12 +311,12 @@ def test_tool_registration_checks_task_support() -> None:
     with pytest.raises(ValueError):
 
         @server.tool(task="sometimes")  # type: ignore[arg-type]
-        async def bad(ctx: ToolContext) -> None: ...
+        async def bad(ctx: Context) -> None: ...
 
     with pytest.raises(ValueError):
 
         @server.tool(task="optional", cancellable=False)
-        async def uncancellable(ctx: ToolContext) -> None: ...
+        async def uncancellable(ctx: Context) -> None: ...
 
 
 async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(

@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import RegistryConfig
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 
 from _support.cancellation_tools import probe_server
@@ -34,7 +34,7 @@ async def test_a_gateway_chain_through_the_librarys_client_is_one_trace(
     upstream: list[McpTestClient] = []
 
     @a.tool()
-    async def relay(ctx: ToolContext, text: str) -> Any:
+    async def relay(ctx: Context, text: str) -> Any:
         result = await upstream[0].call_tool("echo", {"text": text})
         return result["content"][0]["text"]
 
@@ -60,7 +60,7 @@ async def test_a_cancelled_gateway_call_shows_both_hops_cancelled_in_one_trace(
     upstream: list[McpTestClient] = []
 
     @a.tool()
-    async def relay(ctx: ToolContext) -> Any:
+    async def relay(ctx: Context) -> Any:
         return await upstream[0].call_tool("count", {"n": 100})
 
     config = RegistryConfig(grace_period=10)
@@ -123,7 +123,7 @@ NO_OTEL = textwrap.dedent(
     import sys
     sys.modules["opentelemetry"] = None  # an import blocker: "not installed"
     import trio
-    from trio_mcp_cancel.server import McpServer, ToolContext
+    from trio_mcp_cancel.server import McpServer, Context
     from trio_mcp_cancel.testing import open_test_client
     from trio_mcp_cancel._telemetry.propagation import inject_meta, trace_headers
 
@@ -131,7 +131,7 @@ NO_OTEL = textwrap.dedent(
     assert server.registration.telemetry is None
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     async def main():

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from trio_mcp_cancel import RegistryConfig, run_process
 from trio_mcp_cancel._core.events import BackendEvent
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
 
 from _support.cancellation_tools import probe_server
@@ -45,7 +45,7 @@ async def test_tasks_cancel_links_to_the_tasks_span_which_links_to_the_creating_
     started = trio.Event()
 
     @server.tool(task="optional")
-    async def stubborn(ctx: ToolContext) -> str:
+    async def stubborn(ctx: Context) -> str:
         started.set()
         await trio.sleep_forever()
         return "unreachable"
@@ -105,7 +105,7 @@ async def test_a_child_process_group_killed_by_the_hard_cancel_is_an_event_and_a
     server = McpServer("proc", telemetry=otel.telemetry)
 
     @server.tool()
-    async def sleeper(ctx: ToolContext) -> str:
+    async def sleeper(ctx: Context) -> str:
         # No polite stop: only the hard cancel (SIGKILL to the group) ends it.
         await run_process([sys.executable, "-c", "import time; time.sleep(60)"], stop=None)
         return "unreachable"
@@ -131,7 +131,7 @@ async def test_a_child_process_sent_its_polite_stop_signal_is_an_event(otel: Ote
     server = McpServer("proc", telemetry=otel.telemetry)
 
     @server.tool()
-    async def sleeper(ctx: ToolContext) -> str:
+    async def sleeper(ctx: Context) -> str:
         await run_process([sys.executable, "-c", "import time; time.sleep(60)"])
         return "unreachable"
 
@@ -153,7 +153,7 @@ async def test_an_abandoned_worker_thread_is_an_event_and_a_point(otel: Otel) ->
     release = threading.Event()
 
     @server.tool()
-    def blocking(ctx: ToolContext) -> str:
+    def blocking(ctx: Context) -> str:
         release.wait(30)  # never looks at the flag
         return "late"
 
@@ -198,7 +198,7 @@ async def test_a_shielded_tool_that_overruns_its_hard_cancel_is_phase_overrun_an
     server = McpServer("shielded", telemetry=otel.telemetry)
 
     @server.tool()
-    async def shielded(ctx: ToolContext) -> str:
+    async def shielded(ctx: Context) -> str:
         with trio.CancelScope(shield=True):
             await trio.sleep(10)  # defeats the hard cancel, as Trio allows
         return "late"

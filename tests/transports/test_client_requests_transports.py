@@ -18,7 +18,7 @@ from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel import Registry, RequestCancelled
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.websocket import serve_mcp_websocket
@@ -50,7 +50,7 @@ def make_server(seen: list[str]) -> McpServer:
     server = McpServer("transports")
 
     @server.tool()
-    async def greet(ctx: ToolContext) -> str:
+    async def greet(ctx: Context) -> str:
         try:
             answer = await ctx.elicit("Your name?", SCHEMA)
         except RequestCancelled as exc:

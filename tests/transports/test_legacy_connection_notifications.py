@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel.server import McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits
 from trio_mcp_cancel.transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
 from _support.cancellation_tools import probe_server
@@ -31,7 +31,7 @@ def build_server() -> McpServer:
     server = probe_server("legacy-notes", limits=ServerLimits(max_listen_streams=1))
 
     @server.resource("test://a", name="a")
-    async def a(ctx: ToolContext) -> str:
+    async def a(ctx: Context) -> str:
         return "a"
 
     return server
@@ -97,7 +97,7 @@ async def test_a_legacy_connection_is_promised_and_sent_list_changes_and_subscri
         assert (await receive(client))["id"] == 1
 
         @server.tool()
-        async def added(ctx: ToolContext) -> str:
+        async def added(ctx: Context) -> str:
             return "new"
 
         assert (await receive(client))["method"] == "notifications/tools/list_changed"
@@ -137,7 +137,7 @@ async def test_a_client_before_initialize_or_a_modern_one_hears_nothing_unasked(
         assert "tools" in (await receive(client))["result"]
 
         @server.tool()
-        async def added(ctx: ToolContext) -> str:
+        async def added(ctx: Context) -> str:
             return "new"
 
         assert await nothing_pending(client)
@@ -158,7 +158,7 @@ async def test_the_notification_stream_takes_a_listen_slot_and_gives_it_back(
             await receive(second)
 
             @server.tool()
-            async def added(ctx: ToolContext) -> str:
+            async def added(ctx: Context) -> str:
                 return "new"
 
             # The server's one slot is the first connection's: the second is not notified.

@@ -36,8 +36,8 @@ from trio_mcp_cancel import (
 )
 from trio_mcp_cancel._protocol.calls import HandlerInput, Method, NotificationCall, RequestCall
 from trio_mcp_cancel._protocol.exchange import Exchange
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, McpError, assert_no_leaks, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection
@@ -64,18 +64,18 @@ def make_server() -> McpServer:
     server = McpServer("ordering", on_cancel="error")
 
     @server.tool()
-    async def wait(ctx: ToolContext, delay: float = 1.0) -> str:
+    async def wait(ctx: Context, delay: float = 1.0) -> str:
         """Runs until its flag is set, and only then."""
         while True:
             await checkpoint_cancelled()
             await trio.sleep(delay)
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool(client_capabilities={"elicitation": {}})
-    async def needs_elicitation(ctx: ToolContext) -> str:
+    async def needs_elicitation(ctx: Context) -> str:
         return "ok"
 
     # A test-only request that is not a tool and takes long to answer.

@@ -43,7 +43,7 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel._protocol import jsonrpc
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import assert_no_leaks
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
@@ -92,7 +92,7 @@ def make_server(probe: Probe) -> McpServer:
     server = McpServer("slow-readers", "1.0")
 
     @server.tool()
-    async def stubborn_spam(ctx: ToolContext, size: int = 100, delay: float = 1.0) -> str:
+    async def stubborn_spam(ctx: Context, size: int = 100, delay: float = 1.0) -> str:
         """Reports progress forever and never polls its flag: only the hard cancel stops it."""
         i = 0
         try:
@@ -111,7 +111,7 @@ def make_server(probe: Probe) -> McpServer:
             raise
 
     @server.tool()
-    async def polite_spam(ctx: ToolContext, size: int = 100, delay: float = 1.0) -> str:
+    async def polite_spam(ctx: Context, size: int = 100, delay: float = 1.0) -> str:
         """Reports progress until its flag is set."""
         i = 0
         try:
@@ -127,7 +127,7 @@ def make_server(probe: Probe) -> McpServer:
             raise
 
     @server.tool()
-    async def steps(ctx: ToolContext, n: int = 10, result_size: int = 10) -> str:
+    async def steps(ctx: Context, n: int = 10, result_size: int = 10) -> str:
         """*n* progress reports back to back, then a result of *result_size* characters."""
         assert isinstance(ctx.progress_token, str)
         for i in range(1, n + 1):
@@ -136,11 +136,11 @@ def make_server(probe: Probe) -> McpServer:
         return "y" * result_size
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     @server.tool()
-    async def tenant(ctx: ToolContext) -> str:
+    async def tenant(ctx: Context) -> str:
         return str(ctx.caller.tenant)
 
     return server

@@ -1,6 +1,6 @@
 """Asking the client from inside a tool: one call, both eras (``ctx.elicit`` and friends).
 
-A tool awaits :meth:`~.context.ToolContext.elicit` (or ``sample``,
+A tool awaits :meth:`~.context.Context.elicit` (or ``sample``,
 ``list_roots``) and gets the client's answer.  How the question travels
 depends on the era of the request, never on the tool:
 

@@ -1,6 +1,6 @@
 """The tool context and running a target: what every handler that runs server code shares.
 
-:class:`ToolContext` is the first argument of every tool, resource reader,
+:class:`Context` is the first argument of every tool, resource reader,
 prompt and completer.  :func:`make_context` builds it for one request
 (opening a modern MRTR ``requestState`` before any server code runs);
 :func:`run_target` runs the work inside ``tracked()`` when it is
@@ -46,7 +46,7 @@ from .tools import error_result
 from .versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
 
 __all__ = [
-    "ToolContext",
+    "Context",
     "check_declared",
     "client_capabilities",
     "input_required",
@@ -62,7 +62,7 @@ __all__ = [
 
 
 @attrs.define(eq=False)
-class ToolContext(ContextParameter):
+class Context(ContextParameter):
     """The first argument of every tool: identity, cancellation, progress and logging."""
 
     request_id: RequestId
@@ -283,7 +283,7 @@ def client_capabilities(h: HandlerInput) -> Mapping[str, Any]:
     return {} if legacy is None else legacy.client_capabilities
 
 
-async def make_context(h: HandlerInput, target: str) -> ToolContext:
+async def make_context(h: HandlerInput, target: str) -> Context:
     """The ``ctx`` of one request: identity, progress, logging and (modern) MRTR input.
 
     A ``requestState`` is opened (verified) and used up here, before any
@@ -310,13 +310,13 @@ def needs_state(h: HandlerInput) -> bool:
     return h.call.era == "modern" and "requestState" in h.call.request.params
 
 
-def new_context(h: HandlerInput) -> ToolContext:
+def new_context(h: HandlerInput) -> Context:
     """:func:`make_context` without the ``requestState``: everything that never awaits."""
     request = h.call.request
     params = request.params
     meta = params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
-    ctx = ToolContext(
+    ctx = Context(
         request.id,
         h.caller,
         token if is_valid_request_id(token) else None,
@@ -441,7 +441,7 @@ async def run_target(
 
 async def invoke(
     h: HandlerInput,
-    ctx: ToolContext,
+    ctx: Context,
     arguments: dict[str, Any],
     key: tuple[RequestId, str] | None = None,
     ask: Callable[[InputRequired], Awaitable[None]] | None = None,

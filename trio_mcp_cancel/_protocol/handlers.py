@@ -17,7 +17,7 @@ from .calls import HandlerInput
 from .client_requests import InputRound
 from .content import ToolError
 from .context import (
-    ToolContext,
+    Context,
     check_declared,
     client_capabilities,
     input_required,
@@ -162,7 +162,7 @@ async def call_tool(h: HandlerInput) -> dict[str, Any]:
 
 
 async def _start_task(
-    h: HandlerInput, tool: Tool, arguments: dict[str, Any], first: ToolContext
+    h: HandlerInput, tool: Tool, arguments: dict[str, Any], first: Context
 ) -> dict[str, Any]:
     """Run *tool* as a task in the task manager's nursery (SEP-2663).
 
@@ -175,7 +175,7 @@ async def _start_task(
     tasks = h.runtime.tasks
 
     async def runner(exchange: Exchange, task_id: str) -> dict[str, Any]:
-        ctx = ToolContext(
+        ctx = Context(
             request.id,
             caller,
             None,

@@ -70,8 +70,8 @@ class InputRequired:
     """Return this to ask the client for input; it retries with the answers.
 
     *requests* maps your keys to ``elicitation/create``, ``sampling/createMessage``
-    or ``roots/list`` requests (see :func:`elicit`, :func:`sample`,
-    :func:`list_roots`); the retry's ``ctx.input_responses`` has the same
+    or ``roots/list`` requests (built with :meth:`elicit`, :meth:`sample`,
+    :meth:`list_roots`); the retry's ``ctx.input_responses`` has the same
     keys.  *state* is any JSON value you want back on the retry
     (``ctx.request_state``), sealed by the server.
     """
@@ -90,29 +90,38 @@ class InputRequired:
         """The client capabilities these requests need."""
         return {_CAPABILITY_OF[request["method"]] for request in self.requests.values()}
 
+    # The request builders are static methods, so that a tool doing MRTR by
+    # hand needs one name: ``InputRequired({"ok": InputRequired.elicit(...)})``.
 
-def elicit(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``elicitation/create`` (form) input request."""
-    return {
-        "method": "elicitation/create",
-        "params": {"mode": "form", "message": message, "requestedSchema": dict(schema)},
-    }
+    @staticmethod
+    def elicit(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """An ``elicitation/create`` (form) input request: *message* and the *schema* to fill."""
+        return {
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": message, "requestedSchema": dict(schema)},
+        }
+
+    @staticmethod
+    def sample(prompt: str, max_tokens: int = 100) -> dict[str, Any]:
+        """A ``sampling/createMessage`` input request with one user text message."""
+        return {
+            "method": "sampling/createMessage",
+            "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                "maxTokens": max_tokens,
+            },
+        }
+
+    @staticmethod
+    def list_roots() -> dict[str, Any]:
+        """A ``roots/list`` input request."""
+        return {"method": "roots/list", "params": {}}
 
 
-def sample(prompt: str, max_tokens: int = 100) -> dict[str, Any]:
-    """A ``sampling/createMessage`` input request with one user text message."""
-    return {
-        "method": "sampling/createMessage",
-        "params": {
-            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
-            "maxTokens": max_tokens,
-        },
-    }
-
-
-def list_roots() -> dict[str, Any]:
-    """A ``roots/list`` input request."""
-    return {"method": "roots/list", "params": {}}
+#: The request builders, also as plain functions (the context's own rounds use them).
+elicit = InputRequired.elicit
+sample = InputRequired.sample
+list_roots = InputRequired.list_roots
 
 
 def _b64(data: bytes) -> str:

@@ -2,7 +2,7 @@
 
 Pure code with no I/O.  A prompt is a function (``async def`` or a plain
 ``def``, run in a worker thread) whose named parameters are its arguments;
-the one annotated ``ToolContext``, at any position, takes the context.  MCP
+the one annotated ``Context``, at any position, takes the context.  MCP
 sends arguments as strings: a parameter annotated with another type gets the
 string converted by pydantic (``"3"`` for an ``int``, an enum's value, an ISO
 date), and a string that fails is ``-32602`` naming the argument.  It

@@ -4,7 +4,7 @@ Pure code with no I/O.  A resource's reader is a function (``async def`` or a
 plain ``def``, run in a worker thread) taking the template's variables by
 name (converted to their annotated types by pydantic: ``{id}`` of
 ``id: int`` arrives as an ``int``), and the context through the parameter
-annotated ``ToolContext`` if it has one; it returns ``str`` (text), ``bytes`` (a blob), or a list of
+annotated ``Context`` if it has one; it returns ``str`` (text), ``bytes`` (a blob), or a list of
 :class:`ResourceData` for several contents; the dispatcher runs it like a
 tool, inside ``tracked()``, so ``resources/read`` is cancellable the same way.
 """

@@ -209,7 +209,7 @@ class McpServer:
         """Register a function as a tool: ``@server.tool``, ``@server.tool()`` or ``(name=...)``.
 
         Its parameters are the tool's arguments (see :func:`.tools.make_tool`),
-        except the one annotated ``ToolContext``, at any position, which
+        except the one annotated ``Context``, at any position, which
         receives the context (a tool need not take one).
 
         *input_schema* replaces the derived schema and is sent as written
@@ -312,7 +312,7 @@ class McpServer:
 
         ``str`` is text content, ``bytes`` a blob (base64 on the wire).  The
         read runs like a tool: cancellable, with progress and logging; a
-        parameter annotated ``ToolContext`` receives the context, and a
+        parameter annotated ``Context`` receives the context, and a
         plain ``def`` runs in a worker thread.
         """
         _needs_uri(uri, "resource")
@@ -341,7 +341,7 @@ class McpServer:
 
         ``"test://items/{id}"`` makes ``resources/read`` of
         ``test://items/42`` call ``read(id="42")`` (``read(id=42)`` when the
-        parameter is ``id: int``); a parameter annotated ``ToolContext``
+        parameter is ``id: int``); a parameter annotated ``Context``
         receives the context.
         """
         _needs_uri(uri_template, "resource_template")
@@ -380,7 +380,7 @@ class McpServer:
         Its named parameters are the prompt's arguments (strings on the
         wire, converted to the annotated type; required unless they have a
         default; ``Annotated[str, "..."]`` describes one); a parameter
-        annotated ``ToolContext`` receives the context.  It returns a
+        annotated ``Context`` receives the context.  It returns a
         ``str``, a content object, or a list of those and
         :class:`~trio_mcp_cancel.server.PromptMessage`.
         """

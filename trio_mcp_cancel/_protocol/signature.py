@@ -91,7 +91,7 @@ class _NoTitles(GenerateJsonSchema):
 class ContextParameter:
     """What a parameter's annotation subclasses to receive the context, not an argument.
 
-    :class:`~.context.ToolContext` is one; this module cannot import it (the
+    :class:`~.context.Context` is one; this module cannot import it (the
     context runs tools, tools read signatures), so it looks for the base.
     """
 
@@ -116,7 +116,7 @@ def _signature(fn: Callable[..., Any], what: str) -> inspect.Signature:
 
 
 def context_parameter(fn: Callable[..., Any], what: str) -> str | None:
-    """The name of *fn*'s context parameter (annotated ``ToolContext``), or ``None``."""
+    """The name of *fn*'s context parameter (annotated ``Context``), or ``None``."""
     found = [p for p in _signature(fn, what).parameters.values() if _is_context(p)]
     if len(found) > 1:
         raise TypeError(f"{what}: more than one parameter takes the context")
@@ -128,7 +128,7 @@ class Signature:
     """The parameters of a function as MCP arguments (see the module docstring)."""
 
     context: str | None
-    """The parameter that receives the ``ToolContext``, if any."""
+    """The parameter that receives the ``Context``, if any."""
     first: bool
     """The context is the first parameter (passed positionally, as ``fn(ctx, ...)``)."""
     names: tuple[str, ...]

@@ -278,7 +278,7 @@ def make_tool(
 ) -> Tool:
     """Build a :class:`Tool` from a function: ``async def`` or a plain ``def``.
 
-    The context is the parameter annotated ``ToolContext`` (any position; an
+    The context is the parameter annotated ``Context`` (any position; an
     ``ctx`` unannotated or ``Any`` too), or none.  A plain function is a *sync tool*:
     it runs in a worker thread (:func:`.signature.with_context`), so
     blocking code never stalls the event loop; *threads* bounds how many it

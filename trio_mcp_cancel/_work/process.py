@@ -56,9 +56,9 @@ _RESERVED: Final = frozenset(
 
 
 class ProgressReporter(Protocol):
-    """What ``progress=`` needs: a :class:`~trio_mcp_cancel.server.ToolContext` fits.
+    """What ``progress=`` needs: a :class:`~trio_mcp_cancel.server.Context` fits.
 
-    A reporter that also has a ``last_progress`` number (``ToolContext``
+    A reporter that also has a ``last_progress`` number (``Context``
     does) has its line count continue from it, since MCP progress must
     increase.
     """
@@ -351,7 +351,7 @@ async def _drain(
 
 def _with_progress(progress: ProgressReporter, on_line: LineCallback | None) -> LineCallback:
     # MCP progress must increase: continue from what the tool already reported
-    # (ToolContext.last_progress), so a tool may report before and after.
+    # (Context.last_progress), so a tool may report before and after.
     count = 0
 
     async def report(name: Literal["stdout", "stderr"], line: str) -> None:

@@ -94,7 +94,7 @@ async def test_a_failing_hook_closes_the_coroutine() -> None:
 
 from trio_mcp_cancel import Registry  # noqa: E402
 from trio_mcp_cancel.http import McpHttpApp  # noqa: E402
-from trio_mcp_cancel.server import McpServer, ToolContext  # noqa: E402
+from trio_mcp_cancel.server import Context, McpServer  # noqa: E402
 
 from _support.asgi import AsgiClient, headers_of, modern_call  # noqa: E402
 
@@ -116,11 +116,11 @@ async def test_a_call_that_never_suspends_spawns_no_watcher_and_one_that_does_is
     server = McpServer("lazy")
 
     @server.tool()
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         await trio.sleep(3600)
         return "slept"
 

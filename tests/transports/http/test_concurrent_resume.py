@@ -16,7 +16,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import initialize, legacy_call, legacy_headers, served
 
@@ -27,7 +27,7 @@ def build_server() -> McpServer:
     server = McpServer("concurrent-resume")
 
     @server.tool()
-    async def steps(ctx: ToolContext, n: int = 5) -> str:
+    async def steps(ctx: Context, n: int = 5) -> str:
         """Reports progress n times, a step a second."""
         for i in range(1, n + 1):
             await checkpoint_cancelled()

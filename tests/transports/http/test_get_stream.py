@@ -18,8 +18,8 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import LEGACY_TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel.wire import LEGACY_TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 
 from _support.asgi import (
     AsgiClient,
@@ -40,15 +40,15 @@ def build_server(**options: Any) -> McpServer:
     server = probe_server("get-stream-test", **options)
 
     @server.resource("test://a", name="a")
-    async def a(ctx: ToolContext) -> str:
+    async def a(ctx: Context) -> str:
         return "a"
 
     @server.resource("test://b", name="b")
-    async def b(ctx: ToolContext) -> str:
+    async def b(ctx: Context) -> str:
         return "b"
 
     @server.prompt()
-    async def hello(ctx: ToolContext) -> str:
+    async def hello(ctx: Context) -> str:
         return "hello"
 
     return server

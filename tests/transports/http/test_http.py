@@ -24,8 +24,9 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import current_request
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
 from _support.http_server import call, server, tool_log
@@ -442,7 +443,7 @@ async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
 
 
 @server.tool(cancellable=False)
-async def quick(ctx: ToolContext, text: str) -> str:
+async def quick(ctx: Context, text: str) -> str:
     """Not tracked: answered without a disconnect watcher."""
     assert current_request(None) is None
     await trio.lowlevel.checkpoint()

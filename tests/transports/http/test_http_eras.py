@@ -28,8 +28,9 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED, current_request
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel import current_request
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder
 
 from _support.asgi import (
@@ -86,21 +87,21 @@ def build_server(probe: Probe, **options: Any) -> McpServer:
     server = McpServer("eras-test", "1.2.3", instructions="A test server.", **options)
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         """Echoes its text."""
         return text
 
     @server.tool()
-    async def nodoc(ctx: ToolContext) -> str:
+    async def nodoc(ctx: Context) -> str:
         return "ok"
 
     @server.tool(cancellable=False)
-    async def instant(ctx: ToolContext) -> dict[str, int]:
+    async def instant(ctx: Context) -> dict[str, int]:
         """Answers at once; not cancellable."""
         return {"answer": 42}
 
     @server.tool()
-    async def polite(ctx: ToolContext, steps: int = 100, delay: float = 1.0) -> str:
+    async def polite(ctx: Context, steps: int = 100, delay: float = 1.0) -> str:
         """Polls the flag and reports progress every step."""
         probe.started_cancelled[ctx.request_id] = current_request().cancelled
         try:
@@ -115,7 +116,7 @@ def build_server(probe: Probe, **options: Any) -> McpServer:
         return f"counted to {steps}"
 
     @server.tool()
-    async def stubborn(ctx: ToolContext, seconds: int = 100) -> str:
+    async def stubborn(ctx: Context, seconds: int = 100) -> str:
         """Ignores the flag, reporting progress every second; only a hard cancel stops it."""
         seen = False
         try:
@@ -132,20 +133,20 @@ def build_server(probe: Probe, **options: Any) -> McpServer:
         return "done"
 
     @server.tool()
-    async def silent(ctx: ToolContext, seconds: float = 40.0) -> str:
+    async def silent(ctx: Context, seconds: float = 40.0) -> str:
         """Says nothing for a while."""
         await trio.sleep(seconds)
         return "quiet"
 
     @server.tool()
-    async def chatty(ctx: ToolContext) -> str:
+    async def chatty(ctx: Context) -> str:
         """Logs one line at each of four levels."""
         for level in ("debug", "info", "warning", "error"):
             await ctx.log(level, f"{level} line")
         return "logged"
 
     @server.tool(client_capabilities={"sampling": {}})
-    async def samples(ctx: ToolContext) -> str:
+    async def samples(ctx: Context) -> str:
         """Needs the client's sampling capability."""
         return "sampled"
 

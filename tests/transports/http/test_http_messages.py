@@ -18,7 +18,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 
 from _support.asgi import (
     AsgiClient,
@@ -44,11 +44,11 @@ def build() -> McpServer:
     server = McpServer("messages", "1.0")
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str = "hi") -> str:
+    async def echo(ctx: Context, text: str = "hi") -> str:
         return text
 
     @server.tool(input_schema=REGION_SCHEMA)
-    async def where(ctx: ToolContext, region: str) -> str:
+    async def where(ctx: Context, region: str) -> str:
         return region
 
     return server
@@ -200,13 +200,14 @@ async def test_a_modern_task_over_its_quota_is_http_429_with_retry_after(
     """A task refused by its quota is an admission refusal like any other: on the modern
     era HTTP 429 with ``Retry-After``, so an HTTP client backs off instead of reading a
     200 as an answer."""
-    from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
+    from trio_mcp_cancel.lowlevel import TaskManager
+    from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
 
     server = McpServer("tasks", "1.0", tasks=TaskManager(max_running_per_owner=1))
     release = trio.Event()
 
     @server.tool(task="optional")
-    async def hold(ctx: ToolContext) -> str:
+    async def hold(ctx: Context) -> str:
         await release.wait()
         return "held"
 

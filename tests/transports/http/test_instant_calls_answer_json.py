@@ -22,7 +22,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 
 from _support.asgi import (
     AsgiClient,
@@ -40,16 +40,16 @@ def build() -> McpServer:
     server = McpServer("lazy-sse")
 
     @server.tool()
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     @server.tool()
-    async def reports(ctx: ToolContext) -> str:
+    async def reports(ctx: Context) -> str:
         await ctx.report_progress(1, 2)  # before any suspension
         return "reported"
 
     @server.tool()
-    async def waits(ctx: ToolContext, seconds: float = 1.0) -> str:
+    async def waits(ctx: Context, seconds: float = 1.0) -> str:
         await trio.sleep(seconds)
         return "slept"
 

@@ -18,8 +18,8 @@ import trio.testing
 
 from trio_mcp_cancel import Registry, RegistryConfig, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits, ToolContext
+from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, ServerLimits
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 from _support.asgi import (
@@ -38,11 +38,11 @@ def build(**limits: Any) -> McpServer:
     server = McpServer("listen-limits", "1.0", **limits)
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str = "hi") -> str:
+    async def echo(ctx: Context, text: str = "hi") -> str:
         return text
 
     @server.tool()
-    async def forever(ctx: ToolContext) -> str:
+    async def forever(ctx: Context) -> str:
         while True:
             await checkpoint_cancelled()
             await trio.sleep(1)

@@ -25,7 +25,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, app_from_env
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.resume import parse_event_id
 
@@ -48,7 +48,7 @@ def build_server() -> McpServer:
     server = McpServer("resume-test")
 
     @server.tool()
-    async def steps(ctx: ToolContext, n: int = 5, delay: float = 1.0, size: int = 0) -> str:
+    async def steps(ctx: Context, n: int = 5, delay: float = 1.0, size: int = 0) -> str:
         """Reports progress n times, a step every *delay* seconds."""
         for i in range(1, n + 1):
             await checkpoint_cancelled()
@@ -343,7 +343,7 @@ async def test_a_tool_may_close_its_stream_and_the_client_polls_for_the_rest(
         closed: list[bool] = []
 
         @s.app.server.tool()
-        async def polling(ctx: ToolContext) -> str:
+        async def polling(ctx: Context) -> str:
             await ctx.report_progress(1)
             closed.append(ctx.close_stream())
             await trio.sleep(2)

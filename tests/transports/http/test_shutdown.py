@@ -29,7 +29,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry, RequestCancelled, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import (
     AsgiClient,
@@ -63,7 +63,7 @@ def build_server(seen: Seen) -> McpServer:
     server = probe_server("shutdown-test")
 
     @server.tool()
-    async def watch(ctx: ToolContext) -> str:
+    async def watch(ctx: Context) -> str:
         """Poll the flag; say what stopped it."""
         seen.running += 1
         while True:
@@ -75,7 +75,7 @@ def build_server(seen: Seen) -> McpServer:
             await trio.sleep(0.1)
 
     @server.tool(task="optional")
-    async def watch_task(ctx: ToolContext) -> str:
+    async def watch_task(ctx: Context) -> str:
         """``watch``, as a task when the client declares the extension."""
         while True:
             try:
@@ -86,7 +86,7 @@ def build_server(seen: Seen) -> McpServer:
             await trio.sleep(0.1)
 
     @server.tool()
-    async def flood_when_cancelled(ctx: ToolContext) -> str:
+    async def flood_when_cancelled(ctx: Context) -> str:
         """Wait for the flag, then answer 8 MB anyway (for a client that does not read)."""
         seen.running += 1
         while not cancelled():
@@ -94,7 +94,7 @@ def build_server(seen: Seen) -> McpServer:
         return "x" * (8 << 20)
 
     @server.tool()
-    async def finish(ctx: ToolContext, seconds: float = 1.0) -> str:
+    async def finish(ctx: Context, seconds: float = 1.0) -> str:
         """Ignore the flag, and finish before the hard cancel."""
         await trio.sleep(seconds)
         return "finished"

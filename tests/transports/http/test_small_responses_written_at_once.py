@@ -28,7 +28,7 @@ from hypercorn.trio import serve
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.transports.http import hypercorn_compat
 
 from _support.asgi import (
@@ -56,15 +56,15 @@ def build() -> McpServer:
     server = McpServer("inline")
 
     @server.tool()
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     @server.tool(cancellable=False)
-    async def plain(ctx: ToolContext) -> str:
+    async def plain(ctx: Context) -> str:
         return "plain"
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         await trio.sleep(0.05)
         return "slept"
 

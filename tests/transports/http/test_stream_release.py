@@ -19,7 +19,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 
 from _support.asgi import AsgiClient, HttpExchange, initialize, legacy_call, legacy_headers, served
 
@@ -30,7 +30,7 @@ def build_server() -> McpServer:
     server = McpServer("release-test")
 
     @server.tool()
-    async def chatty(ctx: ToolContext, n: int = 26, size: int = EVENT) -> str:
+    async def chatty(ctx: Context, n: int = 26, size: int = EVENT) -> str:
         """Reports progress n times with a large message, then answers."""
         for i in range(1, n + 1):
             await trio.sleep(0.01)

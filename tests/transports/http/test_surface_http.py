@@ -17,8 +17,7 @@ import trio.testing
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
-from trio_mcp_cancel.lowlevel import InputRequired, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import EventRecorder
 from trio_mcp_cancel.transports.http.rules import check_param_headers
 
@@ -38,20 +37,22 @@ def build() -> McpServer:
     server = McpServer("surface-http", "1.0")
 
     @server.resource("test://doc", name="doc", mime_type="text/plain")
-    async def doc(ctx: ToolContext) -> str:
+    async def doc(ctx: Context) -> str:
         return "the doc"
 
     @server.prompt()
-    async def ask(ctx: ToolContext) -> str | InputRequired:
+    async def ask(ctx: Context) -> str | InputRequired:
         """Asks for a topic first."""
         answer = (ctx.input_responses or {}).get("topic")
         if answer is None:
             schema = {"type": "object", "properties": {"topic": {"type": "string"}}}
-            return InputRequired({"topic": elicit("Which topic?", schema)}, state="asked")
+            return InputRequired(
+                {"topic": InputRequired.elicit("Which topic?", schema)}, state="asked"
+            )
         return f"Talk about {answer['content']['topic']} ({ctx.request_state})"
 
     @server.resource("test://slow", name="slow")
-    async def slow(ctx: ToolContext) -> str:
+    async def slow(ctx: Context) -> str:
         while True:
             await checkpoint_cancelled()
             await ctx.report_progress(trio.current_time())
@@ -103,7 +104,7 @@ async def test_listen_over_http_ends_when_the_client_closes_it(
         assert ack["params"]["notifications"] == {"promptsListChanged": True}
 
         @server.prompt()
-        async def later(ctx: ToolContext) -> str:
+        async def later(ctx: Context) -> str:
             return "x"
 
         changed = await listen.next_message()
@@ -243,7 +244,7 @@ async def test_param_header_mismatch_is_400_before_the_tool_runs(
     ran: list[str] = []
 
     @server.tool(input_schema=REGION_SCHEMA)
-    async def routed(ctx: ToolContext, region: str, count: int = 1) -> str:
+    async def routed(ctx: Context, region: str, count: int = 1) -> str:
         ran.append(region)
         return region
 
@@ -266,7 +267,7 @@ def test_x_mcp_header_must_be_a_header_name() -> None:
         @server.tool(
             input_schema={"type": "object", "properties": {"a": {"x-mcp-header": "bad name"}}}
         )
-        async def tool(ctx: ToolContext, a: str) -> str:
+        async def tool(ctx: Context, a: str) -> str:
             return a
 
 

@@ -20,7 +20,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.transports.http.resume import ResumableStream
 from trio_mcp_cancel.transports.http.writer import WRITER_TASK, ResponseWriter
 
@@ -170,7 +170,7 @@ async def test_a_suspended_streamed_call_holds_its_watcher_and_no_writer_task(
     server = McpServer("suspended")
 
     @server.tool()
-    async def waits(ctx: ToolContext) -> str:
+    async def waits(ctx: Context) -> str:
         await ctx.report_progress(1)
         await trio.sleep(3600)
         return "slept"

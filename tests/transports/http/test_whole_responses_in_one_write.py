@@ -25,7 +25,7 @@ from hypercorn.trio.tcp_server import TCPServer
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.transports.http import hypercorn_compat
 
 from _support.asgi import bare_app, headers_of, modern_call
@@ -37,7 +37,7 @@ def build() -> McpServer:
     server = McpServer("whole")
 
     @server.tool()
-    async def instant(ctx: ToolContext) -> str:
+    async def instant(ctx: Context) -> str:
         return "done"
 
     return server

@@ -26,13 +26,13 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
-from trio_mcp_cancel.lowlevel import (
+from trio_mcp_cancel._protocol.registration import OnCancel
+from trio_mcp_cancel.lowlevel.wire import (
     LATEST_LEGACY_VERSION,
     REQUEST_CANCELLED,
     TOO_MANY_REQUESTS,
-    OnCancel,
 )
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -50,13 +50,13 @@ def make_server(on_cancel: OnCancel = "silent") -> McpServer:
     server = probe_server("memory-test", on_cancel=on_cancel)
 
     @server.tool()
-    async def chatty(ctx: ToolContext) -> str:
+    async def chatty(ctx: Context) -> str:
         for level in ("debug", "info", "error"):
             await ctx.log(level, f"a {level} line")
         return "logged"
 
     @server.tool(client_capabilities={"elicitation": {}})
-    async def needs_elicitation(ctx: ToolContext) -> str:
+    async def needs_elicitation(ctx: Context) -> str:
         return "ok"
 
     return server
@@ -390,7 +390,7 @@ async def test_a_tool_sees_request_cancelled_with_the_reason(autojump_clock: Moc
     seen: list[tuple[str | None, str]] = []
 
     @server.tool()
-    async def probe(ctx: ToolContext) -> str:
+    async def probe(ctx: Context) -> str:
         try:
             while True:
                 await checkpoint_cancelled()

@@ -32,7 +32,7 @@ from trio.testing import MockClock
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
 from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from trio_mcp_cancel.lowlevel import Caller
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 
@@ -342,7 +342,7 @@ async def test_a_slow_non_tool_request_does_not_block_the_read_loop(
     mcp_registry: Registry,
 ) -> None:
     @mcp_server.tool(cancellable=False)
-    async def slow_quiet(ctx: ToolContext) -> str:
+    async def slow_quiet(ctx: Context) -> str:
         await trio.sleep(100)
         return "slow"
 
@@ -511,20 +511,20 @@ async def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
 RUN_STDIO_SCRIPT = """
 import sys
 import trio
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Context
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.stdio import run_stdio
 
 server = McpServer("printer")
 
 @server.tool()
-async def shout(ctx: ToolContext, text: str) -> str:
+async def shout(ctx: Context, text: str) -> str:
     print("NOT PROTOCOL:", text)  # a careless tool writing to stdout
     sys.stdout.flush()
     return text.upper()
 
 @server.tool()
-async def wait(ctx: ToolContext) -> str:
+async def wait(ctx: Context) -> str:
     await trio.sleep(1000)
     return "never"
 

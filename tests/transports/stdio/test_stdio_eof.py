@@ -97,13 +97,13 @@ async def test_a_tool_call_running_at_end_of_file_is_cancelled_silently_the_rest
 RUN_STDIO_SCRIPT = """
 import trio
 from trio_mcp_cancel import RegistryConfig
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Context
 from trio_mcp_cancel.stdio import run_stdio
 
 server = McpServer("eof")
 
 @server.tool()
-async def wait(ctx: ToolContext) -> str:
+async def wait(ctx: Context) -> str:
     await trio.sleep(1000)
     return "never"
 

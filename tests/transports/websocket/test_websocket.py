@@ -34,14 +34,14 @@ from trio_mcp_cancel._protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
 )
+from trio_mcp_cancel._protocol.registration import OnCancel
 from trio_mcp_cancel.http import bearer_auth
-from trio_mcp_cancel.lowlevel import (
+from trio_mcp_cancel.lowlevel.wire import (
     LATEST_LEGACY_VERSION,
     LEGACY_TOO_MANY_REQUESTS,
     REQUEST_CANCELLED,
-    OnCancel,
 )
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -66,7 +66,7 @@ class Record:
 class Probe:
     records: list[Record] = attrs.field(factory=list)
 
-    def record(self, tool: str, ctx: ToolContext, kind: str, reason: str | None) -> None:
+    def record(self, tool: str, ctx: Context, kind: str, reason: str | None) -> None:
         self.records.append(
             Record(tool, ctx.request_id, ctx.namespace, kind, reason, trio.current_time())
         )
@@ -76,7 +76,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
     server = McpServer("ws-test", "1.2.3", on_cancel=on_cancel)
 
     @server.tool()
-    async def count(ctx: ToolContext, n: int = 3, delay: float = 0.01) -> str:
+    async def count(ctx: Context, n: int = 3, delay: float = 0.01) -> str:
         for i in range(1, n + 1):
             await checkpoint_cancelled()
             await trio.sleep(delay)
@@ -84,7 +84,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
         return f"counted {n}"
 
     @server.tool()
-    async def polite(ctx: ToolContext) -> str:
+    async def polite(ctx: Context) -> str:
         """Polls the flag: stops by itself."""
         try:
             while True:
@@ -95,7 +95,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
             raise
 
     @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
+    async def stubborn(ctx: Context) -> str:
         """Ignores the flag: only the hard cancel stops it."""
         try:
             await trio.sleep_forever()
@@ -107,7 +107,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
         return "unreachable"
 
     @server.tool()
-    async def whoami(ctx: ToolContext) -> dict[str, Any]:
+    async def whoami(ctx: Context) -> dict[str, Any]:
         caller = ctx.caller
         return {
             "namespace": ctx.namespace,
@@ -116,7 +116,7 @@ def make_server(probe: Probe, on_cancel: OnCancel = "error") -> McpServer:
         }
 
     @server.tool()
-    async def not_json(ctx: ToolContext) -> dict[str, Any]:
+    async def not_json(ctx: Context) -> dict[str, Any]:
         return {"a set": {1, 2}}
 
     return server

@@ -30,8 +30,8 @@ from trio_websocket import (
 )
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelled, checkpoint_cancelled
-from trio_mcp_cancel.lowlevel import REQUEST_CANCELLED
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.testing import EventRecorder, assert_no_leaks
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -49,7 +49,7 @@ def build_server(seen: Seen) -> McpServer:
     server = McpServer("ws-shutdown", "1.0")
 
     @server.tool()
-    async def polite(ctx: ToolContext) -> str:
+    async def polite(ctx: Context) -> str:
         """Polls the flag: stops by itself."""
         seen.running += 1
         try:
@@ -61,14 +61,14 @@ def build_server(seen: Seen) -> McpServer:
             raise
 
     @server.tool()
-    async def stubborn(ctx: ToolContext) -> str:
+    async def stubborn(ctx: Context) -> str:
         """Ignores the flag: only the hard cancel stops it."""
         seen.running += 1
         await trio.sleep_forever()
         return "unreachable"
 
     @server.tool()
-    async def big(ctx: ToolContext) -> str:
+    async def big(ctx: Context) -> str:
         """An answer larger than the socket buffers: a client that does not read holds it."""
         return "x" * (8 << 20)
 
