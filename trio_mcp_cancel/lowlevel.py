@@ -53,14 +53,16 @@ from ._protocol.calls import (
 from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher, Served
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
-from ._protocol.jsonrpc import JsonRpcError
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.registration import OnCancel, Registration
 from ._protocol.runtime import ServerRuntime
 from ._protocol.subscriptions import SubscriptionLimits
 from ._protocol.tasks import TaskManager
 from ._protocol.tools import TaskSupport, Tool
-from ._protocol.versions import (
+from ._public import fixup_module_metadata
+from ._wire.jsonrpc import JsonRpcError
+from ._wire.names import LEGACY_TOO_MANY_REQUESTS, TASKS_EXTENSION, TOO_MANY_REQUESTS
+from ._wire.versions import (
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
     LEGACY_VERSIONS,
@@ -68,8 +70,6 @@ from ._protocol.versions import (
     Envelope,
     Era,
 )
-from ._protocol.wire import LEGACY_TOO_MANY_REQUESTS, TASKS_EXTENSION, TOO_MANY_REQUESTS
-from ._public import fixup_module_metadata
 from ._work.threads import CancelToken, ThreadLimit
 
 __all__ = [

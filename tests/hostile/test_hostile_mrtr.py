@@ -28,9 +28,9 @@ from redis_harness import prefix, redis
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel._protocol.mrtr import StateSigner, binding, secret_from_text
 from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
+from trio_mcp_cancel._wire.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel.backends.base import BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env

@@ -121,7 +121,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_relative_submodule_and_function_level_imports() -> None:
     edges = graph()
     # relative: ``from .jsonrpc import ...`` in the dispatcher
-    assert "trio_mcp_cancel._protocol.jsonrpc" in edges["trio_mcp_cancel._protocol.dispatcher"]
+    assert "trio_mcp_cancel._wire.jsonrpc" in edges["trio_mcp_cancel._protocol.dispatcher"]
     # a submodule through its package: ``from . import handlers, surface``
     assert "trio_mcp_cancel._protocol.surface" in edges["trio_mcp_cancel._protocol.methods"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -15,7 +15,6 @@ from cancellation_tools import probe_server
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
     ClientResponseCall,
     HandlerInput,
@@ -24,6 +23,7 @@ from trio_mcp_cancel._protocol.calls import (
     Rejected,
     RequestCall,
 )
+from trio_mcp_cancel._wire import jsonrpc
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import (
     LEGACY_TOO_MANY_REQUESTS,

@@ -25,9 +25,9 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import RequestCall
-from trio_mcp_cancel._protocol.jsonrpc import (
+from trio_mcp_cancel._wire import jsonrpc
+from trio_mcp_cancel._wire.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,

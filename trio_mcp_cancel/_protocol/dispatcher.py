@@ -41,7 +41,17 @@ from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import failure_key
 from .._core.registry import CancelOutcome
 from .._telemetry.server import Subject
-from . import jsonrpc
+from .._wire import jsonrpc
+from .._wire.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
+from .._wire.versions import (
+    META_SERVER_INFO,
+    MISSING_CLIENT_CAPABILITY,
+    Envelope,
+    Era,
+    has_modern_meta,
+    missing_capabilities,
+    read_envelope,
+)
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
     Call,
@@ -54,22 +64,12 @@ from .calls import (
     Target,
 )
 from .exchange import Caller, Exchange
-from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
 from .methods import METHODS, TARGETS
 from .registration import Registration
 from .runtime import ServerRuntime
 from .subscriptions import listen_bytes
 from .tasks import TaskManager
 from .tools import Tool
-from .versions import (
-    META_SERVER_INFO,
-    MISSING_CLIENT_CAPABILITY,
-    Envelope,
-    Era,
-    has_modern_meta,
-    missing_capabilities,
-    read_envelope,
-)
 
 __all__ = ["Dispatcher", "Served"]
 

@@ -20,8 +20,8 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId
+from .._wire.jsonrpc import Message
 from .client_table import ClientRequests
-from .jsonrpc import Message
 from .subscriptions import ResourceSubscriptions
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]

@@ -12,7 +12,9 @@ from functools import partial
 from typing import Any
 
 from .._core.namespace import GLOBAL_NAMESPACE
-from . import jsonrpc
+from .._wire import jsonrpc
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
+from .._wire.versions import LEGACY_VERSIONS, LOG_LEVELS, MODERN_VERSIONS, negotiate_legacy_version
 from .calls import HandlerInput
 from .client_requests import InputRound
 from .content import ToolError
@@ -29,7 +31,6 @@ from .context import (
     without_rounds,
 )
 from .exchange import Exchange, LegacyState
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .mrtr import InputRequired, input_required_result
 from .pagination import page
 from .tasks import (
@@ -40,7 +41,6 @@ from .tasks import (
     require_tasks_extension,
 )
 from .tools import Tool, ToolArgumentError, error_result
-from .versions import LEGACY_VERSIONS, LOG_LEVELS, MODERN_VERSIONS, negotiate_legacy_version
 
 __all__ = [
     "call_tool",

@@ -21,6 +21,7 @@ import trio
 
 from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
+from .._wire.jsonrpc import INVALID_REQUEST, JsonRpcError
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
 from .client_requests import InputRound
 from .context import (
@@ -31,7 +32,6 @@ from .context import (
     run_target,
     without_rounds,
 )
-from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result

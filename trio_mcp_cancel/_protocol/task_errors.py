@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from .._wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
+from .._wire.names import TASKS_EXTENSION
+from .._wire.versions import MISSING_CLIENT_CAPABILITY
 from .admission import over_limit
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
-from .versions import MISSING_CLIENT_CAPABILITY
-from .wire import TASKS_EXTENSION
 
 __all__ = [
     "TasksUnavailable",

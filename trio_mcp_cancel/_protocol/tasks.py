@@ -77,6 +77,7 @@ import trio
 
 from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, UseConfig
+from .._wire.names import TASKS_EXTENSION, client_declares_tasks
 from ..backends.base import CancelBus, SharedCounters, TaskStore
 from ..backends.memory import LocalBus, LocalCounters, MemoryTaskStore
 from .exchange import Exchange
@@ -89,7 +90,6 @@ from .task_status import StatusWriter
 from .task_table import RunningTasks
 from .task_watch import TaskWatch
 from .tools import TaskSupport
-from .wire import TASKS_EXTENSION, client_declares_tasks
 
 __all__ = [
     "TASKS_EXTENSION",

@@ -58,7 +58,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES, TaskStatus
+from .._wire.names import TASK_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 __all__ = [
     "TRANSITIONS",

@@ -59,9 +59,9 @@ import attrs
 import trio
 
 from .._core.registry import Registry, current_registry
-from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
+from .._wire import jsonrpc
 from ._connection import MessageConnection, connection_caller
 from ._shutdown import SHUTDOWN_REASON
 from ._startup import require_running

@@ -59,10 +59,10 @@ from trio_websocket import (
 from .._auth.resource import OAuthResource, Refusal
 from .._auth.tokens import AccessToken
 from .._core.registry import USE_CONFIG, Registry, current_registry
-from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
-from .._protocol.jsonrpc import JsonRpcError
 from .._protocol.registration import Registration
+from .._wire import jsonrpc
+from .._wire.jsonrpc import JsonRpcError
 from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._shutdown import SHUTDOWN_REASON, Shutdown
 from ._startup import require_running

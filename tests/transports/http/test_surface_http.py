@@ -23,7 +23,7 @@ from asgi_harness import (
 )
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
-from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
+from trio_mcp_cancel._wire.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import InputRequired, elicit
 from trio_mcp_cancel.server import McpServer, ToolContext

@@ -27,7 +27,7 @@ from trio_mcp_cancel import (
     cancelled,
     checkpoint_cancelled,
 )
-from trio_mcp_cancel._protocol.jsonrpc import (
+from trio_mcp_cancel._wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -50,10 +50,10 @@ from ..._core.registry import (
     current_registry,
     open_registry,
 )
-from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher, Served
-from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.replay import SharedClaims
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import JsonRpcError
 from ...backends.base import Backend
 from ..auth import Authenticator, authenticate
 from ..limits import (
