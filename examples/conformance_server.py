@@ -38,6 +38,7 @@ from trio_mcp_cancel.server import (
     Image,
     McpServer,
     PromptMessage,
+    Tasks,
     Text,
     ToolContext,
     ToolError,
@@ -49,7 +50,7 @@ PNG = base64.b64decode(
 )
 WAV = base64.b64decode("UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=")
 
-server = McpServer("trio-mcp-cancel-conformance", "1.0.0")
+server = McpServer("trio-mcp-cancel-conformance", "1.0.0", extensions=[Tasks()])
 
 
 # -- tools: content of every type ------------------------------------------------

@@ -53,13 +53,14 @@ from ._protocol.calls import (
 from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher, Served
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
+from ._protocol.extension import Extension, ExtensionHost, ToolCall
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.registration import OnCancel, Registration
 from ._protocol.runtime import ServerRuntime
 from ._protocol.subscriptions import SubscriptionLimits
-from ._protocol.tasks import TaskManager
 from ._protocol.tools import TaskSupport, Tool
 from ._public import fixup_module_metadata
+from ._tasks import TaskManager
 from ._wire.jsonrpc import JsonRpcError
 from ._wire.names import LEGACY_TOO_MANY_REQUESTS, TASKS_EXTENSION, TOO_MANY_REQUESTS
 from ._wire.versions import (
@@ -94,6 +95,8 @@ __all__ = [
     "ClientResponseCall",
     "Content",
     "Dispatcher",
+    "Extension",
+    "ExtensionHost",
     "Envelope",
     "Era",
     "EventHub",
@@ -114,6 +117,7 @@ __all__ = [
     "StateSigner",
     "SubscriptionLimits",
     "TaskManager",
+    "ToolCall",
     "TaskSupport",
     "ThreadLimit",
     "Tool",

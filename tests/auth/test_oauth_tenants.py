@@ -34,7 +34,7 @@ from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import InputRequired, elicit, namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Tasks, ToolContext
 
 RESOURCE = "http://mcp.test/mcp"
 TIMEOUT = 20
@@ -42,7 +42,7 @@ WITH_TASKS: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}
 
 
 def build(release: trio.Event, seen: list[str]) -> McpServer:
-    server = McpServer("oauth-tenants")
+    server = McpServer("oauth-tenants", extensions=[Tasks()])
 
     @server.tool(task="optional")
     async def wait(ctx: ToolContext) -> str:

@@ -26,7 +26,7 @@ from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Tasks, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
 BOUND = 30
@@ -41,7 +41,9 @@ def answered(ctx: ToolContext, key: str) -> str | None:
 
 
 def make_server() -> McpServer:
-    server = McpServer("input", tasks=TaskManager(store=MemoryTaskStore(), poll_interval_ms=100))
+    server = McpServer(
+        "input", extensions=[Tasks(TaskManager(store=MemoryTaskStore(), poll_interval_ms=100))]
+    )
 
     @server.tool()
     async def routed(
@@ -87,7 +89,7 @@ class Asked:
 @asynccontextmanager
 async def running_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         yield
         nursery.cancel_scope.cancel()
 

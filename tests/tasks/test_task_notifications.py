@@ -16,7 +16,7 @@ from test_tasks import serving
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import InputRequired, TaskManager, elicit
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Tasks, ToolContext
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 CAPABILITIES = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -24,7 +24,9 @@ SUB_ID = "io.modelcontextprotocol/subscriptionId"
 
 
 def make_server() -> McpServer:
-    server = McpServer("task-notifications", tasks=TaskManager(store=MemoryTaskStore()))
+    server = McpServer(
+        "task-notifications", extensions=[Tasks(TaskManager(store=MemoryTaskStore()))]
+    )
 
     @server.tool(task="optional")
     async def confirm(ctx: ToolContext) -> str | InputRequired:

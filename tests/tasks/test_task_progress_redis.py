@@ -24,7 +24,7 @@ from redis_harness import (
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Tasks, ToolContext
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
@@ -54,7 +54,8 @@ async def test_set_message_is_atomic_and_never_overwrites_a_terminal_task(
 
 def make_server(release: trio.Event) -> McpServer:
     server = McpServer(
-        "redis-task-progress", tasks=TaskManager(cancel_poll_interval=1000, progress_interval=0.05)
+        "redis-task-progress",
+        extensions=[Tasks(TaskManager(cancel_poll_interval=1000, progress_interval=0.05))],
     )
 
     @server.tool(task="optional")

@@ -19,7 +19,7 @@ from redis_harness import client_of, prefix, redis, running, task_process, wait_
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import McpServer, Tasks, ToolContext
 
 __all__ = ["prefix", "redis"]  # the fixtures, for pytest
 
@@ -28,7 +28,9 @@ async def test_a_task_settled_failed_elsewhere_is_cancelled_here_and_its_late_re
     redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     started, flagged = trio.Event(), trio.Event()
-    server = McpServer("settled-elsewhere", tasks=TaskManager(cancel_poll_interval=0.1))
+    server = McpServer(
+        "settled-elsewhere", extensions=[Tasks(TaskManager(cancel_poll_interval=0.1))]
+    )
 
     @server.tool(task="optional")
     async def pay(ctx: ToolContext) -> str:

@@ -374,12 +374,13 @@ class MessageConnection:
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
-                    await self.dispatcher.runtime.tasks.end_owner(
-                        self.caller.namespace,
-                        reason,
-                        kind=kind,
-                        grace_period=self.limits.disconnect_grace_period,
-                    )
+                    for extension in self.dispatcher.extensions:
+                        await extension.connection_closed(
+                            self.caller.namespace,
+                            reason,
+                            kind=kind,
+                            grace_period=self.limits.disconnect_grace_period,
+                        )
             finally:
                 self._notifier.cancel()
                 self._finish_writing()

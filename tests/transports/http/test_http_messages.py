@@ -27,7 +27,7 @@ from tests.asgi_harness import (
 )
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, Tasks, ToolContext
 
 REGION_SCHEMA = {
     "type": "object",
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.mcp_registry(grace_period=5)
 
 
 def build() -> McpServer:
-    server = McpServer("messages", "1.0")
+    server = McpServer("messages", "1.0", extensions=[Tasks()])
 
     @server.tool()
     async def echo(ctx: ToolContext, text: str = "hi") -> str:
@@ -201,7 +201,7 @@ async def test_a_modern_task_over_its_quota_is_http_429_with_retry_after(
     200 as an answer."""
     from trio_mcp_cancel.lowlevel import TOO_MANY_REQUESTS, TaskManager
 
-    server = McpServer("tasks", "1.0", tasks=TaskManager(max_running_per_owner=1))
+    server = McpServer("tasks", "1.0", extensions=[Tasks(TaskManager(max_running_per_owner=1))])
     release = trio.Event()
 
     @server.tool(task="optional")
