@@ -14,9 +14,9 @@ import trio
 
 from trio_mcp_cancel import Event, RequestCancelledEvent, checkpoint_cancelled
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
-server = McpServer("cross-process-bench")
+server = McpServer("cross-process-bench", extensions=[Tasks()])
 
 
 @server.tool(task="optional")

@@ -33,7 +33,7 @@ import trio
 from trio_mcp_cancel._client.base import Receiver
 from trio_mcp_cancel._client.calls import PendingCall, cancel_notification, deliver, fail
 from trio_mcp_cancel._client.errors import McpTransportError, Message
-from trio_mcp_cancel._protocol.wire import (
+from trio_mcp_cancel._wire.names import (
     HEADER_METHOD,
     HEADER_NAME,
     HEADER_PROTOCOL_VERSION,

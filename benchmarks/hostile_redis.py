@@ -34,7 +34,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from ._common import Row
 from ._hostile_serve import serving, until
@@ -76,7 +76,7 @@ def _redis(binary: str) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _server() -> McpServer:
-    server = McpServer("bench-hung-redis")
+    server = McpServer("bench-hung-redis", extensions=[Tasks()])
 
     @server.tool()
     async def echo(ctx: Context, text: str) -> str:

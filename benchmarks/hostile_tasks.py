@@ -39,7 +39,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from ._common import Row
 from ._hostile_serve import serving
@@ -56,7 +56,7 @@ WORKERS = 4
 
 
 def _server(store: MemoryTaskStore) -> McpServer:
-    server = McpServer("bench-hostile-tasks", tasks=TaskManager(store=store))
+    server = McpServer("bench-hostile-tasks", extensions=[Tasks(TaskManager(store=store))])
 
     @server.tool(task="optional")
     async def instant(ctx: Context) -> str:
@@ -141,7 +141,7 @@ async def task_store_flood(
 
             created = await call("victim-token", "tools/call", {"name": "instant"}, "instant")
             task_id = created["result"]["taskId"]
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
             await victim_latencies(5)  # warm-up
             before = await victim_latencies(samples)
 
@@ -163,7 +163,7 @@ async def task_store_flood(
                 await trio.sleep(0.05)  # the flood is under way
                 during = await victim_latencies(samples)
             flood_seconds = time.perf_counter() - flood_started
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
             kept = await call("victim-token", "tasks/get", {"taskId": task_id}, task_id)
     before_median, during_median = statistics.median(before), statistics.median(during)
     return {

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import trio
 
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from ._common import Row
 from .bench_cross_process import _headers, _message, _redis, _result
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 _SERVING = re.compile(r"worker \d+ \(pid (\d+)\) serving")
 
-server = McpServer("hostile-workers-bench")
+server = McpServer("hostile-workers-bench", extensions=[Tasks()])
 
 
 @server.tool()

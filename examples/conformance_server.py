@@ -40,6 +40,7 @@ from trio_mcp_cancel.server import (
     InputRequired,
     McpServer,
     PromptMessage,
+    Tasks,
     Text,
     ToolError,
 )
@@ -50,7 +51,7 @@ PNG = base64.b64decode(
 )
 WAV = base64.b64decode("UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=")
 
-server = McpServer("trio-mcp-cancel-conformance", "1.0.0")
+server = McpServer("trio-mcp-cancel-conformance", "1.0.0", extensions=[Tasks()])
 
 
 # -- tools: content of every type ------------------------------------------------

@@ -46,11 +46,13 @@ from hypercorn.config import Config
 
 from trio_mcp_cancel import Event, Registry, checkpoint_cancelled, open_registry, run_process
 from trio_mcp_cancel.http import McpHttpApp, app_from_env, serve, server_config
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
-server = McpServer("slow-demo", instructions="Call 'count' and cancel it whenever you like.")
+server = McpServer(
+    "slow-demo", instructions="Call 'count' and cancel it whenever you like.", extensions=[Tasks()]
+)
 
 
 @server.tool(task="optional")

@@ -34,6 +34,7 @@ PUBLIC_MODULES: Final = frozenset(
         "trio_mcp_cancel.client",
         "trio_mcp_cancel.http",
         "trio_mcp_cancel.lowlevel",
+        "trio_mcp_cancel.lowlevel.extensions",
         "trio_mcp_cancel.lowlevel.wire",
         "trio_mcp_cancel.oauth",
         "trio_mcp_cancel.process",

@@ -51,8 +51,8 @@ from ._client.errors import McpError, McpTransportError, OAuthError
 from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskCancelled, McpTaskError, TaskCallback, TaskPolling
-from ._protocol.wire import MODERN_ERRORS
 from ._public import fixup_module_metadata, missing_extra
+from ._wire.names import MODERN_ERRORS
 
 if TYPE_CHECKING:
     import ssl

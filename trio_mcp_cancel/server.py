@@ -44,6 +44,7 @@ from ._protocol.prompts import PromptMessage
 from ._protocol.resources import ResourceData
 from ._protocol.server import McpServer
 from ._public import fixup_module_metadata
+from ._tasks import Tasks
 from ._telemetry.config import Telemetry
 from .transports.limits import ConnectionLimits
 
@@ -63,6 +64,7 @@ __all__ = [
     "ResourceData",
     "ResourceLink",
     "ServerLimits",
+    "Tasks",
     "Telemetry",
     "Text",
     "ToolError",

@@ -26,7 +26,7 @@ import trio
 from trio_mcp_cancel import RegistryConfig
 from trio_mcp_cancel.backends import TaskRecord
 from trio_mcp_cancel.backends.redis import RedisBackend
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, Tasks
 from trio_mcp_cancel.testing import McpTestClient, PendingCall, open_test_client
 
 from _support.deploy import WITH_TASKS, RedisServer, _ping, redis_server, require_redis_server
@@ -98,7 +98,7 @@ async def task_process(
     backend = RedisBackend(redis.url, prefix=prefix, op_timeout=1.0, reconnect_delay=0.2)
     async with running(backend), trio.open_nursery() as nursery:
         await nursery.start(
-            lambda task_status: server.dispatcher.runtime.tasks.run(
+            lambda task_status: server.dispatcher.extension(Tasks).manager.run(
                 store=backend.tasks,
                 bus=backend.bus,
                 instance_id=backend.instance_id,

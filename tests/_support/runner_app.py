@@ -18,7 +18,7 @@ import trio
 
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import app_from_env
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 
 if os.environ.get("RUNNER_APP_EXIT"):
     os._exit(int(os.environ["RUNNER_APP_EXIT"]))
@@ -27,7 +27,7 @@ if os.environ.get("RUNNER_APP_HOLD_START"):
     while os.path.exists(os.environ["RUNNER_APP_HOLD_START"]) and time.monotonic() < _until:
         time.sleep(0.02)
 
-server = McpServer("runner-test")
+server = McpServer("runner-test", extensions=[Tasks()])
 
 
 @server.tool()

@@ -18,7 +18,7 @@ import trio
 from trio_mcp_cancel import RegistryConfig, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
 __all__ = [
@@ -54,7 +54,7 @@ class Seen:
 
 def make_server(seen: Seen, **manager: Any) -> McpServer:
     tasks = TaskManager(store=MemoryTaskStore(clock=wall_clock), **manager)
-    server = McpServer("tasks-test", tasks=tasks)
+    server = McpServer("tasks-test", extensions=[Tasks(tasks)])
 
     @server.tool(task="optional")
     async def count(ctx: Context, n: int = 10, delay: float = 1.0) -> str:
@@ -101,7 +101,7 @@ async def serving(
     server: McpServer, *, capabilities: Any = WITH_TASKS, **options: Any
 ) -> AsyncIterator[tuple[McpTestClient, trio.Nursery]]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         async with open_test_client(
             server,
             client_capabilities=capabilities,

@@ -20,7 +20,7 @@ from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import namespace_for
 from trio_mcp_cancel.oauth import AccessToken, JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 
 from _support.asgi import (
     AsgiClient,
@@ -43,7 +43,7 @@ WITH_TASKS: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}
 
 
 def build(release: trio.Event, seen: list[str]) -> McpServer:
-    server = McpServer("oauth-tenants")
+    server = McpServer("oauth-tenants", extensions=[Tasks()])
 
     @server.tool(task="optional")
     async def wait(ctx: Context) -> str:

@@ -25,7 +25,7 @@ from trio_mcp_cancel._client.handlers import ServerRequests
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import ClientHandlers, McpError, open_http_client
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 from trio_mcp_cancel.testing import open_test_client
 
 from _support.client import http_server
@@ -42,7 +42,9 @@ def answered(ctx: Context, key: str) -> str | None:
 
 
 def make_server() -> McpServer:
-    server = McpServer("input", tasks=TaskManager(store=MemoryTaskStore(), poll_interval_ms=100))
+    server = McpServer(
+        "input", extensions=[Tasks(TaskManager(store=MemoryTaskStore(), poll_interval_ms=100))]
+    )
 
     @server.tool()
     async def routed(
@@ -92,7 +94,7 @@ class Asked:
 @asynccontextmanager
 async def running_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         yield
         nursery.cancel_scope.cancel()
 

@@ -25,14 +25,14 @@ from hypothesis import strategies as st
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel._core.ratelog import RateLimitedLog
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel._protocol.mrtr import StateSigner, binding, secret_from_text
 from trio_mcp_cancel._protocol.replay import SharedClaims, UsedStates
+from trio_mcp_cancel._wire.jsonrpc import INVALID_PARAMS, MAX_NESTING, JsonRpcError, decode
 from trio_mcp_cancel.backends.base import BackendUnavailable
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 
@@ -49,7 +49,7 @@ ADDRESS = ("192.0.2.1", 1000)
 
 def build(**options: Any) -> tuple[McpServer, list[str]]:
     """One "worker": a tool that asks first, and tools that fail or take anything."""
-    server = McpServer("hostile-mrtr", "1.0", **options)
+    server = McpServer("hostile-mrtr", "1.0", **options, extensions=[Tasks()])
     ran: list[str] = []
 
     @server.tool()
@@ -363,7 +363,7 @@ async def test_a_replayed_retry_creates_no_second_task(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The retry that carries the answers creates the task (``before_task``): once."""
-    server = McpServer("hostile-mrtr-tasks", tasks=TaskManager())
+    server = McpServer("hostile-mrtr-tasks", extensions=[Tasks(TaskManager())])
     ran: list[str] = []
 
     async def ask_first(ctx: Context) -> InputRequired | None:
@@ -380,7 +380,7 @@ async def test_a_replayed_retry_creates_no_second_task(
 
     caps = {**CAPS, "extensions": {"io.modelcontextprotocol/tasks": {}}}
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         async with open_test_client(server, client_capabilities=caps) as client:
             first = await client.request("tools/call", {"name": "launch"})
             retry = {

@@ -31,7 +31,7 @@ from trio_mcp_cancel.backends._outbox import Outbox, PendingState
 from trio_mcp_cancel.backends.redis import RedisBackend, _Health
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
 from _support.deploy import WITH_TASKS, RedisServer, redis_server
@@ -279,7 +279,7 @@ def frozen(redis: RedisServer) -> Iterator[None]:
 
 
 def hung_server(finish: trio.Event) -> McpServer:
-    server = McpServer("hung-redis", tasks=TaskManager(cancel_poll_interval=1000))
+    server = McpServer("hung-redis", extensions=[Tasks(TaskManager(cancel_poll_interval=1000))])
 
     @server.tool(task="optional")
     async def wait(ctx: Context) -> str:
@@ -343,7 +343,7 @@ async def test_a_hung_redis_costs_a_tool_call_nothing_and_tasks_that_ended_meanw
                     finish.set()
                     # A task leaves the running count before its final state is kept:
                     # wait for both states (fail_after above bounds it).
-                    tasks = server.dispatcher.runtime.tasks
+                    tasks = server.dispatcher.extension(Tasks).manager
                     while tasks.running_count or len(backend.tasks.outbox) < 2:
                         await trio.sleep(0.01)
                     assert [e.name for e in events] == ["backend.unavailable"]

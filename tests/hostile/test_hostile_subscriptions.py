@@ -24,12 +24,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
 from trio_mcp_cancel._protocol.subscriptions import (
     ResourceSubscriptions,
     SubscriptionBytes,
     uri_bytes,
 )
+from trio_mcp_cancel._wire.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import SubscriptionLimits
 from trio_mcp_cancel.server import McpServer, ServerLimits

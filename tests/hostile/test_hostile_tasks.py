@@ -31,7 +31,7 @@ from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import bearer_auth
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 from trio_mcp_cancel.testing import McpError, McpTestClient, open_test_client
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
@@ -59,7 +59,7 @@ def make_server(
     tasks = TaskManager(
         store=MemoryTaskStore(clock=wall_clock) if store is None else store, **manager
     )
-    server = McpServer("hostile-tasks", tasks=tasks)
+    server = McpServer("hostile-tasks", extensions=[Tasks(tasks)])
 
     @server.tool(task="optional")
     async def hold(ctx: Context) -> str:
@@ -89,7 +89,7 @@ async def test_nine_connections_of_one_tenant_share_its_cap_and_leave_the_rest_t
 ) -> None:
     release = trio.Event()
     server = make_server(release)  # the defaults: 256 server-wide, 32 per tenant
-    manager = server.dispatcher.runtime.tasks
+    manager = server.dispatcher.extension(Tasks).manager
     assert manager.max_running_per_owner * 8 <= manager.max_running
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
@@ -142,7 +142,7 @@ async def test_connections_without_a_principal_are_one_tenant_like_a_stdio_proce
     release = trio.Event()
     server = make_server(release, max_running_per_owner=2, max_running=10)
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         async with (
             open_test_client(server, client_capabilities=WITH_TASKS) as a,
             open_test_client(server, client_capabilities=WITH_TASKS) as b,
@@ -153,7 +153,7 @@ async def test_connections_without_a_principal_are_one_tenant_like_a_stdio_proce
             assert isinstance(refused, McpError)
             assert refused.data == {"limit": "tenant", "max": 2}
             release.set()
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
         nursery.cancel_scope.cancel()
 
 
@@ -166,20 +166,20 @@ async def test_a_full_store_refuses_and_another_tenants_finished_task_stays_read
     store = MemoryTaskStore(clock=wall_clock, max_tasks=50)
     server = make_server(trio.Event(), store, ttl_ms=60_000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         async with (
             open_test_client(server, principal="alice", client_capabilities=WITH_TASKS) as alice,
             open_test_client(server, principal="mallory", client_capabilities=WITH_TASKS) as mal,
         ):
             kept = await try_task(alice, "instant")
             assert isinstance(kept, dict)
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
             await trio.sleep(1.0)
             # Mallory floods instant tasks (each well within her own quota).
             refusals: list[McpError] = []
             for _ in range(100):
                 answer = await try_task(mal, "instant")
-                await server.dispatcher.runtime.tasks.wait_idle()
+                await server.dispatcher.extension(Tasks).manager.wait_idle()
                 if isinstance(answer, McpError):
                     refusals.append(answer)
             assert len(refusals) == 100 - 49 and len(store) == 50
@@ -196,7 +196,7 @@ async def test_a_full_store_refuses_and_another_tenants_finished_task_stays_read
             with pytest.raises(McpError):
                 await alice.request("tasks/get", {"taskId": kept["taskId"]})
             assert isinstance(await try_task(alice, "instant"), dict)
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
         nursery.cancel_scope.cancel()
 
 
@@ -418,13 +418,15 @@ async def test_nine_websocket_connections_from_one_address_are_one_tenant(
         async with ws_serving(mcp_registry, server) as url:
             async with nine_and_one(url, [], []) as (answers, last):
                 created, errors = split([*answers, last])
-                assert created == 3 and server.dispatcher.runtime.tasks.running_count == 3
+                assert (
+                    created == 3 and server.dispatcher.extension(Tasks).manager.running_count == 3
+                )
                 tenant_full = {"limit": "tenant", "max": 3}
                 assert [(e["code"], e["data"]) for e in errors] == [
                     (TOO_MANY_REQUESTS, tenant_full)
                 ] * 7
                 release.set()
-                await server.dispatcher.runtime.tasks.wait_idle()
+                await server.dispatcher.extension(Tasks).manager.wait_idle()
 
 
 async def test_nine_websocket_connections_of_one_principal_cannot_take_anothers_slots(
@@ -443,6 +445,6 @@ async def test_nine_websocket_connections_of_one_principal_cannot_take_anothers_
                 assert all(e["data"] == {"limit": "tenant", "max": 3} for e in errors)
                 # Per connection, the nine took all eight slots and Alice got "server".
                 assert last["result"]["resultType"] == "task", last
-                assert server.dispatcher.runtime.tasks.running_count == 4
+                assert server.dispatcher.extension(Tasks).manager.running_count == 4
                 release.set()
-                await server.dispatcher.runtime.tasks.wait_idle()
+                await server.dispatcher.extension(Tasks).manager.wait_idle()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import trio_mcp_cancel
-from trio_mcp_cancel._protocol import wire
+from trio_mcp_cancel._wire import names as wire
 
 PACKAGE = Path(trio_mcp_cancel.__file__).parent
 
@@ -74,7 +74,7 @@ def test_the_client_imports_no_server_module(client_module: str) -> None:
         if not m.startswith(allowed)
         and m
         not in (
-            "trio_mcp_cancel._protocol.wire",
+            "trio_mcp_cancel._wire.names",
             "trio_mcp_cancel._public",
             "trio_mcp_cancel._compat",  # the release check and off switch both ends share
             *CLIENT_TELEMETRY,
@@ -85,7 +85,7 @@ def test_the_client_imports_no_server_module(client_module: str) -> None:
 
 def test_the_wire_module_depends_on_nothing_but_the_kernel() -> None:
     assert all(
-        m.startswith("trio_mcp_cancel._core.") for m in closure("trio_mcp_cancel._protocol.wire")
+        m.startswith("trio_mcp_cancel._core.") for m in closure("trio_mcp_cancel._wire.names")
     )
 
 
@@ -113,7 +113,7 @@ def test_a_header_value_the_client_encodes_is_what_the_server_decodes(value: str
 
 
 def test_the_modern_era_errors_are_the_versions_codes() -> None:
-    from trio_mcp_cancel._protocol import versions
+    from trio_mcp_cancel._wire import versions
 
     assert wire.MODERN_ERRORS == {
         versions.HEADER_MISMATCH,

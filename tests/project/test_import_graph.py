@@ -122,7 +122,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_relative_submodule_and_function_level_imports() -> None:
     edges = graph()
     # relative: ``from .jsonrpc import ...`` in the dispatcher
-    assert "trio_mcp_cancel._protocol.jsonrpc" in edges["trio_mcp_cancel._protocol.dispatcher"]
+    assert "trio_mcp_cancel._wire.jsonrpc" in edges["trio_mcp_cancel._protocol.dispatcher"]
     # a submodule through its package: ``from . import handlers, surface``
     assert "trio_mcp_cancel._protocol.surface" in edges["trio_mcp_cancel._protocol.methods"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -194,3 +194,73 @@ def test_no_class_is_over_400_lines() -> None:
 def test_the_class_sizes_are_read() -> None:
     sizes = dict(classes())
     assert 100 < sizes["_core.registry.Registry"] <= MAX_CLASS_LINES
+
+
+def package_of(module: str) -> str:
+    """The top-level subpackage (or module) of the library *module* belongs to."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+#: The one door out of the protocol layer: ``McpServer.run()`` imports the runner when
+#: called (and its option names), so a server can run itself; nothing else goes up.
+RUN_DOOR = (f"{PACKAGE}._protocol.server", f"{PACKAGE}._run")
+
+
+def package_graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for importer, targets in graph().items():
+        source = package_of(importer)
+        edges.setdefault(source, set())
+        for target in targets:
+            if (importer, package_of(target)) == RUN_DOOR:
+                continue
+            if package_of(target) != source:
+                edges[source].add(package_of(target))
+    return edges
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """The layers (``_core`` < ``_wire`` < ``backends``/``_protocol`` < ``_tasks`` <
+    transports) form no cycle as packages either, not only as modules."""
+    edges = package_graph()
+    edges.pop(PACKAGE, None)  # the root's faces import everything by design
+    for targets in edges.values():
+        targets.discard(PACKAGE)
+    assert cycles(edges) == []
+
+
+def test_the_wire_vocabulary_imports_only_the_kernel() -> None:
+    wire = f"{PACKAGE}._wire"
+    outside = {
+        target
+        for module, targets in graph().items()
+        if module.startswith(wire)
+        for target in targets
+        if not target.startswith((wire, f"{PACKAGE}._core"))
+    }
+    assert outside == set()
+
+
+def test_the_protocol_layer_imports_no_extension_transport_or_backend_implementation() -> None:
+    protocol = f"{PACKAGE}._protocol"
+    banned = (f"{PACKAGE}._tasks", f"{PACKAGE}.transports", f"{PACKAGE}.backends.redis")
+    found = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if module.startswith(protocol)
+        for target in targets
+        if target.startswith(banned)
+    )
+    assert found == []
+
+
+def test_the_protocol_layer_opens_no_nursery() -> None:
+    """``_protocol`` is I/O-free: work that outlives a request (tasks) runs in an
+    extension's service, which a transport starts."""
+    opened = []
+    for path in sorted((ROOT / "_protocol").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "open_nursery":
+                opened.append(f"{path.name}:{node.lineno}")
+    assert opened == []

@@ -231,6 +231,18 @@ PINNED: dict[str, list[str]] = {
         "untrack",
         "validate_request_id",
     ],
+    "trio_mcp_cancel.lowlevel.extensions": [
+        "ALL_ERAS",
+        "CallNext",
+        "Extension",
+        "ExtensionHost",
+        "Filter",
+        "HandlerInput",
+        "LEGACY_ONLY",
+        "MODERN_ONLY",
+        "Method",
+        "ToolCall",
+    ],
     "trio_mcp_cancel.lowlevel.wire": [
         "Era",
         "HEADER_METHOD",
@@ -297,6 +309,7 @@ PINNED: dict[str, list[str]] = {
         "ResourceData",
         "ResourceLink",
         "ServerLimits",
+        "Tasks",
         "Telemetry",
         "Text",
         "ToolError",
@@ -329,6 +342,7 @@ def test_every_public_module_is_pinned() -> None:
 #: Names that moved in issue 32 (a small public face): old import -> the import that
 #: replaces it.  Each new one must resolve; each old one must be gone.
 MOVED: dict[str, str] = {
+    "trio_mcp_cancel.lowlevel.HandlerInput": "trio_mcp_cancel.lowlevel.extensions.HandlerInput",
     "trio_mcp_cancel.server.ToolContext": "trio_mcp_cancel.server.Context",
     "trio_mcp_cancel.lowlevel.InputRequired": "trio_mcp_cancel.server.InputRequired",
     "trio_mcp_cancel.lowlevel.elicit": "trio_mcp_cancel.server.InputRequired.elicit",
@@ -365,7 +379,6 @@ WITHDRAWN: dict[str, str] = {
     "trio_mcp_cancel.lowlevel.reason": "current_request().cancellation.reason",
     "trio_mcp_cancel.lowlevel.RequestLike": "any object with request_id and namespace",
     "trio_mcp_cancel.lowlevel.Envelope": "Dispatcher reads it; a transport passes what it parsed",
-    "trio_mcp_cancel.lowlevel.HandlerInput": "internal: the one argument of the server's handlers",
     "trio_mcp_cancel.lowlevel.LegacyState": "Channel.legacy (what initialize negotiated)",
     "trio_mcp_cancel.lowlevel.OnCancel": 'the literals "silent" / "error" of McpServer(on_cancel=)',
     "trio_mcp_cancel.lowlevel.ServerRuntime": "server.dispatcher.runtime",

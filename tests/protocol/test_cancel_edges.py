@@ -20,10 +20,10 @@ import trio
 import trio.testing
 
 import trio_mcp_cancel._core.registry as registry_module
-import trio_mcp_cancel._protocol.jsonrpc as jsonrpc_module
+import trio_mcp_cancel._wire.jsonrpc as jsonrpc_module
 from trio_mcp_cancel import Registry, tracked
 from trio_mcp_cancel._protocol.exchange import Caller
-from trio_mcp_cancel._protocol.jsonrpc import Notification
+from trio_mcp_cancel._wire.jsonrpc import Notification
 from trio_mcp_cancel.lowlevel import InvalidRequestId, track
 from trio_mcp_cancel.testing import assert_no_leaks
 

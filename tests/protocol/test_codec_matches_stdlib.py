@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from trio_mcp_cancel._protocol import jsonrpc
-from trio_mcp_cancel._protocol.jsonrpc import MAX_NESTING, JsonRpcError
-from trio_mcp_cancel._protocol.wire import INVALID_PARAMS, PARSE_ERROR
+from trio_mcp_cancel._wire import jsonrpc
+from trio_mcp_cancel._wire.jsonrpc import MAX_NESTING, JsonRpcError
+from trio_mcp_cancel._wire.names import INVALID_PARAMS, PARSE_ERROR
 
 ACCEPTED = [
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{}}}',

@@ -13,7 +13,6 @@ import trio
 from trio.testing import MockClock
 
 from trio_mcp_cancel import Registry
-from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import (
     ClientResponseCall,
     HandlerInput,
@@ -22,6 +21,7 @@ from trio_mcp_cancel._protocol.calls import (
     Rejected,
     RequestCall,
 )
+from trio_mcp_cancel._wire import jsonrpc
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import Caller, Exchange
 from trio_mcp_cancel.lowlevel.wire import (

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from trio_mcp_cancel._protocol.content import ResourceLink
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, JsonRpcError
 from trio_mcp_cancel._protocol.resources import Resource, ResourceTemplate
 from trio_mcp_cancel._protocol.subscriptions import read_filter
+from trio_mcp_cancel._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 
 EVERYTHING = frozenset({"toolsListChanged", "resourceSubscriptions", "taskIds"})
 

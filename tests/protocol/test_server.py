@@ -25,16 +25,16 @@ from trio_mcp_cancel import (
     open_registry,
 )
 from trio_mcp_cancel._core.validation import is_valid_request_id
-from trio_mcp_cancel._protocol import jsonrpc
 from trio_mcp_cancel._protocol.calls import RequestCall
-from trio_mcp_cancel._protocol.jsonrpc import (
+from trio_mcp_cancel._protocol.registration import OnCancel
+from trio_mcp_cancel._wire import jsonrpc
+from trio_mcp_cancel._wire.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     JsonRpcError,
 )
-from trio_mcp_cancel._protocol.registration import OnCancel
 from trio_mcp_cancel.lowlevel import Caller, Exchange, current_request
 from trio_mcp_cancel.lowlevel.wire import LATEST_LEGACY_VERSION, LEGACY_VERSIONS, REQUEST_CANCELLED
 from trio_mcp_cancel.server import Context, McpServer

@@ -15,7 +15,7 @@ from trio_mcp_cancel import Registry
 from trio_mcp_cancel._protocol.runtime import ServerRuntime
 from trio_mcp_cancel._protocol.subscriptions import Filter
 from trio_mcp_cancel.lowlevel import Dispatcher, Served, TaskManager
-from trio_mcp_cancel.server import Context, McpServer, ServerLimits
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits, Tasks
 from trio_mcp_cancel.testing import open_test_client
 
 #: Tool list changes, one resource's updates and one task's status.
@@ -32,7 +32,7 @@ def test_the_registration_holds_what_was_registered_and_the_runtime_its_services
         return text
 
     assert set(server.registration.tools) == {"echo"} and server.limits.max_calls == 7
-    for service in ("tasks", "subscriptions", "used_states", "failures"):
+    for service in ("subscriptions", "used_states", "failures"):
         assert not hasattr(server.registration, service), service
         assert hasattr(server.dispatcher.runtime, service), service
     # The runtime is made with the server, and registration changes reach its hub.
@@ -41,20 +41,23 @@ def test_the_registration_holds_what_was_registered_and_the_runtime_its_services
 
 def test_each_server_has_one_runtime_owned_by_its_dispatcher() -> None:
     manager = TaskManager(ttl_ms=5_000)
-    first, second = McpServer("first", tasks=manager), McpServer("second")
+    first, second = McpServer("first", extensions=[Tasks(manager)]), McpServer("second")
     runtime = first.dispatcher.runtime
     assert isinstance(runtime, ServerRuntime)
     assert first.dispatcher.runtime is runtime  # one per server, made once
-    # The manager the author configured is the one the runtime runs.
-    assert runtime.tasks is manager
+    # The manager the author configured is the one its extension runs; the runtime
+    # holds nothing of an extension's.
+    tasks = first.dispatcher.extension(Tasks)
+    assert tasks is not None and tasks.manager is manager
+    assert not hasattr(runtime, "tasks")
+    assert second.dispatcher.extension(Tasks) is None
     other = second.dispatcher.runtime
-    assert other.tasks is not manager and other.tasks.ttl_ms == 3_600_000
     assert other.subscriptions is not runtime.subscriptions
     assert other.used_states is not runtime.used_states
 
 
 def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
-    server = McpServer("changes")
+    server = McpServer("changes", extensions=[Tasks()])
     server.tools_changed()  # before any runtime: nobody listens, nothing fails
     runtime = server.dispatcher.runtime
     listener = runtime.subscriptions.open(EVERYTHING)
@@ -64,8 +67,9 @@ def test_registration_changes_and_task_changes_reach_the_runtime_hub() -> None:
         return "added while serving"
 
     server.resource_updated("test://doc")
-    assert runtime.tasks.on_change is not None
-    runtime.tasks.on_change({"taskId": "t1", "status": "working"})
+    manager = server.dispatcher.extension(Tasks).manager
+    assert manager.on_change is not None
+    manager.on_change({"taskId": "t1", "status": "working"})
     received = [listener.receive.receive_nowait() for _ in range(3)]
     assert [m["method"] for m in received] == [
         "notifications/tools/list_changed",

@@ -11,7 +11,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import app_from_env, backend_from_env
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, Tasks
 
 from _support.deploy import WITH_TASKS, modern, run_hypercorn, task_request
 
@@ -57,7 +57,7 @@ async def test_hypercorn_cli_serves_the_example_with_its_own_registry(workers: i
 
 
 def test_app_from_env_reads_the_settings_and_refuses_bad_ones() -> None:
-    server = McpServer()
+    server = McpServer(extensions=[Tasks()])
     app = app_from_env(
         server,
         {
@@ -71,7 +71,7 @@ def test_app_from_env_reads_the_settings_and_refuses_bad_ones() -> None:
     assert app.registry_config is not None and app.registry_config.grace_period == 2.5
     assert app.path == "/rpc" and app.limits.max_request_time == 30.0
     assert app.allowed_origins == {"https://a.example", "https://b.example"}
-    assert app.backend is None and server.dispatcher.runtime.tasks.ttl_ms == 60_000
+    assert app.backend is None and server.dispatcher.extension(Tasks).manager.ttl_ms == 60_000
     defaults = app_from_env(McpServer(), {})
     assert defaults.registry_config is not None and defaults.registry_config.grace_period == 5.0
     assert app_from_env(McpServer(), {"MCP_GRACE_PERIOD": "none"}).registry_config == (

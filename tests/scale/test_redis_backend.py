@@ -21,7 +21,7 @@ from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
 from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import Context, McpServer, ServerLimits
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits, Tasks
 from trio_mcp_cancel.testing import EventRecorder, McpError
 
 from _support.asgi import (
@@ -127,7 +127,7 @@ async def test_the_bus_reaches_other_instances_only(redis: RedisServer, prefix: 
 
 
 def make_server(manager: TaskManager, stopped: list[str]) -> McpServer:
-    server = McpServer("redis-tasks", tasks=manager)
+    server = McpServer("redis-tasks", extensions=[Tasks(manager)])
 
     @server.tool(task="optional")
     async def count(ctx: Context, n: int = 10_000, delay: float = 0.01) -> str:
@@ -162,15 +162,15 @@ async def test_tasks_cancel_on_one_instance_stops_the_work_on_another(
             async with client_of(a) as on_a, client_of(b) as on_b:
                 created = await on_a.request("tools/call", {"name": "count", "arguments": {}})
                 task_id = created["taskId"]
-                assert a.dispatcher.runtime.tasks.running_here(
+                assert a.dispatcher.extension(Tasks).manager.running_here(
                     task_id
-                ) and not b.dispatcher.runtime.tasks.running_here(task_id)
+                ) and not b.dispatcher.extension(Tasks).manager.running_here(task_id)
                 assert (await on_b.request("tasks/get", {"taskId": task_id}))["status"] == "working"
                 assert (await on_b.request("tasks/cancel", {"taskId": task_id}))["resultType"]
                 # Settled well inside the 30 s grace period: the flag stopped it.
                 await wait_status(on_b, task_id, "cancelled")
                 assert stopped == ["cancelled"]
-                assert await a.dispatcher.runtime.tasks.store.get(task_id) is not None
+                assert await a.dispatcher.extension(Tasks).manager.store.get(task_id) is not None
                 assert on_a.registry.in_flight_count == 0
 
 
@@ -209,10 +209,10 @@ async def test_redis_down_then_back(prefix: str) -> None:
                     # ... reported once per outage ...
                     assert [e.name for e in events] == ["backend.unavailable"]
                     # ... while the task runs on, and local cancellation still works.
-                    assert a.dispatcher.runtime.tasks.running_here(first["taskId"])
+                    assert a.dispatcher.extension(Tasks).manager.running_here(first["taskId"])
                     await on_a.request("tasks/cancel", {"taskId": first["taskId"]})
                     with trio.fail_after(10):
-                        while a.dispatcher.runtime.tasks.running_here(first["taskId"]):
+                        while a.dispatcher.extension(Tasks).manager.running_here(first["taskId"]):
                             await trio.sleep(0.01)
                     assert stopped == ["cancelled"]
                     # An optional task tool is called the ordinary way meanwhile.

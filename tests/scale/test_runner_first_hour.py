@@ -29,7 +29,7 @@ import trio
 import trio_mcp_cancel
 from trio_mcp_cancel._run import cli
 from trio_mcp_cancel._run.runner import StartupFailed, serve_found, startup_problem
-from trio_mcp_cancel.server import McpServer
+from trio_mcp_cancel.server import McpServer, Tasks
 from trio_mcp_cancel.transports.http.deploy import limits_from_env
 
 from _support.repo_paths import ROOT
@@ -381,9 +381,9 @@ def test_stdio_takes_the_servers_settings_from_the_environment_as_http_does(
     secret = "A" * 43  # base64 of 32 bytes
     monkeypatch.setenv("MCP_TASK_TTL", "60")
     monkeypatch.setenv("MCP_STATE_SECRET", secret)
-    server = McpServer("stdio-settings")
+    server = McpServer("stdio-settings", extensions=[Tasks()])
     serve_found(server, "stdio")  # configured now, served only when called
-    assert server.dispatcher.runtime.tasks.ttl_ms == 60_000
+    assert server.dispatcher.extension(Tasks).manager.ttl_ms == 60_000
     assert server.registration.state_signer.secret == secret_from_text(secret)
     monkeypatch.setenv("MCP_STATE_SECRET", "too short")
     with pytest.raises(ValueError, match="MCP_STATE_SECRET"):

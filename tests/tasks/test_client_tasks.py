@@ -24,7 +24,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.client import McpClient, McpTaskCancelled, TaskPolling, open_http_client
 from trio_mcp_cancel.lowlevel import JsonRpcError, TaskManager
 from trio_mcp_cancel.lowlevel.wire import REQUEST_CANCELLED
-from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, Tasks
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpError,
@@ -45,7 +45,7 @@ class Downstream:
     """Server B: task-capable tools that record when their flag is set."""
 
     def __init__(self, **manager: Any) -> None:
-        self.server = McpServer("B", tasks=TaskManager(**manager))
+        self.server = McpServer("B", extensions=[Tasks(TaskManager(**manager))])
         self.flagged: list[tuple[float, str]] = []
         self.started = trio.Event()
         self.stopped = trio.Event()
@@ -81,7 +81,7 @@ class Downstream:
 @asynccontextmanager
 async def serving_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         yield
         nursery.cancel_scope.cancel()
 
@@ -115,7 +115,7 @@ async def test_a_task_is_followed_at_the_servers_poll_interval_to_its_result(
         assert [c.method for c in calls] == ["tools/call"] + ["tasks/get"] * 5
         meta = calls[0].response
         assert meta is not None and meta["result"]["resultType"] == "task"
-        assert b.server.dispatcher.runtime.tasks.running_count == 0
+        assert b.server.dispatcher.extension(Tasks).manager.running_count == 0
         assert_no_leaks(client.registry)
 
 
@@ -352,7 +352,7 @@ async def test_a_flagged_caller_never_starts_a_task(autojump_clock: MockClock) -
             await to_a.wait_in_flight(call)
             await call.cancel("stop")
             await to_a.registry.wait_idle()
-        assert b.server.dispatcher.runtime.tasks.running_count == 0
+        assert b.server.dispatcher.extension(Tasks).manager.running_count == 0
         assert [c.method for c in to_b.calls.values()] == []
 
 
@@ -379,7 +379,7 @@ async def test_a_task_made_for_a_call_cancelled_in_flight_is_cancelled_too(
         assert [c.method for c in client.calls.values()] == (
             [] if how == "scope" else ["tools/call"]
         )
-        assert b.server.dispatcher.runtime.tasks.running_count == 0
+        assert b.server.dispatcher.extension(Tasks).manager.running_count == 0
 
 
 # -- answers our server never gives, from a scripted server ---------------------

@@ -25,7 +25,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, Tasks
 from trio_mcp_cancel.testing import McpTestClient, open_test_client
 from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 
@@ -57,7 +57,7 @@ class Seen:
 
 
 def make_server(seen: Seen, store: MemoryTaskStore) -> McpServer:
-    server = McpServer("lost-task-test", tasks=TaskManager(store=store))
+    server = McpServer("lost-task-test", extensions=[Tasks(TaskManager(store=store))])
 
     @server.tool(task="optional")
     async def stubborn(ctx: Context, seconds: float = 1000.0) -> str:
@@ -101,7 +101,7 @@ class Rig:
         phases (the flag at once, the hard cancel a grace period later), or,
         with ``None``, left alone to finish."""
         await self.seen.stopped.wait()
-        await self.server.dispatcher.runtime.tasks.wait_idle()
+        await self.server.dispatcher.extension(Tasks).manager.wait_idle()
         if cancelled_at is None:
             assert self.seen.flagged_at is None
             return
@@ -139,7 +139,7 @@ async def test_http_stream_closed_while_the_task_is_created_cancels_the_task(
             assert not any("result" in m for m in exchange.messages() if isinstance(m, dict))
             await rig.assert_stopped(cancelled_at=gone_at)
             assert await rig.status() == "cancelled"
-            assert rig.server.dispatcher.runtime.tasks.running_count == 0
+            assert rig.server.dispatcher.extension(Tasks).manager.running_count == 0
 
 
 async def test_http_task_whose_creation_was_delivered_survives_the_stream_closing(
@@ -182,7 +182,7 @@ async def test_message_stream_reply_never_written_cancels_the_task(
         await trio.sleep_forever()  # the peer stopped reading: stalled after write_timeout
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         connection = MessageConnection(
             server,
             connection_caller("test", mcp_registry),
@@ -215,7 +215,7 @@ async def test_memory_client_gets_its_task_when_its_connection_ends_during_creat
     rig = Rig()
     store = rig.store
     async with trio.open_nursery() as nursery:
-        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.extension(Tasks).manager.run)
         async with rig.client(namespace="principal:p") as client:
             call = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 10.0}}
@@ -240,7 +240,7 @@ async def test_a_cancel_sent_before_the_client_read_the_task_cancels_it(
     rig = Rig()
     rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.extension(Tasks).manager.run)
         async with rig.client() as client:
             call = client.start_request("tools/call", {"name": "stubborn", "arguments": {}})
             await client.settle()
@@ -266,7 +266,7 @@ async def test_a_reused_request_id_forgets_the_task_it_once_created(
     rig = Rig()
     rig.store.gate.set()
     async with trio.open_nursery() as nursery:
-        await nursery.start(rig.server.dispatcher.runtime.tasks.run)
+        await nursery.start(rig.server.dispatcher.extension(Tasks).manager.run)
         async with rig.client() as client:
             first = client.start_request(
                 "tools/call", {"name": "stubborn", "arguments": {"seconds": 5.0}}
@@ -274,12 +274,12 @@ async def test_a_reused_request_id_forgets_the_task_it_once_created(
             await client.settle()
             assert first.response is not None
             assert client.caller.channel is not None
-            assert client.caller.channel.created_tasks == {first.id: rig.store.created[0]}
+            assert list(client.caller.channel.late_cancels) == [first.id]
             # The same id again (on a request that is not a task): the old task is forgotten.
             raw = {"jsonrpc": "2.0", "id": first.id, "method": "ping", "params": {}}
             await client.send_text(json.dumps(raw))
             await client.settle()
-            assert client.caller.channel.created_tasks == {}
+            assert client.caller.channel.late_cancels == {}
             await client.send_text(
                 json.dumps(
                     {

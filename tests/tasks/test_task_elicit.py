@@ -15,7 +15,7 @@ import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.tasks import get, serving
 
@@ -26,7 +26,7 @@ NAME = {"type": "object", "properties": {"name": {"type": "string"}}, "required"
 async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    server = McpServer("task-elicit", tasks=TaskManager(store=MemoryTaskStore()))
+    server = McpServer("task-elicit", extensions=[Tasks(TaskManager(store=MemoryTaskStore()))])
     runs: list[str] = []
 
     @server.tool(task="required")
@@ -58,7 +58,7 @@ async def test_a_task_parks_on_ctx_elicit_and_goes_on_with_the_answer(
 
 def before_task_server(ask_first: Callable[[Context], Awaitable[None]]) -> McpServer:
     """A task-required tool whose ``before_task`` is *ask_first*."""
-    server = McpServer("before-elicit", tasks=TaskManager(store=MemoryTaskStore()))
+    server = McpServer("before-elicit", extensions=[Tasks(TaskManager(store=MemoryTaskStore()))])
 
     @server.tool(task="required", before_task=ask_first)
     async def later(ctx: Context) -> str:

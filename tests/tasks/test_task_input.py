@@ -18,7 +18,7 @@ import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 from trio_mcp_cancel.testing import McpError
 
 from _support.tasks import get, serving, wall_clock
@@ -35,7 +35,7 @@ def answered_name(ctx: Context) -> str | None:
 
 
 def make_server() -> tuple[McpServer, list[str]]:
-    server = McpServer("task-input-test", tasks=TaskManager(store=MemoryTaskStore()))
+    server = McpServer("task-input-test", extensions=[Tasks(TaskManager(store=MemoryTaskStore()))])
     asked: list[str] = []
 
     async def ask_name(ctx: Context, greeting: str = "Hello") -> InputRequired | None:
@@ -86,7 +86,7 @@ async def test_input_is_gathered_before_the_task_and_reaches_its_tool(
         first = await client.request("tools/call", params)
         assert first["resultType"] == "input_required" and "taskId" not in first
         assert list(first["inputRequests"]) == ["user_name"]
-        assert server.dispatcher.runtime.tasks.running_count == 0  # no task yet
+        assert server.dispatcher.extension(Tasks).manager.running_count == 0  # no task yet
         retry = {
             **params,
             "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Alice"}}},
@@ -117,7 +117,7 @@ async def test_a_tampered_state_creates_no_task(autojump_clock: trio.testing.Moc
                 "tools/call", {**params, "inputResponses": answers, "requestState": forged}
             )
         assert caught.value.code == -32602
-        assert server.dispatcher.runtime.tasks.running_count == 0
+        assert server.dispatcher.extension(Tasks).manager.running_count == 0
 
 
 def accept(name: str) -> dict[str, Any]:
@@ -159,7 +159,7 @@ async def test_a_task_parks_for_input_and_resumes_when_every_key_is_answered(
         assert done["status"] == "completed" and "inputRequests" not in done
         assert done["result"]["content"][0]["text"] == "f: A and B"
         assert (
-            server.dispatcher.runtime.tasks.running_count == 0
+            server.dispatcher.extension(Tasks).manager.running_count == 0
             and client.registry.in_flight_count == 0
         )
 
@@ -174,7 +174,7 @@ async def test_a_parked_task_is_cancelled_at_once(autojump_clock: trio.testing.M
         assert (await get(client, task_id))["status"] == "input_required"
         cancelled_at = trio.current_time()
         await client.request("tasks/cancel", {"taskId": task_id})
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         assert trio.current_time() - cancelled_at < 0.1  # not after the grace period
         done = await get(client, task_id)
         assert done["status"] == "cancelled" and "inputRequests" not in done
@@ -192,7 +192,7 @@ async def test_bad_input_requests_in_a_task_fail_it_clearly(
     async with serving(server, capabilities=CAPABILITIES) as (client, _):
         undeclared = await client.request("tools/call", {"name": "samples", "arguments": {}})
         empty = await client.request("tools/call", {"name": "state_only", "arguments": {}})
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         failed = await get(client, undeclared["taskId"])
         # The client did not declare sampling: asking for it is -32021, as outside tasks.
         assert failed["status"] == "failed" and failed["error"]["code"] == -32021
@@ -205,7 +205,7 @@ async def test_bad_input_requests_in_a_task_fail_it_clearly(
 
 
 def test_before_task_needs_a_task_capable_tool() -> None:
-    server = McpServer("x")
+    server = McpServer("x", extensions=[Tasks()])
 
     async def never(ctx: Context) -> None:
         return None
@@ -226,7 +226,7 @@ async def test_an_update_is_recorded_before_it_is_acknowledged(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, _ = make_server()
-    server.dispatcher.runtime.tasks.store = SlowStore()
+    server.dispatcher.extension(Tasks).manager.store = SlowStore()
     async with serving(server, capabilities=CAPABILITIES) as (client, _):
         created = await client.request("tools/call", {"name": "confirm", "arguments": {}})
         task_id = created["taskId"]
@@ -246,17 +246,17 @@ async def test_a_task_waiting_for_input_ends_when_its_record_expires(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server, _ = make_server()
-    server.dispatcher.runtime.tasks.store = MemoryTaskStore(clock=wall_clock)
-    server.dispatcher.runtime.tasks.ttl_ms = 60_000
+    server.dispatcher.extension(Tasks).manager.store = MemoryTaskStore(clock=wall_clock)
+    server.dispatcher.extension(Tasks).manager.ttl_ms = 60_000
     async with serving(server, capabilities=CAPABILITIES) as (client, _):
         created = await client.request("tools/call", {"name": "confirm", "arguments": {}})
         await trio.sleep(30.0)
         assert (await get(client, created["taskId"]))["status"] == "input_required"
-        assert server.dispatcher.runtime.tasks.running_count == 1
+        assert server.dispatcher.extension(Tasks).manager.running_count == 1
         await trio.sleep(31.0)
         # Nobody can answer any more: the work is gone, nothing waits for ever.
         assert (
-            server.dispatcher.runtime.tasks.running_count == 0
+            server.dispatcher.extension(Tasks).manager.running_count == 0
             and client.registry.in_flight_count == 0
         )
         with pytest.raises(McpError):

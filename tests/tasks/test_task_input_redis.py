@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager
 import trio
 
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 from trio_mcp_cancel.testing import McpTestClient
 
 from _support.deploy import WITH_TASKS, RedisServer
@@ -26,7 +26,9 @@ CAPABILITIES = {"elicitation": {}, **WITH_TASKS}
 
 
 def make_server() -> McpServer:
-    server = McpServer("redis-task-input", tasks=TaskManager(cancel_poll_interval=1000))
+    server = McpServer(
+        "redis-task-input", extensions=[Tasks(TaskManager(cancel_poll_interval=1000))]
+    )
 
     @server.tool(task="optional")
     async def confirm(ctx: Context) -> str | InputRequired:
@@ -57,9 +59,9 @@ async def test_input_for_a_task_on_one_instance_arrives_through_another(
             listen = on_b.start_request("subscriptions/listen", wanted)
             await wait_tracked(on_b, listen)
             assert parked["inputRequests"]["ok"]["method"] == "elicitation/create"
-            assert a.dispatcher.runtime.tasks.running_here(
+            assert a.dispatcher.extension(Tasks).manager.running_here(
                 task_id
-            ) and not b.dispatcher.runtime.tasks.running_here(task_id)
+            ) and not b.dispatcher.extension(Tasks).manager.running_here(task_id)
             answer = {"ok": {"action": "accept", "content": {"ok": True}}}
             ack = await on_b.request("tasks/update", {"taskId": task_id, "inputResponses": answer})
             assert ack["resultType"] == "complete"

@@ -15,7 +15,7 @@ import trio.testing
 
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, InputRequired, McpServer
+from trio_mcp_cancel.server import Context, InputRequired, McpServer, Tasks
 from trio_mcp_cancel.testing import McpError, open_test_client
 
 from _support.tasks import serving
@@ -25,7 +25,9 @@ SUB_ID = "io.modelcontextprotocol/subscriptionId"
 
 
 def make_server() -> McpServer:
-    server = McpServer("task-notifications", tasks=TaskManager(store=MemoryTaskStore()))
+    server = McpServer(
+        "task-notifications", extensions=[Tasks(TaskManager(store=MemoryTaskStore()))]
+    )
 
     @server.tool(task="optional")
     async def confirm(ctx: Context) -> str | InputRequired:

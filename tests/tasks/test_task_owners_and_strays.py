@@ -19,7 +19,7 @@ import trio.testing
 from trio_mcp_cancel._client.calls import PendingCall
 from trio_mcp_cancel._client.inbound import MAX_KEPT, Inbound
 from trio_mcp_cancel._protocol.exchange import Exchange
-from trio_mcp_cancel._protocol.task_table import PendingInputs, RunningTask, RunningTasks
+from trio_mcp_cancel._tasks.table import PendingInputs, RunningTask, RunningTasks
 
 
 def test_the_table_counts_each_tenant_and_forgets_a_tenant_with_no_task() -> None:

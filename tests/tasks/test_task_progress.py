@@ -18,11 +18,11 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import checkpoint_cancelled
-from trio_mcp_cancel._protocol.task_progress import MAX_STATUS_MESSAGE, progress_message
+from trio_mcp_cancel._tasks.progress import MAX_STATUS_MESSAGE, progress_message
 from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.tasks import serving
 
@@ -40,7 +40,7 @@ class CountingStore(MemoryTaskStore):
 
 def make_server(store: MemoryTaskStore, interval: float) -> McpServer:
     tasks = TaskManager(store=store, progress_interval=interval)
-    server = McpServer("task-progress", tasks=tasks)
+    server = McpServer("task-progress", extensions=[Tasks(tasks)])
 
     @server.tool(task="optional")
     async def steps(ctx: Context, n: int = 10, delay: float = 0.3) -> str:
@@ -107,7 +107,7 @@ async def test_at_most_one_store_write_per_interval(
         polled = await client.request("tasks/get", {"taskId": task_id})
         assert polled["status"] == "working"
         assert polled["statusMessage"] == store.writes[-1][1]  # the latest write, shown
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         times = [at for at, _ in store.writes]
         assert 5 <= len(times) <= 7  # 100 reports over 5 s
         assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))
@@ -127,7 +127,7 @@ async def test_progress_never_overwrites_a_cancelled_task(
         await trio.sleep(1.2)
         assert (await client.request("tasks/get", {"taskId": task_id}))["statusMessage"].isdigit()
         await client.request("tasks/cancel", {"taskId": task_id})
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         await trio.sleep(2.0)
         final = await client.request("tasks/get", {"taskId": task_id})
         assert final["status"] == "cancelled"

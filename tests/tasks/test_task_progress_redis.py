@@ -13,7 +13,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.deploy import RedisServer
 from _support.redis import (
@@ -55,7 +55,8 @@ async def test_set_message_is_atomic_and_never_overwrites_a_terminal_task(
 
 def make_server(release: trio.Event) -> McpServer:
     server = McpServer(
-        "redis-task-progress", tasks=TaskManager(cancel_poll_interval=1000, progress_interval=0.05)
+        "redis-task-progress",
+        extensions=[Tasks(TaskManager(cancel_poll_interval=1000, progress_interval=0.05))],
     )
 
     @server.tool(task="optional")

@@ -17,7 +17,7 @@ import trio
 
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.deploy import RedisServer
 from _support.redis import client_of, prefix, redis, running, task_process, wait_status
@@ -29,7 +29,9 @@ async def test_a_task_settled_failed_elsewhere_is_cancelled_here_and_its_late_re
     redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     started, flagged = trio.Event(), trio.Event()
-    server = McpServer("settled-elsewhere", tasks=TaskManager(cancel_poll_interval=0.1))
+    server = McpServer(
+        "settled-elsewhere", extensions=[Tasks(TaskManager(cancel_poll_interval=0.1))]
+    )
 
     @server.tool(task="optional")
     async def pay(ctx: Context) -> str:

@@ -13,7 +13,7 @@ from trio_mcp_cancel.backends.memory import MemoryTaskStore
 from trio_mcp_cancel.backends.task_records import TaskRecord, iso8601, transition
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 from trio_mcp_cancel.testing import open_test_client
 
 from _support.asgi import AsgiClient, headers_of, modern_call, modern_request
@@ -52,7 +52,7 @@ async def test_call_returns_a_durable_task_that_completes_with_its_result(
         assert done["status"] == "completed"
         assert done["result"]["content"] == [{"type": "text", "text": "counted to 3"}]
         assert done["lastUpdatedAt"] == iso8601(EPOCH + 3.0)
-        assert server.dispatcher.runtime.tasks.running_count == 0
+        assert server.dispatcher.extension(Tasks).manager.running_count == 0
         assert client.registry.in_flight_count == 0
 
 
@@ -113,7 +113,7 @@ async def test_cancel_sets_the_flag_at_once_and_the_task_settles_cancelled(
         await seen.stopped.wait()
         # The tool saw the flag at its next step and stopped by itself, in time.
         assert seen.flagged_at is not None and seen.flagged_at - cancelled_at <= 1.0
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         status = await get(client, task_id)
         assert status["status"] == "cancelled" and "result" not in status
         # Idempotent on a finished task.
@@ -136,7 +136,7 @@ async def test_a_tool_ignoring_the_flag_is_hard_cancelled_after_the_grace_period
         assert (await get(client, task_id))["status"] == "working"  # still in its grace
         await seen.stopped.wait()
         assert trio.current_time() - cancelled_at == pytest.approx(GRACE)
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         assert (await get(client, task_id))["status"] == "cancelled"
 
 
@@ -147,7 +147,7 @@ async def test_errors_settle_failed_and_tool_errors_settle_completed(
     async with serving(server) as (client, _):
         failed_id = (await start_task(client, "protocol_error_job"))["taskId"]
         iserror_id = (await start_task(client, "failing_job"))["taskId"]
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         failed = await get(client, failed_id)
         assert failed["status"] == "failed"
         assert failed["error"] == {
@@ -180,7 +180,7 @@ async def test_another_caller_cannot_see_or_cancel_a_task(
         await trio.sleep(0.5)
         assert seen.flagged_at is None
         assert (await get(owner, task_id))["status"] == "working"
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         assert (await get(owner, task_id))["status"] == "completed"
 
 
@@ -202,7 +202,7 @@ async def test_a_task_outlives_the_connection_that_started_it(
 
 async def test_ttl_expiry_purges_tasks(autojump_clock: trio.testing.MockClock) -> None:
     server = make_server(Seen(), ttl_ms=10_000, purge_interval=5.0)
-    store = server.dispatcher.runtime.tasks.store
+    store = server.dispatcher.extension(Tasks).manager.store
     assert isinstance(store, MemoryTaskStore)
     async with serving(server) as (client, _):
         task_id = (await start_task(client, "count", n=1))["taskId"]
@@ -232,9 +232,9 @@ async def test_running_tasks_are_bounded_per_owner_and_server_wide(
             await start_task(other, "count", n=5)
             error = await refusal(other, "tools/call", {"name": "count", "arguments": {}})
             assert error.code == TOO_MANY_REQUESTS and error.data["limit"] == "server"
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
         assert (await start_task(client, "count", n=1))["status"] == "working"
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
 
 
 async def test_shutdown_settles_running_tasks_failed_and_leaks_nothing(
@@ -246,7 +246,7 @@ async def test_shutdown_settles_running_tasks_failed_and_leaks_nothing(
 
     async def run_manager(task_status: trio.TaskStatus[None]) -> None:
         with manager:
-            await server.dispatcher.runtime.tasks.run(task_status=task_status)
+            await server.dispatcher.extension(Tasks).manager.run(task_status=task_status)
 
     async with trio.open_nursery() as nursery:
         # Started first, so the client uses it (and does not start one of its own).
@@ -258,11 +258,11 @@ async def test_shutdown_settles_running_tasks_failed_and_leaks_nothing(
             await trio.testing.wait_all_tasks_blocked()
             assert seen.stopped.is_set()
             assert (
-                not server.dispatcher.runtime.tasks.running
-                and server.dispatcher.runtime.tasks.running_count == 0
+                not server.dispatcher.extension(Tasks).manager.running
+                and server.dispatcher.extension(Tasks).manager.running_count == 0
             )
             assert client.registry.in_flight_count == 0
-            record = await server.dispatcher.runtime.tasks.store.get(task_id)
+            record = await server.dispatcher.extension(Tasks).manager.store.get(task_id)
             assert record is not None and record.status == "failed"
             assert record.error is not None and record.error["code"] == -32603
             # Not running: the optional tool is an ordinary call again, a required one fails.
@@ -307,7 +307,7 @@ def test_state_machine_terminal_states_never_change() -> None:
 
 
 def test_tool_registration_checks_task_support() -> None:
-    server = McpServer()
+    server = McpServer(extensions=[Tasks()])
     with pytest.raises(ValueError):
 
         @server.tool(task="sometimes")  # type: ignore[arg-type]
@@ -328,7 +328,7 @@ async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(
     async with trio.open_nursery() as nursery:
         client = AsgiClient(app, nursery, client=("192.0.2.1", 1000))
         async with client.lifespan():
-            assert server.dispatcher.runtime.tasks.running
+            assert server.dispatcher.extension(Tasks).manager.running
             message = modern_call(1, "count", {"n": 100}, capabilities=WITH_TASKS)
             created = await client.post(headers_of(message), message)
             task = created.answer()["result"]
@@ -349,10 +349,10 @@ async def test_http_lifespan_runs_the_manager_and_checks_mcp_name(
             acked = await client.post(headers_of(cancel), cancel)
             assert acked.status == 200 and acked.json()["result"]["resultType"] == "complete"
             await seen.stopped.wait()
-            await server.dispatcher.runtime.tasks.wait_idle()
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
             polled = await client.post(headers_of(get), get)
             assert polled.json()["result"]["status"] == "cancelled"
-        assert not server.dispatcher.runtime.tasks.running
+        assert not server.dispatcher.extension(Tasks).manager.running
         client.check()
 
 
@@ -363,12 +363,14 @@ async def test_task_records_per_owner_are_bounded_until_they_expire(
     async with serving(server) as (client, _):
         for _ in range(2):
             await start_task(client, "count", n=1)
-        await server.dispatcher.runtime.tasks.wait_idle()  # finished records still take room
+        await server.dispatcher.extension(
+            Tasks
+        ).manager.wait_idle()  # finished records still take room
         error = await refusal(client, "tools/call", {"name": "count", "arguments": {"n": 1}})
         assert error.code == TOO_MANY_REQUESTS
         assert error.data == {"limit": "tasks", "max": 2}
         assert (
-            server.dispatcher.runtime.tasks.running_count == 0
+            server.dispatcher.extension(Tasks).manager.running_count == 0
             and client.registry.in_flight_count == 0
         )
         await trio.sleep(10.5)

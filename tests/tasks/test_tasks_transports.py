@@ -24,7 +24,7 @@ from trio_mcp_cancel import (
     RequestCancelledEvent,
     open_registry,
 )
-from trio_mcp_cancel.server import ConnectionLimits
+from trio_mcp_cancel.server import ConnectionLimits, Tasks
 from trio_mcp_cancel.testing import (
     EventRecorder,
     McpTestClient,
@@ -58,11 +58,11 @@ async def test_the_memory_transport_runs_the_manager_and_tasks_cancel_has_two_ph
 ) -> None:
     seen = Seen()
     server = make_server(seen)
-    assert not server.dispatcher.runtime.tasks.running
+    assert not server.dispatcher.extension(Tasks).manager.running
     async with open_test_client(
         server, client_capabilities=WITH_TASKS, registry_config=RegistryConfig(grace_period=GRACE)
     ) as client:
-        assert server.dispatcher.runtime.tasks.running
+        assert server.dispatcher.extension(Tasks).manager.running
         events = timeline(client)
         task_id = (await start_task(client, "stubborn", seconds=100))["taskId"]
         await trio.sleep(1.0)
@@ -75,10 +75,10 @@ async def test_the_memory_transport_runs_the_manager_and_tasks_cancel_has_two_ph
         # Phase two exactly one grace period later: the hard cancel.
         assert seen.flagged_at == cancelled_at + GRACE
         assert events[1:] == [("request.hard_cancelled", "client", cancelled_at + GRACE)]
-        await server.dispatcher.runtime.tasks.wait_idle()
+        await server.dispatcher.extension(Tasks).manager.wait_idle()
         assert (await get(client, task_id))["status"] == "cancelled"
         registry = client.registry
-    assert not server.dispatcher.runtime.tasks.running
+    assert not server.dispatcher.extension(Tasks).manager.running
     assert_no_leaks(registry)
 
 
@@ -95,7 +95,7 @@ async def test_closing_the_connection_stops_its_tasks_with_the_two_phases(
         stubborn = (await start_task(client, "stubborn", seconds=100))["taskId"]
         await trio.sleep(0.5)
         store, registry, closed_at = (
-            server.dispatcher.runtime.tasks.store,
+            server.dispatcher.extension(Tasks).manager.store,
             client.registry,
             trio.current_time(),
         )
@@ -113,8 +113,8 @@ async def test_closing_the_connection_stops_its_tasks_with_the_two_phases(
         assert record.error is not None and record.error["code"] == -32800
         assert record.status_message == "connection closed"
     assert (
-        not server.dispatcher.runtime.tasks.running
-        and server.dispatcher.runtime.tasks.running_count == 0
+        not server.dispatcher.extension(Tasks).manager.running
+        and server.dispatcher.extension(Tasks).manager.running_count == 0
     )
     assert_no_leaks(registry)
 
@@ -140,7 +140,7 @@ async def test_connections_share_the_manager_until_the_last_one_ends(
             await b_started.wait()
         # The first client started the manager; its end waited for the second one.
         order.append("a done")
-        assert not server.dispatcher.runtime.tasks.running
+        assert not server.dispatcher.extension(Tasks).manager.running
     assert order == ["b done", "a done"]
 
 
@@ -149,19 +149,18 @@ async def test_a_manager_the_application_runs_is_left_alone(
 ) -> None:
     server = make_server(Seen())
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         async with open_registry() as registry:
             async with open_test_client(
                 server, registry=registry, namespace="session:kept", client_capabilities=WITH_TASKS
             ) as client:
                 task_id = (await start_task(client, "count", n=2))["taskId"]
             # A shared namespace: the task outlives the connection, and the manager runs on.
-            assert (
-                server.dispatcher.runtime.tasks.running
-                and server.dispatcher.runtime.tasks.running_here(task_id)
-            )
-            await server.dispatcher.runtime.tasks.wait_idle()
-            record = await server.dispatcher.runtime.tasks.store.get(task_id)
+            assert server.dispatcher.extension(
+                Tasks
+            ).manager.running and server.dispatcher.extension(Tasks).manager.running_here(task_id)
+            await server.dispatcher.extension(Tasks).manager.wait_idle()
+            record = await server.dispatcher.extension(Tasks).manager.store.get(task_id)
             assert record is not None and record.status == "completed"
         nursery.cancel_scope.cancel()
 
@@ -239,7 +238,7 @@ async def test_tasks_over_a_real_websocket(mcp_registry: Registry) -> None:
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             ws_server = await nursery.start(serve_mcp_websocket, server, mcp_registry)
-            assert server.dispatcher.runtime.tasks.running
+            assert server.dispatcher.extension(Tasks).manager.running
             url = f"ws://127.0.0.1:{ws_server.port}/mcp"
             async with open_websocket_url(url) as ws:
 
@@ -257,10 +256,10 @@ async def test_tasks_over_a_real_websocket(mcp_registry: Registry) -> None:
                 task_id = created["taskId"]
                 assert (await ask(2, "tasks/cancel", {"taskId": task_id}))["resultType"]
                 await seen.stopped.wait()
-                await server.dispatcher.runtime.tasks.wait_idle()
+                await server.dispatcher.extension(Tasks).manager.wait_idle()
                 assert (await ask(3, "tasks/get", {"taskId": task_id}))["status"] == "cancelled"
             nursery.cancel_scope.cancel()
-    assert not server.dispatcher.runtime.tasks.running
+    assert not server.dispatcher.extension(Tasks).manager.running
     assert_no_leaks(mcp_registry)
 
 

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from trio_mcp_cancel import RegistryConfig, run_process
 from trio_mcp_cancel._core.events import BackendEvent
 from trio_mcp_cancel.lowlevel import TaskManager
-from trio_mcp_cancel.server import Context, McpServer, ServerLimits
+from trio_mcp_cancel.server import Context, McpServer, ServerLimits, Tasks
 from trio_mcp_cancel.testing import McpError, McpTaskError, open_test_client
 
 from _support.cancellation_tools import probe_server
@@ -33,7 +33,7 @@ from _support.otel import Otel, attrs_of, event_names
 @asynccontextmanager
 async def serving_tasks(server: McpServer) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.dispatcher.runtime.tasks.run)
+        await nursery.start(server.dispatcher.extension(Tasks).manager.run)
         yield
         nursery.cancel_scope.cancel()
 
@@ -41,7 +41,7 @@ async def serving_tasks(server: McpServer) -> AsyncIterator[None]:
 async def test_tasks_cancel_links_to_the_tasks_span_which_links_to_the_creating_call(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:
-    server = McpServer("tasks", tasks=TaskManager(), telemetry=otel.telemetry)
+    server = McpServer("tasks", extensions=[Tasks(TaskManager())], telemetry=otel.telemetry)
     started = trio.Event()
 
     @server.tool(task="optional")
@@ -102,7 +102,7 @@ async def test_tasks_cancel_links_to_the_tasks_span_which_links_to_the_creating_
 async def test_a_child_process_group_killed_by_the_hard_cancel_is_an_event_and_a_point(
     otel: Otel,
 ) -> None:
-    server = McpServer("proc", telemetry=otel.telemetry)
+    server = McpServer("proc", telemetry=otel.telemetry, extensions=[Tasks()])
 
     @server.tool()
     async def sleeper(ctx: Context) -> str:
@@ -128,7 +128,7 @@ async def test_a_child_process_group_killed_by_the_hard_cancel_is_an_event_and_a
 
 @pytest.mark.subprocess
 async def test_a_child_process_sent_its_polite_stop_signal_is_an_event(otel: Otel) -> None:
-    server = McpServer("proc", telemetry=otel.telemetry)
+    server = McpServer("proc", telemetry=otel.telemetry, extensions=[Tasks()])
 
     @server.tool()
     async def sleeper(ctx: Context) -> str:
@@ -149,7 +149,7 @@ async def test_a_child_process_sent_its_polite_stop_signal_is_an_event(otel: Ote
 
 
 async def test_an_abandoned_worker_thread_is_an_event_and_a_point(otel: Otel) -> None:
-    server = McpServer("threads", telemetry=otel.telemetry)
+    server = McpServer("threads", telemetry=otel.telemetry, extensions=[Tasks()])
     release = threading.Event()
 
     @server.tool()
@@ -195,7 +195,7 @@ async def test_admission_refusals_are_counted_by_limit_and_the_span_has_the_erro
 async def test_a_shielded_tool_that_overruns_its_hard_cancel_is_phase_overrun_and_counted_live(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:
-    server = McpServer("shielded", telemetry=otel.telemetry)
+    server = McpServer("shielded", telemetry=otel.telemetry, extensions=[Tasks()])
 
     @server.tool()
     async def shielded(ctx: Context) -> str:

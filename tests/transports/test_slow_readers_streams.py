@@ -42,7 +42,7 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel._protocol import jsonrpc
+from trio_mcp_cancel._wire import jsonrpc
 from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import assert_no_leaks

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._protocol.wire import oauth_metadata_urls
+from .._wire.names import oauth_metadata_urls
 from .fetch import Transport, get_json
 from .tokens import AuthServerUnavailable
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .._protocol.wire import Era
+from .._wire.names import Era
 from .calls import PendingCall
 from .errors import McpTransportError, Message
 

@@ -39,7 +39,8 @@ import trio
 from .. import __version__
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
-from .._protocol.wire import (
+from .._telemetry.propagation import inject_meta
+from .._wire.names import (
     HEADER_MISMATCH,
     LATEST_LEGACY_VERSION,
     LATEST_VERSION,
@@ -50,7 +51,6 @@ from .._protocol.wire import (
     Era,
     client_declares_tasks,
 )
-from .._telemetry.propagation import inject_meta
 from .base import ClientTransport
 from .calls import PendingCall, ProgressCallback
 from .errors import McpError, McpTransportError, Message

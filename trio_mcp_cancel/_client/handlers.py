@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._protocol.wire import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from .._wire.names import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from .errors import McpError, Message
 
 __all__ = ["ClientHandlers", "InputHandler", "ServerRequests", "complete_rounds"]

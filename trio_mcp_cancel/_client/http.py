@@ -44,7 +44,8 @@ import attrs
 import httpx2
 import trio
 
-from .._protocol.wire import (
+from .._telemetry.propagation import trace_headers
+from .._wire.names import (
     HEADER_METHOD,
     HEADER_NAME,
     HEADER_PROTOCOL_VERSION,
@@ -53,7 +54,6 @@ from .._protocol.wire import (
     NAME_BEARING,
     encode_header_value,
 )
-from .._telemetry.propagation import trace_headers
 from .base import Receiver
 from .calls import PendingCall, cancel_notification, deliver, fail
 from .errors import McpTransportError, Message

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from .._protocol.wire import META_SUBSCRIPTION_ID, METHOD_NOT_FOUND, Era
+from .._wire.names import META_SUBSCRIPTION_ID, METHOD_NOT_FOUND, Era
 from .base import ClientTransport
 from .calls import PendingCall, add_progress, deliver, fail
 from .errors import McpTransportError, Message

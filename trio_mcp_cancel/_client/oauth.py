@@ -47,7 +47,7 @@ import attrs
 import httpx2
 import trio
 
-from .._protocol.wire import oauth_metadata_urls
+from .._wire.names import oauth_metadata_urls
 from .errors import OAuthError
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from .._protocol.wire import HEADER_PARAM_PREFIX, encode_header_value, header_form
+from .._wire.names import HEADER_PARAM_PREFIX, encode_header_value, header_form
 
 __all__ = ["MAX_TOOL_SCHEMAS", "ToolSchemas"]
 

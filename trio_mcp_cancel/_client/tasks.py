@@ -52,7 +52,7 @@ import trio
 
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
-from .._protocol.wire import TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
+from .._wire.names import TASK_STATUSES, TASKS_EXTENSION, TERMINAL_STATUSES
 from .calls import ProgressCallback
 from .errors import McpError, Message
 from .handlers import ClientHandlers

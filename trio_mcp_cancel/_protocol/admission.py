@@ -17,8 +17,8 @@ from typing import Final, Literal
 import attrs
 
 from .._core.validation import RequestId
-from .jsonrpc import JsonRpcError, Message, error_message
-from .wire import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
+from .._wire.jsonrpc import JsonRpcError, Message, error_message
+from .._wire.names import LEGACY_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS, Era
 
 __all__ = [
     "CALL_LIMITS",

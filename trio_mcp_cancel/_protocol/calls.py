@@ -25,13 +25,13 @@ from typing import Any, Final
 import attrs
 import trio
 
-from . import jsonrpc
+from .._wire import jsonrpc
+from .._wire.jsonrpc import JsonRpcError
+from .._wire.versions import Envelope, Era
 from .exchange import Caller, Exchange
-from .jsonrpc import JsonRpcError
 from .registration import Registration
 from .runtime import ServerRuntime
 from .tools import Tool
-from .versions import Envelope, Era
 
 __all__ = [
     "ALL_ERAS",

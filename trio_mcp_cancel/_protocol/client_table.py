@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from .._core.errors import CancellationError
-from .jsonrpc import ClientResponse
+from .._wire.jsonrpc import ClientResponse
 
 __all__ = [
     "MAX_PENDING_CLIENT_REQUESTS",

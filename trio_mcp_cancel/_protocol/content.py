@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from .._core.errors import CancellationError
-from . import jsonrpc
+from .._wire import jsonrpc
 
 __all__ = [
     "Audio",

@@ -24,6 +24,8 @@ from .._core.ratelog import failure_key
 from .._core.registry import Registry, Tracking, tracked
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId, is_valid_request_id
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
+from .._wire.versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
 from .calls import HandlerInput
 from .client_requests import (
     DEFAULT_CLIENT_REQUEST_TIMEOUT,
@@ -36,14 +38,12 @@ from .client_requests import (
 from .client_table import ClientRequestError
 from .content import ToolError
 from .exchange import Caller, Exchange
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .mrtr import InputRequired, binding, input_required_result
 from .mrtr import elicit as elicit_request
 from .mrtr import list_roots as list_roots_request
 from .mrtr import sample as sample_request
 from .signature import ContextParameter
 from .tools import error_result
-from .versions import LOG_LEVELS, MISSING_CLIENT_CAPABILITY, Era
 
 __all__ = [
     "Context",

@@ -31,9 +31,9 @@ this order:
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -41,7 +41,17 @@ from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import failure_key
 from .._core.registry import CancelOutcome
 from .._telemetry.server import Subject
-from . import jsonrpc
+from .._wire import jsonrpc
+from .._wire.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
+from .._wire.versions import (
+    META_SERVER_INFO,
+    MISSING_CLIENT_CAPABILITY,
+    Envelope,
+    Era,
+    has_modern_meta,
+    missing_capabilities,
+    read_envelope,
+)
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
 from .calls import (
     Call,
@@ -54,26 +64,18 @@ from .calls import (
     Target,
 )
 from .exchange import Caller, Exchange
-from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
-from .methods import METHODS, TARGETS
+from .extension import Extension, ExtensionHost
+from .methods import TARGETS, method_table
 from .registration import Registration
 from .runtime import ServerRuntime
 from .subscriptions import listen_bytes
-from .tasks import TaskManager
 from .tools import Tool
-from .versions import (
-    META_SERVER_INFO,
-    MISSING_CLIENT_CAPABILITY,
-    Envelope,
-    Era,
-    has_modern_meta,
-    missing_capabilities,
-    read_envelope,
-)
 
 __all__ = ["Dispatcher", "Served"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
+
+E = TypeVar("E", bound=Extension)
 
 
 class Dispatcher:
@@ -84,23 +86,37 @@ class Dispatcher:
     serves it, because admission is server-wide (``ServerLimits.max_calls``
     counts the calls of every transport and session).  The registration is
     configuration and imports nothing of this module; what changes while
-    the server serves (its task manager, subscription hub, used MRTR states)
-    is the dispatcher's :attr:`runtime`, made with it.
+    the server serves (its subscription hub, used MRTR states) is the
+    dispatcher's :attr:`runtime`, made with it; its *extensions* (see
+    :mod:`.extension`) are bound here, once, and their methods join the table.
     """
 
-    def __init__(self, registration: Registration, tasks: TaskManager | None = None) -> None:
+    def __init__(self, registration: Registration, extensions: Sequence[Extension] = ()) -> None:
         self.registration = registration
         """What the server offers and its settings, the admission caps among them."""
-        self.methods: dict[str, Method] = dict(METHODS)
-        """The method table (a copy of :data:`.methods.METHODS`, so a test may extend one)."""
+        self.runtime = ServerRuntime.for_server(registration)
+        """The server's runtime services (subscription hub, used MRTR states, the
+        failure log); one per server, owned here (see :mod:`.runtime`)."""
+        self.extensions: tuple[Extension, ...] = tuple(extensions)
+        """The server's extensions, in the order given (their ``call_tool`` nest so)."""
+        host = ExtensionHost(self.runtime.subscriptions.publish, self.runtime.failures)
+        for extension in self.extensions:
+            extension.bind(host)
+        self.methods: dict[str, Method] = method_table(self.extensions)
+        """The method table (the core's and the extensions', a copy per server, so a
+        test may extend one)."""
         self.targets: dict[str, Target] = dict(TARGETS)
         self.calls = Slots()
         """Tool calls (and tracked reads) admitted and not finished."""
         self.listens = Slots()
         """Open ``subscriptions/listen`` streams."""
-        self.runtime = ServerRuntime.for_server(registration, tasks)
-        """The server's runtime services (tasks, subscription hub, used MRTR states, the
-        failure log); one per server, owned here (see :mod:`.runtime`)."""
+
+    def extension(self, kind: type[E]) -> E | None:
+        """The server's extension of class *kind* (the first), or ``None``."""
+        for extension in self.extensions:
+            if isinstance(extension, kind):
+                return extension
+        return None
 
     @property
     def calls_in_flight(self) -> int:
@@ -197,9 +213,9 @@ class Dispatcher:
         )
         if outcome is CancelOutcome.INVALID_REQUEST_ID:  # the id is checked once, by the registry
             return False
-        task_id = None if channel is None else channel.created_tasks.pop(request_id, None)
-        if task_id is not None:
-            self.runtime.tasks.creation_cancelled(task_id)
+        stop = None if channel is None else channel.late_cancels.pop(request_id, None)
+        if stop is not None:
+            stop()  # what its answer started (a task) outlives the request: stop it too
         if outcome is CancelOutcome.LIMIT_REACHED:  # refused either way: does it run here?
             return not registry.in_flight(request_id, caller.namespace)
         return outcome is not CancelOutcome.CANCELLED
@@ -290,7 +306,7 @@ class Dispatcher:
         request = call.request
         h = HandlerInput(self.registration, call, caller, exchange, self.runtime, task_status)
         if caller.channel is not None:
-            caller.channel.created_tasks.pop(request.id, None)  # the id is reused
+            caller.channel.late_cancels.pop(request.id, None)  # the id is reused
         try:
             if not admitted:
                 refused = self._admit(call, caller, exchange)

@@ -20,8 +20,8 @@ from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, Registry, UseConfig
 from .._core.request import TrackedRequest
 from .._core.validation import RequestId
+from .._wire.jsonrpc import Message
 from .client_table import ClientRequests
-from .jsonrpc import Message
 from .subscriptions import ResourceSubscriptions
 
 __all__ = ["CLIENT_KINDS", "Caller", "Channel", "Exchange", "LegacyState", "SendMessage"]
@@ -34,7 +34,7 @@ CLIENT_KINDS: Final = frozenset({"client", "disconnect"})
 
 #: Task creations a channel remembers, so a ``notifications/cancelled`` the
 #: client sent before it read the ``CreateTaskResult`` still stops the task.
-_CREATED_TASKS_KEPT: Final = 64
+_LATE_CANCELS_KEPT: Final = 64
 
 
 @attrs.define(eq=False)
@@ -65,10 +65,12 @@ class Channel:
     """Messages arrive in order (one stream), so a cancel of a request that is
     not running refers to one that already ended, never to one still on its
     way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
-    created_tasks: dict[RequestId, str] = attrs.field(factory=dict)
-    """The latest ``tools/call`` ids answered with a task, and the task ids:
-    a client that cancels the call (racing the ``CreateTaskResult``) ignores
-    the answer, so the task it never saw is cancelled too."""
+    late_cancels: dict[RequestId, Callable[[], object]] = attrs.field(factory=dict)
+    """The latest requests whose answer started work that outlives them (a
+    ``tools/call`` answered with a task), and how to stop that work: a client
+    that cancels such a request (racing its answer) ignores the answer, so
+    what it never saw is stopped too.  A new request with the same id forgets
+    the entry (the dispatcher does)."""
     notifications: bool = False
     """The transport delivers server notifications to this client outside any request
     (the legacy HTTP GET stream), so ``initialize`` promises ``listChanged``/``subscribe``."""
@@ -79,11 +81,13 @@ class Channel:
     client_requests: ClientRequests = attrs.field(factory=ClientRequests)
     """Server-to-client requests (``ctx.elicit``, legacy era) waiting for answers."""
 
-    def remember_task(self, request_id: RequestId, task_id: str) -> None:
-        self.created_tasks.pop(request_id, None)
-        self.created_tasks[request_id] = task_id
-        while len(self.created_tasks) > _CREATED_TASKS_KEPT:
-            del self.created_tasks[next(iter(self.created_tasks))]
+    def on_late_cancel(self, request_id: RequestId, stop: Callable[[], object]) -> None:
+        """Call *stop* if the client cancels *request_id* after it was answered
+        (see :attr:`late_cancels`; the oldest entries beyond a bound are forgotten)."""
+        self.late_cancels.pop(request_id, None)
+        self.late_cancels[request_id] = stop
+        while len(self.late_cancels) > _LATE_CANCELS_KEPT:
+            del self.late_cancels[next(iter(self.late_cancels))]
 
     def cancel_all(
         self,

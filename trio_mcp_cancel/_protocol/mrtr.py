@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import attrs
 
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 
 __all__ = [
     "MRTR_METHODS",

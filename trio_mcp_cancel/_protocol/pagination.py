@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 
 __all__ = ["DEFAULT_PAGE_SIZE", "decode_cursor", "encode_cursor", "page"]
 

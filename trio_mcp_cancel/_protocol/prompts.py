@@ -20,9 +20,9 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 from .._work.threads import ThreadLimit
 from .content import to_content
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .signature import ArgumentsInvalid, Signature, check_callable, read_signature, with_context
 
 __all__ = [

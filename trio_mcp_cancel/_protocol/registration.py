@@ -21,13 +21,13 @@ import trio
 
 from .._telemetry.config import Telemetry
 from .._telemetry.server import ServerTelemetry, for_server
+from .._wire.versions import Era
 from .._work.threads import ThreadLimit
 from .limits import ServerLimits
 from .mrtr import StateSigner
 from .prompts import PromptSet
 from .resources import ResourceSet
 from .tools import Tool
-from .versions import Era
 
 __all__ = ["CacheScope", "ChangeSink", "OnCancel", "Registration"]
 

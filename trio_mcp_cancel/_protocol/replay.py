@@ -41,8 +41,8 @@ import attrs
 import trio
 
 from .._core.ratelog import RateLimitedLog
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 from ..backends.base import BackendUnavailable
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
 
 __all__ = ["SharedClaims", "StateEpoch", "UsedStates"]
 

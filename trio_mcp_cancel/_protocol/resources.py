@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import attrs
 
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
 from .content import described, resource_contents
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
 from .signature import ArgumentsInvalid, Signature, check_callable, read_signature, with_context
 from .uri_template import UnsafeValue, UriTemplate
 

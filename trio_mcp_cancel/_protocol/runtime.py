@@ -6,9 +6,6 @@ the server serves lives here, in one :class:`ServerRuntime` per server,
 owned by the server's :class:`~.dispatcher.Dispatcher` (reach it as
 ``server.dispatcher.runtime``):
 
-* ``tasks``: the :class:`~.tasks.TaskManager` (its nursery, running tasks and
-  store), the one given as ``McpServer(tasks=...)`` or a default one; its
-  status changes go to the subscription hub as ``notifications/tasks``;
 * ``subscriptions``: the :class:`~.subscriptions.SubscriptionHub` fanning
   notifications out to open ``subscriptions/listen`` (and legacy GET)
   streams; the server's registration changes reach it through
@@ -32,7 +29,6 @@ a call never looks it up).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import attrs
 
@@ -40,7 +36,6 @@ from .._core.ratelog import RateLimitedLog
 from .registration import Registration
 from .replay import UsedStates
 from .subscriptions import SubscriptionBytes, SubscriptionHub
-from .tasks import TaskManager
 
 __all__ = ["ServerRuntime"]
 
@@ -52,13 +47,10 @@ class ServerRuntime:
     """The runtime services of one server; see the module docstring.
 
     Made once per server by its dispatcher (:meth:`for_server`); a test or an
-    application reads task state or open listen streams here, and runs the
-    task manager itself with ``await nursery.start(runtime.tasks.run)`` to
-    give it a lifetime of its own.
+    application reads open listen streams here.  (What an extension keeps,
+    the Tasks extension's running tasks say, is the extension's own.)
     """
 
-    tasks: TaskManager = attrs.field(factory=TaskManager)
-    """Runs task-capable tools as tasks (Tasks extension); see :mod:`.tasks`."""
     subscriptions: SubscriptionHub = attrs.field(factory=SubscriptionHub)
     """The ``subscriptions/listen`` (and legacy GET stream) fan-out."""
     subscription_bytes: SubscriptionBytes = attrs.field(factory=SubscriptionBytes)
@@ -69,17 +61,9 @@ class ServerRuntime:
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
     """Where unexpected failures are logged, once per kind and interval."""
 
-    def __attrs_post_init__(self) -> None:
-        # Task status changes reach the subscriptions/listen streams that asked (taskIds).
-        self.tasks.on_change = self._task_changed
-
-    def _task_changed(self, task: dict[str, Any]) -> None:
-        self.subscriptions.publish("notifications/tasks", task)
-
     @classmethod
-    def for_server(cls, registration: Registration, tasks: TaskManager | None) -> ServerRuntime:
-        """The runtime of a server: *tasks* (``None``: a new task manager), and its
-        registration's changes told to the hub."""
-        runtime = cls() if tasks is None else cls(tasks=tasks)
+    def for_server(cls, registration: Registration) -> ServerRuntime:
+        """The runtime of a server, its registration's changes told to the hub."""
+        runtime = cls()
         registration.on_change = runtime.subscriptions.publish
         return runtime

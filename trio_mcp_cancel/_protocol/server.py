@@ -9,8 +9,11 @@
 * its :class:`~.dispatcher.Dispatcher` (``server.dispatcher``), which serves
   that registration to every transport;
 * the dispatcher's :class:`~.runtime.ServerRuntime`
-  (``server.dispatcher.runtime``): what changes while it serves (its task
-  manager, subscription hub, used MRTR states).
+  (``server.dispatcher.runtime``): what changes while it serves (its
+  subscription hub, used MRTR states);
+* its extensions (``McpServer(extensions=[...])``, :mod:`.extension`), bound
+  by the dispatcher: the Tasks extension (``trio_mcp_cancel.server.Tasks``)
+  is one, and what it keeps (its running tasks) is its own.
 
 Transports take anything with a ``dispatcher`` (:class:`~.dispatcher.Served`),
 so none imports this module, and :meth:`McpServer.run` imports the runner
@@ -21,22 +24,23 @@ no hypercorn and patches nothing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import trio
 
 from .._run.choices import FROM_ENVIRONMENT, FromEnvironment, Transport
 from .._telemetry.config import Telemetry
+from .._wire.names import TASKS_EXTENSION
 from .._work.threads import ThreadLimit
 from .dispatcher import Dispatcher
+from .extension import Extension
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .mrtr import InputRequired
 from .pagination import DEFAULT_PAGE_SIZE
 from .prompts import make_prompt
 from .registration import CacheScope, OnCancel, Registration
 from .resources import Resource, ResourceTemplate
-from .tasks import TaskManager
 from .tools import TaskSupport, make_tool
 
 __all__ = ["McpServer"]
@@ -56,8 +60,9 @@ class McpServer:
 
     *limits*: the server-wide admission caps (:class:`ServerLimits`), besides
     each channel's own ``ConnectionLimits.max_concurrent_calls``.
-    *tasks*: the :class:`~.tasks.TaskManager` for task-capable tools (default:
-    a new one); the one in use is ``server.dispatcher.runtime.tasks``.
+    *extensions*: the MCP extensions it serves (:class:`~.extension.Extension`),
+    in order; tools registered with ``task=`` need the Tasks extension
+    (``extensions=[Tasks()]``).
     *state_secret* (at least 32 bytes, or their base64 text; default: random
     per process, so instances behind a load balancer must share one) seals
     MRTR ``requestState`` values for *state_ttl* seconds;
@@ -81,7 +86,7 @@ class McpServer:
         *,
         instructions: str | None = None,
         limits: ServerLimits = DEFAULT_SERVER_LIMITS,
-        tasks: TaskManager | None = None,
+        extensions: Sequence[Extension] = (),
         on_cancel: OnCancel = "silent",
         list_ttl_ms: int = 300_000,
         state_secret: bytes | str | None = None,
@@ -112,9 +117,9 @@ class McpServer:
             lax_arguments=lax_arguments,
         )
         """What this server offers and its serving settings (the decorators fill it)."""
-        self.dispatcher = Dispatcher(self.registration, tasks)
-        """Serves :attr:`registration` to every transport; its ``runtime`` holds the
-        task manager, the subscription hub and the used MRTR states."""
+        self.dispatcher = Dispatcher(self.registration, extensions)
+        """Serves :attr:`registration` to every transport, with the extensions; its
+        ``runtime`` holds the subscription hub and the used MRTR states."""
 
     @property
     def limits(self) -> ServerLimits:
@@ -261,6 +266,7 @@ class McpServer:
             raise ValueError("a task-capable tool must be cancellable (tasks/cancel stops it)")
         if before_task is not None and task == "forbidden":
             raise ValueError("before_task needs task='optional' or 'required'")
+        _check_task_support(task, self.dispatcher.extensions)
 
         threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
         given: str | None = name
@@ -451,3 +457,12 @@ def _needs_uri(uri: object, decorator: str) -> None:
 def _first_line(fn: Callable[..., Any]) -> str | None:
     doc = fn.__doc__
     return doc.strip().splitlines()[0] if doc and doc.strip() else None
+
+
+def _check_task_support(task: TaskSupport, extensions: Sequence[Extension]) -> None:
+    """A tool that may run as a task needs the Tasks extension to run it."""
+    if task != "forbidden" and not any(e.name == TASKS_EXTENSION for e in extensions):
+        raise ValueError(
+            f"task={task!r} needs the Tasks extension: McpServer(..., extensions=[Tasks()])"
+            " (from trio_mcp_cancel.server import Tasks)"
+        )

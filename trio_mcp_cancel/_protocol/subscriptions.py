@@ -35,9 +35,9 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .._wire.jsonrpc import INVALID_PARAMS, JsonRpcError
+from .._wire.names import META_SUBSCRIPTION_ID, Era
 from .admission import SubscriptionLimit, too_many_subscribed_bytes
-from .jsonrpc import INVALID_PARAMS, JsonRpcError
-from .wire import META_SUBSCRIPTION_ID, Era
 
 __all__ = [
     "DEFAULT_SUBSCRIPTION_LIMITS",

@@ -21,27 +21,26 @@ import trio
 
 from .._core.context import checkpoint_cancelled, current_request
 from .._core.request import TrackedRequest
+from .._wire.jsonrpc import INVALID_REQUEST, JsonRpcError
 from .calls import LEGACY_ONLY, MODERN_ONLY, HandlerInput, Method, Target
 from .client_requests import InputRound
 from .context import (
-    client_capabilities,
     input_required,
     make_context,
     only_rounds,
     run_target,
     without_rounds,
 )
-from .jsonrpc import INVALID_REQUEST, JsonRpcError
+from .extension import Extension
 from .mrtr import InputRequired
 from .pagination import page
 from .prompts import completion_result, prompt_result
 from .registration import Registration
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, check_uri, read_filter
-from .tasks import client_declares_tasks, require_tasks_extension
 from .tools import Tool
 
-__all__ = ["METHODS", "TARGETS", "next_notification"]
+__all__ = ["METHODS", "TARGETS", "listen", "next_notification"]
 
 _LISTEN_FILTERS: Final = frozenset(
     {
@@ -187,20 +186,22 @@ def _listen_target(registration: Registration, params: Mapping[str, Any]) -> Too
     return _target("subscriptions/listen")
 
 
-async def _listen(h: HandlerInput) -> dict[str, Any]:
-    """Acknowledge, then forward matching notifications until the request is cancelled."""
+async def listen(h: HandlerInput, grants: tuple[Extension, ...] = ()) -> dict[str, Any]:
+    """Acknowledge, then forward matching notifications until the request is cancelled.
+
+    *grants*: the server's extensions that narrow what is granted (bound by
+    :func:`.methods.method_table`); task ids are granted only by them (the
+    Tasks extension grants the caller's own), and never without one.
+    """
     request, exchange = h.call.request, h.exchange
     if exchange.send is None:
         # A plain JSON response (McpHttpApp(json_response=True)) cannot stream.
         raise JsonRpcError(INVALID_REQUEST, "subscriptions/listen needs a streamed response")
     granted = read_filter(request.params, _LISTEN_FILTERS, h.registration.limits.subscriptions)
-    if granted.task_ids:
-        # Tasks extension: declared on this request (-32021), and only the
-        # caller's own tasks are granted (others are "not found", silently).
-        if not client_declares_tasks(client_capabilities(h)):
-            raise require_tasks_extension()
-        owned = await h.runtime.tasks.owned(h.caller.namespace, granted.task_ids)
-        granted = attrs.evolve(granted, task_ids=owned)
+    if granted.task_ids and not grants:
+        granted = attrs.evolve(granted, task_ids=frozenset())
+    for extension in grants:
+        granted = await extension.grant_listen(h, granted)
     tag = {META_SUBSCRIPTION_ID: request.id}
     hub = h.runtime.subscriptions
 
@@ -264,7 +265,7 @@ METHODS: Final[dict[str, Method]] = {
     "prompts/list": Method(_list_prompts),
     "prompts/get": Method(_get_prompt),
     "completion/complete": Method(_complete),
-    "subscriptions/listen": Method(_listen, MODERN_ONLY),
+    "subscriptions/listen": Method(listen, MODERN_ONLY),
 }
 
 TARGETS: Final[dict[str, Target]] = {

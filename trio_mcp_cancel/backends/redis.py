@@ -99,7 +99,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise missing_extra("the Redis backend", "redis", exc) from exc
 
 from .._core.events import BackendEvent, EventHub, attach_events
-from .._protocol.wire import INTERNAL_ERROR, TASK_STATUSES, TERMINAL_STATUSES
+from .._wire.names import INTERNAL_ERROR, TASK_STATUSES, TERMINAL_STATUSES
 from ._breaker import Breaker
 from ._outbox import Outbox, PendingState
 from .base import BackendUnavailable, BusMessage, TaskStoreFull, TaskStoreUnavailable

@@ -6,7 +6,7 @@ it.  The record is what ``tasks/get`` answers from, so it must live where
 every server process can read it: in memory for one process, in a shared
 store (:mod:`trio_mcp_cancel.backends.redis`) for several.  The *work*
 itself (a cancel scope, a Trio task) always stays in the process that runs
-it; see :mod:`trio_mcp_cancel._protocol.tasks`.
+it; see :mod:`trio_mcp_cancel._tasks.manager`.
 
 **Times are wall-clock** (seconds since the epoch, from the store's
 ``clock``), never Trio clock readings: records are shared between
@@ -58,7 +58,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._protocol.wire import TASK_STATUSES, TERMINAL_STATUSES, TaskStatus
+from .._wire.names import TASK_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 __all__ = [
     "TRANSITIONS",

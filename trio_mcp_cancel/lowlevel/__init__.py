@@ -44,11 +44,11 @@ from .._protocol.calls import (
 )
 from .._protocol.dispatcher import Dispatcher, Served
 from .._protocol.exchange import Caller, Channel, Exchange
-from .._protocol.jsonrpc import JsonRpcError
 from .._protocol.registration import Registration
 from .._protocol.subscriptions import SubscriptionLimits
-from .._protocol.tasks import TaskManager
 from .._public import fixup_module_metadata
+from .._tasks import TaskManager
+from .._wire.jsonrpc import JsonRpcError
 from .._work.threads import CancelToken, ThreadLimit
 
 __all__ = [

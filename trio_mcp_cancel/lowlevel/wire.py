@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from .._core.validation import MAX_ID_BYTES
 from .._protocol.admission import too_many_requests_code
-from .._protocol.wire import (
+from .._public import fixup_module_metadata
+from .._wire.names import (
     HEADER_METHOD,
     HEADER_MISMATCH,
     HEADER_NAME,
@@ -50,7 +51,6 @@ from .._protocol.wire import (
     Era,
     TaskStatus,
 )
-from .._public import fixup_module_metadata
 
 __all__ = [
     "HEADER_METHOD",

@@ -98,12 +98,12 @@ import trio
 from .._core.events import CancelKind
 from .._core.namespace import namespace_for, tenant_for
 from .._core.registry import Registry
-from .._protocol import jsonrpc
 from .._protocol.calls import ClientResponseCall, NotificationCall, Rejected, RequestCall
 from .._protocol.dispatcher import Dispatcher, Served
 from .._protocol.exchange import Caller, Channel, Exchange
-from .._protocol.jsonrpc import JsonRpcError, Message
 from .._protocol.subscriptions import LegacyFilter
+from .._wire import jsonrpc
+from .._wire.jsonrpc import JsonRpcError, Message
 from ._outbox import Outbox
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
@@ -374,12 +374,13 @@ class MessageConnection:
                             )
                 if self.ends_tasks:
                     reason, kind = self.tasks_end_as
-                    await self.dispatcher.runtime.tasks.end_owner(
-                        self.caller.namespace,
-                        reason,
-                        kind=kind,
-                        grace_period=self.limits.disconnect_grace_period,
-                    )
+                    for extension in self.dispatcher.extensions:
+                        await extension.connection_closed(
+                            self.caller.namespace,
+                            reason,
+                            kind=kind,
+                            grace_period=self.limits.disconnect_grace_period,
+                        )
             finally:
                 self._notifier.cancel()
                 self._finish_writing()

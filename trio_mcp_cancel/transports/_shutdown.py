@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Final
 
@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from .._protocol.exchange import Exchange
-from .._protocol.tasks import TaskManager
+from .._protocol.extension import Extension
 
 __all__ = ["SHUTDOWN_REASON", "Shutdown"]
 
@@ -52,7 +52,10 @@ class Shutdown:
     """What else ends at shutdown (an open GET stream's end), called once."""
 
     def begin(
-        self, grace: float | None, within: float | None = None, tasks: TaskManager | None = None
+        self,
+        grace: float | None,
+        within: float | None = None,
+        extensions: Sequence[Extension] = (),
     ) -> int:
         """Flag every call in flight, and every later one; how many ran.
 
@@ -65,8 +68,9 @@ class Shutdown:
         hard-cancelled, so that its answer is written before the server
         closes the connection: one deadline for all, so a call that starts
         during the shutdown gets no more time than one that was running.
-        The tasks running in *tasks* (the manager the app runs) are cancelled
-        the same way (they settle ``failed``, "server shutting down"); open
+        The work *extensions* run (those whose services the app runs) is
+        flagged the same way (the Tasks extension's tasks settle ``failed``,
+        "server shutting down"); open
         GET streams end (their client sees the response finish).
         """
         if within is not None:
@@ -76,7 +80,7 @@ class Shutdown:
         running = list(self.in_flight)
         for exchange in running:
             self.flag(exchange)
-        stopping = 0 if tasks is None else tasks.cancel_all(SHUTDOWN_REASON, grace_period=grace)
+        stopping = sum(e.shutdown(SHUTDOWN_REASON, grace_period=grace) for e in extensions)
         if first:
             hooks, self._hooks = self._hooks, set()
             for hook in hooks:

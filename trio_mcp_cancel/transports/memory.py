@@ -28,8 +28,8 @@ from .._core.registry import Registry, current_registry
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
 from ._connection import MessageConnection, connection_caller
+from ._extensions import extensions_served
 from ._startup import require_running
-from ._tasks import tasks_served
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = ["MemoryEnd", "memory_transport_pair", "serve_mcp_memory"]
@@ -111,6 +111,6 @@ async def serve_mcp_memory(
         limits=limits,
         ends_tasks=namespace is None,
     )
-    async with tasks_served(server), end.send, end.receive:
+    async with extensions_served(server), end.send, end.receive:
         task_status.started(caller)
         await connection.serve(end.receive)

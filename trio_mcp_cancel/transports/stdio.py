@@ -59,13 +59,13 @@ import attrs
 import trio
 
 from .._core.registry import Registry, current_registry
-from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
+from .._wire import jsonrpc
 from ._connection import MessageConnection, connection_caller
+from ._extensions import extensions_served
 from ._shutdown import SHUTDOWN_REASON
 from ._startup import require_running
-from ._tasks import tasks_served
 from .limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 
 __all__ = ["serve_mcp_stdio"]
@@ -288,7 +288,7 @@ async def _serve(
 
     reader = _LineReader(stdin, max_message_size, too_large)
     logger.debug("serving MCP over stdio as %s", caller.namespace)
-    async with tasks_served(server), trio.open_nursery() as nursery:
+    async with extensions_served(server), trio.open_nursery() as nursery:
         if handle_signals:
             await nursery.start(_watch_signals, reader, connection, nursery.cancel_scope)
         task_status.started(caller)

@@ -59,14 +59,14 @@ from trio_websocket import (
 from .._auth.resource import OAuthResource, Refusal
 from .._auth.tokens import AccessToken
 from .._core.registry import USE_CONFIG, Registry, current_registry
-from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
-from .._protocol.jsonrpc import JsonRpcError
 from .._protocol.registration import Registration
+from .._wire import jsonrpc
+from .._wire.jsonrpc import JsonRpcError
 from ._connection import PEER_GONE, MessageConnection, connection_caller
+from ._extensions import extensions_served
 from ._shutdown import SHUTDOWN_REASON, Shutdown
 from ._startup import require_running
-from ._tasks import tasks_served
 from .auth import Authenticator, authenticate
 from .http.oauth import check_scopes
 from .http.rules import HttpError, request_headers
@@ -190,7 +190,7 @@ async def serve_mcp_websocket(
     serving = partial(
         serve_websocket, handler, host, port, None, max_message_size=limits.max_message_size
     )
-    async with tasks_served(server):
+    async with extensions_served(server):
         if shutdown is None and not handle_signals:
             await serving(task_status=task_status)
             return

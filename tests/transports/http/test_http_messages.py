@@ -18,7 +18,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import McpHttpApp
-from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
+from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer, Tasks
 
 from _support.asgi import (
     AsgiClient,
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.mcp_registry(grace_period=5)
 
 
 def build() -> McpServer:
-    server = McpServer("messages", "1.0")
+    server = McpServer("messages", "1.0", extensions=[Tasks()])
 
     @server.tool()
     async def echo(ctx: Context, text: str = "hi") -> str:
@@ -203,7 +203,7 @@ async def test_a_modern_task_over_its_quota_is_http_429_with_retry_after(
     from trio_mcp_cancel.lowlevel import TaskManager
     from trio_mcp_cancel.lowlevel.wire import TOO_MANY_REQUESTS
 
-    server = McpServer("tasks", "1.0", tasks=TaskManager(max_running_per_owner=1))
+    server = McpServer("tasks", "1.0", extensions=[Tasks(TaskManager(max_running_per_owner=1))])
     release = trio.Event()
 
     @server.tool(task="optional")

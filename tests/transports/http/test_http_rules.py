@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trio_mcp_cancel._protocol.jsonrpc import (
+from trio_mcp_cancel._wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -20,7 +20,7 @@ from trio_mcp_cancel._protocol.jsonrpc import (
     PARSE_ERROR,
     JsonRpcError,
 )
-from trio_mcp_cancel._protocol.versions import (
+from trio_mcp_cancel._wire.versions import (
     HEADER_MISMATCH,
     MISSING_CLIENT_CAPABILITY,
     UNSUPPORTED_PROTOCOL_VERSION,

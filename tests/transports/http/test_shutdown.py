@@ -29,7 +29,7 @@ import trio.testing
 
 from trio_mcp_cancel import Registry, RequestCancelled, cancelled, checkpoint_cancelled
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.server import Context, McpServer
+from trio_mcp_cancel.server import Context, McpServer, Tasks
 
 from _support.asgi import (
     AsgiClient,
@@ -60,7 +60,7 @@ class Seen:
 
 
 def build_server(seen: Seen) -> McpServer:
-    server = probe_server("shutdown-test")
+    server = probe_server("shutdown-test", extensions=[Tasks()])
 
     @server.tool()
     async def watch(ctx: Context) -> str:
@@ -218,7 +218,7 @@ async def test_a_shutdown_cancels_the_running_tasks_which_settle_failed_with_the
         task_id = created.answer()["result"]["taskId"]
         await trio.sleep(1.0)
         s.app.begin_shutdown(within=4.0)
-        await s.app.dispatcher.runtime.tasks.wait_idle()
+        await s.app.dispatcher.extension(Tasks).manager.wait_idle()
         assert seen.stops == [("server", REASON)]
         get = modern_request(2, "tasks/get", {"taskId": task_id}, capabilities=with_tasks)
         polled = (await s.client.post(headers_of(get), get)).json()["result"]

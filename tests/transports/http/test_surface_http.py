@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import Registry, RequestCancelledEvent, checkpoint_cancelled
-from trio_mcp_cancel._protocol.jsonrpc import JsonRpcError
+from trio_mcp_cancel._wire.jsonrpc import JsonRpcError
 from trio_mcp_cancel.http import McpHttpApp, bearer_auth
 from trio_mcp_cancel.server import Context, InputRequired, McpServer
 from trio_mcp_cancel.testing import EventRecorder

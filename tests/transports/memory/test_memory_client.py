@@ -25,8 +25,8 @@ from trio_mcp_cancel import (
     checkpoint_cancelled,
     open_registry,
 )
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
 from trio_mcp_cancel._protocol.registration import OnCancel
+from trio_mcp_cancel._wire.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
 from trio_mcp_cancel.lowlevel.wire import (
     LATEST_LEGACY_VERSION,
     REQUEST_CANCELLED,

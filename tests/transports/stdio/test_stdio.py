@@ -30,7 +30,7 @@ from mcp.client.stdio import stdio_client
 from trio.testing import MockClock
 
 from trio_mcp_cancel import HardCancelEvent, Registry, RequestCancelledEvent
-from trio_mcp_cancel._protocol.jsonrpc import INVALID_REQUEST, PARSE_ERROR
+from trio_mcp_cancel._wire.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from trio_mcp_cancel.lowlevel import Caller
 from trio_mcp_cancel.server import ConnectionLimits, Context, McpServer
 from trio_mcp_cancel.stdio import serve_mcp_stdio

@@ -27,14 +27,14 @@ from trio_mcp_cancel import (
     cancelled,
     checkpoint_cancelled,
 )
-from trio_mcp_cancel._protocol.jsonrpc import (
+from trio_mcp_cancel._protocol.registration import OnCancel
+from trio_mcp_cancel._wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
 )
-from trio_mcp_cancel._protocol.registration import OnCancel
 from trio_mcp_cancel.http import bearer_auth
 from trio_mcp_cancel.lowlevel.wire import (
     LATEST_LEGACY_VERSION,

@@ -62,13 +62,13 @@ import attrs
 import trio
 
 from ..._core.registry import Registry, UseConfig
-from ..._protocol import jsonrpc
 from ..._protocol.calls import Call, RequestCall
 from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.exchange import Caller, Exchange
-from ..._protocol.jsonrpc import Message
-from ..._protocol.versions import Era
-from ..._protocol.wire import TOO_MANY_REQUESTS
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import Message
+from ..._wire.names import TOO_MANY_REQUESTS
+from ..._wire.versions import Era
 from ...backends.base import Backend
 from .._shutdown import SHUTDOWN_REASON, Shutdown  # re-exported: HTTP's shutdown is the shared one
 from . import rules, sse

@@ -50,10 +50,11 @@ from ..._core.registry import (
     current_registry,
     open_registry,
 )
-from ..._protocol import jsonrpc
 from ..._protocol.dispatcher import Dispatcher, Served
-from ..._protocol.jsonrpc import JsonRpcError
+from ..._protocol.extension import Extension
 from ..._protocol.replay import SharedClaims
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import JsonRpcError
 from ...backends.base import Backend
 from ..auth import Authenticator, authenticate
 from ..limits import (
@@ -220,7 +221,8 @@ class McpHttpApp:
         self._own_registry: Registry | None = None
         self._started = False
         """Whether a lifespan ever started the app (its registry, given or its own, was there)."""
-        self._runs_tasks = False
+        self._runs_extensions: list[Extension] = []
+        """The extensions whose services the lifespan runs (a shutdown flags their work)."""
         self._sharing = (
             SessionSharing(
                 backend,
@@ -265,8 +267,7 @@ class McpHttpApp:
         if grace is USE_CONFIG:  # the registry's, if there is one yet
             known = self._registry is not None or self._own_registry is not None
             grace = self.registry.config.grace_period if known or _registry_around() else within
-        tasks = self.dispatcher.runtime.tasks if self._runs_tasks else None
-        return self._responder.shutdown.begin(grace, within, tasks)
+        return self._responder.shutdown.begin(grace, within, self._runs_extensions)
 
     @property
     def retained_stream_bytes(self) -> int:
@@ -341,7 +342,7 @@ class McpHttpApp:
                     if self._sharing is not None:
                         await outer.start(self._sharing.keep_written)
                 async with trio.open_nursery() as service:
-                    await self._start_tasks(service)
+                    await self._start_extensions(service)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
                     self._responder.sink.service = service
@@ -359,25 +360,13 @@ class McpHttpApp:
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
 
-    async def _start_tasks(self, service: trio.Nursery) -> None:
-        """Run the server's task manager here, on the backend, unless it runs already."""
-        tasks = self.dispatcher.runtime.tasks
-        if tasks.running:
-            return
-        self._runs_tasks = True  # so a shutdown stops them gracefully (begin_shutdown)
-        backend = self.backend
-        if backend is None:
-            await service.start(tasks.run)
-        else:
-            await service.start(
-                partial(
-                    tasks.run,
-                    store=backend.tasks,
-                    bus=backend.bus,
-                    instance_id=backend.instance_id,
-                    counters=backend.counters,
-                )
-            )
+    async def _start_extensions(self, service: trio.Nursery) -> None:
+        """Run the server's extension services here, on the backend, unless they run already."""
+        for extension in self.dispatcher.extensions:
+            if extension.running:
+                continue
+            self._runs_extensions.append(extension)  # a shutdown flags their work
+            await service.start(partial(extension.serve, self.backend))
 
     async def _run_registry(self, *, task_status: trio.TaskStatus[Registry]) -> None:
         async with open_registry(self.registry_config) as registry:

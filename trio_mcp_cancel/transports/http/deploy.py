@@ -82,6 +82,7 @@ from ..._core.registry import RegistryConfig
 from ..._protocol.dispatcher import Served
 from ..._protocol.mrtr import secret_from_text
 from ..._public import missing_extra
+from ..._tasks import Tasks
 from ...backends.base import Backend
 from ..limits import ConnectionLimits
 from .app import McpHttpApp
@@ -174,7 +175,9 @@ def server_settings_from_env(server: Served, environ: Mapping[str, str]) -> None
     HTTP does.
     """
     ttl = seconds_setting(environ, "MCP_TASK_TTL", 3600.0)
-    server.dispatcher.runtime.tasks.ttl_ms = None if ttl is None else int(ttl * 1000)
+    tasks = server.dispatcher.extension(Tasks)
+    if tasks is not None:
+        tasks.manager.ttl_ms = None if ttl is None else int(ttl * 1000)
     _state_secret_from_env(server, environ)
 
 

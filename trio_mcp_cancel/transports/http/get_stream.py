@@ -40,9 +40,9 @@ import attrs
 import trio
 
 from ..._core.ratelog import RateLimitedLog
-from ..._protocol import jsonrpc
 from ..._protocol.admission import LISTEN_LIMITS, over_limit
 from ..._protocol.subscriptions import LegacyFilter, Listener
+from ..._wire import jsonrpc
 from ...backends.base import Backend
 from . import rules, sse
 from .answer import RETRY_AFTER, Responder

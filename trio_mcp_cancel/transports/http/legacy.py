@@ -26,10 +26,10 @@ import trio
 from ..._core.errors import NoRegistry
 from ..._core.namespace import GLOBAL_NAMESPACE
 from ..._core.registry import Registry
-from ..._protocol import jsonrpc
 from ..._protocol.admission import too_many_sessions
 from ..._protocol.calls import ClientResponseCall, NotificationCall, Rejected, RequestCall
 from ..._protocol.exchange import Caller, Channel
+from ..._wire import jsonrpc
 from ...backends.base import BusMessage
 from . import rules
 from .answer import RETRY_AFTER, Headers, Post, Responder, Routed, Send

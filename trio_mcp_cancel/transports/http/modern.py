@@ -13,10 +13,10 @@ from __future__ import annotations
 import attrs
 
 from ..._core.namespace import GLOBAL_NAMESPACE, stateless
-from ..._protocol import jsonrpc
 from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller
-from ..._protocol.jsonrpc import JsonRpcError
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import JsonRpcError
 from . import rules
 from .answer import Post, Responder, Routed
 

@@ -12,25 +12,15 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from ..._protocol import jsonrpc
-from ..._protocol.jsonrpc import (
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     JsonRpcError,
 )
-from ..._protocol.versions import (
-    HEADER_MISMATCH,
-    LEGACY_VERSIONS,
-    MISSING_CLIENT_CAPABILITY,
-    UNSUPPORTED_PROTOCOL_VERSION,
-    Envelope,
-    Era,
-    has_modern_meta,
-    read_envelope,
-)
-from ..._protocol.wire import (
+from ..._wire.names import (
     HEADER_METHOD,
     HEADER_NAME,
     HEADER_PARAM_PREFIX,
@@ -41,6 +31,16 @@ from ..._protocol.wire import (
     TOO_MANY_REQUESTS,
     decode_header_value,
     header_form,
+)
+from ..._wire.versions import (
+    HEADER_MISMATCH,
+    LEGACY_VERSIONS,
+    MISSING_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Envelope,
+    Era,
+    has_modern_meta,
+    read_envelope,
 )
 
 __all__ = [

@@ -56,7 +56,7 @@ from ..._core.ratelog import RateLimitedLog
 from ..._protocol.admission import too_many_requests
 from ..._protocol.calls import RequestCall
 from ..._protocol.exchange import Caller, Channel, LegacyState
-from ..._protocol.jsonrpc import Message
+from ..._wire.jsonrpc import Message
 from ...backends.base import Backend, BackendUnavailable, BusMessage, SharedCounters
 from .sessions import Session, SessionLimitReached, SessionStore
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..._protocol import jsonrpc
-from ..._protocol.jsonrpc import Message
+from ..._wire import jsonrpc
+from ..._wire.jsonrpc import Message
 
 __all__ = ["KEEPALIVE", "SSE_HEADERS", "event"]
 

@@ -20,9 +20,9 @@ import trio
 
 from ..backends.base import BusMessage, TaskStoreUnavailable
 from ..backends.memory import MemoryTaskStore
-from .task_runner import TaskRunner
-from .task_settings import TaskSettings
-from .task_table import RunningTasks
+from .runner import TaskRunner
+from .settings import TaskSettings
+from .table import RunningTasks
 
 __all__ = ["TaskWatch"]
 

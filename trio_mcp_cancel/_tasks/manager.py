@@ -25,7 +25,7 @@ with the pending ``inputRequests``, ``tasks/update`` hands answers to it
 once every key is answered.
 
 **Progress.**  ``ctx.report_progress`` inside a task updates the record's
-``statusMessage`` (rate-limited, see :mod:`.task_progress`), published like
+``statusMessage`` (rate-limited, see :mod:`.progress`), published like
 a status change.
 
 **A creation nobody received.**  When the ``tools/call`` that created a
@@ -55,13 +55,13 @@ them every ``purge_interval``).  Shutting the manager down cancels what
 still runs and settles it ``failed``, so no task stays ``working`` for ever.
 
 **Its pieces**, each a module with one job, sharing one table of running
-tasks (:mod:`.task_table`) and reading the manager's settings as they are
-now (:mod:`.task_settings`): admission and quotas (:mod:`.task_admission`),
-running a task's work, its input and progress (:mod:`.task_runner`), the
-``tasks/*`` requests against the store (:mod:`.task_requests`), status
-changes and their listeners (:mod:`.task_status`), the bus listener and
-the janitor (:mod:`.task_watch`), and the errors they share
-(:mod:`.task_errors`).  :class:`TaskManager` owns their lifetime and is
+tasks (:mod:`.table`) and reading the manager's settings as they are
+now (:mod:`.settings`): admission and quotas (:mod:`.admission`),
+running a task's work, its input and progress (:mod:`.runner`), the
+``tasks/*`` requests against the store (:mod:`.requests`), status
+changes and their listeners (:mod:`.status`), the bus listener and
+the janitor (:mod:`.watch`), and the errors they share
+(:mod:`.errors`).  :class:`TaskManager` owns their lifetime and is
 the one object the server and the transports use.
 """
 
@@ -77,19 +77,19 @@ import trio
 
 from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, UseConfig
+from .._protocol.exchange import Exchange
+from .._protocol.tools import TaskSupport
+from .._wire.names import TASKS_EXTENSION, client_declares_tasks
 from ..backends.base import CancelBus, SharedCounters, TaskStore
 from ..backends.memory import LocalBus, LocalCounters, MemoryTaskStore
-from .exchange import Exchange
-from .task_admission import TaskAdmission
-from .task_errors import TasksUnavailable, require_tasks_extension, tasks_not_served
-from .task_requests import TaskRequests
-from .task_runner import Runner, TaskRunner
-from .task_settings import TaskSettings
-from .task_status import StatusWriter
-from .task_table import RunningTasks
-from .task_watch import TaskWatch
-from .tools import TaskSupport
-from .wire import TASKS_EXTENSION, client_declares_tasks
+from .admission import TaskAdmission
+from .errors import TasksUnavailable, require_tasks_extension, tasks_not_served
+from .requests import TaskRequests
+from .runner import Runner, TaskRunner
+from .settings import TaskSettings
+from .status import StatusWriter
+from .table import RunningTasks
+from .watch import TaskWatch
 
 __all__ = [
     "TASKS_EXTENSION",
@@ -108,10 +108,10 @@ logger = logging.getLogger("trio_mcp_cancel.tasks")
 class TaskManager:
     """Runs tasks in a nursery of its own and answers ``tasks/*``; see the module docstring.
 
-    A service: ``await nursery.start(manager.run)`` (the HTTP app's ASGI
-    lifespan does it; stdio, WebSocket and the in-memory transport start it
-    while they serve when nobody runs it, see
-    :mod:`trio_mcp_cancel.transports._tasks`).  While it is not running,
+    A service: ``await nursery.start(manager.run)`` (the Tasks extension's
+    ``serve`` does it, which the HTTP app's ASGI lifespan runs; stdio,
+    WebSocket and the in-memory transport run it while they serve when
+    nobody runs it, see :mod:`trio_mcp_cancel.transports._extensions`).  While it is not running,
     task-capable tools are called the ordinary way, and ``task="required"``
     tools fail with ``-32603``.
     """
@@ -182,7 +182,7 @@ class TaskManager:
         bus: CancelBus | None = None,
         instance_id: str | None = None,
         counters: SharedCounters | None = None,
-        task_status: trio.TaskStatus[TaskManager] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve tasks until cancelled; *store*/*bus*/*instance_id* come from a backend."""
         if self.running:
@@ -200,7 +200,7 @@ class TaskManager:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch.janitor)
                 self._runner.nursery = nursery
-                task_status.started(self)
+                task_status.started()
                 await trio.sleep_forever()
         finally:
             self._runner.nursery = None

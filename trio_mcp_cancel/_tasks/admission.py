@@ -1,6 +1,6 @@
 """Admitting a new task: the quotas it must fit in, and its durable record.
 
-A task is admitted when it fits every bound (see :mod:`.tasks`): the
+A task is admitted when it fits every bound (see :mod:`.manager`): the
 tasks running in this process (``max_running``), the tasks its tenant runs
 here and, with a shared backend, on every process
 (``max_running_per_owner``), and the records its tenant holds in the store
@@ -17,12 +17,12 @@ import logging
 import attrs
 import trio
 
+from .._protocol.exchange import Exchange
 from ..backends.base import BackendUnavailable, TaskStoreFull, TaskStoreUnavailable
 from ..backends.task_records import TaskRecord, new_task_id
-from .exchange import Exchange
-from .task_errors import store_unavailable, too_many_tasks
-from .task_settings import TaskSettings
-from .task_table import RunningTask, RunningTasks
+from .errors import store_unavailable, too_many_tasks
+from .settings import TaskSettings
+from .table import RunningTask, RunningTasks
 
 __all__ = ["TaskAdmission"]
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 import attrs
 
 from .jsonrpc import JsonRpcError
-from .wire import (
+from .names import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
     LATEST_LEGACY_VERSION,

@@ -24,7 +24,7 @@ from pydantic_core import from_json
 
 from .._core.errors import CancellationError
 from .._core.validation import RequestId, ValidRequestId, is_valid_request_id
-from .wire import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from .names import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
     "INTERNAL_ERROR",

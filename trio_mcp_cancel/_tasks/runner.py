@@ -23,16 +23,16 @@ import trio
 from .._core.context import checkpoint_cancelled
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import RateLimitedLog, failure_key
+from .._protocol.exchange import Exchange
+from .._wire.jsonrpc import INTERNAL_ERROR, JsonRpcError
 from ..backends.base import TaskStoreUnavailable
 from ..backends.task_records import TaskStatus
-from .exchange import Exchange
-from .jsonrpc import INTERNAL_ERROR, JsonRpcError
-from .task_admission import TaskAdmission
-from .task_errors import store_unavailable
-from .task_progress import TaskProgress, progress_message
-from .task_settings import TaskSettings
-from .task_status import StatusWriter
-from .task_table import PendingInputs, RunningTasks
+from .admission import TaskAdmission
+from .errors import store_unavailable
+from .progress import TaskProgress, progress_message
+from .settings import TaskSettings
+from .status import StatusWriter
+from .table import PendingInputs, RunningTasks
 
 __all__ = ["Runner", "TaskRunner"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from .admission import over_limit
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
-from .versions import MISSING_CLIENT_CAPABILITY
-from .wire import TASKS_EXTENSION
+from .._protocol.admission import over_limit
+from .._wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
+from .._wire.names import TASKS_EXTENSION
+from .._wire.versions import MISSING_CLIENT_CAPABILITY
 
 __all__ = [
     "TasksUnavailable",

@@ -17,8 +17,8 @@ import trio
 
 from .._core.events import CancelKind
 from .._core.registry import USE_CONFIG, UseConfig
-from .exchange import Exchange
-from .task_progress import TaskProgress
+from .._protocol.exchange import Exchange
+from .progress import TaskProgress
 
 __all__ = ["PendingInputs", "RunningTask", "RunningTasks"]
 

@@ -16,13 +16,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from .._wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
 from ..backends.base import TaskStoreUnavailable
 from ..backends.task_records import TaskRecord
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, JsonRpcError
-from .task_errors import store_unavailable, task_not_found
-from .task_runner import TaskRunner
-from .task_settings import TaskSettings
-from .task_table import RunningTasks
+from .errors import store_unavailable, task_not_found
+from .runner import TaskRunner
+from .settings import TaskSettings
+from .table import RunningTasks
 
 __all__ = ["TaskRequests"]
 

@@ -21,7 +21,7 @@ import attrs
 
 from ..backends.base import TaskStoreUnavailable
 from ..backends.task_records import TaskRecord, TaskStatus
-from .task_settings import TaskSettings
+from .settings import TaskSettings
 
 __all__ = ["StatusWriter"]
 

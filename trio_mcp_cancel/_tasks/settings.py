@@ -1,7 +1,7 @@
 """What the task manager's pieces read from it: its settings and its backend.
 
-The pieces (:mod:`.task_admission`, :mod:`.task_runner`,
-:mod:`.task_requests`, :mod:`.task_watch`, :mod:`.task_status`) hold the
+The pieces (:mod:`.admission`, :mod:`.runner`,
+:mod:`.requests`, :mod:`.watch`, :mod:`.status`) hold the
 manager as a :class:`TaskSettings` and read these attributes each time
 rather than copying them: ``TaskManager.run`` swaps in a backend's store,
 bus and counters, and an application (or a test) may set ``store`` or
