@@ -63,7 +63,8 @@ meanwhile keeps its final state in a bounded outbox (written, never over a
 terminal state, once Redis answers: :meth:`RedisTaskStore.flush`), and a
 ``backend.unavailable`` event is emitted (and logged) once per outage, when
 the breaker opens, and ``backend.recovered`` once, when it closes; coredis
-reconnects by itself, the subscription too.  The events go to the
+reconnects by itself, the subscription too.  Meanwhile the HTTP app's
+readiness probe answers ``503`` (:meth:`RedisBackend.check_ready`).  The events go to the
 :class:`~trio_mcp_cancel.Registry`'s event hub when the backend runs under
 an HTTP app (see :meth:`RedisBackend.attach_events`), so one
 ``registry.events.subscribe`` sees them with every other event.
