@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import Any
 
 import attrs
 import httpx
@@ -68,10 +69,8 @@ class CheckedBackend(MemoryBackend):
         return self.answer
 
 
-async def probe(
-    client: AsgiClient, path: str, method: str = "GET", **options: object
-) -> HttpExchange:
-    exchange = await client.request(method, path=path, **options)  # type: ignore[arg-type]
+async def probe(client: AsgiClient, path: str, method: str = "GET", **options: Any) -> HttpExchange:
+    exchange = await client.request(method, path=path, **options)
     assert exchange.complete
     return exchange
 
