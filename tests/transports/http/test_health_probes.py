@@ -24,7 +24,7 @@ from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, 
 from oauth_harness import in_process_auth_server
 from otel_harness import make_otel
 
-from trio_mcp_cancel import Registry
+from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.backends import MemoryBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env, bearer_auth, serve, server_config
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
@@ -138,6 +138,15 @@ async def test_before_any_registry_runs_readiness_is_503_starting_and_liveness_2
         "status": "not ready",
         "reason": "starting: the registry is not running yet",
     }
+
+
+async def test_a_plain_app_without_a_lifespan_inside_open_registry_is_ready(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_registry(), trio.open_nursery() as nursery:
+        client = AsgiClient(McpHttpApp(build()), nursery)
+        ready = await probe(client, "/readyz")
+    assert (ready.status, body(ready)) == (200, {"status": "ready"})
 
 
 async def test_after_the_lifespan_ended_readiness_is_503_stopped(
