@@ -32,7 +32,7 @@ lifespan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import trio
 
@@ -45,6 +45,7 @@ __all__ = [
     "BackendUnavailable",
     "BusMessage",
     "CancelBus",
+    "ReadinessCheck",
     "SessionRecords",
     "SharedCounters",
     "TaskStore",
@@ -245,3 +246,18 @@ class Backend(Protocol):
     def attach_events(self, hub: EventHub) -> Callable[[], None]:
         """Send the backend's events (``backend.unavailable``...) to *hub* too, until
         the returned function is called; the HTTP app attaches its registry's hub."""
+
+
+@runtime_checkable
+class ReadinessCheck(Protocol):
+    """Optional for a :class:`Backend`: whether this process can use it now.
+
+    The HTTP app's readiness probe (``/readyz``, see
+    :mod:`trio_mcp_cancel.transports.http.health`) asks it at most once a
+    second and within a second, whatever the probe rate; a backend without
+    it counts as always ready (one process, in memory, cannot fail).
+    """
+
+    async def check_ready(self) -> str | None:
+        """Why this process should not take new traffic because of the backend
+        (unreachable, not running...), or ``None`` when it is usable."""

@@ -63,7 +63,8 @@ meanwhile keeps its final state in a bounded outbox (written, never over a
 terminal state, once Redis answers: :meth:`RedisTaskStore.flush`), and a
 ``backend.unavailable`` event is emitted (and logged) once per outage, when
 the breaker opens, and ``backend.recovered`` once, when it closes; coredis
-reconnects by itself, the subscription too.  The events go to the
+reconnects by itself, the subscription too.  Meanwhile the HTTP app's
+readiness probe answers ``503`` (:meth:`RedisBackend.check_ready`).  The events go to the
 :class:`~trio_mcp_cancel.Registry`'s event hub when the backend runs under
 an HTTP app (see :meth:`RedisBackend.attach_events`), so one
 ``registry.events.subscribe`` sees them with every other event.
@@ -1341,6 +1342,32 @@ class RedisBackend:
     def health_down(self) -> bool:
         """Whether the circuit breaker is open: Redis failed, and no probe found it back yet."""
         return self.tasks.health.down
+
+    async def check_ready(self) -> str | None:
+        """Why this process should not take new traffic because of Redis, or ``None``.
+
+        The readiness probe's question (:class:`~.base.ReadinessCheck`; the
+        HTTP app asks at most once a second): not running or not connected
+        yet, the circuit breaker open (answered without a round trip: the
+        heartbeat is probing already), or one ``PING`` within the hot
+        timeout.  A ``PING`` that fails opens the breaker, as any request's
+        call would: the outage is the same one.
+        """
+        health = self.tasks.health
+        if not self._running or health.stopped:
+            reason: str | None = "Redis (the shared backend) is not running"
+        elif not self.bus.subscribed.is_set():
+            reason = "Redis (the shared backend) is not connected yet"
+        elif health.down:
+            reason = "Redis (the shared backend) is unreachable: its circuit breaker is open"
+        else:
+            try:
+                await health.call("ready", self.client.ping, BackendUnavailable)
+            except BackendUnavailable:
+                return "Redis (the shared backend) is unreachable"
+            return None
+        await trio.lowlevel.checkpoint()
+        return reason
 
     async def claim_once(self, key: str, ttl: float, issued_at: float | None = None) -> bool | None:
         """``True`` the first time *key* is claimed within *ttl* seconds, on any worker.

@@ -27,6 +27,12 @@ is how it is told (``serve(handle_signals=True)`` and ``trio-mcp-cancel
 run`` call it on SIGINT/SIGTERM): every call in flight is flagged, kind
 ``"server"``, and answered ``-32800`` with the reason before its connection
 closes (see :mod:`.answer`).
+
+**Probes.**  ``/healthz`` and ``/readyz`` (:mod:`.health`) are routed after
+the MCP endpoint and before the ``Origin`` check and authentication: an
+orchestrator's probe holds no token, and is no MCP call.  Readiness reads
+this module's :func:`_not_ready` (the registry, the shutdown) and then the
+backend's cached check.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from ..limits import (
 from . import hypercorn_compat, rules
 from .answer import Post, Responder, Routed
 from .get_stream import GetStreams
+from .health import Probes
 from .legacy import LegacyEra
 from .modern import ModernEra
 from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
@@ -155,6 +162,9 @@ class McpHttpApp:
             :mod:`.hypercorn_compat`); ``False``: plain ASGI only; ``None``
             (default): on when hypercorn is a release they were checked
             against and ``MCP_HYPERCORN_FAST_PATHS`` does not turn them off.
+        health_path, ready_path: the liveness and readiness probes (``GET``/``HEAD``,
+            never authenticated, never MCP calls; see :mod:`.health`), off the
+            MCP endpoint; ``None`` turns one off.
 
     A *registry* that is not running when the lifespan starts fails the
     startup (``lifespan.startup.failed``, with the reason), rather than
@@ -178,6 +188,8 @@ class McpHttpApp:
         resume_window: float | None = 5.0,
         backend: Backend | None = None,
         hypercorn_fast_paths: bool | None = None,
+        health_path: str | None = "/healthz",
+        ready_path: str | None = "/readyz",
     ) -> None:
         # Every deployment path that serves this app makes it (hypercorn imports
         # ``module:app`` in each worker), so each gets the guards (see
@@ -259,6 +271,10 @@ class McpHttpApp:
         )
         self._get = GetStreams.build(self._responder, self._legacy, self._sharing, backend)
         self.sink: Sink = self._responder.sink
+        taken = {path, *(self.oauth.metadata_paths if self.oauth is not None else ())}
+        self.probes = Probes.build(
+            health_path, ready_path, partial(_not_ready, self), backend, taken=taken
+        )
 
     def begin_shutdown(self, within: float | None = None) -> int:
         """The server is shutting down: cancel every call and task in flight, as stdio does
@@ -299,24 +315,13 @@ class McpHttpApp:
 
     # -- lifespan ------------------------------------------------------------
 
-    def _startup_problem(self) -> str | None:
-        """Why the app cannot serve (``None``: it can); checked before startup completes."""
-        if self._registry is not None and not self._registry.running:
-            return (
-                "the registry given to McpHttpApp is not running: open it around the"
-                " server (async with open_registry() as registry) or pass none"
-            )
-        if self._registry is None and _registry_around() and not current_registry().running:
-            return "the open_registry() around the server is not running any more"
-        return None
-
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         """Own the service nursery (and a registry if needed) from startup to shutdown."""
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
         problem = "already running" if self._responder.sink.service is not None else None
-        problem = problem or self._startup_problem()
+        problem = problem or _startup_problem(self)
         if problem is not None:
             logger.error("McpHttpApp cannot start: %s", problem)
             await send({"type": "lifespan.startup.failed", "message": problem})
@@ -326,7 +331,7 @@ class McpHttpApp:
             # is cancelled at shutdown can still record that it failed.
             async with trio.open_nursery() as outer:
                 if self._registry is None and not _registry_around():
-                    self._own_registry = await outer.start(self._run_registry)
+                    self._own_registry = await outer.start(_run_registry, self.registry_config)
                 if self.backend is not None:
                     # Backend events reach the registry's subscribers, from the first one on.
                     outer.start_soon(
@@ -368,11 +373,6 @@ class McpHttpApp:
             self._runs_extensions.append(extension)  # a shutdown flags their work
             await service.start(partial(extension.serve, self.backend))
 
-    async def _run_registry(self, *, task_status: trio.TaskStatus[Registry]) -> None:
-        async with open_registry(self.registry_config) as registry:
-            task_status.started(registry)
-            await trio.sleep_forever()
-
     # -- requests ------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -382,6 +382,10 @@ class McpHttpApp:
                 target = len(scope["path"]) + len(scope.get("query_string") or b"")
                 headers = rules.request_headers(scope["headers"], self.max_head_size, target)
                 if scope["path"] != self.path:
+                    if scope["path"] in self.probes.paths:
+                        await _discard_body(self, receive)
+                        await self.probes.answer(self.sink, send, scope["path"], scope["method"])
+                        return
                     if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
                         await _discard_body(self, receive)
                         await respond(send, *resource_metadata(self.oauth, scope["method"]))
@@ -476,6 +480,39 @@ class McpHttpApp:
             await responder.answer(routed, receive, send)
         else:
             await answer_until_expiry(responder, expiries, routed, receive, send, access)
+
+
+def _startup_problem(app: McpHttpApp) -> str | None:
+    """Why *app* cannot serve (``None``: it can); checked before startup completes."""
+    if app._registry is not None and not app._registry.running:
+        return (
+            "the registry given to McpHttpApp is not running: open it around the"
+            " server (async with open_registry() as registry) or pass none"
+        )
+    if app._registry is None and _registry_around() and not current_registry().running:
+        return "the open_registry() around the server is not running any more"
+    return None
+
+
+def _not_ready(app: McpHttpApp) -> str | None:
+    """Why *app* should get no new traffic, from its own state (no I/O; see :mod:`.health`)."""
+    if app._responder.shutdown.at is not None:
+        return "draining: the server is shutting down"
+    if app._started and app.sink.service is None:
+        return "stopped: the app's lifespan has ended"
+    try:
+        running = app.registry.running
+    except NoRegistry:
+        running = False
+    return None if running else "starting: the registry is not running yet"
+
+
+async def _run_registry(
+    config: RegistryConfig | None, *, task_status: trio.TaskStatus[Registry]
+) -> None:
+    async with open_registry(config) as registry:
+        task_status.started(registry)
+        await trio.sleep_forever()
 
 
 async def _principal(

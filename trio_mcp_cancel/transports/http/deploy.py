@@ -26,6 +26,9 @@ the ASGI lifespan.  :func:`app_from_env` reads:
     tasks ``failed`` at once; two live processes must never share one.
 ``MCP_PATH``
     the endpoint (default ``/mcp``).
+``MCP_HEALTH_PATH``, ``MCP_READY_PATH``
+    the liveness and readiness probes (defaults ``/healthz`` and
+    ``/readyz``; ``none`` turns one off; see :mod:`.health`).
 ``MCP_ALLOWED_ORIGINS``
     comma-separated ``Origin`` values to accept (default: localhost only).
 ``MCP_MAX_REQUEST_TIME``
@@ -181,6 +184,18 @@ def server_settings_from_env(server: Served, environ: Mapping[str, str]) -> None
     _state_secret_from_env(server, environ)
 
 
+def _probe_path(environ: Mapping[str, str], name: str, default: str) -> str | None:
+    """A probe's path from *name*: unset or empty, *default*; ``none``, no probe."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "none":
+        return None
+    if not raw.startswith("/"):
+        raise ValueError(f"{name} must start with '/' or be 'none', not {raw!r}")
+    return raw
+
+
 #: Any of these set turns authorization on (see :mod:`..._auth.env`).
 _AUTH_VARIABLES = (
     "MCP_AUTH_ISSUER",
@@ -215,6 +230,8 @@ def app_from_env(
         options["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if not options["path"].startswith("/"):
         raise ValueError(f"MCP_PATH must start with '/', not {options['path']!r}")
+    options["health_path"] = _probe_path(environ, "MCP_HEALTH_PATH", "/healthz")
+    options["ready_path"] = _probe_path(environ, "MCP_READY_PATH", "/readyz")
     server_settings_from_env(server, environ)
     if asked := [name for name in _AUTH_VARIABLES if environ.get(name, "").strip()]:
         try:  # the optional `auth` extra, only when asked for
