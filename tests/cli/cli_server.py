@@ -48,8 +48,12 @@ async def wait_for_cancel(ctx: ToolContext) -> str:
             await checkpoint_cancelled()
         except RequestCancelled as exc:
             if marker:
-                Path(marker).write_text(f"{exc.kind} {exc.reason}")
+                _write(marker, f"{exc.kind} {exc.reason}")
             raise
+
+
+def _write(path: str, text: str) -> None:
+    Path(path).write_text(text)
 
 
 @server.resource("docs://readme", name="readme", mime_type="text/markdown")

@@ -136,7 +136,13 @@ _COMMANDS = {"list": cmd_list, "call": cmd_call, "install": cmd_install, "dev": 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `call T add a=1 --json b=2`: argparse leaves key=value words that follow an
+    # option over (a positional list does not resume after one); they are arguments.
+    if extra and args.command == "call" and not any(e.startswith("-") for e in extra):
+        args.arguments += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     command = _COMMANDS.get(args.command)
     if command is not None:
         status: int = command.main(args)

@@ -28,7 +28,7 @@ import trio
 
 from .. import __version__
 from .._client.engine import ClientEngine
-from .._client.errors import McpError
+from .._client.errors import McpError, McpTransportError
 from . import target
 
 __all__ = [
@@ -180,11 +180,15 @@ def run_client_command(
         return _fail(prog, str(exc), 2)
     except Unreachable as exc:
         return _fail(prog, str(exc), 1)
+    except McpTransportError as exc:
+        return _fail(prog, f"lost the connection: {exc.message}", 1)
     except McpError as exc:
         code = f" ({exc.code})" if exc.code else ""
         return _fail(prog, f"the server answered an error{code}: {exc.message}", 1)
     except ImportError as exc:  # the target's module failed to import something
         return _fail(prog, f"importing the target failed: {exc}", 2)
+    except SyntaxError as exc:  # the target's module does not compile
+        return _fail(prog, f"{exc.filename}:{exc.lineno}: {exc.msg}", 2)
     except KeyboardInterrupt:
         if on_interrupt is not None:
             return on_interrupt()
