@@ -13,7 +13,6 @@ import pytest
 import trio
 from cli_harness import cli, cli_env, make_project
 
-from trio_mcp_cancel._run.cmd_install import config_path
 from trio_mcp_cancel.client import open_stdio_client
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
@@ -123,20 +122,3 @@ def test_install_mistakes_are_one_line_errors(
     status, _, err = _install(project, home, *args)
     assert status == 2 and message in err and "Traceback" not in err, err
     assert list(home.rglob("*")) == []
-
-
-def test_each_host_config_path_follows_the_os() -> None:
-    env = {"HOME": "/h", "APPDATA": r"C:\Users\u\AppData\Roaming"}
-    assert config_path("claude-desktop", "darwin", env) == Path(
-        "/h/Library/Application Support/Claude/claude_desktop_config.json"
-    )
-    assert config_path("claude-desktop", "linux", env) == Path(
-        "/h/.config/Claude/claude_desktop_config.json"
-    )
-    assert config_path("claude-desktop", "linux", {**env, "XDG_CONFIG_HOME": "/x"}) == Path(
-        "/x/Claude/claude_desktop_config.json"
-    )
-    windows = config_path("claude-desktop", "win32", env)
-    assert windows == Path(env["APPDATA"]) / "Claude" / "claude_desktop_config.json"
-    assert config_path("cursor", "linux", env) == Path("/h/.cursor/mcp.json")
-    assert config_path("claude-code", "darwin", env) == Path("/h/.claude.json")

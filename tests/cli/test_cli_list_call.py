@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import signal
@@ -14,9 +13,6 @@ import trio
 from cli_harness import cli, cli_env, make_project, read, serving, start_cli, wait_for_text
 
 from trio_mcp_cancel import __version__
-from trio_mcp_cancel._run.arguments import parse_arguments
-from trio_mcp_cancel._run.cmd_call import ProgressPrinter
-from trio_mcp_cancel._run.connect import UsageError, kind_of
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 
@@ -197,75 +193,6 @@ async def test_ctrl_c_cancels_a_call_over_the_network_the_way_its_era_needs(
         status, err = await _interrupt_call(project, s.url, era, marker)
         assert status == 130 and "cancelled" in err.splitlines(), err
         assert (await _marked(marker)).startswith(how)
-
-
-# -- progress, arguments, target kinds (in process) -----------------------------------------
-
-
-def test_progress_is_a_redrawn_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
-    tty, plain = io.StringIO(), io.StringIO()
-    for stream, is_tty in ((tty, True), (plain, False)):
-        printer = ProgressPrinter(stream, is_tty)
-        printer({"progress": 5, "total": 10, "message": "half\nway"})
-        printer({"progress": 7})
-        printer.done()
-    assert plain.getvalue() == "progress 5/10 (50%) half way\nprogress 7\n"
-    drawn = tty.getvalue()
-    assert drawn.count("\r") == 2 and drawn.endswith("\n") and drawn.count("\n") == 1
-    assert "[###############---------------]  50% 5/10 half way" in drawn
-
-
-def test_hostile_progress_values_are_ignored_or_cut_never_a_crash() -> None:
-    stream = io.StringIO()
-    printer = ProgressPrinter(stream, True)
-    for params in ({"progress": "lots"}, {"progress": float("nan")}, {"progress": True},
-                   {"progress": 1, "total": float("inf")}, {"progress": 1e308, "total": -1},
-                   {"progress": 1, "message": "x" * 100_000}):  # fmt: skip
-        printer(params)
-    assert all(len(line) < 200 for line in stream.getvalue().split("\r"))
-
-
-def test_key_value_arguments_follow_the_schema_and_fall_back_to_json_literals() -> None:
-    schema = {
-        "type": "object",
-        "properties": {
-            "n": {"type": "integer"},
-            "x": {"type": "number"},
-            "flag": {"type": "boolean"},
-            "name": {"type": "string"},
-            "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-            "items": {"type": "array"},
-        },
-    }
-    words = ["n=3", "x=1.5", "flag=off", "name=42", "maybe=null", "items=[1, 2]",
-             'other={"a": 1}', "free=text"]  # fmt: skip
-    assert parse_arguments(schema, '{"n": 1, "kept": true}', words) == {
-        "n": 3, "x": 1.5, "flag": False, "name": "42", "maybe": None, "items": [1, 2],
-        "other": {"a": 1}, "free": "text", "kept": True,
-    }  # fmt: skip
-    with pytest.raises(UsageError, match="argument x: 'inf' is not a number"):
-        parse_arguments(schema, None, ["x=inf"])
-    assert parse_arguments({}, None, ["v=NaN"]) == {"v": "NaN"}  # not JSON: the text itself
-
-
-def test_a_hostile_input_schema_cannot_hang_or_crash_the_argument_parser() -> None:
-    deep: dict[str, object] = {"type": "integer"}
-    for _ in range(10_000):
-        deep = {"anyOf": [deep]}
-    for schema in (
-        {"properties": {"v": deep}},
-        {"properties": {"v": {"type": [1, None, {}]}}},
-        {"properties": ["v"]},
-        {"properties": {"v": "integer"}},
-        "not a schema",
-    ):
-        assert parse_arguments(schema, None, ["v=7"])["v"] in (7, "7")
-
-
-def test_a_target_is_a_module_a_url_or_a_command() -> None:
-    assert kind_of("examples.slow_server:app") == "module"
-    assert kind_of("https://example.com/mcp") == kind_of("ws://h/mcp") == "url"
-    assert kind_of("python server.py") == kind_of("./server") == kind_of("uvx x:y z") == "command"
 
 
 # -- --help and --version ---------------------------------------------------------------
