@@ -13,6 +13,7 @@ from pathlib import Path
 import trio
 
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled
+from trio_mcp_cancel.lowlevel import JsonRpcError
 from trio_mcp_cancel.server import McpServer, ToolContext, ToolError
 
 server = McpServer("cli-test")
@@ -35,6 +36,12 @@ async def echo(ctx: ToolContext, text: str, loud: bool = False, times: float = 1
 async def fails(ctx: ToolContext) -> str:
     """Always an isError result."""
     raise ToolError("it failed on purpose")
+
+
+@server.tool()
+async def refuses(ctx: ToolContext) -> str:
+    """A JSON-RPC error answer, not a result."""
+    raise JsonRpcError(-32001, "refused on purpose")
 
 
 @server.tool()

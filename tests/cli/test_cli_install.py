@@ -63,7 +63,7 @@ def test_install_writes_a_new_claude_desktop_config_whose_entry_starts_the_serve
         ) as client:
             return [tool["name"] for tool in await client.list_tools()]
 
-    assert trio.run(host_starts_it) == ["add", "echo", "fails", "wait_for_cancel"]
+    assert trio.run(host_starts_it) == ["add", "echo", "fails", "refuses", "wait_for_cancel"]
 
 
 def test_install_updates_an_existing_config_keeping_other_keys_and_a_backup(

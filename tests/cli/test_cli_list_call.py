@@ -16,7 +16,7 @@ from trio_mcp_cancel import __version__
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 
-TOOLS = ["add", "echo", "fails", "wait_for_cancel"]
+TOOLS = ["add", "echo", "fails", "refuses", "wait_for_cancel"]
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_list_prints_tools_resources_templates_and_prompts_of_a_module_and_a_com
         done = cli("list", spec, "--era", era, cwd=project)
         assert done.returncode == 0, done.stderr
         out = done.stdout
-        assert "tools (4)" in out and "resources (1)" in out, out
+        assert "tools (5)" in out and "resources (1)" in out, out
         assert "resource templates (1)" in out and "prompts (1)" in out, out
         assert re.search(r"add\s+\(a: integer, b: integer\)\s+Add two integers\.", out), out
         assert "docs://readme" in out and "db://users/{user_id}" in out and "review" in out
@@ -122,6 +122,7 @@ def test_a_result_with_is_error_is_printed_and_exits_1(project: Path) -> None:
         (["list", "no_such_module:server"], 2, "no module named 'no_such_module'"),
         (["list", "cli_server:missing"], 2, "has no attribute 'missing'"),
         (["list", "no-such-command --flag"], 2, "'no-such-command' is not a command found"),
+        (["call", "cli_server:server", "refuses"], 1, "answered an error (-32001): refused on"),
         (["list", "http://127.0.0.1:1/mcp"], 1, "cannot reach http://127.0.0.1:1/mcp"),
         (["list", f"{sys.executable} -c pass"], 1, "the server closed the connection"),
     ],

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
+from .._client.errors import McpError
 from . import connect
 from .arguments import parse_arguments
 
@@ -66,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
             progress = ProgressPrinter(sys.stderr, sys.stderr.isatty())
             interrupted = False
             result: Mapping[str, Any] = {}
+            failure: McpError | None = None
             with trio.CancelScope() as scope, trio.open_signal_receiver(signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
 
@@ -76,9 +78,14 @@ def main(args: argparse.Namespace) -> int:
                             scope.cancel()
 
                     nursery.start_soon(on_sigint)
-                    result = await client.call_tool(args.tool, arguments, progress=progress)
+                    try:
+                        result = await client.call_tool(args.tool, arguments, progress=progress)
+                    except McpError as exc:  # raised below, not wrapped in the nursery's group
+                        failure = exc
                     nursery.cancel_scope.cancel()
             progress.done()
+            if failure is not None:
+                raise failure
             if interrupted:
                 await connect.settle_cancel(client)
                 print("cancelled", file=sys.stderr)
