@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from .base import Receiver
-from .calls import PendingCall, cancel_notification
+from .calls import PendingCall, cancel_notification, fail
 from .errors import McpTransportError, Message
 
 __all__ = ["MessageTransport", "read_lines", "stop_child"]
@@ -39,8 +39,15 @@ class MessageTransport:
     _outbox: tuple[trio.MemorySendChannel[str], trio.MemoryReceiveChannel[str]] = attrs.field(
         factory=lambda: trio.open_memory_channel[str](math.inf)
     )
+    _gone_with: McpTransportError | None = None
+    """Why the stream ended, once it has: a call sent after that fails at once
+    (``fail_all`` only reaches the calls waiting when it ended)."""
 
     def transmit(self, message: Message, call: PendingCall | None) -> None:
+        if self._gone_with is not None:
+            if call is not None:
+                fail(call, self._gone_with)
+            return
         self._outbox[0].send_nowait(json.dumps(message))
 
     def cancel(self, call: PendingCall, reason: str | None) -> None:
@@ -69,7 +76,9 @@ class MessageTransport:
             self._gone(f"{self.name}: the server closed the connection")
 
     def _gone(self, why: str) -> None:
-        self.receiver.fail_all(McpTransportError(why))
+        if self._gone_with is None:
+            self._gone_with = McpTransportError(why)
+        self.receiver.fail_all(self._gone_with)
 
 
 async def read_lines(stream: trio.abc.ReceiveStream, max_line: int) -> AsyncIterator[str]:

@@ -2,9 +2,14 @@
 
 ::
 
-    trio-mcp-cancel run MODULE:ATTR [--transport stdio|http] [--host H] [--port P]
+    trio-mcp-cancel run MODULE:ATTR [--transport stdio|http|websocket] [--host H] [--port P]
                         [--workers N] [--allow-unshared] [--grace-period S]
                         [--max-request-time S] [--log-level L]
+    trio-mcp-cancel list TARGET [--era E] [--json]
+    trio-mcp-cancel call TARGET TOOL [key=value ...] [--args JSON] [--era E] [--json]
+    trio-mcp-cancel install claude-desktop|cursor|claude-code MODULE:ATTR [--name N]
+                            [--env K=V ...] [--dry-run]
+    trio-mcp-cancel dev MODULE:ATTR [--port P] [--no-inspector]
     trio-mcp-cancel --version
 
 ATTR is an :class:`~trio_mcp_cancel.server.McpServer` or an ASGI app built
@@ -14,7 +19,10 @@ an MCP host launches servers) serves it on stdin/stdout; ``http`` with
 SIGINT/SIGTERM; ``--workers N`` (N > 1) under :mod:`.supervisor`, which
 needs a shared backend (``MCP_REDIS_URL``) unless ``--allow-unshared``
 says the sessions are routed to their worker by something else
-(``streamable-http``, the specification's name, is the same as ``http``).
+(``streamable-http``, the specification's name, is the same as ``http``);
+``websocket`` with :func:`~trio_mcp_cancel.websocket.serve_mcp_websocket`
+(:mod:`.serve_websocket`).  The other commands live in modules of their
+own (``cmd_*``), each adding its parser here.
 On stdio, anything the target's module prints while it is imported goes to
 stderr, since stdout is the protocol stream.  Exit status: 0 after a
 requested stop, 1 when serving failed (one line: a port in use, an app
@@ -35,7 +43,7 @@ import trio
 from .. import __version__
 from ..transports.http.deploy import backend_from_env, limits_from_env, seconds_setting
 from ..transports.http.serving import server_config
-from . import target
+from . import cmd_call, cmd_dev, cmd_install, cmd_list, target
 from .runner import StartupFailed, configure_logging, serve_found, startup_problem
 
 __all__ = ["main"]
@@ -45,7 +53,8 @@ _LEVELS = ("debug", "info", "warning", "error", "critical")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trio-mcp-cancel", description="Serve an MCP server built with trio-mcp-cancel."
+        prog="trio-mcp-cancel",
+        description="Serve, call, install and develop MCP servers built with trio-mcp-cancel.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -58,9 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="MODULE:ATTR", help="an McpServer or an ASGI app")
     run.add_argument(
         "--transport",
-        choices=("stdio", "http", "streamable-http"),
+        choices=("stdio", "http", "streamable-http", "websocket"),
         default="stdio",
-        help="stdio (default), or http (alias streamable-http)",
+        help="stdio (default), http (alias streamable-http), or websocket",
     )
     run.add_argument("--host", default=None, help="http: address to bind (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=None, help="http: port (default 8000; 0: any)")
@@ -80,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         help="cancel a tool call after this long (MCP_MAX_REQUEST_TIME; default: never)",
     )
     run.add_argument("--log-level", type=str.lower, choices=_LEVELS, default="info")
+    for command in (cmd_list, cmd_call, cmd_install, cmd_dev):
+        command.add_parser(commands)
     return parser
 
 
@@ -89,9 +100,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.transport == "stdio":
         for flag, value in (("--host", args.host), ("--port", args.port)):
             if value is not None:
-                parser.error(f"{flag} is for --transport http")
-        if args.workers != 1:
-            parser.error("--workers is for --transport http")
+                parser.error(f"{flag} is for --transport http or websocket")
+    if args.workers != 1 and args.transport != "http":
+        parser.error("--workers is for --transport http")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     if args.port is not None and not 0 <= args.port <= 65535:
@@ -120,9 +131,22 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
 
 
+_COMMANDS = {"list": cmd_list, "call": cmd_call, "install": cmd_install, "dev": cmd_dev}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `call T add a=1 --json b=2`: argparse leaves key=value words that follow an
+    # option over (a positional list does not resume after one); they are arguments.
+    if extra and args.command == "call" and not any(e.startswith("-") for e in extra):
+        args.arguments += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    command = _COMMANDS.get(args.command)
+    if command is not None:
+        status: int = command.main(args)
+        return status
     _check(parser, args)
     configure_logging(args.log_level)
     host = "127.0.0.1" if args.host is None else args.host
@@ -130,12 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers > 1:
             return _supervise(args.target, args.workers, host, port, args.log_level)
-        if args.transport == "stdio":
+        if args.transport == "websocket":
+            from .serve_websocket import serve_websocket_found
+
+            serving = serve_websocket_found(target.load(args.target), host=host, port=port)
+        elif args.transport == "stdio":
             with target.stdout_to_stderr():  # stdout is the protocol stream
                 found = target.load(args.target)
+            serving = serve_found(found, "stdio")
         else:
             found = target.load(args.target)
-        serving = serve_found(found, args.transport, host=host, port=port, port_option="--port")
+            serving = serve_found(found, "http", host=host, port=port, port_option="--port")
     except (target.TargetError, ValueError, ImportError) as exc:
         parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
     try:
