@@ -19,7 +19,8 @@ from pathlib import Path
 
 import attrs
 import trio
-from repo_paths import ROOT
+
+from _support.repo_paths import ROOT
 
 __all__ = [
     "Served", "cli", "cli_env", "make_project", "read", "serving", "start_cli", "wait_for_text",

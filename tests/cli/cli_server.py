@@ -14,38 +14,38 @@ import trio
 
 from trio_mcp_cancel import RequestCancelled, checkpoint_cancelled
 from trio_mcp_cancel.lowlevel import JsonRpcError
-from trio_mcp_cancel.server import McpServer, ToolContext, ToolError
+from trio_mcp_cancel.server import Context, McpServer, ToolError
 
 server = McpServer("cli-test")
 
 
 @server.tool()
-async def add(ctx: ToolContext, a: int, b: int) -> int:
+async def add(ctx: Context, a: int, b: int) -> int:
     """Add two integers."""
     return a + b
 
 
 @server.tool()
-async def echo(ctx: ToolContext, text: str, loud: bool = False, times: float = 1.0) -> str:
+async def echo(ctx: Context, text: str, loud: bool = False, times: float = 1.0) -> str:
     """Say it back."""
     said = text.upper() if loud else text
     return f"{said} x{times:g}"
 
 
 @server.tool()
-async def fails(ctx: ToolContext) -> str:
+async def fails(ctx: Context) -> str:
     """Always an isError result."""
     raise ToolError("it failed on purpose")
 
 
 @server.tool()
-async def refuses(ctx: ToolContext) -> str:
+async def refuses(ctx: Context) -> str:
     """A JSON-RPC error answer, not a result."""
     raise JsonRpcError(-32001, "refused on purpose")
 
 
 @server.tool()
-async def wait_for_cancel(ctx: ToolContext) -> str:
+async def wait_for_cancel(ctx: Context) -> str:
     """Report progress, then run until cancelled."""
     await ctx.report_progress(1, 10, message="started")
     marker = os.environ.get("CLI_MARKER")
@@ -64,18 +64,18 @@ def _write(path: str, text: str) -> None:
 
 
 @server.resource("docs://readme", name="readme", mime_type="text/markdown")
-async def readme(ctx: ToolContext) -> str:
+async def readme(ctx: Context) -> str:
     """The readme."""
     return "# Hello"
 
 
 @server.resource_template("db://users/{user_id}", name="user")
-async def user(ctx: ToolContext, user_id: str) -> str:
+async def user(ctx: Context, user_id: str) -> str:
     return user_id
 
 
 @server.prompt(description="Review a file")
-async def review(ctx: ToolContext, path: str) -> str:
+async def review(ctx: Context, path: str) -> str:
     return f"Review {path}"
 
 

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 NEW_TOOL = """
 
 @server.tool()
-async def added_later(ctx: ToolContext) -> str:
+async def added_later(ctx: Context) -> str:
     return "fresh"
 """
 

@@ -8,9 +8,10 @@ import re
 import shlex
 
 import pytest
-from repo_paths import ROOT
 
 from trio_mcp_cancel._run import cli
+
+from _support.repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")

@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from deploy_harness import redis_server
-from repo_paths import ROOT, TESTS
+
+from _support.deploy import redis_server
+from _support.repo_paths import ROOT, TESTS
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.timeout(90)]
 

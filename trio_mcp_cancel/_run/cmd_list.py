@@ -14,7 +14,7 @@ from typing import Any
 
 from .._client.engine import ClientEngine
 from .._client.errors import McpError
-from .._protocol.wire import METHOD_NOT_FOUND
+from .._wire.names import METHOD_NOT_FOUND
 from . import connect
 
 __all__ = ["add_parser", "listing", "main"]

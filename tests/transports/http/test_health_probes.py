@@ -20,16 +20,17 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from asgi_harness import AsgiClient, HttpExchange, modern_call, modern_headers, served
-from oauth_harness import in_process_auth_server
-from otel_harness import make_otel
 
 from trio_mcp_cancel import Registry, open_registry
 from trio_mcp_cancel.backends import MemoryBackend
 from trio_mcp_cancel.http import McpHttpApp, app_from_env, bearer_auth, serve, server_config
 from trio_mcp_cancel.oauth import JwtVerifier, OAuthResource
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.transports.http.health import CHECK_TIMEOUT, CHECK_TTL
+
+from _support.asgi import AsgiClient, HttpExchange, modern_call, modern_headers, served
+from _support.oauth import in_process_auth_server
+from _support.otel import make_otel
 
 pytestmark = pytest.mark.mcp_registry(grace_period=30.0)
 
@@ -40,13 +41,13 @@ def build(server: McpServer | None = None) -> McpServer:
     server = server or McpServer("health")
 
     @server.tool()
-    async def wait(ctx: ToolContext) -> str:
+    async def wait(ctx: Context) -> str:
         """Run until cancelled."""
         await trio.sleep_forever()
         return "never"
 
     @server.tool()
-    async def echo(ctx: ToolContext, text: str) -> str:
+    async def echo(ctx: Context, text: str) -> str:
         return text
 
     return server

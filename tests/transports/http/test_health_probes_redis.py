@@ -13,15 +13,16 @@ import re
 
 import pytest
 import trio
-from asgi_harness import AsgiClient, served
-from deploy_harness import redis_server
-from redis_harness import _command
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.backends.redis import RedisBackend
 from trio_mcp_cancel.http import McpHttpApp
 from trio_mcp_cancel.server import McpServer
 from trio_mcp_cancel.transports.http.health import CHECK_TTL
+
+from _support.asgi import AsgiClient, served
+from _support.deploy import redis_server
+from _support.redis import _command
 
 pytestmark = [pytest.mark.slow, pytest.mark.mcp_registry(grace_period=5)]
 
