@@ -40,6 +40,7 @@ import trio
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import failure_key
 from .._core.registry import CancelOutcome
+from .._telemetry.names import OTHER_METHOD
 from .._telemetry.server import Subject
 from . import jsonrpc
 from .admission import CALL_LIMITS, LISTEN_LIMITS, Slots, too_many_requests
@@ -131,6 +132,7 @@ class Dispatcher:
         try:
             parsed = jsonrpc.classify(message)
         except JsonRpcError as exc:
+            self.refuse(exc, message, caller)
             return Rejected(exc)
         if isinstance(parsed, jsonrpc.Notification):
             return NotificationCall(parsed)
@@ -156,8 +158,44 @@ class Dispatcher:
                     tool = target(self.registration, parsed.params)
         except JsonRpcError as exc:
             exc.request_id = parsed.id
+            self.refuse(exc, parsed, caller)
             return Rejected(exc, parsed)
         return RequestCall(era, parsed, method, tool, envelope)
+
+    def refuse(self, error: JsonRpcError, message: object, caller: Caller) -> None:
+        """Record a message refused before any handler ran (telemetry only).
+
+        :meth:`prepare` calls it for what it refuses; a transport calls it
+        for what it refuses itself (text that is not JSON, a bad modern
+        envelope).  The span's ``error.type`` is the JSON-RPC code; its
+        method is one the server knows, else ``_OTHER``, so a client cannot
+        name spans or metric series at will.
+        """
+        telemetry = self.registration.telemetry
+        if telemetry is None:
+            return
+        method: object = None
+        params: object = None
+        if isinstance(message, jsonrpc.Request):
+            method, params = message.method, message.params
+        elif isinstance(message, dict):
+            method, params = message.get("method"), message.get("params")
+        if not isinstance(params, Mapping):
+            params = {}
+        if telemetry.quiet(params):
+            return
+        known = method if isinstance(method, str) and method in self.methods else OTHER_METHOD
+        subject = Subject(
+            known,
+            None,
+            error.request_id,
+            params,
+            _caller_version(caller),
+            caller.session_id,
+            caller.network_transport,
+            caller.network_protocol,
+        )
+        telemetry.refused_request(error.to_message(), subject)
 
     def _find_tool(self, params: Mapping[str, Any]) -> Tool:
         name = params.get("name")
@@ -188,7 +226,17 @@ class Dispatcher:
         )
         telemetry = self.registration.telemetry
         if telemetry is not None:
-            telemetry.notification(notification.method, params, caller.session_id, outcome.value)
+            subject = Subject(
+                notification.method,
+                None,
+                None,
+                params,
+                _caller_version(caller),
+                caller.session_id,
+                caller.network_transport,
+                caller.network_protocol,
+            )
+            telemetry.notification(subject, outcome.value)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
             "<invalid>" if outcome is CancelOutcome.INVALID_REQUEST_ID else request_id,
@@ -441,6 +489,8 @@ def _subject(call: RequestCall, caller: Caller) -> Subject:
         request.params,
         _protocol_version(call, caller),
         caller.session_id,
+        caller.network_transport,
+        caller.network_protocol,
     )
 
 
@@ -458,6 +508,11 @@ def _target(call: RequestCall) -> str | None:
 def _protocol_version(call: RequestCall, caller: Caller) -> str | None:
     if call.envelope is not None:
         return call.envelope.protocol_version
+    return _caller_version(caller)
+
+
+def _caller_version(caller: Caller) -> str | None:
+    """The version a legacy ``initialize`` negotiated on the caller's channel, if any."""
     channel = caller.channel
     legacy = None if channel is None else channel.legacy
     return None if legacy is None else legacy.protocol_version
