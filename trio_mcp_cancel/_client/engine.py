@@ -50,6 +50,7 @@ from .._protocol.wire import (
     Era,
     client_declares_tasks,
 )
+from .._telemetry.client import ClientTelemetry, Network
 from .._telemetry.propagation import inject_meta
 from .base import ClientTransport
 from .calls import PendingCall, ProgressCallback
@@ -119,6 +120,11 @@ class ClientEngine:
     """Answers to the server's input requests (MRTR, tasks, legacy server requests)."""
     server_requests: ServerRequests | None = attrs.field(default=None, kw_only=True)
     """Where legacy server requests are answered, once a transport is attached with a nursery."""
+    telemetry: ClientTelemetry | None = attrs.field(default=None, kw_only=True)
+    """Each request's ``CLIENT`` span and ``mcp.client.operation.duration`` (``None``: off;
+    the caller's trace context is still passed on): :mod:`.._telemetry.client`."""
+    network: Network = attrs.field(default=(None, None), kw_only=True)
+    """``network.transport`` and ``network.protocol.name`` of the wire, for telemetry."""
     tool_schemas: ToolSchemas = attrs.field(factory=ToolSchemas, kw_only=True)
     """What ``tools/list`` said about ``x-mcp-header`` arguments (``Mcp-Param-*``)."""
     inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))
@@ -205,10 +211,18 @@ class ClientEngine:
             meta.update(self.envelope(capabilities))
         if progress or on_progress is not None:
             meta["progressToken"] = request_id
-        inject_meta(meta)  # the caller's trace context, for the server's span (SEP-414)
+        # The trace context for the server's span (SEP-414): this request's own
+        # CLIENT span's when telemetry records, else the caller's.
+        span = None
+        if self.telemetry is None:
+            inject_meta(meta)
+        else:
+            version, network = self.protocol_version, self.network
+            span = self.telemetry.start(method, body, meta, request_id, version, network)
         if meta:
             body["_meta"] = meta
         call = PendingCall(request_id, method, self._cancel_call, on_progress)
+        call.span = span
         if method == "tools/call" and envelope and self.era == "modern":
             sent = self.client_capabilities if capabilities is None else capabilities
             if client_declares_tasks(sent):
