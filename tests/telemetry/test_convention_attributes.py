@@ -11,6 +11,7 @@ on a cancelled request and on the ``notifications/cancelled`` span.
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 from typing import Any
 
@@ -34,9 +35,10 @@ from trio_websocket import open_websocket_url
 
 from trio_mcp_cancel import Registry
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import ConnectionLimits, McpServer, ToolContext
 from trio_mcp_cancel.stdio import serve_mcp_stdio
 from trio_mcp_cancel.testing import open_test_client
+from trio_mcp_cancel.transports._connection import MessageConnection, connection_caller
 from trio_mcp_cancel.websocket import serve_mcp_websocket
 
 URI = "test://notes/today"
@@ -255,8 +257,6 @@ async def test_a_cancelled_request_and_its_notification_carry_sentrys_cancelled_
 async def test_a_server_cancel_carries_sentrys_keys_with_the_servers_reason(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from trio_mcp_cancel.server import ConnectionLimits
-
     server = probe_server(telemetry=otel.telemetry)
     async with open_test_client(server, limits=ConnectionLimits(max_request_time=3)) as client:
         call = client.start_call("count", {"n": 100})
@@ -284,3 +284,31 @@ async def test_a_legacy_http_cancel_notification_names_the_session_and_the_cance
     assert attributes["mcp.session.id"]
     assert attributes["network.transport"] == "tcp"
     assert attributes["mcp.protocol.version"] == LEGACY
+
+
+async def test_a_connection_whose_peer_stopped_reading_ends_its_session_with_peer_stalled(
+    otel: Otel, autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+
+    async def never_drains(text: str) -> None:
+        await trio.sleep_forever()
+
+    connection = MessageConnection(
+        server,
+        connection_caller("stdio", mcp_registry),
+        never_drains,
+        limits=ConnectionLimits(write_timeout=10.0),
+    )
+    to_server, incoming = trio.open_memory_channel[str](math.inf)
+    to_server.send_nowait(
+        json.dumps(
+            request(
+                1, "tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": ENVELOPE}
+            )
+        )
+    )
+    with trio.fail_after(100):
+        await connection.serve(incoming)  # returns by itself: the stall ends it
+    assert connection.stalled
+    assert session_points(otel) == [{"network.transport": "pipe", "error.type": "peer_stalled"}]
