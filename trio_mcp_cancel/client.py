@@ -159,8 +159,7 @@ def _new_client(options: ClientOptions, network: Network) -> McpClient:
         tasks=options.get("tasks", False),
         task_polling=options.get("task_polling", TaskPolling()),
         handlers=handlers,
-        telemetry=for_client(options.get("telemetry", True)),
-        network=network,
+        telemetry=for_client(options.get("telemetry", True), network),
     )
     client_info = options.get("client_info")
     if client_info is not None:

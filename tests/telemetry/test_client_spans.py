@@ -188,10 +188,7 @@ async def test_a_quiet_client_makes_no_span_and_still_passes_the_callers_context
     assert telemetry is not None
     meta: dict[str, Any] = {}
     with otel.tracer.start_as_current_span("agent") as agent:
-        assert (
-            telemetry.start("tools/call", {"name": "x"}, meta, 1, "2026-07-28", (None, None))
-            is None
-        )
+        assert telemetry.start("tools/call", {"name": "x"}, meta, 1, "2026-07-28") is None
     trace_id = f"{agent.get_span_context().trace_id:032x}"
     assert meta["traceparent"].split("-")[1] == trace_id
     assert for_client(False) is None

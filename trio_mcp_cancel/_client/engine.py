@@ -50,14 +50,13 @@ from .._protocol.wire import (
     Era,
     client_declares_tasks,
 )
-from .._telemetry.client import ClientTelemetry, Network
-from .._telemetry.propagation import inject_meta
+from .._telemetry.client import ClientTelemetry, trace_request
 from .base import ClientTransport
 from .calls import PendingCall, ProgressCallback
 from .errors import McpError, McpTransportError, Message
 from .handlers import ClientHandlers, ServerRequests, complete_rounds
 from .inbound import MAX_KEPT, Inbound
-from .params import ToolSchemas
+from .params import ToolSchemas, list_all_tools
 from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
 __all__ = ["ClientEngine"]
@@ -121,10 +120,7 @@ class ClientEngine:
     server_requests: ServerRequests | None = attrs.field(default=None, kw_only=True)
     """Where legacy server requests are answered, once a transport is attached with a nursery."""
     telemetry: ClientTelemetry | None = attrs.field(default=None, kw_only=True)
-    """Each request's ``CLIENT`` span and ``mcp.client.operation.duration`` (``None``: off;
-    the caller's trace context is still passed on): :mod:`.._telemetry.client`."""
-    network: Network = attrs.field(default=(None, None), kw_only=True)
-    """``network.transport`` and ``network.protocol.name`` of the wire, for telemetry."""
+    """Each request's ``CLIENT`` span (:mod:`.._telemetry.client`); ``None``: off."""
     tool_schemas: ToolSchemas = attrs.field(factory=ToolSchemas, kw_only=True)
     """What ``tools/list`` said about ``x-mcp-header`` arguments (``Mcp-Param-*``)."""
     inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))
@@ -211,18 +207,11 @@ class ClientEngine:
             meta.update(self.envelope(capabilities))
         if progress or on_progress is not None:
             meta["progressToken"] = request_id
-        # The trace context for the server's span (SEP-414): this request's own
-        # CLIENT span's when telemetry records, else the caller's.
-        span = None
-        if self.telemetry is None:
-            inject_meta(meta)
-        else:
-            version, network = self.protocol_version, self.network
-            span = self.telemetry.start(method, body, meta, request_id, version, network)
+        # The server span's parent (SEP-414): this request's CLIENT span, else the caller's.
+        span = trace_request(self.telemetry, method, body, meta, request_id, self.protocol_version)
         if meta:
             body["_meta"] = meta
-        call = PendingCall(request_id, method, self._cancel_call, on_progress)
-        call.span = span
+        call = PendingCall(request_id, method, self._cancel_call, on_progress, span=span)
         if method == "tools/call" and envelope and self.era == "modern":
             sent = self.client_capabilities if capabilities is None else capabilities
             if client_declares_tasks(sent):
@@ -382,17 +371,8 @@ class ClientEngine:
         )
 
     async def list_tools(self) -> list[Message]:
-        """``tools/list``, every page."""
-        tools: list[Message] = []
-        cursor: object = None
-        while True:
-            result = await self.request("tools/list", {} if cursor is None else {"cursor": cursor})
-            page = [tool for tool in result.get("tools") or [] if isinstance(tool, dict)]
-            self.tool_schemas.remember(page)
-            tools.extend(page)
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return tools
+        """``tools/list``, every page (their ``x-mcp-header`` arguments remembered)."""
+        return await list_all_tools(self.request, self.tool_schemas)
 
     async def get_task(self, task_id: str) -> Message:
         """``tasks/get`` (Tasks extension): the task's status, and its result once done."""

@@ -33,7 +33,7 @@ from .otel import Api, load
 from .otel_compat import global_providers_set, is_quiet_provider
 from .propagation import inject_meta
 
-__all__ = ["ClientSpan", "ClientTelemetry", "Network", "for_client"]
+__all__ = ["ClientSpan", "ClientTelemetry", "Network", "for_client", "trace_request"]
 
 Message = dict[str, Any]
 Network = tuple[str | None, str | None]
@@ -45,21 +45,44 @@ _CANCELLED: Final = "-32800"
 _MAX_TARGET: Final = 100
 
 
-def for_client(setting: bool | Telemetry) -> ClientTelemetry | None:
-    """The telemetry *setting* asks for, or ``None`` (off, or no ``opentelemetry-api``)."""
+def for_client(
+    setting: bool | Telemetry, network: Network = (None, None)
+) -> ClientTelemetry | None:
+    """The telemetry *setting* asks for, or ``None`` (off, or no ``opentelemetry-api``).
+
+    *network*: ``network.transport`` and ``network.protocol.name`` of the
+    client's wire (``(None, None)`` in memory).
+    """
     if setting is False:
         return None
     api = load()
     if api is None:
         return None
-    return ClientTelemetry(api, Telemetry() if setting is True else setting)
+    return ClientTelemetry(api, Telemetry() if setting is True else setting, network)
+
+
+def trace_request(
+    telemetry: ClientTelemetry | None,
+    method: str,
+    params: Mapping[str, Any],
+    meta: Message,
+    request_id: int,
+    protocol_version: str,
+) -> ClientSpan | None:
+    """The span of a request about to be sent, its context in *meta*; without
+    telemetry (or while quiet) the caller's own context goes in *meta* instead."""
+    if telemetry is None:
+        inject_meta(meta)
+        return None
+    return telemetry.start(method, params, meta, request_id, protocol_version)
 
 
 class ClientTelemetry:
     """A client's tracer and ``mcp.client.operation.duration``; see the module docstring."""
 
-    def __init__(self, api: Api, config: Telemetry) -> None:
+    def __init__(self, api: Api, config: Telemetry, network: Network = (None, None)) -> None:
         self.api = api
+        self.network = network
         self._kind = api.trace.SpanKind.CLIENT
         self.error_status = api.trace.StatusCode.ERROR
         self.tracer = api.trace.get_tracer(
@@ -83,7 +106,6 @@ class ClientTelemetry:
         meta: Message,
         request_id: int,
         protocol_version: str,
-        network: Network,
     ) -> ClientSpan | None:
         """Open the span of one request and put its trace context in *meta*.
 
@@ -98,7 +120,7 @@ class ClientTelemetry:
             "mcp.method.name": method,
             "mcp.protocol.version": protocol_version,
         }
-        transport, protocol = network
+        transport, protocol = self.network
         if transport is not None:
             metric[n.ATTR_NETWORK_TRANSPORT] = transport
         if protocol is not None:
