@@ -192,3 +192,16 @@ async def test_a_quiet_client_makes_no_span_and_still_passes_the_callers_context
     trace_id = f"{agent.get_span_context().trace_id:032x}"
     assert meta["traceparent"].split("-")[1] == trace_id
     assert for_client(False) is None
+
+
+async def test_a_request_a_closed_client_cannot_send_ends_its_span_as_failed(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    server = probe_server(telemetry=otel.telemetry)
+    async with open_test_client(server, telemetry=otel.telemetry) as client:
+        pass
+    client.transport = None  # closed
+    with pytest.raises(trio.ClosedResourceError):
+        client.start_call("echo", {"text": "late"})
+    span = client_span(otel, "tools/call echo")
+    assert attrs_of(span)["error.type"] == "ClosedResourceError"

@@ -221,7 +221,13 @@ class ClientEngine:
             if isinstance(arguments, Mapping):
                 call.headers = self.tool_schemas.headers(body["name"], arguments)
         self.calls[request_id] = call
-        self._transmit({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}, call)
+        try:
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
+            self._transmit(message, call)
+        except BaseException as exc:  # never sent (a closed client): its span ends here
+            if span is not None:
+                span.failed(exc)
+            raise
         return call
 
     async def request(
