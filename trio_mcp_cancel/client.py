@@ -52,6 +52,8 @@ from ._client.handlers import ClientHandlers, InputHandler, ServerRequests
 from ._client.streams import MessageTransport, read_lines, stop_child
 from ._client.tasks import McpTaskCancelled, McpTaskError, TaskCallback, TaskPolling
 from ._public import fixup_module_metadata, missing_extra
+from ._telemetry.client import Network, for_client
+from ._telemetry.config import Telemetry
 from ._wire.names import MODERN_ERRORS
 
 if TYPE_CHECKING:
@@ -124,7 +126,10 @@ class ClientOptions(TypedDict, total=False):
     (:class:`ClientHandlers`): answers to the server's elicitation,
     sampling and roots requests, in every form (MRTR ``input_required``,
     a task's ``tasks/update``, a legacy server request); each handler
-    given is declared as a capability.
+    given is declared as a capability.  *telemetry* (default true: the
+    global OpenTelemetry providers; a :class:`~trio_mcp_cancel.server.Telemetry`
+    for your own; false: off): a ``CLIENT`` span per request, parent of
+    the server's, and ``mcp.client.operation.duration``.
     """
 
     era: ClientEra
@@ -135,9 +140,10 @@ class ClientOptions(TypedDict, total=False):
     tasks: bool
     task_polling: TaskPolling
     handlers: ClientHandlers | None
+    telemetry: bool | Telemetry
 
 
-def _new_client(options: ClientOptions) -> McpClient:
+def _new_client(options: ClientOptions, network: Network) -> McpClient:
     era = options.get("era", "modern")
     if era not in ("modern", "legacy", "auto"):
         raise ValueError(f"era must be 'modern', 'legacy' or 'auto', not {era!r}")
@@ -153,6 +159,7 @@ def _new_client(options: ClientOptions) -> McpClient:
         tasks=options.get("tasks", False),
         task_polling=options.get("task_polling", TaskPolling()),
         handlers=handlers,
+        telemetry=for_client(options.get("telemetry", True), network),
     )
     client_info = options.get("client_info")
     if client_info is not None:
@@ -244,7 +251,7 @@ async def open_http_client(
     calls on a modern server.  *options*: :class:`ClientOptions`.
     """
     http = _httpx2()
-    client = _new_client(options)
+    client = _new_client(options, ("tcp", "http"))
     async with contextlib.AsyncExitStack() as stack:
         if http_client is None:
             http_client = await stack.enter_async_context(
@@ -288,7 +295,7 @@ async def open_websocket_client(
     exit cancels whatever still runs on the server.  *options*:
     :class:`ClientOptions`.
     """
-    client = _new_client(options)
+    client = _new_client(options, ("tcp", "websocket"))
     extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
     async with (
         _one_error(),
@@ -337,7 +344,7 @@ async def open_stdio_client(
     """
     if isinstance(command, str):
         raise TypeError("command must be a sequence of arguments, not a string")
-    client = _new_client(options)
+    client = _new_client(options, ("pipe", None))
     process = await trio.lowlevel.open_process(
         list(command),
         stdin=subprocess.PIPE,

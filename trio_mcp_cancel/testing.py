@@ -47,6 +47,8 @@ from ._core.registry import Registry, RegistryConfig, current_registry_var
 from ._protocol.dispatcher import Served
 from ._protocol.exchange import Caller, LegacyState
 from ._public import fixup_module_metadata
+from ._telemetry.client import for_client
+from ._telemetry.config import Telemetry
 from .transports.limits import DEFAULT_CONNECTION_LIMITS, ConnectionLimits
 from .transports.memory import MemoryEnd, memory_transport_pair, serve_mcp_memory
 
@@ -220,6 +222,7 @@ async def open_test_client(
     limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
     registry_config: RegistryConfig | None = None,
     handlers: ClientHandlers | None = None,
+    telemetry: bool | Telemetry = False,
 ) -> AsyncIterator[McpTestClient]:
     """Connect an :class:`McpTestClient` to *server* in memory, for one ``async with``.
 
@@ -241,6 +244,10 @@ async def open_test_client(
     cancels stops its handler), a task's ``inputRequests``; each handler
     is declared as a capability.  Other server requests are still kept in
     ``unexpected``.
+    *telemetry*: the client's own ``CLIENT`` spans, as the public client
+    makes them (``True``: the global providers; a
+    :class:`~trio_mcp_cancel.server.Telemetry`; default off, so a test's
+    spans are the server's only).
 
     An exception from the block comes out as itself, not wrapped in an
     exception group.
@@ -287,6 +294,7 @@ async def open_test_client(
                     tasks=tasks,
                     transport=ChannelTransport(client_end.send),
                     handlers=handlers,
+                    telemetry=for_client(telemetry),
                 )
                 client.log_level = log_level
                 if handlers is not None:

@@ -132,6 +132,6 @@ LATE_PROVIDER = textwrap.dedent(
         data = reader.get_metrics_data()
         scopes = [s for r in data.resource_metrics for s in r.scope_metrics]
         names = {{m.name for s in scopes for m in s.metrics}}
-        print(",".join(sorted(n for n in names if n.startswith("mcp.server"))))
+        print(",".join(sorted(n for n in names if n.startswith("mcp.server.operation"))))
     """
 )

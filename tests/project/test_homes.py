@@ -59,8 +59,16 @@ def closure(start: str) -> set[str]:
     return seen
 
 
-#: The client passes its caller's trace context on: these telemetry modules, never the server's.
-CLIENT_TELEMETRY = ("trio_mcp_cancel._telemetry.propagation", "trio_mcp_cancel._telemetry.otel")
+#: The client makes spans of its own and passes their context on: these telemetry
+#: modules (the shared names, the switch, the provider probe), never the server's.
+CLIENT_TELEMETRY = (
+    "trio_mcp_cancel._telemetry.client",
+    "trio_mcp_cancel._telemetry.config",
+    "trio_mcp_cancel._telemetry.names",
+    "trio_mcp_cancel._telemetry.otel",
+    "trio_mcp_cancel._telemetry.otel_compat",
+    "trio_mcp_cancel._telemetry.propagation",
+)
 CLIENT_MODULES = [m for m in sorted(MODULES) if m.startswith("trio_mcp_cancel._client.")]
 
 

@@ -12,12 +12,15 @@ into the other's private state.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from .errors import McpError, McpTransportError, Message
+
+if TYPE_CHECKING:
+    from .._telemetry.client import ClientSpan
 
 __all__ = [
     "Canceller",
@@ -63,6 +66,8 @@ class PendingCall:
     """HTTP headers of this request only (a modern ``tools/call``'s ``Mcp-Param-*``)."""
     detached: bool = False
     """Nobody waits for the answer (forgotten once it came)."""
+    span: ClientSpan | None = None
+    """Its ``CLIENT`` span while it is open (telemetry), ended when the call settles."""
     _done: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -83,6 +88,8 @@ class PendingCall:
         """:meth:`cancel` without a checkpoint: queued right behind what was
         sent before, so a call and its cancel can go back to back."""
         self.cancelled = True
+        if self.span is not None:
+            self.span.cancelled()
         self._canceller(self, reason)
 
     async def result(self) -> Message:
@@ -101,6 +108,8 @@ class PendingCall:
 def deliver(call: PendingCall, message: Message) -> None:
     """*message* (a JSON-RPC response) answers *call*."""
     call.response = message
+    if call.span is not None:
+        call.span.answered(message)
     call._done.set()
 
 
@@ -108,6 +117,8 @@ def fail(call: PendingCall, failure: McpTransportError) -> None:
     """No answer can come for *call* (unless one already did): its waiter gets *failure*."""
     if not call._done.is_set():
         call.failure = failure
+        if call.span is not None:
+            call.span.failed(failure)
         call._done.set()
 
 

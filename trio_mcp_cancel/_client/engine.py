@@ -39,7 +39,7 @@ import trio
 from .. import __version__
 from .._core.context import current_request
 from .._core.errors import RequestCancelled
-from .._telemetry.propagation import inject_meta
+from .._telemetry.client import ClientTelemetry, trace_request
 from .._wire.names import (
     HEADER_MISMATCH,
     LATEST_LEGACY_VERSION,
@@ -56,7 +56,7 @@ from .calls import PendingCall, ProgressCallback
 from .errors import McpError, McpTransportError, Message
 from .handlers import ClientHandlers, ServerRequests, complete_rounds
 from .inbound import MAX_KEPT, Inbound
-from .params import ToolSchemas
+from .params import ToolSchemas, list_all_tools
 from .tasks import TaskCallback, TaskPolling, follow_task, with_tasks
 
 __all__ = ["ClientEngine"]
@@ -119,6 +119,8 @@ class ClientEngine:
     """Answers to the server's input requests (MRTR, tasks, legacy server requests)."""
     server_requests: ServerRequests | None = attrs.field(default=None, kw_only=True)
     """Where legacy server requests are answered, once a transport is attached with a nursery."""
+    telemetry: ClientTelemetry | None = attrs.field(default=None, kw_only=True)
+    """Each request's ``CLIENT`` span (:mod:`.._telemetry.client`); ``None``: off."""
     tool_schemas: ToolSchemas = attrs.field(factory=ToolSchemas, kw_only=True)
     """What ``tools/list`` said about ``x-mcp-header`` arguments (``Mcp-Param-*``)."""
     inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))
@@ -205,10 +207,11 @@ class ClientEngine:
             meta.update(self.envelope(capabilities))
         if progress or on_progress is not None:
             meta["progressToken"] = request_id
-        inject_meta(meta)  # the caller's trace context, for the server's span (SEP-414)
+        # The server span's parent (SEP-414): this request's CLIENT span, else the caller's.
+        span = trace_request(self.telemetry, method, body, meta, request_id, self.protocol_version)
         if meta:
             body["_meta"] = meta
-        call = PendingCall(request_id, method, self._cancel_call, on_progress)
+        call = PendingCall(request_id, method, self._cancel_call, on_progress, span=span)
         if method == "tools/call" and envelope and self.era == "modern":
             sent = self.client_capabilities if capabilities is None else capabilities
             if client_declares_tasks(sent):
@@ -218,7 +221,13 @@ class ClientEngine:
             if isinstance(arguments, Mapping):
                 call.headers = self.tool_schemas.headers(body["name"], arguments)
         self.calls[request_id] = call
-        self._transmit({"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}, call)
+        try:
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
+            self._transmit(message, call)
+        except BaseException as exc:  # never sent (a closed client): its span ends here
+            if span is not None:
+                span.failed(exc)
+            raise
         return call
 
     async def request(
@@ -368,17 +377,8 @@ class ClientEngine:
         )
 
     async def list_tools(self) -> list[Message]:
-        """``tools/list``, every page."""
-        tools: list[Message] = []
-        cursor: object = None
-        while True:
-            result = await self.request("tools/list", {} if cursor is None else {"cursor": cursor})
-            page = [tool for tool in result.get("tools") or [] if isinstance(tool, dict)]
-            self.tool_schemas.remember(page)
-            tools.extend(page)
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return tools
+        """``tools/list``, every page (their ``x-mcp-header`` arguments remembered)."""
+        return await list_all_tools(self.request, self.tool_schemas)
 
     async def get_task(self, task_id: str) -> Message:
         """``tasks/get`` (Tasks extension): the task's status, and its result once done."""

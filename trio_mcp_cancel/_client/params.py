@@ -12,14 +12,14 @@ verbatim or ``=?base64?...?=`` when not plain printable ASCII.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from .._wire.names import HEADER_PARAM_PREFIX, encode_header_value, header_form
 
-__all__ = ["MAX_TOOL_SCHEMAS", "ToolSchemas"]
+__all__ = ["MAX_TOOL_SCHEMAS", "ToolSchemas", "list_all_tools"]
 
 MAX_TOOL_SCHEMAS = 1000
 """Tool input schemas a client keeps for ``Mcp-Param-*`` headers (the newest)."""
@@ -60,3 +60,19 @@ class ToolSchemas:
             if prop in arguments and (value := header_form(arguments[prop])) is not None:
                 out[HEADER_PARAM_PREFIX + header] = encode_header_value(value)
         return out
+
+
+async def list_all_tools(
+    request: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]], schemas: ToolSchemas
+) -> list[dict[str, Any]]:
+    """``tools/list``, every page, through *request*; each page's schemas go to *schemas*."""
+    tools: list[dict[str, Any]] = []
+    cursor: object = None
+    while True:
+        result = await request("tools/list", {} if cursor is None else {"cursor": cursor})
+        page = [tool for tool in result.get("tools") or [] if isinstance(tool, dict)]
+        schemas.remember(page)
+        tools.extend(page)
+        cursor = result.get("nextCursor")
+        if not cursor:
+            return tools

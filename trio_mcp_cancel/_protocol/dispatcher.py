@@ -40,6 +40,7 @@ import trio
 from .._core.errors import REQUEST_CANCELLED, RequestCancelled
 from .._core.ratelog import failure_key
 from .._core.registry import CancelOutcome
+from .._telemetry.names import OTHER_METHOD
 from .._telemetry.server import Subject
 from .._wire import jsonrpc
 from .._wire.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcError, Message
@@ -147,6 +148,7 @@ class Dispatcher:
         try:
             parsed = jsonrpc.classify(message)
         except JsonRpcError as exc:
+            self.refuse(exc, message, caller)
             return Rejected(exc)
         if isinstance(parsed, jsonrpc.Notification):
             return NotificationCall(parsed)
@@ -172,8 +174,44 @@ class Dispatcher:
                     tool = target(self.registration, parsed.params)
         except JsonRpcError as exc:
             exc.request_id = parsed.id
+            self.refuse(exc, parsed, caller)
             return Rejected(exc, parsed)
         return RequestCall(era, parsed, method, tool, envelope)
+
+    def refuse(self, error: JsonRpcError, message: object, caller: Caller) -> None:
+        """Record a message refused before any handler ran (telemetry only).
+
+        :meth:`prepare` calls it for what it refuses; a transport calls it
+        for what it refuses itself (text that is not JSON, a bad modern
+        envelope).  The span's ``error.type`` is the JSON-RPC code; its
+        method is one the server knows, else ``_OTHER``, so a client cannot
+        name spans or metric series at will.
+        """
+        telemetry = self.registration.telemetry
+        if telemetry is None:
+            return
+        method: object = None
+        params: object = None
+        if isinstance(message, jsonrpc.Request):
+            method, params = message.method, message.params
+        elif isinstance(message, dict):
+            method, params = message.get("method"), message.get("params")
+        if not isinstance(params, Mapping):
+            params = {}
+        if telemetry.quiet(params):
+            return
+        known = method if isinstance(method, str) and method in self.methods else OTHER_METHOD
+        subject = Subject(
+            known,
+            None,
+            error.request_id,
+            params,
+            _caller_version(caller),
+            caller.session_id,
+            caller.network_transport,
+            caller.network_protocol,
+        )
+        telemetry.refused_request(error.to_message(), subject)
 
     def _find_tool(self, params: Mapping[str, Any]) -> Tool:
         name = params.get("name")
@@ -204,7 +242,17 @@ class Dispatcher:
         )
         telemetry = self.registration.telemetry
         if telemetry is not None:
-            telemetry.notification(notification.method, params, caller.session_id, outcome.value)
+            subject = Subject(
+                notification.method,
+                None,
+                None,
+                params,
+                _caller_version(caller),
+                caller.session_id,
+                caller.network_transport,
+                caller.network_protocol,
+            )
+            telemetry.notification(subject, outcome.value)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
             "<invalid>" if outcome is CancelOutcome.INVALID_REQUEST_ID else request_id,
@@ -457,6 +505,8 @@ def _subject(call: RequestCall, caller: Caller) -> Subject:
         request.params,
         _protocol_version(call, caller),
         caller.session_id,
+        caller.network_transport,
+        caller.network_protocol,
     )
 
 
@@ -474,6 +524,11 @@ def _target(call: RequestCall) -> str | None:
 def _protocol_version(call: RequestCall, caller: Caller) -> str | None:
     if call.envelope is not None:
         return call.envelope.protocol_version
+    return _caller_version(caller)
+
+
+def _caller_version(caller: Caller) -> str | None:
+    """The version a legacy ``initialize`` negotiated on the caller's channel, if any."""
     channel = caller.channel
     legacy = None if channel is None else channel.legacy
     return None if legacy is None else legacy.protocol_version

@@ -118,6 +118,12 @@ class Caller:
     principal: str | None = None
     session_id: str | None = None
     tenant: str | None = None
+    network_transport: str | None = attrs.field(default=None, kw_only=True)
+    """How the bytes travel, for telemetry (``network.transport``): ``pipe`` (stdio),
+    ``tcp`` (HTTP, WebSocket); ``None`` in memory."""
+    network_protocol: str | None = attrs.field(default=None, kw_only=True)
+    """The application protocol under MCP (``network.protocol.name``): ``http``,
+    ``websocket``; ``None`` for stdio and in memory."""
 
 
 @attrs.define(eq=False)

@@ -21,6 +21,13 @@ __all__ = [
     "ATTR_CANCEL_PHASE",
     "ATTR_CANCEL_REASON",
     "ATTR_LIMIT",
+    "ATTR_NETWORK_PROTOCOL",
+    "ATTR_NETWORK_TRANSPORT",
+    "ATTR_RESOURCE_URI",
+    "ATTR_SENTRY_CANCELLED_REASON",
+    "ATTR_SENTRY_CANCELLED_REQUEST_ID",
+    "MAX_ATTRIBUTE_LENGTH",
+    "RESOURCE_METHODS",
     "DURATION_BUCKETS",
     "EVENT_FLAG",
     "EVENT_HARD_CANCEL",
@@ -31,11 +38,41 @@ __all__ = [
     "EVENT_TASK_CANCEL",
     "EVENT_THREAD_ABANDONED",
     "INSTRUMENTATION_NAME",
+    "OTHER_METHOD",
+    "bounded",
     "server_cause",
 ]
 
 #: The tracer and meter name (the distribution's name).
 INSTRUMENTATION_NAME: Final = "trio-mcp-cancel"
+
+# Standard attributes the conventions name (set where they apply).
+ATTR_RESOURCE_URI: Final = "mcp.resource.uri"
+"""The ``uri`` of ``resources/read``, ``resources/subscribe`` and ``resources/unsubscribe``
+(spans only: the conventions make it opt-in on metrics, for its cardinality)."""
+ATTR_NETWORK_TRANSPORT: Final = "network.transport"
+"""``pipe`` (stdio) or ``tcp`` (HTTP, WebSocket); absent in memory (no network at all)."""
+ATTR_NETWORK_PROTOCOL: Final = "network.protocol.name"
+"""``http`` or ``websocket``; absent for stdio (the conventions' transport table)."""
+
+#: The methods whose ``params.uri`` is a resource's URI (``mcp.resource.uri``).
+RESOURCE_METHODS: Final = frozenset(
+    {"resources/read", "resources/subscribe", "resources/unsubscribe"}
+)
+
+#: ``mcp.method.name`` of a message whose method is not one the server knows (or
+#: that has none): the conventions' ``_OTHER``, so a client cannot name spans or
+#: metric series at will.
+OTHER_METHOD: Final = "_OTHER"
+
+#: The longest string attribute taken from the peer (a URI, a request id, a reason).
+MAX_ATTRIBUTE_LENGTH: Final = 1024
+
+# Sentry's MCP conventions name a cancellation's id and reason (they record them
+# on the ``notifications/cancelled`` span); set beside the project's own keys, on
+# that span and on the span of the request it cancelled.
+ATTR_SENTRY_CANCELLED_REQUEST_ID: Final = "mcp.cancelled.request_id"
+ATTR_SENTRY_CANCELLED_REASON: Final = "mcp.cancelled.reason"
 
 # The project's own span attributes (set when a request was cancelled).
 ATTR_CANCEL_KIND: Final = "mcp_cancel.cancel.kind"
@@ -94,3 +131,14 @@ def server_cause(reason: str | None) -> str:
     if reason.startswith(TOKEN_EXPIRED):  # the expiry time follows: one cause for all
         return "token_expired"
     return "limit" if "limit" in reason else "other"
+
+
+def bounded(value: object, limit: int = MAX_ATTRIBUTE_LENGTH) -> str:
+    """*value* as an attribute string of at most *limit* characters.
+
+    What a peer sends (a resource URI, a request id, a reason) can be of
+    any size; an attribute keeps its first *limit* characters, so one
+    hostile message never makes a span (or an export) large.
+    """
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit]

@@ -28,7 +28,7 @@ test_otel_compat.py`` pins the names read here, so an API release that
 renames them fails there first.
 
 Nothing here is read at import: :func:`global_providers_set` runs when a
-server's telemetry is built (the client never imports this module).
+server's or a client's telemetry is built.
 :func:`is_quiet_provider` uses the public API only.
 """
 

@@ -36,6 +36,7 @@ from .._core.request import TrackedRequest
 from . import names as n
 from .active import Active, current_active
 from .config import Telemetry
+from .instruments import ServerMetrics
 from .otel import Api, load, wall_ns
 from .otel_compat import global_providers_set, is_quiet_provider
 
@@ -52,6 +53,8 @@ class Subject(NamedTuple):
     params: Mapping[str, Any]
     protocol_version: str | None
     session_id: str | None
+    network_transport: str | None = None
+    network_protocol: str | None = None
 
 
 Message = dict[str, Any]
@@ -62,6 +65,12 @@ _MAX_CARRIER_VALUE: Final = 1024
 #: Task execution spans kept for ``tasks/cancel`` to link to (tasks are capped anyway).
 _MAX_TASK_SPANS: Final = 10_000
 _CANCELLED_CODE: Final = "-32800"
+_SESSION_KEYS: Final = (
+    "mcp.protocol.version",
+    n.ATTR_NETWORK_TRANSPORT,
+    n.ATTR_NETWORK_PROTOCOL,
+    "error.type",
+)
 
 
 def for_server(setting: bool | Telemetry) -> ServerTelemetry | None:
@@ -89,58 +98,7 @@ class ServerTelemetry:
             n.INSTRUMENTATION_NAME, tracer_provider=config.tracer_provider
         )
         meter = api.metrics.get_meter(n.INSTRUMENTATION_NAME, meter_provider=config.meter_provider)
-        self.duration = meter.create_histogram(
-            "mcp.server.operation.duration",
-            unit="s",
-            description="MCP request or notification duration as observed on the receiver.",
-            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
-        )
-        self.in_flight = meter.create_up_down_counter(
-            "mcp_cancel.requests.in_flight",
-            unit="{request}",
-            description="Requests being answered, by method.",
-        )
-        self.cancellations = meter.create_counter(
-            "mcp_cancel.cancellations",
-            unit="{request}",
-            description="Cancelled requests, by who cancelled and how far it had to go.",
-        )
-        self.flag_to_stop = meter.create_histogram(
-            "mcp_cancel.cancel.flag_to_stop",
-            unit="s",
-            description="Seconds from the cancellation flag to the request's end.",
-            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
-        )
-        self.overruns = meter.create_counter(
-            "mcp_cancel.overruns",
-            unit="{request}",
-            description="Requests still running past their hard cancel (reported live).",
-        )
-        self.refusals = meter.create_counter(
-            "mcp_cancel.limit.refusals",
-            unit="{request}",
-            description="Calls refused by an admission limit, by limit.",
-        )
-        self.tasks = meter.create_counter(
-            "mcp_cancel.tasks",
-            unit="{task}",
-            description="Tasks started (working) and ended, by status.",
-        )
-        self.backend_unavailable = meter.create_counter(
-            "mcp_cancel.backend.unavailable",
-            unit="{event}",
-            description="Times the shared backend went away, by operation.",
-        )
-        self.threads_abandoned = meter.create_counter(
-            "mcp_cancel.threads.abandoned",
-            unit="{thread}",
-            description="Worker threads left running by a hard-cancelled request.",
-        )
-        self.process_groups_killed = meter.create_counter(
-            "mcp_cancel.process_groups.killed",
-            unit="{process_group}",
-            description="Child process groups killed by a cancelled request.",
-        )
+        self.metrics = ServerMetrics.create(meter)
         self._watched: weakref.WeakSet[Registry] = weakref.WeakSet()
         self._task_spans: dict[str, Any] = {}
         given = (config.tracer_provider, config.meter_provider)
@@ -182,7 +140,7 @@ class ServerTelemetry:
         name, attributes, metric, parent, links = self._describe(subject)
         method = subject.method
         counted = {"mcp.method.name": method}
-        self.in_flight.add(1, counted)
+        self.metrics.in_flight.add(1, counted)
         started = trio.current_time()
         span = self.tracer.start_span(
             name, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
@@ -210,21 +168,24 @@ class ServerTelemetry:
             if attached is not None:
                 self._detach(attached)
             span.end()
-            self.in_flight.add(-1, counted)
-            self.duration.record(trio.current_time() - started, metric)
+            self.metrics.in_flight.add(-1, counted)
+            self.metrics.duration.record(trio.current_time() - started, metric)
 
     def _describe(
         self, subject: Subject
     ) -> tuple[str, dict[str, Any], dict[str, Any], Any, tuple[Any, ...]]:
         """A request span's name, attributes, metric attributes, parent and links."""
-        method, target, request_id, params, protocol_version, session_id = subject
+        method, target, request_id, params, _, session_id = subject[:6]
         attributes: dict[str, Any] = {"mcp.method.name": method}
-        metric: dict[str, Any] = {"mcp.method.name": method}
-        if protocol_version is not None:
-            attributes["mcp.protocol.version"] = metric["mcp.protocol.version"] = protocol_version
-        attributes["jsonrpc.request.id"] = str(request_id)
+        metric = _common(attributes, subject)
+        if request_id is not None:
+            attributes["jsonrpc.request.id"] = n.bounded(request_id)
         if session_id is not None:
             attributes["mcp.session.id"] = session_id
+        if method in n.RESOURCE_METHODS:
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                attributes[n.ATTR_RESOURCE_URI] = n.bounded(uri)
         name = method
         if target is not None:
             name = f"{method} {target}"
@@ -248,21 +209,49 @@ class ServerTelemetry:
         )
         self._record_reply(span, subject.method, reply, metric)
         span.end()
-        self.duration.record(0.0, metric)
+        self.metrics.duration.record(0.0, metric)
 
-    def notification(
-        self, method: str, params: Mapping[str, Any], session_id: str | None, outcome: str
-    ) -> None:
-        """A ``notifications/cancelled`` received: a short span, its outcome, its duration."""
+    def notification(self, subject: Subject, outcome: str) -> None:
+        """A ``notifications/cancelled`` received: a short span, its outcome, its duration.
+
+        It carries the id and reason it names under Sentry's keys too (bounded:
+        the client chose them).
+        """
+        params = subject.params
         parent, links = self._parent(params)
-        attributes: dict[str, Any] = {"mcp.method.name": method, "mcp_cancel.outcome": outcome}
-        if session_id is not None:
-            attributes["mcp.session.id"] = session_id
+        attributes: dict[str, Any] = {"mcp.method.name": subject.method}
+        metric = _common(attributes, subject)
+        attributes["mcp_cancel.outcome"] = outcome
+        if subject.session_id is not None:
+            attributes["mcp.session.id"] = subject.session_id
+        cancelled, reason = params.get("requestId"), params.get("reason")
+        if isinstance(cancelled, (str, int)) and not isinstance(cancelled, bool):
+            attributes[n.ATTR_SENTRY_CANCELLED_REQUEST_ID] = n.bounded(cancelled)
+        if isinstance(reason, str):
+            attributes[n.ATTR_SENTRY_CANCELLED_REASON] = n.bounded(reason)
         span = self.tracer.start_span(
-            method, context=parent, kind=self._span_kind.SERVER, attributes=attributes, links=links
+            subject.method,
+            context=parent,
+            kind=self._span_kind.SERVER,
+            attributes=attributes,
+            links=links,
         )
         span.end()
-        self.duration.record(0.0, {"mcp.method.name": method})
+        self.metrics.duration.record(0.0, metric)
+
+    def session_ended(
+        self,
+        started: float,
+        protocol_version: str | None,
+        network: tuple[str | None, str | None],
+        error_type: str | None = None,
+    ) -> None:
+        """A session ended (legacy HTTP) or a connection closed: ``mcp.server.session.duration``."""
+        attributes: dict[str, Any] = {}
+        for key, value in zip(_SESSION_KEYS, (protocol_version, *network, error_type), strict=True):
+            if value is not None:
+                attributes[key] = value
+        self.metrics.session_duration.record(max(0.0, trio.current_time() - started), attributes)
 
     def _parent(self, params: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...]]:
         """The span's parent from ``_meta`` (and a link to the ambient context), if any.
@@ -337,6 +326,10 @@ class ServerTelemetry:
         }
         if cancellation.reason is not None:
             attributes[n.ATTR_CANCEL_REASON] = cancellation.reason
+            attributes[n.ATTR_SENTRY_CANCELLED_REASON] = cancellation.reason
+        request_id = request.request_id
+        if request_id is not None:
+            attributes[n.ATTR_SENTRY_CANCELLED_REQUEST_ID] = n.bounded(request_id)
         if request.overran:
             attributes[n.ATTR_CANCEL_OVERRUN] = now - request.hard_deadline
         span.set_attributes(attributes)
@@ -357,8 +350,8 @@ class ServerTelemetry:
             n.EVENT_STOP, {n.ATTR_CANCEL_PHASE: phase, n.ATTR_CANCEL_FLAG_TO_STOP: after}
         )
         metric = {n.ATTR_CANCEL_KIND: kind, n.ATTR_CANCEL_CAUSE: cause, n.ATTR_CANCEL_PHASE: phase}
-        self.cancellations.add(1, metric)
-        self.flag_to_stop.record(after, metric)
+        self.metrics.cancellations.add(1, metric)
+        self.metrics.flag_to_stop.record(after, metric)
 
     def http_parent(self, headers: Mapping[str, str]) -> Any:
         """A context manager making an HTTP request's ``traceparent`` header the ambient context.
@@ -373,25 +366,26 @@ class ServerTelemetry:
 
     def refused(self, limit: str) -> None:
         """An admission limit refused a call."""
-        self.refusals.add(1, {n.ATTR_LIMIT: limit})
+        self.metrics.refusals.add(1, {n.ATTR_LIMIT: limit})
 
     def process_event(self, span: Any, killed: bool, signal_name: str) -> None:
         """``run_process``: the child's group was killed, or sent its stop signal."""
         event = n.EVENT_PROCESS_KILLED if killed else n.EVENT_PROCESS_SIGNALLED
         span.add_event(event, {"mcp_cancel.signal": signal_name})
         if killed:
-            self.process_groups_killed.add(1)
+            self.metrics.process_groups_killed.add(1)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, ThreadAbandonedEvent):
-            self.threads_abandoned.add(1, {n.ATTR_CANCEL_KIND: event.kind})
+            self.metrics.threads_abandoned.add(1, {n.ATTR_CANCEL_KIND: event.kind})
             active = current_active.get()  # delivered in the request's own task
             if active is not None and active.telemetry is self:
                 active.span.add_event(n.EVENT_THREAD_ABANDONED, {"thread.name": event.thread})
         elif isinstance(event, OverrunEvent):
-            self.overruns.add(1, {n.ATTR_CANCEL_KIND: event.kind})
+            self.metrics.overruns.add(1, {n.ATTR_CANCEL_KIND: event.kind})
         elif isinstance(event, BackendEvent) and event.name == "backend.unavailable":
-            self.backend_unavailable.add(1, {"mcp_cancel.backend.operation": event.operation})
+            operation = {"mcp_cancel.backend.operation": event.operation}
+            self.metrics.backend_unavailable.add(1, operation)
 
     # -- tasks ----------------------------------------------------------------------
 
@@ -413,7 +407,7 @@ class ServerTelemetry:
                 "gen_ai.tool.name": tool_name,
                 "mcp_cancel.task.id": task_id,
             }
-            self.tasks.add(1, {"mcp_cancel.task.status": "working"})
+            self.metrics.tasks.add(1, {"mcp_cancel.task.status": "working"})
             status = "failed"
             with self.tracer.start_as_current_span(
                 f"mcp_cancel.task {tool_name}",
@@ -441,7 +435,7 @@ class ServerTelemetry:
                     span.set_attribute("mcp_cancel.task.status", status)
                     if status == "failed":
                         span.set_status(self._status_error)
-                    self.tasks.add(1, {"mcp_cancel.task.status": status})
+                    self.metrics.tasks.add(1, {"mcp_cancel.task.status": status})
 
         return run
 
@@ -453,6 +447,19 @@ class ServerTelemetry:
             return links
         span.add_event(n.EVENT_TASK_CANCEL)
         return (*links, self._link(span.get_span_context()))
+
+
+def _common(attributes: dict[str, Any], subject: Subject) -> dict[str, Any]:
+    """Set what a span and its duration point share; return the point's attributes."""
+    metric: dict[str, Any] = {"mcp.method.name": attributes["mcp.method.name"]}
+    if subject.protocol_version is not None:
+        metric["mcp.protocol.version"] = subject.protocol_version
+    if subject.network_transport is not None:
+        metric[n.ATTR_NETWORK_TRANSPORT] = subject.network_transport
+    if subject.network_protocol is not None:
+        metric[n.ATTR_NETWORK_PROTOCOL] = subject.network_protocol
+    attributes.update(metric)
+    return metric
 
 
 class _Attached:

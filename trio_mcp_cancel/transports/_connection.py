@@ -144,6 +144,7 @@ def connection_caller(
     address bucket of *client* (a ``(host, port)`` pair), else none.
     """
     session_id = f"{kind}-{secrets.token_urlsafe(16)}"
+    transport, protocol = _NETWORK.get(kind, (None, None))
     return Caller(
         namespace_for(session_id=session_id),
         registry,
@@ -151,7 +152,17 @@ def connection_caller(
         principal,
         session_id,
         tenant_for(principal, client),
+        network_transport=transport,
+        network_protocol=protocol,
     )
+
+
+#: ``network.transport`` and ``network.protocol.name`` of each stream transport (the
+#: conventions' transport table); the in-memory one has no network to name.
+_NETWORK: dict[str, tuple[str | None, str | None]] = {
+    "stdio": ("pipe", None),
+    "ws": ("tcp", "websocket"),
+}
 
 
 @attrs.define(eq=False)
@@ -354,6 +365,28 @@ class MessageConnection:
         cancel bounds how long that takes), and the writer with them, so
         nothing outlives it.
         """
+        started = trio.current_time()
+        failure: str | None = None
+        try:
+            await self._serve(incoming)
+        except trio.Cancelled:
+            raise  # the server shutting down: not the session's failure
+        except BaseException as exc:
+            failure = type(exc).__qualname__
+            raise
+        finally:
+            telemetry = self.dispatcher.registration.telemetry
+            if telemetry is not None:
+                # mcp.server.session.duration: one connection is one session.
+                legacy = self.channel.legacy
+                telemetry.session_ended(
+                    started,
+                    None if legacy is None else legacy.protocol_version,
+                    (self.caller.network_transport, self.caller.network_protocol),
+                    "peer_stalled" if self.stalled and failure is None else failure,
+                )
+
+    async def _serve(self, incoming: AsyncIterable[str | bytes]) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_outbox)
             self._service = nursery
@@ -433,6 +466,7 @@ class MessageConnection:
         try:
             message = jsonrpc.decode(data)
         except JsonRpcError as exc:
+            self.dispatcher.refuse(exc, None, self.caller)
             await self.send(exc.to_message())
             return
         call = self.dispatcher.prepare(message, self.caller)

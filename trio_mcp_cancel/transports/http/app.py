@@ -59,6 +59,7 @@ from ..._core.registry import (
 from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.extension import Extension
 from ..._protocol.replay import SharedClaims
+from ..._telemetry.server import ServerTelemetry
 from ..._wire import jsonrpc
 from ..._wire.jsonrpc import JsonRpcError
 from ...backends.base import Backend
@@ -78,7 +79,7 @@ from .modern import ModernEra
 from .oauth import Expiries, answer_until_expiry, check_scopes, expiry_of, resource_metadata
 from .resume import StreamBudget
 from .rules import HttpError
-from .sessions import SessionStore
+from .sessions import Session, SessionStore
 from .shared import SessionSharing
 from .writer import AsgiSink, Sink
 
@@ -205,15 +206,7 @@ class McpHttpApp:
         self._registry = registry
         self.registry_config = registry_config
         self.path = path
-        self.sessions = (
-            SessionStore(
-                http_limits.max_sessions,
-                http_limits.session_idle_timeout,
-                http_limits.max_sessions_per_tenant,
-            )
-            if sessions
-            else None
-        )
+        self.sessions = _sessions(http_limits, self.registration.telemetry) if sessions else None
         self.auth = auth
         self.oauth = auth if isinstance(auth, OAuthResource) else None
         # What a token opened ends at its expiry (see .oauth): one timer for all.
@@ -513,6 +506,25 @@ async def _run_registry(
     async with open_registry(config) as registry:
         task_status.started(registry)
         await trio.sleep_forever()
+
+
+def _sessions(http_limits: HttpLimits, telemetry: ServerTelemetry | None) -> SessionStore:
+    """The app's legacy session store, reporting each session's end to *telemetry*."""
+    return SessionStore(
+        http_limits.max_sessions,
+        http_limits.session_idle_timeout,
+        http_limits.max_sessions_per_tenant,
+        on_end=None if telemetry is None else partial(_session_ended, telemetry),
+    )
+
+
+def _session_ended(telemetry: ServerTelemetry, session: Session) -> None:
+    """``mcp.server.session.duration`` of a legacy session created on this worker."""
+    if session.started is None:
+        return
+    legacy = session.channel.legacy
+    version = None if legacy is None else legacy.protocol_version
+    telemetry.session_ended(session.started, version, ("tcp", "http"))
 
 
 async def _principal(

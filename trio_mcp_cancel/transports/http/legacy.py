@@ -83,6 +83,8 @@ class LegacyEra:
             post.principal,
             public_id,
             post.tenant,
+            network_transport="tcp",
+            network_protocol="http",
         )
         extra: Headers = [session.header] if session else []
         # The app chose this era because the body carries no modern envelope.

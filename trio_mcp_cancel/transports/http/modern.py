@@ -42,6 +42,8 @@ class ModernEra:
             post.registry,
             principal=post.principal,
             tenant=post.tenant,
+            network_transport="tcp",
+            network_protocol="http",
         )
         try:
             if not isinstance(message, dict) or "id" not in message:
@@ -50,6 +52,7 @@ class ModernEra:
         except JsonRpcError as exc:
             # The dispatcher never sees this message: its id is checked here, once.
             exc.request_id = jsonrpc.request_id_of(message)
+            self.responder.dispatcher.refuse(exc, message, caller)
             await self._error(post, exc)
             return None
         call = self.responder.prepare(message, caller, envelope)
@@ -67,6 +70,7 @@ class ModernEra:
                 rules.check_param_headers(headers, call.tool.input_schema, arguments)
             except JsonRpcError as exc:
                 exc.request_id = call.request.id
+                self.responder.dispatcher.refuse(exc, call.request, caller)
                 await self._error(post, exc)
                 return None
         return Routed(call, caller, [], "modern")

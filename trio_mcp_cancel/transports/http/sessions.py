@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
@@ -72,6 +73,9 @@ class Session:
     concurrency limit and what ``initialize`` negotiated."""
     streams: StreamTable = attrs.field(factory=StreamTable)
     """Its resumable SSE streams on this worker (see :mod:`.resume`)."""
+    started: float | None = attrs.field(default=None, kw_only=True)
+    """When this worker created it (``None``: adopted from another worker, whose
+    ``mcp.server.session.duration`` it is)."""
     namespace: str | None = attrs.field(init=False)
     """``session:<public_id>``, worked out once rather than on every POST;
     ``None`` when ``public_id`` cannot name a namespace (one read from a
@@ -121,6 +125,8 @@ class SessionStore:
     max_sessions_per_tenant: int = attrs.field(default=100, validator=_positive)
     tag: str = attrs.field(factory=lambda: secrets.token_hex(4))
     """Ends every id this store issues (see the module docstring)."""
+    on_end: Callable[[Session], object] | None = attrs.field(default=None, kw_only=True)
+    """Called with each session that ends here, however it ends (telemetry)."""
     # Both in least-recently-used-first order.
     _sessions: OrderedDict[str, Session] = attrs.field(init=False, factory=OrderedDict)
     _tenants: dict[str | None, OrderedDict[str, Session]] = attrs.field(init=False, factory=dict)
@@ -144,7 +150,7 @@ class SessionStore:
         session with calls in flight.
         """
         session_id = f"{secrets.token_urlsafe(24)}.{self.tag}"
-        session = Session(session_id, principal, now, tenant, channel=channel)
+        session = Session(session_id, principal, now, tenant, channel=channel, started=now)
         return session, self.adopt(session, now)
 
     def adopt(self, session: Session, now: float) -> list[Session]:
@@ -236,6 +242,8 @@ class SessionStore:
         del own[session.id]
         if not own:
             del self._tenants[session.tenant]
+        if self.on_end is not None:
+            self.on_end(session)
         return session
 
 
