@@ -622,7 +622,7 @@ async def test_cancellable_work(
 async def test_cancellation_status(
     ctx: ToolContext, probe: Annotated[str, "the probe given to test_cancellable_work"]
 ) -> str:
-    """How the test_cancellable_work call with this *probe* ended: running, cancelled, completed, unknown."""
+    """How test_cancellable_work with this *probe* ended: running, cancelled, completed, unknown."""
     return PROBES.get(_probe_name(probe), "unknown")
 
 
