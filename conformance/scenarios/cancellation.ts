@@ -296,10 +296,13 @@ cooperative). \`tasks/cancel\` of an unknown taskId gets -32602 (SHOULD). Fixtur
     const probe = probeName(this.name);
     try {
       const peer = await Peer.open(ctx, { extensions: { [TASKS_EXTENSION_ID]: {} } });
-      const created = await peer.request('tools/call', { name: WORK, arguments: { probe, seconds: 30 } });
-      const taskId = created.result?.taskId;
-      if (created.result?.resultType !== 'task' || typeof taskId !== 'string') {
-        return untestable(ids, `${WORK} did not run as a task: ${JSON.stringify(created)}`, [TASKS_REF]);
+      const call = await peer.send('tools/call', { name: WORK, arguments: { probe, seconds: 30 } });
+      const { response: created } = await call.stream.responseTo(call.id, SETTLE_MS);
+      call.stream.cancel(); // a server that runs it in line is cancelled by the close
+      const taskId = created?.result?.taskId;
+      if (created?.result?.resultType !== 'task' || typeof taskId !== 'string') {
+        const got = created ? JSON.stringify(created) : `no answer within ${SETTLE_MS} ms`;
+        return untestable(ids, `${WORK} did not run as a task (${got})`, [TASKS_REF]);
       }
       await probeUntil(peer, probe, (s) => s === 'running');
       const ack = await peer.request('tasks/cancel', { taskId });
