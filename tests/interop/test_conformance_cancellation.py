@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 from functools import partial
 from pathlib import Path
@@ -26,6 +27,7 @@ from repo_paths import ROOT
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
+from trio_mcp_cancel.server import McpServer, ToolContext
 from trio_mcp_cancel.testing import open_test_client
 
 RUNNER = ROOT / "conformance" / "scenarios" / "run.ts"
@@ -60,9 +62,65 @@ EXPECTED = {
 def results(out: Path) -> tuple[list[str], dict[str, str]]:
     """The scenarios that wrote ``checks.json`` under *out*, and every check's status."""
     found = sorted(out.glob("*/checks.json"))
-    ran = sorted(path.parent.name.rsplit("-20", 1)[0] for path in found)
+    ran = sorted(re.sub(r"-\d{4}-\d\d-\d\dT.*$", "", path.parent.name) for path in found)
     statuses = {c["id"]: c["status"] for path in found for c in json.loads(path.read_text())}
     return ran, statuses
+
+
+async def run_scenarios(node: Path, served: McpServer, args: list[str], out: Path) -> str:
+    """Serve *served* on 127.0.0.1 and run the scenario runner against it; its output."""
+    async with open_registry(grace_period=2.0) as registry, trio.open_nursery() as nursery:
+        app = McpHttpApp(served, registry)
+        binds = await nursery.start(partial(serve, app, server_config(host="127.0.0.1", port=0)))
+        done = await trio.run_process(
+            [str(node), str(RUNNER), "--url", f"{binds[0]}/mcp", "-o", str(out), *args],
+            capture_stdout=True,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+        nursery.cancel_scope.cancel()
+    return f"exit {done.returncode}\n{done.stdout.decode()}"
+
+
+def deaf_server() -> McpServer:
+    """The two fixtures, but the work ignores cancellation (shielded) for 6 s."""
+    deaf = McpServer("deaf", "1.0.0")
+    probes: dict[str, str] = {}
+
+    @deaf.tool()
+    async def test_cancellable_work(ctx: ToolContext, probe: str, seconds: float = 30.0) -> str:
+        probes[probe] = "running"
+        with trio.CancelScope(shield=True):
+            await trio.sleep(6)
+        probes[probe] = "completed"
+        return "done"
+
+    @deaf.tool()
+    async def test_cancellation_status(ctx: ToolContext, probe: str) -> str:
+        return probes.get(probe, "unknown")
+
+    return deaf
+
+
+@pytest.mark.node
+@pytest.mark.subprocess
+async def test_a_server_that_ignores_a_closed_stream_fails_the_stream_close_scenario(
+    node: Path, tmp_path: Path
+) -> None:
+    with trio.fail_after(BOUND):
+        args = [
+            "--spec-version",
+            "2026-07-28",
+            "--scenario",
+            "cancellation-stream-close-stops-tool",
+        ]
+        out = await run_scenarios(node, deaf_server(), args, tmp_path)
+    assert out.startswith("exit 1"), out
+    _, statuses = results(tmp_path)
+    assert statuses == {
+        "cancellation-stream-close-stops-work": "FAILURE",
+        "cancellation-stream-close-still-serves": "SUCCESS",
+    }, out
 
 
 @pytest.mark.node
@@ -71,31 +129,10 @@ def results(out: Path) -> tuple[list[str], dict[str, str]]:
 async def test_every_cancellation_scenario_passes_against_the_example_server(
     node: Path, era: str, tmp_path: Path
 ) -> None:
-    served = example()
     with trio.fail_after(BOUND):
-        async with open_registry(grace_period=2.0) as registry, trio.open_nursery() as nursery:
-            app = McpHttpApp(served.server, registry)
-            config = server_config(host="127.0.0.1", port=0)
-            binds = await nursery.start(partial(serve, app, config))
-            done = await trio.run_process(
-                [
-                    str(node),
-                    str(RUNNER),
-                    "--url",
-                    f"{binds[0]}/mcp",
-                    "--spec-version",
-                    era,
-                    "-o",
-                    str(tmp_path),
-                    "--strict",
-                ],
-                capture_stdout=True,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
-            nursery.cancel_scope.cancel()
-    out = done.stdout.decode()
-    assert done.returncode == 0, out
+        args = ["--spec-version", era, "--strict"]
+        out = await run_scenarios(node, example().server, args, tmp_path)
+    assert out.startswith("exit 0"), out
     ran, statuses = results(tmp_path)
     assert ran == EXPECTED[era], out
     assert statuses and set(statuses.values()) == {"SUCCESS"}, statuses
