@@ -15,7 +15,10 @@ logging, progress, list-changed notifications, asking the client mid-call
 requests (``InputRequired``) and the Tasks extension (tools that run as
 tasks, ask for input inside them or before them, and stop on
 ``tasks/cancel``), whose not-scored scenarios ``dev.py conformance`` also
-judges (``conformance/baseline-tasks.yml``).
+judges (``conformance/baseline-tasks.yml``).  Two more tools are not the
+suite's: ``test_cancellable_work`` and ``test_cancellation_status``, the
+fixtures of our cancellation scenarios (``conformance/scenarios/``), which
+``dev.py conformance`` runs too.
 """
 
 from __future__ import annotations
