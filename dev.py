@@ -193,6 +193,7 @@ def conformance(extra: list[str]) -> int:
     """Run the official MCP conformance suite (both eras) against examples/conformance_server.py.
 
     Installs the pinned Node 22 and suite into .tools/ first; see conformance/run_suite.py.
+    Then our cancellation scenarios (conformance/scenarios/, the suite's format) at each era.
     ``--era 2025-11-25`` (or ``2026-07-28``): one era; ``--scenario NAME``: one scenario.
     """
     return run(PYTHON, ROOT / "conformance" / "run_suite.py", *extra)

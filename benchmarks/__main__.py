@@ -23,6 +23,7 @@ from . import (
     _wrk,
     bench_arguments,
     bench_client,
+    bench_conformance_cancel,
     bench_cross_process,
     bench_e2e,
     bench_early_cancel,
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_telemetry.NAME: bench_telemetry.run,
     bench_client.NAME: bench_client.run,
     bench_workers.NAME: bench_workers.run,
+    bench_conformance_cancel.NAME: bench_conformance_cancel.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -18,6 +18,11 @@ The Tasks ones are held to a baseline of our own,
 ``scenario:check-id``, each with its reason): after the 2026-07-28 run,
 a failing Tasks check it does not list, or an entry that passes (stale),
 fails the run, exactly like the suite's rule for scored scenarios.
+
+Then our own cancellation scenarios (``conformance/scenarios/``, written in
+the suite's scenario format; the suite has none, conformance#433) run at
+the same era with their runner, strictly: a failing or warning check fails
+the run.  ``--scenario cancellation-...`` runs one of them alone.
 """
 
 from __future__ import annotations
@@ -190,6 +195,31 @@ class Server:
                 self.proc.wait()
 
 
+SCENARIOS = ROOT / "conformance" / "scenarios"
+
+
+def run_scenarios(url: str, era: str, out: Path, extra: list[str]) -> tuple[int, str]:
+    """Our cancellation scenarios at *era* (``conformance/scenarios/run.ts``), strict."""
+    command = [
+        str(node_tools.node()),
+        str(SCENARIOS / "run.ts"),
+        *("--url", url, "--spec-version", era, "-o", str(out), "--strict", *extra),
+    ]
+    print("+", " ".join(command), flush=True)
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=node_tools.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    print(done.stdout, flush=True)
+    return done.returncode, done.stdout
+
+
 def run_suite(url: str, args: list[str], label: str) -> tuple[int, str]:
     command = [str(node_tools.bin_path("conformance")), "server", "--url", url, *args]
     print("+", " ".join(command), flush=True)
@@ -223,6 +253,11 @@ def main() -> int:
         for era in options.era or ERAS:
             out = RESULTS / era
             shutil.rmtree(out, ignore_errors=True)  # judge this run's checks only
+            if options.scenario and options.scenario.startswith("cancellation-"):
+                code, _ = run_scenarios(server.url, era, out, ["--scenario", options.scenario])
+                if code != 0:
+                    failed.append(f"{era} (cancellation scenarios)")
+                continue
             if options.scenario:
                 args = ["--scenario", options.scenario, "--spec-version", era, "--force"]
             else:
@@ -242,6 +277,10 @@ def main() -> int:
                     print(f"conformance Tasks: {problem}", file=sys.stderr, flush=True)
                 if problems:
                     failed.append(f"{era} (Tasks extension)")
+            code, output = run_scenarios(server.url, era, out / "cancellation", [])
+            summaries.append(output.strip().splitlines()[-1] if output.strip() else f"{era}: none")
+            if code != 0:
+                failed.append(f"{era} (cancellation scenarios)")
     finally:
         server.stop()
     for line in summaries:

@@ -15,7 +15,10 @@ logging, progress, list-changed notifications, asking the client mid-call
 requests (``InputRequired``) and the Tasks extension (tools that run as
 tasks, ask for input inside them or before them, and stop on
 ``tasks/cancel``), whose not-scored scenarios ``dev.py conformance`` also
-judges (``conformance/baseline-tasks.yml``).
+judges (``conformance/baseline-tasks.yml``).  Two more tools are not the
+suite's: ``test_cancellable_work`` and ``test_cancellation_status``, the
+fixtures of our cancellation scenarios (``conformance/scenarios/``), which
+``dev.py conformance`` runs too.
 """
 
 from __future__ import annotations
@@ -580,6 +583,69 @@ async def test_tool_with_task(ctx: Context) -> str:
     answer = _accepted(ctx.input_responses, "user_name") or {}
     await trio.sleep(0.5)
     return f"Hello, {answer.get('name')}! (greeted from a task)"
+
+
+# -- cancellation (conformance/scenarios/: our cancellation scenarios) -----------------
+
+#: How each cancellation probe's call ended, by probe name: ``running`` while it
+#: works, then ``cancelled`` or ``completed``.  Shared by every client (the
+#: modern era has no session to keep it in), so it is bounded in bytes: at
+#: most PROBE_LIMIT names of at most PROBE_NAME_MAX characters, the oldest
+#: forgotten first.
+PROBES: dict[str, str] = {}
+PROBE_LIMIT = 256
+PROBE_NAME_MAX = 64
+
+
+def _probe_name(probe: str) -> str:
+    if not 0 < len(probe) <= PROBE_NAME_MAX:
+        raise ToolError(f"probe must be 1 to {PROBE_NAME_MAX} characters")
+    return probe
+
+
+def _record(probe: str, outcome: str) -> None:
+    PROBES.pop(probe, None)  # re-inserted last: the oldest are forgotten first
+    PROBES[probe] = outcome
+    while len(PROBES) > PROBE_LIMIT:
+        del PROBES[next(iter(PROBES))]
+
+
+@server.tool(task="optional")
+async def test_cancellable_work(
+    ctx: ToolContext,
+    probe: Annotated[str, "a name of the caller's choosing; test_cancellation_status tells"],
+    seconds: Annotated[float, "how long to work unless cancelled"] = 30.0,
+) -> str:
+    """Works for *seconds*, reporting progress every 0.1 s, and records how it ended.
+
+    Progress starts at once, so a client knows the tool runs before it
+    cancels.  Whatever stops it early (``notifications/cancelled``, a closed
+    stream, ``tasks/cancel``) leaves ``cancelled`` under *probe*; only a
+    normal return leaves ``completed``.
+    """
+    name = _probe_name(probe)
+    _record(name, "running")
+    outcome = "cancelled"
+    try:
+        deadline = trio.current_time() + max(0.0, min(seconds, 600.0))
+        step = 0
+        while trio.current_time() < deadline:
+            step += 1
+            await ctx.report_progress(step, None, f"working on {name}")
+            await checkpoint_cancelled()
+            await trio.sleep(min(0.1, max(0.0, deadline - trio.current_time())))
+        outcome = "completed"
+    finally:
+        _record(name, outcome)
+    return f"completed {name}"
+
+
+@server.tool(annotations={"readOnlyHint": True})
+async def test_cancellation_status(
+    ctx: ToolContext, probe: Annotated[str, "the probe given to test_cancellable_work"]
+) -> str:
+    """How test_cancellable_work with this *probe* ended: running, cancelled, completed, unknown."""
+    return PROBES.get(_probe_name(probe), "unknown")
 
 
 # -- resources ---------------------------------------------------------------------

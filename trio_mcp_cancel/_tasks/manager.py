@@ -102,6 +102,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trio_mcp_cancel.tasks")
+TASKS_DRAFT_SCHEMA = "ext-tasks schema/draft@e434597 (2026-08-21)"  # the Tasks draft followed
 
 
 @attrs.define(eq=False)

@@ -1,5 +1,9 @@
 """MCP over WebSocket (trio-websocket): one connection is one session.
 
+Not a standard MCP transport (MCP defines stdio and Streamable HTTP;
+SEP-1288, which proposes WebSocket, is open): the rules below are this
+project's own, and docs/reference.md ("WebSocket") states them for clients.
+
 Each connection gets a fresh ``session:ws-<random>`` namespace, so a
 ``notifications/cancelled`` only reaches requests sent on the same
 connection.  Requests run concurrently in the connection's nursery (at most
