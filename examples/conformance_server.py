@@ -612,7 +612,7 @@ def _record(probe: str, outcome: str) -> None:
 
 @server.tool(task="optional")
 async def test_cancellable_work(
-    ctx: ToolContext,
+    ctx: Context,
     probe: Annotated[str, "a name of the caller's choosing; test_cancellation_status tells"],
     seconds: Annotated[float, "how long to work unless cancelled"] = 30.0,
 ) -> str:
@@ -642,7 +642,7 @@ async def test_cancellable_work(
 
 @server.tool(annotations={"readOnlyHint": True})
 async def test_cancellation_status(
-    ctx: ToolContext, probe: Annotated[str, "the probe given to test_cancellable_work"]
+    ctx: Context, probe: Annotated[str, "the probe given to test_cancellable_work"]
 ) -> str:
     """How test_cancellable_work with this *probe* ended: running, cancelled, completed, unknown."""
     return PROBES.get(_probe_name(probe), "unknown")

@@ -23,12 +23,13 @@ from types import ModuleType
 
 import pytest
 import trio
-from repo_paths import ROOT
 
 from trio_mcp_cancel import open_registry
 from trio_mcp_cancel.http import McpHttpApp, serve, server_config
-from trio_mcp_cancel.server import McpServer, ToolContext
+from trio_mcp_cancel.server import Context, McpServer
 from trio_mcp_cancel.testing import open_test_client
+
+from _support.repo_paths import ROOT
 
 RUNNER = ROOT / "conformance" / "scenarios" / "run.ts"
 BOUND = 120
@@ -88,7 +89,7 @@ def deaf_server() -> McpServer:
     probes: dict[str, str] = {}
 
     @deaf.tool()
-    async def test_cancellable_work(ctx: ToolContext, probe: str, seconds: float = 30.0) -> str:
+    async def test_cancellable_work(ctx: Context, probe: str, seconds: float = 30.0) -> str:
         probes[probe] = "running"
         with trio.CancelScope(shield=True):
             await trio.sleep(6)
@@ -96,7 +97,7 @@ def deaf_server() -> McpServer:
         return "done"
 
     @deaf.tool()
-    async def test_cancellation_status(ctx: ToolContext, probe: str) -> str:
+    async def test_cancellation_status(ctx: Context, probe: str) -> str:
         return probes.get(probe, "unknown")
 
     return deaf
