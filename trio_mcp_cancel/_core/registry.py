@@ -246,6 +246,11 @@ class Registry:
         self._idle: trio.Event | None = None
         # (hard deadline + margin, token) of requests to check for overrun.
         self._overrun_checks: list[tuple[float, int]] = []
+        # Server cancels due later (a tool's time limit): token -> (due, reason), and
+        # their (due, token) heap.  An entry whose request left stays in the heap
+        # until it is due or the heap is compacted, at twice the live entries.
+        self._due: dict[int, tuple[float, str]] = {}
+        self._due_heap: list[tuple[float, int]] = []
         self._wake: trio.CancelScope | None = None
 
     # -- service -----------------------------------------------------------
@@ -266,14 +271,19 @@ class Registry:
             interval = self.config.cleanup_interval
             next_cleanup = math.inf if interval is None else trio.current_time() + interval
             while True:
-                checks = self._overrun_checks
+                checks, due = self._overrun_checks, self._due_heap
                 with trio.CancelScope(
-                    deadline=min(next_cleanup, checks[0][0] if checks else math.inf)
+                    deadline=min(
+                        next_cleanup,
+                        checks[0][0] if checks else math.inf,
+                        due[0][0] if due else math.inf,
+                    )
                 ) as self._wake:
                     await trio.sleep_forever()
                 self._wake = None
                 now = trio.current_time()
                 self._check_overruns(now)
+                self._cancel_due(now)
                 if interval is not None and now >= next_cleanup:
                     self.cleanup()
                     next_cleanup = now + interval
@@ -296,6 +306,35 @@ class Registry:
             request.overran = True
             kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
+
+    def _cancel_due(self, now: float) -> None:
+        """Cancel (kind ``server``) the requests whose :meth:`cancel_at` time came."""
+        heap = self._due_heap
+        while heap and heap[0][0] <= now:
+            _, token = heapq.heappop(heap)
+            entry = self._due.pop(token, None)
+            if entry is not None:
+                self.cancel_request(token, entry[1], kind="server")
+
+    def cancel_at(self, request: TrackedRequest, at: float, reason: str) -> None:
+        """Cancel *request* server-side at *at* (Trio time), as :meth:`cancel_request` would then.
+
+        A time limit: the polled flag is set at *at* and the hard cancel follows
+        the grace period later, both phases as for any server cancel.  No task
+        of its own: the janitor wakes for it (so ``MockClock`` jumps to it), and
+        nothing is kept once the request has left.  A later call for the same
+        request keeps the earlier time.
+        """
+        token = request.token
+        if token not in self._by_token:
+            return
+        held = self._due.get(token)
+        if held is not None and held[0] <= at:
+            return
+        self._due[token] = (at, reason)
+        heapq.heappush(self._due_heap, (at, token))
+        if self._wake is not None and at < self._wake.deadline:
+            self._wake.deadline = at
 
     # -- tracking ----------------------------------------------------------
 
@@ -339,6 +378,11 @@ class Registry:
         (``request.stopped``)."""
         if self._by_token.pop(request.token, None) is None:
             return
+        if self._due and self._due.pop(request.token, None) is not None:
+            heap = self._due_heap
+            if len(heap) > 2 * len(self._due) + 64:  # bounded by the live entries
+                self._due_heap = [entry for entry in heap if entry[1] in self._due]
+                heapq.heapify(self._due_heap)
         cancellation = request.cancellation
         if cancellation is not None:
             now = trio.current_time()

@@ -331,7 +331,11 @@ class Dispatcher:
             return result
         result.setdefault("resultType", "complete")
         meta = result.get("_meta")
-        info = self.registration.info
+        registration = self.registration
+        # Discovery carries the whole Implementation (title, icons, ...); the other
+        # results only name the server.
+        discover = call.request.method == "server/discover"
+        info = registration.server_info if discover else registration.info
         result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
         return result
 

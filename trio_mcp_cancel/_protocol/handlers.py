@@ -75,7 +75,7 @@ async def initialize(h: HandlerInput) -> dict[str, Any]:
             "capabilities": server.capabilities(
                 "legacy", notifications=channel is not None and channel.notifications
             ),
-            "serverInfo": server.info,
+            "serverInfo": server.server_info,
         }
     )
 
@@ -187,6 +187,7 @@ async def _start_task(
             request_state=first.request_state,
             task_progress=partial(tasks.progress, task_id),
             ask_task=partial(tasks.ask, task_id),
+            lifespan=h.runtime.lifespan,
         )
         key = (task_id, "task:" + caller.namespace)
 

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from .._core.ratelog import RateLimitedLog
+from .lifespan import LifespanState
 from .registration import Registration
 from .replay import UsedStates
 from .subscriptions import SubscriptionBytes, SubscriptionHub
@@ -68,6 +69,8 @@ class ServerRuntime:
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
     """Where unexpected failures are logged, once per kind and interval."""
+    lifespan: LifespanState = attrs.field(factory=LifespanState)
+    """What ``McpServer(lifespan=...)`` yielded, while entered (``ctx.lifespan``)."""
 
     def __attrs_post_init__(self) -> None:
         # Task status changes reach the subscriptions/listen streams that asked (taskIds).

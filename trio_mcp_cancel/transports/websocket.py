@@ -62,6 +62,7 @@ from .._core.registry import USE_CONFIG, Registry, current_registry
 from .._protocol import jsonrpc
 from .._protocol.dispatcher import Served
 from .._protocol.jsonrpc import JsonRpcError
+from .._protocol.lifespan import lifespan_served
 from .._protocol.registration import Registration
 from ._connection import PEER_GONE, MessageConnection, connection_caller
 from ._shutdown import SHUTDOWN_REASON, Shutdown
@@ -190,7 +191,7 @@ async def serve_mcp_websocket(
     serving = partial(
         serve_websocket, handler, host, port, None, max_message_size=limits.max_message_size
     )
-    async with tasks_served(server):
+    async with lifespan_served(server), tasks_served(server):
         if shutdown is None and not handle_signals:
             await serving(task_status=task_status)
             return
