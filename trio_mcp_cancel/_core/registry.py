@@ -51,7 +51,7 @@ from .events import (
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
 from .request import Cancellation, TrackedRequest, set_flag
-from .table import CancellationTable, Key, Row
+from .table import CancellationTable, DueCancels, Key, Row
 from .validation import (
     RequestId,
     ValidRequestId,
@@ -246,11 +246,7 @@ class Registry:
         self._idle: trio.Event | None = None
         # (hard deadline + margin, token) of requests to check for overrun.
         self._overrun_checks: list[tuple[float, int]] = []
-        # Server cancels due later (a tool's time limit): token -> (due, reason), and
-        # their (due, token) heap.  An entry whose request left stays in the heap
-        # until it is due or the heap is compacted, at twice the live entries.
-        self._due: dict[int, tuple[float, str]] = {}
-        self._due_heap: list[tuple[float, int]] = []
+        self._due = DueCancels()  # server cancels due later (cancel_at)
         self._wake: trio.CancelScope | None = None
 
     # -- service -----------------------------------------------------------
@@ -271,19 +267,17 @@ class Registry:
             interval = self.config.cleanup_interval
             next_cleanup = math.inf if interval is None else trio.current_time() + interval
             while True:
-                checks, due = self._overrun_checks, self._due_heap
+                checks = self._overrun_checks
+                first_check = checks[0][0] if checks else math.inf
                 with trio.CancelScope(
-                    deadline=min(
-                        next_cleanup,
-                        checks[0][0] if checks else math.inf,
-                        due[0][0] if due else math.inf,
-                    )
+                    deadline=min(next_cleanup, first_check, self._due.next_at)
                 ) as self._wake:
                     await trio.sleep_forever()
                 self._wake = None
                 now = trio.current_time()
                 self._check_overruns(now)
-                self._cancel_due(now)
+                for token, reason in self._due.pop_due(now):
+                    self.cancel_request(token, reason, kind="server")
                 if interval is not None and now >= next_cleanup:
                     self.cleanup()
                     next_cleanup = now + interval
@@ -307,15 +301,6 @@ class Registry:
             kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
 
-    def _cancel_due(self, now: float) -> None:
-        """Cancel (kind ``server``) the requests whose :meth:`cancel_at` time came."""
-        heap = self._due_heap
-        while heap and heap[0][0] <= now:
-            _, token = heapq.heappop(heap)
-            entry = self._due.pop(token, None)
-            if entry is not None:
-                self.cancel_request(token, entry[1], kind="server")
-
     def cancel_at(self, request: TrackedRequest, at: float, reason: str) -> None:
         """Cancel *request* server-side at *at* (Trio time), as :meth:`cancel_request` would then.
 
@@ -325,16 +310,9 @@ class Registry:
         nothing is kept once the request has left.  A later call for the same
         request keeps the earlier time.
         """
-        token = request.token
-        if token not in self._by_token:
-            return
-        held = self._due.get(token)
-        if held is not None and held[0] <= at:
-            return
-        self._due[token] = (at, reason)
-        heapq.heappush(self._due_heap, (at, token))
-        if self._wake is not None and at < self._wake.deadline:
-            self._wake.deadline = at
+        if request.token in self._by_token and self._due.add(request.token, at, reason):
+            if self._wake is not None and at < self._wake.deadline:
+                self._wake.deadline = at
 
     # -- tracking ----------------------------------------------------------
 
@@ -378,11 +356,8 @@ class Registry:
         (``request.stopped``)."""
         if self._by_token.pop(request.token, None) is None:
             return
-        if self._due and self._due.pop(request.token, None) is not None:
-            heap = self._due_heap
-            if len(heap) > 2 * len(self._due) + 64:  # bounded by the live entries
-                self._due_heap = [entry for entry in heap if entry[1] in self._due]
-                heapq.heapify(self._due_heap)
+        if self._due:
+            self._due.discard(request.token)
         cancellation = request.cancellation
         if cancellation is not None:
             now = trio.current_time()

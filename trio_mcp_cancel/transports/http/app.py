@@ -299,24 +299,13 @@ class McpHttpApp:
 
     # -- lifespan ------------------------------------------------------------
 
-    def _startup_problem(self) -> str | None:
-        """Why the app cannot serve (``None``: it can); checked before startup completes."""
-        if self._registry is not None and not self._registry.running:
-            return (
-                "the registry given to McpHttpApp is not running: open it around the"
-                " server (async with open_registry() as registry) or pass none"
-            )
-        if self._registry is None and _registry_around() and not current_registry().running:
-            return "the open_registry() around the server is not running any more"
-        return None
-
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         """Own the service nursery (and a registry if needed) from startup to shutdown."""
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
         problem = "already running" if self._responder.sink.service is not None else None
-        problem = problem or self._startup_problem()
+        problem = problem or _startup_problem(self._registry)
         if problem is not None:
             logger.error("McpHttpApp cannot start: %s", problem)
             await send({"type": "lifespan.startup.failed", "message": problem})
@@ -637,3 +626,18 @@ def _first_failure(group: BaseExceptionGroup[LifespanFailed]) -> LifespanFailed:
         found = found.exceptions[0]
     assert isinstance(found, LifespanFailed)
     return found
+
+
+def _startup_problem(registry: Registry | None) -> str | None:
+    """Why the app cannot serve (``None``: it can); checked before startup completes.
+
+    *registry* is the one given to the app (``None``: its own, or the one around it).
+    """
+    if registry is not None and not registry.running:
+        return (
+            "the registry given to McpHttpApp is not running: open it around the"
+            " server (async with open_registry() as registry) or pass none"
+        )
+    if registry is None and _registry_around() and not current_registry().running:
+        return "the open_registry() around the server is not running any more"
+    return None
