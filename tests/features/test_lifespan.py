@@ -300,3 +300,20 @@ def test_mypy_strict_accepts_a_typed_use_of_the_lifespan() -> None:
         cwd=HERE.parent.parent,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_runner_reports_a_stdio_lifespan_failure_as_startup_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_mcp_cancel._run.runner import StartupFailed, serve_found
+
+    @asynccontextmanager
+    async def broken(server: McpServer) -> AsyncIterator[None]:
+        raise OSError("no database")
+        yield
+
+    monkeypatch.delenv("MCP_STATE_SECRET", raising=False)
+    serving = serve_found(McpServer(lifespan=broken), "stdio")
+    with pytest.raises(StartupFailed) as raised:
+        serving()
+    assert str(raised.value) == "the server's lifespan failed to start: OSError: no database"

@@ -269,3 +269,65 @@ def test_a_time_limit_that_is_not_a_positive_finite_number_is_refused_at_registr
 def test_a_time_limit_on_a_tool_that_cannot_be_cancelled_is_refused() -> None:
     with pytest.raises(ValueError, match="needs a cancellable tool"):
         McpServer().tool(time_limit=5, cancellable=False)
+
+
+@pytest.mark.mcp_registry(grace_period=GRACE)
+async def test_stdio_answers_a_tool_past_its_time_limit_with_32800(
+    autojump_clock: trio.testing.MockClock, mcp_registry: Registry
+) -> None:
+    import json
+
+    from trio_mcp_cancel.stdio import serve_mcp_stdio
+
+    log = Log()
+    client, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: serve_mcp_stdio(
+                make_server(log), mcp_registry, stdin=server_end, stdout=server_end
+            )
+        )
+        await client.send_all(json.dumps(modern_call(1, "stubborn")).encode() + b"\n")
+        received = b""
+        while not received.endswith(b"\n"):
+            received += await client.receive_some()
+        await client.send_eof()
+    answer = json.loads(received)
+    assert answer["error"]["code"] == -32800
+    assert answer["error"]["data"] == {"reason": REASON}
+    assert log.hard == [10.0 + GRACE]
+
+
+@pytest.mark.mcp_registry(grace_period=0.2)
+async def test_websocket_answers_a_tool_past_its_time_limit_with_32800(
+    mcp_registry: Registry,
+) -> None:
+    import json
+
+    from trio_websocket import open_websocket_url
+
+    from trio_mcp_cancel.websocket import serve_mcp_websocket
+
+    server = McpServer("ws-limits")
+    stopped: list[float] = []
+
+    @server.tool(time_limit=0.2)
+    async def stubborn(ctx: ToolContext) -> str:
+        start = trio.current_time()
+        try:
+            await trio.sleep(60)
+        finally:
+            stopped.append(trio.current_time() - start)
+        return "never"
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            ws_server = await nursery.start(serve_mcp_websocket, server, mcp_registry)
+            url = f"ws://127.0.0.1:{ws_server.port}/mcp"
+            async with open_websocket_url(url) as ws:
+                await ws.send_message(json.dumps(modern_call(1, "stubborn")))
+                reply = json.loads(await ws.get_message())
+            nursery.cancel_scope.cancel()
+    assert reply["error"]["code"] == -32800
+    assert reply["error"]["data"] == {"reason": "time limit of 0.2 s reached"}
+    assert len(stopped) == 1 and stopped[0] >= 0.4  # hard-cancelled: not before limit + grace
