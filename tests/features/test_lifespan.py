@@ -317,3 +317,19 @@ def test_the_runner_reports_a_stdio_lifespan_failure_as_startup_failed(
     with pytest.raises(StartupFailed) as raised:
         serving()
     assert str(raised.value) == "the server's lifespan failed to start: OSError: no database"
+
+
+def test_the_runner_reports_an_http_lifespan_failure_as_startup_failed() -> None:
+    from trio_mcp_cancel._run.runner import StartupFailed, serve_found
+
+    @asynccontextmanager
+    async def broken(server: McpServer) -> AsyncIterator[None]:
+        raise OSError("no database")
+        yield
+
+    serving = serve_found(McpServer(lifespan=broken), "http", port=0, grace_period=1.0)
+    with pytest.raises(StartupFailed) as raised:
+        serving()
+    assert str(raised.value) == (
+        "the app did not start: the server's lifespan failed to start: OSError: no database"
+    )
