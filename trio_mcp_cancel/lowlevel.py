@@ -54,6 +54,7 @@ from ._protocol.content import Content
 from ._protocol.dispatcher import Dispatcher, Served
 from ._protocol.exchange import Caller, Channel, Exchange, LegacyState
 from ._protocol.jsonrpc import JsonRpcError
+from ._protocol.lifespan import LifespanFailed
 from ._protocol.mrtr import InputRequired, StateSigner, elicit, list_roots, sample
 from ._protocol.registration import OnCancel, Registration
 from ._protocol.runtime import ServerRuntime
@@ -102,6 +103,7 @@ __all__ = [
     "InputRequired",
     "InvalidRequestId",
     "JsonRpcError",
+    "LifespanFailed",
     "LegacyState",
     "NotificationCall",
     "OnCancel",

@@ -36,6 +36,8 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .._core.errors import CancellationError
+
 __all__ = ["Lifespan", "LifespanFailed", "LifespanState", "lifespan_served"]
 
 logger = logging.getLogger("trio_mcp_cancel.server")
@@ -44,7 +46,7 @@ Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 """``lifespan(server) -> AsyncContextManager[T]``: what ``McpServer(lifespan=...)`` takes."""
 
 
-class LifespanFailed(Exception):
+class LifespanFailed(CancellationError):
     """The server's lifespan raised while entering: serving does not start.
 
     Its message is one sentence for the user (the original exception is
