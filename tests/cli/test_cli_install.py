@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from cli_harness import cli, cli_env, make_project
 
 from trio_mcp_cancel.client import open_stdio_client
+
+from _support.cli import cli, cli_env, make_project
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from cli_harness import cli, cli_env, make_project, read, serving, start_cli, wait_for_text
 
 from trio_mcp_cancel import __version__
+
+from _support.cli import cli, cli_env, make_project, read, serving, start_cli, wait_for_text
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(120)]
 

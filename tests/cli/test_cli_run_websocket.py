@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from cli_harness import cli, cli_env, make_project, read, start_cli, wait_for_text
 
 from trio_mcp_cancel.client import open_websocket_client
+
+from _support.cli import cli, cli_env, make_project, read, start_cli, wait_for_text
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(90)]
 

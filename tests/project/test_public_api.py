@@ -213,6 +213,7 @@ PINNED: dict[str, list[str]] = {
         "Exchange",
         "InvalidRequestId",
         "JsonRpcError",
+        "LifespanFailed",
         "NotificationCall",
         "Registration",
         "Rejected",

@@ -51,7 +51,7 @@ from .events import (
 )
 from .namespace import GLOBAL_NAMESPACE, is_private
 from .request import Cancellation, TrackedRequest, set_flag
-from .table import CancellationTable, Key, Row
+from .table import CancellationTable, DueCancels, Key, Row
 from .validation import (
     RequestId,
     ValidRequestId,
@@ -246,6 +246,7 @@ class Registry:
         self._idle: trio.Event | None = None
         # (hard deadline + margin, token) of requests to check for overrun.
         self._overrun_checks: list[tuple[float, int]] = []
+        self._due = DueCancels()  # server cancels due later (cancel_at)
         self._wake: trio.CancelScope | None = None
 
     # -- service -----------------------------------------------------------
@@ -267,13 +268,16 @@ class Registry:
             next_cleanup = math.inf if interval is None else trio.current_time() + interval
             while True:
                 checks = self._overrun_checks
+                first_check = checks[0][0] if checks else math.inf
                 with trio.CancelScope(
-                    deadline=min(next_cleanup, checks[0][0] if checks else math.inf)
+                    deadline=min(next_cleanup, first_check, self._due.next_at)
                 ) as self._wake:
                     await trio.sleep_forever()
                 self._wake = None
                 now = trio.current_time()
                 self._check_overruns(now)
+                for token, reason in self._due.pop_due(now):
+                    self.cancel_request(token, reason, kind="server")
                 if interval is not None and now >= next_cleanup:
                     self.cleanup()
                     next_cleanup = now + interval
@@ -296,6 +300,19 @@ class Registry:
             request.overran = True
             kind: CancelKind = request.cancellation.kind if request.cancellation else "server"
             self.events.emit(OverrunEvent(request.request_id, request.namespace, kind, late_by))
+
+    def cancel_at(self, request: TrackedRequest, at: float, reason: str) -> None:
+        """Cancel *request* server-side at *at* (Trio time), as :meth:`cancel_request` would then.
+
+        A time limit: the polled flag is set at *at* and the hard cancel follows
+        the grace period later, both phases as for any server cancel.  No task
+        of its own: the janitor wakes for it (so ``MockClock`` jumps to it), and
+        nothing is kept once the request has left.  A later call for the same
+        request keeps the earlier time.
+        """
+        if request.token in self._by_token and self._due.add(request.token, at, reason):
+            if self._wake is not None and at < self._wake.deadline:
+                self._wake.deadline = at
 
     # -- tracking ----------------------------------------------------------
 
@@ -339,6 +356,8 @@ class Registry:
         (``request.stopped``)."""
         if self._by_token.pop(request.token, None) is None:
             return
+        if self._due:
+            self._due.discard(request.token)
         cancellation = request.cancellation
         if cancellation is not None:
             now = trio.current_time()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
@@ -32,7 +33,7 @@ import attrs
 from .errors import CancellationLimitReached
 from .validation import RequestId
 
-__all__ = ["CancellationTable", "Key", "Row"]
+__all__ = ["CancellationTable", "DueCancels", "Key", "Row"]
 
 Key = tuple[str, RequestId]
 
@@ -196,3 +197,55 @@ class CancellationTable:
             self._touch(namespace, namespace_rows)
         self.evicted_total += len(evicted)
         return evicted
+
+
+# -- server cancels due later --------------------------------------------------
+# A tool's time limit: a map from a request's private token to when it is due
+# and why, with a heap of ``(due, token)`` to find the next one.  Removing a
+# request leaves its heap entry behind (skipped when it comes up); the heap is
+# rebuilt once it holds more than twice the live entries, so its size stays
+# bounded by the requests in flight, not by how many ever had a limit.
+
+
+class DueCancels:
+    """Tokens of tracked requests and when (and why) each is to be cancelled."""
+
+    __slots__ = ("_due", "_heap")
+
+    def __init__(self) -> None:
+        self._due: dict[int, tuple[float, str]] = {}
+        self._heap: list[tuple[float, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    @property
+    def next_at(self) -> float:
+        """When the next one may be due (``inf``: none)."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def add(self, token: int, at: float, reason: str) -> bool:
+        """Keep *token* due at *at*; ``False`` when it was due earlier already (kept)."""
+        held = self._due.get(token)
+        if held is not None and held[0] <= at:
+            return False
+        self._due[token] = (at, reason)
+        heapq.heappush(self._heap, (at, token))
+        return True
+
+    def discard(self, token: int) -> None:
+        """Forget *token* (its request left)."""
+        if self._due.pop(token, None) is not None and len(self._heap) > 2 * len(self._due) + 64:
+            self._heap = [entry for entry in self._heap if entry[1] in self._due]
+            heapq.heapify(self._heap)
+
+    def pop_due(self, now: float) -> list[tuple[int, str]]:
+        """The tokens due by *now*, and their reasons, forgotten here."""
+        due: list[tuple[int, str]] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, token = heapq.heappop(heap)
+            entry = self._due.pop(token, None)
+            if entry is not None:
+                due.append((token, entry[1]))
+        return due

@@ -67,6 +67,7 @@ def described(
     mime_type: str | None,
     size: int | None = None,
     annotations: Mapping[str, Any] | None = None,
+    icons: tuple[Mapping[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """*fields* with a resource's optional descriptive fields, those that are set.
 
@@ -81,6 +82,8 @@ def described(
     ):
         if value is not None:
             fields[key] = value
+    if icons:
+        fields["icons"] = [dict(icon) for icon in icons]
     return _with_extras(fields, annotations, None)
 
 

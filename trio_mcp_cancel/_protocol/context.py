@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -38,12 +38,15 @@ from .client_requests import (
 from .client_table import ClientRequestError
 from .content import ToolError
 from .exchange import Caller, Exchange
+from .lifespan import LifespanState
 from .mrtr import InputRequired, binding, input_required_result
 from .mrtr import elicit as elicit_request
 from .mrtr import list_roots as list_roots_request
 from .mrtr import sample as sample_request
 from .signature import ContextParameter
 from .tools import error_result
+
+T = TypeVar("T")
 
 __all__ = [
     "Context",
@@ -86,6 +89,30 @@ class Context(ContextParameter):
     _answers: list[Any] = attrs.field(factory=list)
     """Modern: the answers to the tool's questions so far, in order (:mod:`.client_requests`)."""
     _asked: int = 0
+    _lifespan: LifespanState | None = None
+    """The server's lifespan state (:mod:`.lifespan`), read by :attr:`lifespan`."""
+
+    @property
+    def lifespan(self) -> Any:
+        """What the server's ``lifespan`` yielded (``McpServer(lifespan=...)``).
+
+        ``Any``, so ``state: AppState = ctx.lifespan`` type-checks as written;
+        :meth:`lifespan_as` checks the type as well.  ``RuntimeError`` when the
+        server has no lifespan, or it is not entered (serving has not started).
+        """
+        state = self._lifespan
+        if state is None or not state.entered:
+            raise RuntimeError(
+                "no lifespan state: give McpServer(lifespan=...), and read it while serving"
+            )
+        return state.value
+
+    def lifespan_as(self, kind: type[T]) -> T:
+        """:attr:`lifespan`, checked to be a *kind* (``TypeError`` otherwise), typed as one."""
+        value = self.lifespan
+        if not isinstance(value, kind):
+            raise TypeError(f"the lifespan yielded a {type(value).__name__}, not a {kind.__name__}")
+        return value
 
     @property
     def namespace(self) -> str:
@@ -324,6 +351,7 @@ def new_context(h: HandlerInput) -> Context:
         _log_level(h),
         h.call.era,
         client_capabilities=client_capabilities(h),
+        lifespan=h.runtime.lifespan,
     )
     if h.call.era == "modern":
         responses = params.get("inputResponses")
@@ -413,6 +441,10 @@ async def run_target(
             )
             with tracking as tracked_request:  # never blocks: a plain ``with``
                 h.exchange.attach(tracked_request, registry)
+                if tool.time_limit_reason is not None:  # counted from this run's start
+                    assert tool.time_limit is not None
+                    due = tracked_request.started_at + tool.time_limit
+                    registry.cancel_at(tracked_request, due, tool.time_limit_reason)
                 h.started()
                 return await body()
         h.started()

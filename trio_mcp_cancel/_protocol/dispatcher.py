@@ -395,38 +395,15 @@ class Dispatcher:
             return result
         result.setdefault("resultType", "complete")
         meta = result.get("_meta")
-        info = self.registration.info
+        registration = self.registration
+        # Discovery carries the whole Implementation (title, icons, ...); the other
+        # results only name the server.
+        discover = call.request.method == "server/discover"
+        info = registration.server_info if discover else registration.info
         result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
         return result
 
     # -- admission ----------------------------------------------------------------
-
-    def _limit_refusal(self, call: RequestCall, caller: Caller) -> Message | None:
-        request, limits = call.request, self.registration.limits
-        if call.long_lived:
-            full = self.listens.full(
-                caller.tenant, limits.max_listen_streams, limits.max_listen_streams_per_tenant
-            )
-            if full is not None:
-                return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
-            # Its resource URIs, held while it is open, within the subscription budgets.
-            size = listen_bytes(request.params)
-            over = self.runtime.subscription_bytes.refusal(
-                caller.tenant, size, limits.subscriptions, call.era
-            )
-            if over is not None:
-                over.request_id = request.id
-                return over.to_message()
-        else:
-            full = self.calls.full(caller.tenant, limits.max_calls, limits.max_calls_per_tenant)
-            if full is not None:
-                return too_many_requests(request.id, call.era, CALL_LIMITS[full[0]], full[1])
-        channel = caller.channel
-        if channel is not None and call.tracked:
-            cap = channel.max_concurrent_calls
-            if len(channel.exchanges) >= cap:
-                return too_many_requests(request.id, call.era, "channel", cap)
-        return None
 
     def admit(self, call: RequestCall, caller: Caller, exchange: Exchange) -> Message | None:
         """Count a call that runs work against the admission limits, or return its refusal.
@@ -452,7 +429,7 @@ class Dispatcher:
         """
         if call.tool is None:
             return None
-        refused = self._limit_refusal(call, caller)
+        refused = _limit_refusal(self, call, caller)
         if refused is not None:
             telemetry = self.registration.telemetry
             if telemetry is not None:
@@ -564,3 +541,32 @@ def _check_capabilities(tool: Tool, envelope: Envelope | None, caller: Caller) -
             "Missing required client capability",
             {"requiredCapabilities": missing},
         )
+
+
+def _limit_refusal(dispatcher: Dispatcher, call: RequestCall, caller: Caller) -> Message | None:
+    """The refusal of *call* by the server's, the tenant's or the channel's caps, if any."""
+    request, limits = call.request, dispatcher.registration.limits
+    if call.long_lived:
+        full = dispatcher.listens.full(
+            caller.tenant, limits.max_listen_streams, limits.max_listen_streams_per_tenant
+        )
+        if full is not None:
+            return too_many_requests(request.id, call.era, LISTEN_LIMITS[full[0]], full[1])
+        # Its resource URIs, held while it is open, within the subscription budgets.
+        size = listen_bytes(request.params)
+        over = dispatcher.runtime.subscription_bytes.refusal(
+            caller.tenant, size, limits.subscriptions, call.era
+        )
+        if over is not None:
+            over.request_id = request.id
+            return over.to_message()
+    else:
+        full = dispatcher.calls.full(caller.tenant, limits.max_calls, limits.max_calls_per_tenant)
+        if full is not None:
+            return too_many_requests(request.id, call.era, CALL_LIMITS[full[0]], full[1])
+    channel = caller.channel
+    if channel is not None and call.tracked:
+        cap = channel.max_concurrent_calls
+        if len(channel.exchanges) >= cap:
+            return too_many_requests(request.id, call.era, "channel", cap)
+    return None

@@ -54,7 +54,7 @@ async def initialize(h: HandlerInput) -> dict[str, Any]:
             "capabilities": server.capabilities(
                 "legacy", notifications=channel is not None and channel.notifications
             ),
-            "serverInfo": server.info,
+            "serverInfo": server.server_info,
         }
     )
 

@@ -62,11 +62,17 @@ class Prompt:
     title: str | None = None
     signature: Signature | None = None
     """Converts the string arguments to the parameters' types."""
+    time_limit: float | None = None
+    """Seconds a ``prompts/get`` may take (:mod:`.time_limits`); ``None``: the server-wide
+    limit only."""
+    icons: tuple[dict[str, Any], ...] = ()
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"name": self.name, "description": self.description}
         if self.title is not None:
             described["title"] = self.title
+        if self.icons:
+            described["icons"] = [dict(icon) for icon in self.icons]
         if self.arguments:
             described["arguments"] = [dict(argument) for argument in self.arguments]
         return described
@@ -107,6 +113,9 @@ def make_prompt(
     description: str | None,
     title: str | None,
     threads: ThreadLimit | None = None,
+    *,
+    time_limit: float | None = None,
+    icons: tuple[dict[str, Any], ...] = (),
 ) -> Prompt:
     """Build a :class:`Prompt` from ``async def`` or a plain ``def`` (run in a worker thread).
 
@@ -129,7 +138,14 @@ def make_prompt(
     doc = description if description is not None else inspect.getdoc(fn)
     run = with_context(fn, signature, f"prompt {name}", threads)
     return Prompt(
-        name, run, doc or f"The {name} prompt.", tuple(arguments), title, signature=signature
+        name,
+        run,
+        doc or f"The {name} prompt.",
+        tuple(arguments),
+        title,
+        signature=signature,
+        time_limit=time_limit,
+        icons=icons,
     )
 
 

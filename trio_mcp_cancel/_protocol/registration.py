@@ -14,7 +14,8 @@ which the server's runtime (:mod:`.runtime`) points at its subscription hub.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import trio
@@ -23,7 +24,9 @@ from .._telemetry.config import Telemetry
 from .._telemetry.server import ServerTelemetry, for_server
 from .._wire.versions import Era
 from .._work.threads import ThreadLimit
+from .lifespan import Lifespan
 from .limits import ServerLimits
+from .metadata import check_icons, check_text, check_website_url, implementation
 from .mrtr import StateSigner
 from .prompts import PromptSet
 from .resources import ResourceSet
@@ -71,6 +74,12 @@ class Registration:
         page_size: int,
         telemetry: bool | Telemetry,
         lax_arguments: bool,
+        title: str | None = None,
+        description: str | None = None,
+        website_url: str | None = None,
+        icons: Iterable[Mapping[str, Any]] | None = None,
+        lifespan: Lifespan | None = None,
+        lifespan_timeout: float = 10.0,
     ) -> None:
         if on_cancel not in ("error", "silent"):
             raise ValueError("on_cancel must be 'silent' or 'error'")
@@ -83,6 +92,22 @@ class Registration:
         self.name = name
         self.version = version
         self.instructions = instructions
+        self.title = check_text(title, "title", 200)
+        """The server's display name (``serverInfo.title``)."""
+        self.description = check_text(description, "description", 2000)
+        self.website_url = check_website_url(website_url)
+        self.icons = check_icons(icons, "the server")
+        if lifespan is not None and not callable(lifespan):
+            raise TypeError(
+                "lifespan must be a function: lifespan(server) -> async context manager"
+            )
+        if not (isinstance(lifespan_timeout, int | float) and 0 < lifespan_timeout < math.inf):
+            raise ValueError("lifespan_timeout must be a positive number of seconds")
+        self.lifespan = lifespan
+        """``lifespan(server)``: the async context manager entered around serving
+        (:mod:`.lifespan`); ``None``: none."""
+        self.lifespan_timeout = float(lifespan_timeout)
+        """Seconds the lifespan's exit may take before it is cancelled."""
         if not isinstance(limits, ServerLimits):
             raise TypeError("limits must be a ServerLimits")
         self.limits = limits
@@ -116,7 +141,21 @@ class Registration:
 
     @property
     def info(self) -> dict[str, str]:
+        """Name and version: the ``serverInfo`` every modern result carries in ``_meta``."""
         return {"name": self.name, "version": self.version}
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The whole ``Implementation``: what ``initialize`` and ``server/discover`` carry
+        (:attr:`info` plus the display metadata that is set, :mod:`.metadata`)."""
+        return implementation(
+            self.name,
+            self.version,
+            title=self.title,
+            description=self.description,
+            website_url=self.website_url,
+            icons=self.icons,
+        )
 
     def list_tools(self) -> list[dict[str, Any]]:
         return [tool.describe() for tool in self.tools.values()]

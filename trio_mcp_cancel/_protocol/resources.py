@@ -57,6 +57,9 @@ class Resource:
     title: str | None = None
     size: int | None = None
     annotations: Mapping[str, Any] | None = None
+    time_limit: float | None = None
+    """Seconds a read may take (:mod:`.time_limits`); ``None``: the server-wide limit only."""
+    icons: tuple[dict[str, Any], ...] = ()
     call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
     """``call(ctx)``: the reader, its context put where it asks for it (set when added)."""
 
@@ -74,6 +77,7 @@ class Resource:
             mime_type=self.mime_type,
             size=self.size,
             annotations=self.annotations,
+            icons=self.icons,
         )
 
 
@@ -94,6 +98,9 @@ class ResourceTemplate:
     mime_type: str | None = None
     title: str | None = None
     annotations: Mapping[str, Any] | None = None
+    time_limit: float | None = None
+    """Seconds a read may take (:mod:`.time_limits`); ``None``: the server-wide limit only."""
+    icons: tuple[dict[str, Any], ...] = ()
     parsed: UriTemplate = attrs.field(init=False, eq=False, repr=False)
     variables: tuple[str, ...] = attrs.field(init=False)
     call: Reader | None = attrs.field(init=False, default=None, eq=False, repr=False)
@@ -145,6 +152,7 @@ class ResourceTemplate:
             description=self.description,
             mime_type=self.mime_type,
             annotations=self.annotations,
+            icons=self.icons,
         )
 
 
@@ -180,19 +188,20 @@ class ResourceSet:
         template.prepare()
         self.templates[template.uri_template] = template
 
-    def find(self, uri: object) -> tuple[Reader, dict[str, Any], str | None]:
-        """``call(ctx, **variables)`` for *uri*, its variables, its MIME type; ``-32602``."""
+    def find(self, uri: object) -> tuple[Reader, dict[str, Any], str | None, float | None]:
+        """``call(ctx, **variables)`` for *uri*, its variables, its MIME type and its
+        time limit; ``-32602``."""
         if not isinstance(uri, str):
             raise JsonRpcError(INVALID_PARAMS, "Invalid params: uri must be a string")
         resource = self.resources.get(uri)
         if resource is not None:
             assert resource.call is not None  # prepared when added
-            return resource.call, {}, resource.mime_type
+            return resource.call, {}, resource.mime_type, resource.time_limit
         for template in self.templates.values():
             variables = template.match(uri)
             if variables is not None:
                 assert template.call is not None  # prepared when added
-                return template.call, variables, template.mime_type
+                return template.call, variables, template.mime_type, template.time_limit
         raise JsonRpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri[:1000]})
 
     def __bool__(self) -> bool:

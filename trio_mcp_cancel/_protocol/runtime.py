@@ -33,6 +33,7 @@ import logging
 import attrs
 
 from .._core.ratelog import RateLimitedLog
+from .lifespan import LifespanState
 from .registration import Registration
 from .replay import UsedStates
 from .subscriptions import SubscriptionBytes, SubscriptionHub
@@ -60,6 +61,8 @@ class ServerRuntime:
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
     """Where unexpected failures are logged, once per kind and interval."""
+    lifespan: LifespanState = attrs.field(factory=LifespanState)
+    """What ``McpServer(lifespan=...)`` yielded, while entered (``ctx.lifespan``)."""
 
     @classmethod
     def for_server(cls, registration: Registration) -> ServerRuntime:

@@ -24,8 +24,8 @@ no hypercorn and patches nothing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import trio
 
@@ -35,12 +35,14 @@ from .._wire.names import TASKS_EXTENSION
 from .._work.threads import ThreadLimit
 from .dispatcher import Dispatcher
 from .extension import Extension
+from .lifespan import Lifespan
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from .metadata import check_icons
 from .mrtr import InputRequired
+from .offerings import Offerings
 from .pagination import DEFAULT_PAGE_SIZE
-from .prompts import make_prompt
 from .registration import CacheScope, OnCancel, Registration
-from .resources import Resource, ResourceTemplate
+from .time_limits import check_time_limit
 from .tools import TaskSupport, make_tool
 
 __all__ = ["McpServer"]
@@ -48,7 +50,7 @@ __all__ = ["McpServer"]
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 
 
-class McpServer:
+class McpServer(Offerings):
     """An MCP server: register tools, resources and prompts, then :meth:`run` it.
 
     Transport-independent: the same server is served on stdio (:meth:`run`,
@@ -77,6 +79,11 @@ class McpServer:
     published schema says is exactly what passes); ``True`` converts them
     in pydantic's lax mode, as the official Python SDK does, for the tools
     registered after it is set (``server.registration.lax_arguments``).
+    *title*, *description*, *website_url* and *icons*: the display metadata of
+    ``serverInfo`` (``initialize``, ``server/discover``; :mod:`.metadata`).
+    *lifespan*: ``lifespan(server)``, an async context manager entered around
+    serving on every transport, what it yields read as ``ctx.lifespan``; its
+    exit may take *lifespan_timeout* seconds (:mod:`.lifespan`).
     """
 
     def __init__(
@@ -98,6 +105,12 @@ class McpServer:
         page_size: int = DEFAULT_PAGE_SIZE,
         telemetry: bool | Telemetry = True,
         lax_arguments: bool = False,
+        title: str | None = None,
+        description: str | None = None,
+        website_url: str | None = None,
+        icons: Iterable[Mapping[str, Any]] | None = None,
+        lifespan: Lifespan | None = None,
+        lifespan_timeout: float = 10.0,
     ) -> None:
         self.registration = Registration(
             name,
@@ -115,6 +128,12 @@ class McpServer:
             page_size=page_size,
             telemetry=telemetry,
             lax_arguments=lax_arguments,
+            title=title,
+            description=description,
+            website_url=website_url,
+            icons=icons,
+            lifespan=lifespan,
+            lifespan_timeout=lifespan_timeout,
         )
         """What this server offers and its serving settings (the decorators fill it)."""
         self.dispatcher = Dispatcher(self.registration, extensions)
@@ -193,6 +212,8 @@ class McpServer:
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
         thread_limiter: int | trio.CapacityLimiter | None = None,
         scopes: Collection[str] = (),
+        time_limit: float | None = None,
+        icons: Iterable[Mapping[str, Any]] | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -210,6 +231,8 @@ class McpServer:
         before_task: Callable[..., Awaitable[InputRequired | None]] | None = None,
         thread_limiter: int | trio.CapacityLimiter | None = None,
         scopes: Collection[str] = (),
+        time_limit: float | None = None,
+        icons: Iterable[Mapping[str, Any]] | None = None,
     ) -> Callable[[F], F] | F:
         """Register a function as a tool: ``@server.tool``, ``@server.tool()`` or ``(name=...)``.
 
@@ -254,6 +277,10 @@ class McpServer:
         request itself; an ``InputRequired`` it returns is the answer (no
         task yet), ``None`` creates the task, whose tool sees the same
         verified ``input_responses`` and ``request_state``.
+        *time_limit*: seconds one call (one task run) may take: then its flag is
+        set (kind ``server``) and a grace period later it is hard-cancelled; the
+        client reads ``-32800`` "time limit of N s reached" (:mod:`.time_limits`).
+        *icons*: the tool's ``icons`` (:mod:`.metadata`).
         *scopes*: the OAuth scopes a token must grant to call the tool over
         an HTTP app that authorizes (:mod:`trio_mcp_cancel.oauth`; ``403
         insufficient_scope`` without them).
@@ -268,6 +295,10 @@ class McpServer:
             raise ValueError("before_task needs task='optional' or 'required'")
         _check_task_support(task, self.dispatcher.extensions)
 
+        what = f"tool {name!r}" if name else "a tool"
+        limit, shown = check_time_limit(time_limit, what), check_icons(icons, what)
+        if limit is not None and not cancellable:
+            raise ValueError(f"{what}: a time_limit needs a cancellable tool")
         threads = None if thread_limiter is None else ThreadLimit(thread_limiter)
         given: str | None = name
         needs = frozenset(scopes.split() if isinstance(scopes, str) else scopes)
@@ -293,130 +324,12 @@ class McpServer:
                 before_task=before_task,
                 threads=registration.sync_tool_threads if threads is None else threads,
                 lax_arguments=registration.lax_arguments,
+                time_limit=limit,
+                icons=shown,
             )
             if needs:
                 registration.tool_scopes[tool_name] = needs
             self.tools_changed()
-            return fn
-
-        return register
-
-    # -- resources -----------------------------------------------------------
-
-    def resource(
-        self,
-        uri: str,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        mime_type: str | None = None,
-        title: str | None = None,
-        size: int | None = None,
-        annotations: Mapping[str, Any] | None = None,
-    ) -> Callable[[F], F]:
-        """Register ``async def read() -> str | bytes | list[ResourceData]`` for *uri*.
-
-        ``str`` is text content, ``bytes`` a blob (base64 on the wire).  The
-        read runs like a tool: cancellable, with progress and logging; a
-        parameter annotated ``Context`` receives the context, and a
-        plain ``def`` runs in a worker thread.
-        """
-        _needs_uri(uri, "resource")
-
-        def register(fn: F) -> F:
-            doc = description if description is not None else _first_line(fn)
-            self.registration.resources.add(
-                Resource(uri, name or fn.__name__, fn, doc, mime_type, title, size, annotations)
-            )
-            self.resources_changed()
-            return fn
-
-        return register
-
-    def resource_template(
-        self,
-        uri_template: str,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        mime_type: str | None = None,
-        title: str | None = None,
-        annotations: Mapping[str, Any] | None = None,
-    ) -> Callable[[F], F]:
-        """Register ``async def read(**variables)`` for a URI template.
-
-        ``"test://items/{id}"`` makes ``resources/read`` of
-        ``test://items/42`` call ``read(id="42")`` (``read(id=42)`` when the
-        parameter is ``id: int``); a parameter annotated ``Context``
-        receives the context.
-        """
-        _needs_uri(uri_template, "resource_template")
-
-        def register(fn: F) -> F:
-            doc = description if description is not None else _first_line(fn)
-            self.registration.resources.add_template(
-                ResourceTemplate(
-                    uri_template, name or fn.__name__, fn, doc, mime_type, title, annotations
-                )
-            )
-            self.resources_changed()
-            return fn
-
-        return register
-
-    # -- prompts and completion ----------------------------------------------
-
-    @overload
-    def prompt(self, name: F, /) -> F: ...
-
-    @overload
-    def prompt(
-        self, name: str | None = None, *, description: str | None = None, title: str | None = None
-    ) -> Callable[[F], F]: ...
-
-    def prompt(
-        self,
-        name: str | F | None = None,
-        *,
-        description: str | None = None,
-        title: str | None = None,
-    ) -> Callable[[F], F] | F:
-        """Register a function as a prompt: ``@server.prompt``, ``@server.prompt()`` or ``(name)``.
-
-        Its named parameters are the prompt's arguments (strings on the
-        wire, converted to the annotated type; required unless they have a
-        default; ``Annotated[str, "..."]`` describes one); a parameter
-        annotated ``Context`` receives the context.  It returns a
-        ``str``, a content object, or a list of those and
-        :class:`~trio_mcp_cancel.server.PromptMessage`.
-        """
-        if callable(name):
-            return self.prompt()(name)  # bare @server.prompt
-        given: str | None = name
-
-        def register(fn: F) -> F:
-            self.registration.prompts.add(make_prompt(fn, given or fn.__name__, description, title))
-            self.prompts_changed()
-            return fn
-
-        return register
-
-    def completion(
-        self, ref: Literal["prompt", "resource"], name: str, argument: str
-    ) -> Callable[[F], F]:
-        """Register ``async def fn(ctx, value, context) -> list[str]`` completing one argument.
-
-        *ref* is ``"prompt"`` (then *name* is the prompt's name) or
-        ``"resource"`` (*name* is a URI template); *context* holds the
-        arguments the client already filled in.
-        """
-        kind = {"prompt": "ref/prompt", "resource": "ref/resource"}[ref]
-
-        def register(fn: F) -> F:
-            key = (kind, name, argument)
-            if key in self.registration.prompts.completers:
-                raise ValueError(f"a completer for {key} is already registered")
-            self.registration.prompts.completers[key] = fn
             return fn
 
         return register
@@ -437,26 +350,9 @@ class McpServer:
         """Tell listen streams that asked: ``notifications/tools/list_changed``."""
         self.registration.changed("notifications/tools/list_changed")
 
-    def prompts_changed(self) -> None:
-        self.registration.changed("notifications/prompts/list_changed")
-
-    def resources_changed(self) -> None:
-        self.registration.changed("notifications/resources/list_changed")
-
     def resource_updated(self, uri: str) -> None:
         """Tell listen streams subscribed to *uri*: ``notifications/resources/updated``."""
         self.registration.changed("notifications/resources/updated", {"uri": uri})
-
-
-def _needs_uri(uri: object, decorator: str) -> None:
-    """A bare ``@server.resource`` would silently register nothing: say what is missing."""
-    if not isinstance(uri, str):
-        raise TypeError(f"{decorator}() takes the URI first: @server.{decorator}('scheme://...')")
-
-
-def _first_line(fn: Callable[..., Any]) -> str | None:
-    doc = fn.__doc__
-    return doc.strip().splitlines()[0] if doc and doc.strip() else None
 
 
 def _check_task_support(task: TaskSupport, extensions: Sequence[Extension]) -> None:

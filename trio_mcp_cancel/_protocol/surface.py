@@ -38,6 +38,7 @@ from .prompts import completion_result, prompt_result
 from .registration import Registration
 from .resources import read_result
 from .subscriptions import META_SUBSCRIPTION_ID, check_uri, read_filter
+from .time_limits import time_limit_reason
 from .tools import Tool
 
 __all__ = ["METHODS", "TARGETS", "listen", "next_notification"]
@@ -57,8 +58,11 @@ async def _never(*args: object) -> None:  # the fn of targets whose handler does
     raise AssertionError("not called")
 
 
-def _target(name: str) -> Tool:
-    return Tool(name, name, _never, {}, {}, cancellable=True)
+def _target(name: str, time_limit: float | None = None) -> Tool:
+    if time_limit is None:
+        return Tool(name, name, _never, {}, {}, cancellable=True)
+    reason = time_limit_reason(time_limit)
+    return Tool(name, name, _never, {}, {}, time_limit=time_limit, time_limit_reason=reason)
 
 
 def _cache(h: HandlerInput, result: dict[str, Any], *, listing: bool) -> dict[str, Any]:
@@ -96,13 +100,14 @@ async def _list_templates(h: HandlerInput) -> dict[str, Any]:
 
 
 def _resource_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
-    registration.resources.find(params.get("uri"))  # unknown: -32602 at once, before admission
-    return _target("resources/read")
+    # Unknown: -32602 at once, before admission.
+    time_limit = registration.resources.find(params.get("uri"))[3]
+    return _target("resources/read", time_limit)
 
 
 async def _read_resource(h: HandlerInput) -> dict[str, Any]:
     uri = h.params["uri"]
-    reader, variables, mime_type = h.registration.resources.find(uri)
+    reader, variables, mime_type, _ = h.registration.resources.find(uri)
     ctx = await make_context(h, uri)
     value = await run_target(h, lambda: reader(ctx, **variables))
     if isinstance(value, InputRequired):
@@ -141,8 +146,7 @@ async def _list_prompts(h: HandlerInput) -> dict[str, Any]:
 
 
 def _prompt_target(registration: Registration, params: Mapping[str, Any]) -> Tool:
-    registration.prompts.find(params.get("name"))
-    return _target("prompts/get")
+    return _target("prompts/get", registration.prompts.find(params.get("name")).time_limit)
 
 
 async def _get_prompt(h: HandlerInput) -> dict[str, Any]:

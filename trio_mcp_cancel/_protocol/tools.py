@@ -30,6 +30,7 @@ from .signature import (
     returns_for,
     with_context,
 )
+from .time_limits import time_limit_reason
 
 __all__ = [
     "TaskSupport",
@@ -104,6 +105,13 @@ class Tool:
     none_ok: bool = True
     """The return annotation admits ``None``; a ``None`` from a tool that said ``-> str``
     is logged once (a forgotten ``return``)."""
+    time_limit: float | None = None
+    """Seconds a run may take: then the flag, the hard cancel a grace period later
+    (:mod:`.time_limits`); ``None``: only the server-wide limit applies."""
+    time_limit_reason: str | None = None
+    """The cancel reason at the limit (made once, at registration)."""
+    icons: tuple[dict[str, Any], ...] = ()
+    """The tool's ``icons`` (checked at registration, :mod:`.metadata`)."""
     _warned: _Once = attrs.field(factory=_Once, eq=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
@@ -113,6 +121,8 @@ class Tool:
         described["inputSchema"] = self.input_schema
         if self.title is not None:
             described["title"] = self.title
+        if self.icons:
+            described["icons"] = [dict(icon) for icon in self.icons]
         if self.output_schema is not None:
             described["outputSchema"] = dict(self.output_schema)
         if self.annotations:
@@ -275,6 +285,8 @@ def make_tool(
     before_task: Callable[..., Awaitable[Any]] | None = None,
     threads: ThreadLimit | None = None,
     lax_arguments: bool = False,
+    time_limit: float | None = None,
+    icons: tuple[dict[str, Any], ...] = (),
 ) -> Tool:
     """Build a :class:`Tool` from a function: ``async def`` or a plain ``def``.
 
@@ -326,6 +338,9 @@ def make_tool(
         output=output,
         returns=None if output is not None else returns_for(fn, what),
         none_ok=admits_none(fn, what),
+        time_limit=time_limit,
+        time_limit_reason=None if time_limit is None else time_limit_reason(time_limit),
+        icons=icons,
     )
     if input_schema is not None:
         schema = copy.deepcopy(dict(input_schema))

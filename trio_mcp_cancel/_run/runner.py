@@ -22,6 +22,7 @@ from hypercorn.config import Config
 from hypercorn.utils import LifespanFailureError
 
 from .._core.registry import RegistryConfig
+from .._protocol.lifespan import LifespanFailed
 from ..stdio import run_stdio
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import limits_from_env, seconds_setting, server_settings_from_env
@@ -93,7 +94,13 @@ def serve_found(
         server_settings_from_env(server, os.environ)
 
         def serve_stdio() -> int:
-            run_stdio(server, registry_config=registry_config, limits=limits)
+            try:
+                run_stdio(server, registry_config=registry_config, limits=limits)
+            except BaseException as exc:
+                leaves = list(_leaves(exc))
+                if not leaves or not all(isinstance(leaf, LifespanFailed) for leaf in leaves):
+                    raise
+                raise StartupFailed(str(leaves[0])) from exc
             return 0
 
         return serve_stdio
@@ -155,7 +162,9 @@ def startup_problem(
     """
     sentences: list[str] = []
     for leaf in _leaves(exc):
-        if isinstance(leaf, LifespanFailureError):
+        if isinstance(leaf, LifespanFailed):
+            sentences.append(str(leaf))
+        elif isinstance(leaf, LifespanFailureError):
             match = _LIFESPAN_FAILURE.match(str(leaf))
             sentences.append(f"the app did not start: {match[2] if match else leaf}")
         elif isinstance(leaf, OSError) and not listening:

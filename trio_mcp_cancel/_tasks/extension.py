@@ -208,6 +208,7 @@ class Tasks(Extension):
                 request_state=first.request_state,
                 task_progress=partial(tasks.progress, task_id),
                 ask_task=partial(tasks.ask, task_id),
+                lifespan=h.runtime.lifespan,
             )
             key = (task_id, "task:" + caller.namespace)
 

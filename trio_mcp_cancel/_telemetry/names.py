@@ -40,6 +40,7 @@ __all__ = [
     "INSTRUMENTATION_NAME",
     "OTHER_METHOD",
     "bounded",
+    "TIME_LIMIT_REASON",
     "server_cause",
 ]
 
@@ -111,6 +112,9 @@ DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
 #: How the reason of a call cancelled at its OAuth token's expiry begins (HTTP).
 TOKEN_EXPIRED: Final = "the access token expired at "
 
+#: How the reason of a call stopped by its own ``time_limit`` begins (the seconds follow).
+TIME_LIMIT_REASON: Final = "time limit of "
+
 # The server's own cancel reasons (code constants in the transports) by cause.
 _SERVER_CAUSES: Final = {
     "request time limit reached": "time_limit",
@@ -130,6 +134,8 @@ def server_cause(reason: str | None) -> str:
         return cause
     if reason.startswith(TOKEN_EXPIRED):  # the expiry time follows: one cause for all
         return "token_expired"
+    if reason.startswith(TIME_LIMIT_REASON):  # a tool's own limit: the server-wide one's cause
+        return "time_limit"
     return "limit" if "limit" in reason else "other"
 
 

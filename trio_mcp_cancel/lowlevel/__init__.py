@@ -44,6 +44,7 @@ from .._protocol.calls import (
 )
 from .._protocol.dispatcher import Dispatcher, Served
 from .._protocol.exchange import Caller, Channel, Exchange
+from .._protocol.lifespan import LifespanFailed
 from .._protocol.registration import Registration
 from .._protocol.subscriptions import SubscriptionLimits
 from .._public import fixup_module_metadata
@@ -52,6 +53,7 @@ from .._wire.jsonrpc import JsonRpcError
 from .._work.threads import CancelToken, ThreadLimit
 
 __all__ = [
+    "LifespanFailed",
     "Call",
     "CancelOutcome",
     "CancelToken",

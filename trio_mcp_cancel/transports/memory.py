@@ -27,6 +27,7 @@ import trio
 from .._core.registry import Registry, current_registry
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
+from .._protocol.lifespan import lifespan_served
 from ._connection import MessageConnection, connection_caller
 from ._extensions import extensions_served
 from ._startup import require_running
@@ -111,6 +112,6 @@ async def serve_mcp_memory(
         limits=limits,
         ends_tasks=namespace is None,
     )
-    async with extensions_served(server), end.send, end.receive:
+    async with lifespan_served(server), extensions_served(server), end.send, end.receive:
         task_status.started(caller)
         await connection.serve(end.receive)

@@ -61,6 +61,7 @@ import trio
 from .._core.registry import Registry, current_registry
 from .._protocol.dispatcher import Served
 from .._protocol.exchange import Caller
+from .._protocol.lifespan import lifespan_served
 from .._wire import jsonrpc
 from ._connection import MessageConnection, connection_caller
 from ._extensions import extensions_served
@@ -288,7 +289,7 @@ async def _serve(
 
     reader = _LineReader(stdin, max_message_size, too_large)
     logger.debug("serving MCP over stdio as %s", caller.namespace)
-    async with extensions_served(server), trio.open_nursery() as nursery:
+    async with lifespan_served(server), extensions_served(server), trio.open_nursery() as nursery:
         if handle_signals:
             await nursery.start(_watch_signals, reader, connection, nursery.cancel_scope)
         task_status.started(caller)

@@ -64,6 +64,7 @@ from .._auth.resource import OAuthResource, Refusal
 from .._auth.tokens import AccessToken
 from .._core.registry import USE_CONFIG, Registry, current_registry
 from .._protocol.dispatcher import Served
+from .._protocol.lifespan import lifespan_served
 from .._protocol.registration import Registration
 from .._wire import jsonrpc
 from .._wire.jsonrpc import JsonRpcError
@@ -194,7 +195,7 @@ async def serve_mcp_websocket(
     serving = partial(
         serve_websocket, handler, host, port, None, max_message_size=limits.max_message_size
     )
-    async with extensions_served(server):
+    async with lifespan_served(server), extensions_served(server):
         if shutdown is None and not handle_signals:
             await serving(task_status=task_status)
             return

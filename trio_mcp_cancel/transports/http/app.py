@@ -58,6 +58,7 @@ from ..._core.registry import (
 )
 from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.extension import Extension
+from ..._protocol.lifespan import LifespanFailed, lifespan_served
 from ..._protocol.replay import SharedClaims
 from ..._telemetry.server import ServerTelemetry
 from ..._wire import jsonrpc
@@ -319,6 +320,7 @@ class McpHttpApp:
             logger.error("McpHttpApp cannot start: %s", problem)
             await send({"type": "lifespan.startup.failed", "message": problem})
             return
+        failed: LifespanFailed | None = None
         try:
             # The backend outlives the services that use it, so a task that
             # is cancelled at shutdown can still record that it failed.
@@ -339,7 +341,9 @@ class McpHttpApp:
                     await outer.start(self._get.serve_backend, self.backend)
                     if self._sharing is not None:
                         await outer.start(self._sharing.keep_written)
-                async with trio.open_nursery() as service:
+                # The server's lifespan (McpServer(lifespan=...)) is entered before
+                # startup completes and left once the server closed its connections.
+                async with lifespan_served(self.server), trio.open_nursery() as service:
                     await self._start_extensions(service)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
@@ -353,9 +357,16 @@ class McpHttpApp:
                     # closed by now (it shuts the lifespan down last).
                     service.cancel_scope.cancel()
                 outer.cancel_scope.cancel()
+        except* LifespanFailed as group:
+            failed = _first_failure(group)
         finally:
             self._responder.sink.service = None
             self._own_registry = None
+        if failed is not None:
+            # Before startup completed: the server reports it, one sentence, and never serves.
+            logger.error("McpHttpApp cannot start: %s", failed)
+            await send({"type": "lifespan.startup.failed", "message": str(failed)})
+            return
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _start_extensions(self, service: trio.Nursery) -> None:
@@ -655,3 +666,12 @@ def _registry_around() -> bool:
     except NoRegistry:
         return False
     return True
+
+
+def _first_failure(group: BaseExceptionGroup[LifespanFailed]) -> LifespanFailed:
+    """The lifespan's startup failure inside *group* (nested in the nurseries' groups)."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    assert isinstance(found, LifespanFailed)
+    return found
