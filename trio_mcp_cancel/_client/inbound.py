@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -62,6 +62,8 @@ class InboundEngine(Protocol):
     def transport(self) -> ClientTransport | None: ...
     @property
     def server_requests(self) -> ServerRequests | None: ...
+    @property
+    def on_notification(self) -> Callable[[Message], None] | None: ...
 
     def start_request(
         self,
@@ -125,13 +127,21 @@ class Inbound:
             self._answer(message)
         elif "id" in message:
             self._server_request(message)
+        elif method != "notifications/progress" and engine.on_notification is not None:
+            engine.on_notification(message)
+            self._notification(message, method, params)
         elif method == "notifications/progress" and isinstance(params, dict):
             call = engine.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
             if call is None or call.finished:
                 self._keep(engine.unexpected, message)
             else:
                 add_progress(call, params)
-        elif method == "notifications/message" and isinstance(params, dict):
+        else:
+            self._notification(message, method, params)
+
+    def _notification(self, message: Message, method: object, params: object) -> None:
+        engine = self._engine
+        if method == "notifications/message" and isinstance(params, dict):
             self._keep(engine.log_messages, params)
         elif method == "notifications/cancelled" and isinstance(params, dict):
             # The server cancels one of its requests to us (legacy): stop answering it.

@@ -32,9 +32,11 @@ a call never looks it up).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import trio
 
 from .._core.ratelog import RateLimitedLog
 from .registration import Registration
@@ -68,6 +70,9 @@ class ServerRuntime:
     """MRTR states used already (single use; shared across workers with a backend)."""
     failures: RateLimitedLog = attrs.field(factory=lambda: RateLimitedLog(logger))
     """Where unexpected failures are logged, once per kind and interval."""
+    services: list[Callable[[trio.TaskStatus[None]], Awaitable[None]]] = attrs.field(factory=list)
+    """What runs beside the server for as long as it serves, started once per process
+    by every transport (``services_served``): a mount's upstream connections."""
 
     def __attrs_post_init__(self) -> None:
         # Task status changes reach the subscriptions/listen streams that asked (taskIds).

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import trio
 
 from .._run.choices import FROM_ENVIRONMENT, FromEnvironment, Transport
 from .._telemetry.config import Telemetry
 from .._work.threads import ThreadLimit
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, Served
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .mrtr import InputRequired
 from .pagination import DEFAULT_PAGE_SIZE
@@ -38,6 +38,11 @@ from .registration import CacheScope, OnCancel, Registration
 from .resources import Resource, ResourceTemplate
 from .tasks import TaskManager
 from .tools import TaskSupport, make_tool
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._gateway.upstream import Upstream
 
 __all__ = ["McpServer"]
 
@@ -166,6 +171,43 @@ class McpServer:
             grace_period=grace_period,
             log_level=log_level,
         )
+
+    # -- mount and proxy ---------------------------------------------------------
+
+    def mount(
+        self, target: Served | str | Sequence[str], namespace: str = "up", **options: Any
+    ) -> Upstream:
+        """Serve another MCP server's tools, resources and prompts under *namespace*.
+
+        *target*: an ``McpServer`` (served in this process), an ``http(s)://``
+        or ``ws(s)://`` URL, or a stdio command (a list of arguments).  Its
+        tool ``search`` is ``up_search`` here, its prompts likewise, its
+        resource ``file:///x`` is ``file://up//x`` (FastMCP's conventions).
+        A cancel of a call in any form reaches the upstream request at once,
+        in the form the upstream's era needs; progress, logs and the
+        upstream's questions are relayed to the caller.  The connection is
+        opened when the server starts serving (on any transport) and
+        reopened with backoff when lost; while it is down, that namespace's
+        calls answer an error naming it.  *options*: ``era`` (``"auto"``),
+        ``connect_timeout``, ``ping_interval``, ``reconnect_initial``,
+        ``reconnect_max``, ``max_items``, ``max_listing_bytes``,
+        ``client_options`` (see ``docs/reference.md``).  Returns the
+        :class:`Upstream` (its ``error``, ``connected``).
+        """
+        from .._gateway.mount import mount  # the client and its transports, when used
+
+        return mount(self, target, namespace, **options)
+
+    @classmethod
+    def proxy(
+        cls, target: Served | str | Sequence[str], *, name: str = "proxy", **options: Any
+    ) -> McpServer:
+        """A server that serves one upstream as a whole, names unprefixed (see :meth:`mount`)."""
+        from .._gateway.mount import mount
+
+        server = cls(name)
+        mount(server, target, None, **options)
+        return server
 
     # -- tools -------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import trio
 
 from .._protocol.dispatcher import Served
 from .._protocol.tasks import TaskManager
+from ._services import services_served
 
 __all__ = ["tasks_served"]
 
@@ -55,7 +56,14 @@ _leases: weakref.WeakKeyDictionary[TaskManager, _Lease] = weakref.WeakKeyDiction
 
 @contextlib.asynccontextmanager
 async def tasks_served(server: Served) -> AsyncIterator[None]:
-    """Make sure the server's task manager runs for the block; see the module docstring."""
+    """Make sure the server's task manager, and its services (a mount's upstream
+    connections, :mod:`._services`), run for the block; see the module docstring."""
+    async with services_served(server.dispatcher.runtime), _manager_served(server):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _manager_served(server: Served) -> AsyncIterator[None]:
     manager = server.dispatcher.runtime.tasks
     lease = _leases.get(manager)
     if lease is not None:

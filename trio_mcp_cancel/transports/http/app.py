@@ -55,6 +55,7 @@ from ..._protocol.dispatcher import Dispatcher, Served
 from ..._protocol.jsonrpc import JsonRpcError
 from ..._protocol.replay import SharedClaims
 from ...backends.base import Backend
+from .._services import services_served
 from ..auth import Authenticator, authenticate
 from ..limits import (
     DEFAULT_CONNECTION_LIMITS,
@@ -342,6 +343,7 @@ class McpHttpApp:
                         await outer.start(self._sharing.keep_written)
                 async with trio.open_nursery() as service:
                     await self._start_tasks(service)
+                    await service.start(self._run_services)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
                     self._responder.sink.service = service
@@ -358,6 +360,12 @@ class McpHttpApp:
             self._responder.sink.service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
+
+    async def _run_services(self, task_status: trio.TaskStatus[None]) -> None:
+        """The server's services (a mount's upstreams) for the lifespan (:mod:`.._services`)."""
+        async with services_served(self.dispatcher.runtime):
+            task_status.started()
+            await trio.sleep_forever()
 
     async def _start_tasks(self, service: trio.Nursery) -> None:
         """Run the server's task manager here, on the backend, unless it runs already."""
