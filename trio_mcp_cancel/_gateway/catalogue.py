@@ -56,9 +56,7 @@ class Listing:
     prompts: list[dict[str, Any]] = attrs.field(factory=list)
 
 
-async def list_upstream(
-    client: McpClient, label: str, max_items: int, max_bytes: int
-) -> Listing:
+async def list_upstream(client: McpClient, label: str, max_items: int, max_bytes: int) -> Listing:
     """Every list of the upstream, each bounded; a list it does not offer is empty."""
     listing = Listing()
     for attribute, method, key in _KINDS:
@@ -98,7 +96,9 @@ class Proxied(Protocol):
 
     label: str
 
-    async def call_tool(self, ctx: ToolContext, name: str, arguments: dict[str, Any]) -> ToolResult: ...
+    async def call_tool(
+        self, ctx: ToolContext, name: str, arguments: dict[str, Any]
+    ) -> ToolResult: ...
     async def read(self, ctx: ToolContext, uri: str) -> list[ResourceData]: ...
     async def get_prompt(
         self, ctx: ToolContext, name: str, arguments: dict[str, Any]
@@ -154,8 +154,8 @@ class Catalogue:
 
     def _replace_tools(self, tools: list[dict[str, Any]]) -> None:
         registration = self.registration
-        for name in self.tools:
-            registration.tools.pop(name, None)
+        for owned_name in self.tools:
+            registration.tools.pop(owned_name, None)
         before, self.tools = self.tools, set()
         for described in tools:
             upstream_name = described.get("name")
@@ -187,10 +187,10 @@ class Catalogue:
         self, resources: list[dict[str, Any]], templates: list[dict[str, Any]]
     ) -> None:
         owned = self.registration.resources
-        for uri in self.resources:
-            owned.resources.pop(uri, None)
-        for uri in self.templates:
-            owned.templates.pop(uri, None)
+        for owned_uri in self.resources:
+            owned.resources.pop(owned_uri, None)
+        for owned_uri in self.templates:
+            owned.templates.pop(owned_uri, None)
         before = set(self.resources) | self.templates
         self.resources, self.templates = {}, set()
         for described in resources:
@@ -207,7 +207,9 @@ class Catalogue:
                 self._refuse("template", described.get("uriTemplate"), "not a URI, or taken")
                 continue
             try:
-                template = _ProxyTemplate(uri, *_template_fields(described, self.upstream, self.namespace))
+                template = _ProxyTemplate(
+                    uri, *_template_fields(described, self.upstream, self.namespace)
+                )
             except ValueError as exc:
                 self._refuse("template", described.get("uriTemplate"), str(exc))
                 continue
@@ -218,8 +220,8 @@ class Catalogue:
 
     def _replace_prompts(self, prompts: list[dict[str, Any]]) -> None:
         owned = self.registration.prompts.prompts
-        for name in self.prompts:
-            owned.pop(name, None)
+        for owned_name in self.prompts:
+            owned.pop(owned_name, None)
         before, self.prompts = self.prompts, set()
         for described in prompts:
             upstream_name = described.get("name")

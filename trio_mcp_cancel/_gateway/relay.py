@@ -60,9 +60,9 @@ class Relay:
 
     ctx: ToolContext
     label: str
-    _queue: tuple[trio.MemorySendChannel[tuple[str, Any]], trio.MemoryReceiveChannel[tuple[str, Any]]] = (
-        attrs.field(factory=lambda: trio.open_memory_channel[tuple[str, Any]](float("inf")))
-    )
+    _queue: tuple[
+        trio.MemorySendChannel[tuple[str, Any]], trio.MemoryReceiveChannel[tuple[str, Any]]
+    ] = attrs.field(factory=lambda: trio.open_memory_channel[tuple[str, Any]](float("inf")))
     _queued_bytes: int = 0
     dropped: int = 0
     """Notifications dropped because the caller's queue was full."""
@@ -80,7 +80,9 @@ class Relay:
         size = len(json.dumps(params, default=str))
         if self._queued_bytes + size > MAX_QUEUED_BYTES:
             if not self.dropped:
-                logger.warning("%s: the caller reads too slowly; relayed messages dropped", self.label)
+                logger.warning(
+                    "%s: the caller reads too slowly; relayed messages dropped", self.label
+                )
             self.dropped += 1
             return
         self._queued_bytes += size
@@ -99,12 +101,18 @@ class Relay:
                 pass  # not increasing, not finite, an unknown level: the upstream's mistake
 
     async def _progress(self, params: dict[str, Any]) -> None:
-        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+        progress, total, message = (
+            params.get("progress"),
+            params.get("total"),
+            params.get("message"),
+        )
         if not isinstance(progress, int | float) or isinstance(progress, bool):
             return
         await self.ctx.report_progress(
             float(progress),
-            float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
+            float(total)
+            if isinstance(total, int | float) and not isinstance(total, bool)
+            else None,
             message[:1000] if isinstance(message, str) else None,
         )
 

@@ -24,11 +24,11 @@ from typing import Any, Literal
 
 import trio
 
+from .._client.handlers import ServerRequests
+from .._client.streams import MessageTransport
 from .._core.registry import Registry, current_registry_var
 from .._protocol.dispatcher import Served
 from ..client import ClientHandlers, McpClient, open_client
-from .._client.handlers import ServerRequests
-from .._client.streams import MessageTransport
 from ..transports.memory import memory_transport_pair, serve_mcp_memory
 
 __all__ = ["Era", "Target", "describe_target", "open_target"]
@@ -77,7 +77,7 @@ async def open_target(
     connection ends by itself (an in-process server that stopped)."""
     if isinstance(target, str | Sequence):
         async with open_client(
-            target,  # type: ignore[arg-type]
+            target,
             era=era,
             handlers=handlers,
             log_level=log_level,

@@ -76,7 +76,9 @@ def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
 class UpstreamOptions:
     """How a mount connects and what it takes from the upstream (``McpServer.mount``'s keywords)."""
 
-    era: Era = attrs.field(default="auto", validator=attrs.validators.in_(("modern", "legacy", "auto")))
+    era: Era = attrs.field(
+        default="auto", validator=attrs.validators.in_(("modern", "legacy", "auto"))
+    )
     connect_timeout: float = attrs.field(default=10.0, validator=_positive)
     """Seconds to connect, shake hands and list, before the attempt counts as failed."""
     ping_interval: float = attrs.field(default=10.0, validator=_positive)
@@ -88,7 +90,8 @@ class UpstreamOptions:
     max_listing_bytes: int = attrs.field(default=4 << 20, validator=_positive)
     """Bytes of JSON of each list taken, at most."""
     client_options: Mapping[str, Any] = attrs.field(factory=dict)
-    """Passed to the client: ``headers``/``auth`` for a URL, ``env``/``cwd``/``stderr`` for a command."""
+    """Passed to the client: ``headers``, ``auth`` for a URL; ``env``, ``cwd``, ``stderr``
+    for a command."""
 
 
 @attrs.define(eq=False)
@@ -142,7 +145,9 @@ class Upstream:
                 self.client = None
                 if self.connected.is_set():
                     self.connected = trio.Event()
-            logger.warning("%s is unreachable: %s; retrying in %.1fs", self.label, self.error, delay)
+            logger.warning(
+                "%s is unreachable: %s; retrying in %.1fs", self.label, self.error, delay
+            )
             if not reported:
                 reported = True
                 task_status.started()
@@ -259,7 +264,9 @@ class Upstream:
     # -- calls across the hop --------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _calling(self, ctx: ToolContext, *, tool: bool) -> AsyncIterator[tuple[McpClient, Relay]]:
+    async def _calling(
+        self, ctx: ToolContext, *, tool: bool
+    ) -> AsyncIterator[tuple[McpClient, Relay]]:
         client = self.client
         if client is None:
             raise _failure(f"{self.label} is unreachable: {self.error}", tool=tool)
@@ -272,7 +279,9 @@ class Upstream:
             self.lose(_reason(exc))
             raise _failure(f"{self.label} is unreachable: {_reason(exc)}", tool=tool) from None
         except McpError as exc:
-            raise _failure(f"{self.label}: {exc.message}"[:1000], tool=tool, code=exc.code) from None
+            raise _failure(
+                f"{self.label}: {exc.message}"[:1000], tool=tool, code=exc.code
+            ) from None
         finally:
             self.routes.active.discard(relay)
 
