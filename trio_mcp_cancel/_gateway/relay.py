@@ -63,7 +63,8 @@ class Relay:
     _queue: tuple[
         trio.MemorySendChannel[tuple[str, Any]], trio.MemoryReceiveChannel[tuple[str, Any]]
     ] = attrs.field(factory=lambda: trio.open_memory_channel[tuple[str, Any]](float("inf")))
-    _queued_bytes: int = 0
+    queued_bytes: int = 0
+    """Bytes of JSON waiting for the caller (at most :data:`MAX_QUEUED_BYTES`)."""
     dropped: int = 0
     """Notifications dropped because the caller's queue was full."""
 
@@ -78,20 +79,20 @@ class Relay:
 
     def _put(self, kind: str, params: Mapping[str, Any]) -> None:
         size = len(json.dumps(params, default=str))
-        if self._queued_bytes + size > MAX_QUEUED_BYTES:
+        if self.queued_bytes + size > MAX_QUEUED_BYTES:
             if not self.dropped:
                 logger.warning(
                     "%s: the caller reads too slowly; relayed messages dropped", self.label
                 )
             self.dropped += 1
             return
-        self._queued_bytes += size
+        self.queued_bytes += size
         self._queue[0].send_nowait((kind, (size, dict(params))))
 
     async def forward(self) -> None:
         """Send what was queued to the caller, until the call ends (cancelled then)."""
         async for kind, (size, params) in self._queue[1]:
-            self._queued_bytes -= size
+            self.queued_bytes -= size
             try:
                 if kind == "progress":
                     await self._progress(params)
