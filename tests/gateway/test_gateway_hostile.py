@@ -112,7 +112,7 @@ async def test_a_flood_of_log_messages_leaves_the_gateway_serving(
 
     @up.tool()
     async def flood(ctx: ToolContext) -> str:
-        for index in range(3000):
+        for _ in range(3000):
             await ctx.log("info", "y" * 2000)
         return "flooded"
 

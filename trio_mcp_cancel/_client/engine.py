@@ -119,10 +119,6 @@ class ClientEngine:
     """Answers to the server's input requests (MRTR, tasks, legacy server requests)."""
     server_requests: ServerRequests | None = attrs.field(default=None, kw_only=True)
     """Where legacy server requests are answered, once a transport is attached with a nursery."""
-    on_notification: Callable[[Message], None] | None = attrs.field(default=None, kw_only=True)
-    """Told every notification the server sends, except progress (which goes to its call),
-    before it is kept: a gateway relays log messages and fans list changes in with it.
-    It runs in the task that read the message, so it must not block."""
     tool_schemas: ToolSchemas = attrs.field(factory=ToolSchemas, kw_only=True)
     """What ``tools/list`` said about ``x-mcp-header`` arguments (``Mcp-Param-*``)."""
     inbound: Inbound = attrs.field(init=False, default=attrs.Factory(_inbound, takes_self=True))

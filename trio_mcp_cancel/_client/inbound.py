@@ -62,8 +62,6 @@ class InboundEngine(Protocol):
     def transport(self) -> ClientTransport | None: ...
     @property
     def server_requests(self) -> ServerRequests | None: ...
-    @property
-    def on_notification(self) -> Callable[[Message], None] | None: ...
 
     def start_request(
         self,
@@ -82,6 +80,9 @@ class Inbound:
     _abandoned_task_calls: dict[int, PendingCall] = attrs.field(init=False, factory=dict)
     """Cancelled ``tools/call``s that may have made a task before the cancel
     reached the server (without *keep_history* they are no longer in ``calls``)."""
+    on_notification: Callable[[Message], None] | None = attrs.field(init=False, default=None)
+    """Told every notification but progress, before it is kept, in the task that read it
+    (so it must not block): a gateway relays log messages and fans list changes in with it."""
 
     @property
     def era(self) -> Era:
@@ -127,8 +128,8 @@ class Inbound:
             self._answer(message)
         elif "id" in message:
             self._server_request(message)
-        elif method != "notifications/progress" and engine.on_notification is not None:
-            engine.on_notification(message)
+        elif method != "notifications/progress" and self.on_notification is not None:
+            self.on_notification(message)
             self._notification(message, method, params)
         elif method == "notifications/progress" and isinstance(params, dict):
             call = engine.calls.get(params.get("progressToken"))  # type: ignore[arg-type]

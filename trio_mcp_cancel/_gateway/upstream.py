@@ -166,7 +166,7 @@ class Upstream:
                 lost=lost,
                 client_options=options.client_options,
             ) as client:
-                client.on_notification = self._notification
+                client.inbound.on_notification = self._notification
                 listing = await list_upstream(
                     client, self.label, options.max_items, options.max_listing_bytes
                 )

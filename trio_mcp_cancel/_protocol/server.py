@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import trio
 
 from .._run.choices import FROM_ENVIRONMENT, FromEnvironment, Transport
 from .._telemetry.config import Telemetry
 from .._work.threads import ThreadLimit
-from .dispatcher import Dispatcher, Served
+from .dispatcher import Dispatcher
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from .mounting import Mounting
 from .mrtr import InputRequired
 from .pagination import DEFAULT_PAGE_SIZE
 from .prompts import make_prompt
@@ -39,17 +40,12 @@ from .resources import Resource, ResourceTemplate
 from .tasks import TaskManager
 from .tools import TaskSupport, make_tool
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from .._gateway.upstream import Upstream
-
 __all__ = ["McpServer"]
 
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 
 
-class McpServer:
+class McpServer(Mounting):
     """An MCP server: register tools, resources and prompts, then :meth:`run` it.
 
     Transport-independent: the same server is served on stdio (:meth:`run`,
@@ -171,43 +167,6 @@ class McpServer:
             grace_period=grace_period,
             log_level=log_level,
         )
-
-    # -- mount and proxy ---------------------------------------------------------
-
-    def mount(
-        self, target: Served | str | Sequence[str], namespace: str = "up", **options: Any
-    ) -> Upstream:
-        """Serve another MCP server's tools, resources and prompts under *namespace*.
-
-        *target*: an ``McpServer`` (served in this process), an ``http(s)://``
-        or ``ws(s)://`` URL, or a stdio command (a list of arguments).  Its
-        tool ``search`` is ``up_search`` here, its prompts likewise, its
-        resource ``file:///x`` is ``file://up//x`` (FastMCP's conventions).
-        A cancel of a call in any form reaches the upstream request at once,
-        in the form the upstream's era needs; progress, logs and the
-        upstream's questions are relayed to the caller.  The connection is
-        opened when the server starts serving (on any transport) and
-        reopened with backoff when lost; while it is down, that namespace's
-        calls answer an error naming it.  *options*: ``era`` (``"auto"``),
-        ``connect_timeout``, ``ping_interval``, ``reconnect_initial``,
-        ``reconnect_max``, ``max_items``, ``max_listing_bytes``,
-        ``client_options`` (see ``docs/reference.md``).  Returns the
-        :class:`Upstream` (its ``error``, ``connected``).
-        """
-        from .._gateway.mount import mount  # the client and its transports, when used
-
-        return mount(self, target, namespace, **options)
-
-    @classmethod
-    def proxy(
-        cls, target: Served | str | Sequence[str], *, name: str = "proxy", **options: Any
-    ) -> McpServer:
-        """A server that serves one upstream as a whole, names unprefixed (see :meth:`mount`)."""
-        from .._gateway.mount import mount
-
-        server = cls(name)
-        mount(server, target, None, **options)
-        return server
 
     # -- tools -------------------------------------------------------------------
 

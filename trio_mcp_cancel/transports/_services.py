@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
+from .._protocol.dispatcher import Served
 from .._protocol.runtime import ServerRuntime
 
 __all__ = ["services_served"]
@@ -45,8 +46,9 @@ _leases: weakref.WeakKeyDictionary[ServerRuntime, _Lease] = weakref.WeakKeyDicti
 
 
 @contextlib.asynccontextmanager
-async def services_served(runtime: ServerRuntime) -> AsyncIterator[None]:
-    """Make sure *runtime*'s services run for the block; see the module docstring."""
+async def services_served(server: Served) -> AsyncIterator[None]:
+    """Make sure the server's services run for the block; see the module docstring."""
+    runtime = server.dispatcher.runtime
     if not runtime.services:
         yield  # the common case: nothing to run, no nursery, no scheduling point
         return

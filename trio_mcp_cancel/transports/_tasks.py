@@ -58,7 +58,7 @@ _leases: weakref.WeakKeyDictionary[TaskManager, _Lease] = weakref.WeakKeyDiction
 async def tasks_served(server: Served) -> AsyncIterator[None]:
     """Make sure the server's task manager, and its services (a mount's upstream
     connections, :mod:`._services`), run for the block; see the module docstring."""
-    async with services_served(server.dispatcher.runtime), _manager_served(server):
+    async with services_served(server), _manager_served(server):
         yield
 
 

@@ -341,9 +341,8 @@ class McpHttpApp:
                     await outer.start(self._get.serve_backend, self.backend)
                     if self._sharing is not None:
                         await outer.start(self._sharing.keep_written)
-                async with trio.open_nursery() as service:
+                async with trio.open_nursery() as service, services_served(self):
                     await self._start_tasks(service)
-                    await service.start(self._run_services)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
                     self._responder.sink.service = service
@@ -360,12 +359,6 @@ class McpHttpApp:
             self._responder.sink.service = None
             self._own_registry = None
         await send({"type": "lifespan.shutdown.complete"})
-
-    async def _run_services(self, task_status: trio.TaskStatus[None]) -> None:
-        """The server's services (a mount's upstreams) for the lifespan (:mod:`.._services`)."""
-        async with services_served(self.dispatcher.runtime):
-            task_status.started()
-            await trio.sleep_forever()
 
     async def _start_tasks(self, service: trio.Nursery) -> None:
         """Run the server's task manager here, on the backend, unless it runs already."""
