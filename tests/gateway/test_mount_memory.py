@@ -111,12 +111,16 @@ def stoppable(seen: list[str]) -> McpServer:
     return up
 
 
+UPSTREAM_ERAS = pytest.mark.parametrize("upstream_era", ["modern", "legacy"])
+
+
+@UPSTREAM_ERAS
 async def test_two_callers_using_id_1_never_collide_upstream(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, upstream_era: str
 ) -> None:
     seen: list[str] = []
     gateway = McpServer("gateway")
-    gateway.mount(stoppable(seen), namespace="up")
+    gateway.mount(stoppable(seen), namespace="up", era=upstream_era)
     config = RegistryConfig(grace_period=5)
     async with open_test_client(gateway, registry_config=config) as a:
         async with open_test_client(gateway, registry=a.registry) as b:
@@ -137,12 +141,13 @@ async def test_two_callers_using_id_1_never_collide_upstream(
             assert seen[-1] == "stopped b polite (client)"
 
 
+@UPSTREAM_ERAS
 async def test_a_closed_connection_at_the_gateway_stops_the_upstream_tool(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, upstream_era: str
 ) -> None:
     seen: list[str] = []
     gateway = McpServer("gateway")
-    gateway.mount(stoppable(seen), namespace="up")
+    gateway.mount(stoppable(seen), namespace="up", era=upstream_era)
     config = RegistryConfig(grace_period=5)
     async with open_test_client(gateway, registry_config=config) as keeper:
         async with open_test_client(gateway, registry=keeper.registry) as leaving:
@@ -174,8 +179,9 @@ async def test_tasks_cancel_at_the_gateway_stops_the_upstream_tool(
         assert (await client.get_task(tasks[0]["taskId"]))["status"] == "cancelled"
 
 
+@UPSTREAM_ERAS
 async def test_progress_and_log_messages_are_relayed_to_the_caller(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, upstream_era: str
 ) -> None:
     up = McpServer("upstream")
 
@@ -188,7 +194,7 @@ async def test_progress_and_log_messages_are_relayed_to_the_caller(
         return "done"
 
     gateway = McpServer("gateway")
-    gateway.mount(up, namespace="up")
+    gateway.mount(up, namespace="up", era=upstream_era)
     async with open_test_client(gateway, log_level="info") as client:
         call = client.start_call("up_work")
         await trio.sleep(1)
@@ -202,9 +208,10 @@ async def test_progress_and_log_messages_are_relayed_to_the_caller(
         assert {m["logger"] for m in client.log_messages} == {"worker"}
 
 
+@UPSTREAM_ERAS
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_an_upstreams_question_is_asked_of_the_caller_and_answered_back(
-    autojump_clock: trio.testing.MockClock, era: Literal["modern", "legacy"]
+    autojump_clock: trio.testing.MockClock, era: Literal["modern", "legacy"], upstream_era: str
 ) -> None:
     up = McpServer("upstream")
 
@@ -224,7 +231,7 @@ async def test_an_upstreams_question_is_asked_of_the_caller_and_answered_back(
         return {"roots": [{"uri": "file:///home/ada"}]}
 
     gateway = McpServer("gateway")
-    gateway.mount(up, namespace="up")
+    gateway.mount(up, namespace="up", era=upstream_era)
     handlers = ClientHandlers(elicitation=elicitation, roots=roots)
     async with open_test_client(
         gateway, era=era, handlers=handlers, registry_config=RegistryConfig(grace_period=5)
@@ -234,12 +241,13 @@ async def test_an_upstreams_question_is_asked_of_the_caller_and_answered_back(
         assert asked and set(asked) == {"your name?"}
 
 
+@UPSTREAM_ERAS
 async def test_upstream_list_changes_and_resource_updates_fan_in(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, upstream_era: str
 ) -> None:
     up = upstream_server([])
     gateway = McpServer("gateway")
-    gateway.mount(up, namespace="up")
+    gateway.mount(up, namespace="up", era=upstream_era)
     async with open_test_client(gateway, registry_config=RegistryConfig(grace_period=5)) as client:
         listen = client.start_request(
             "subscriptions/listen",

@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from .._client.errors import McpError
+from .._protocol.client_requests import InputRound
 from .._protocol.client_table import ClientRequestError
 from .._protocol.context import ToolContext
 from .._protocol.wire import INTERNAL_ERROR
@@ -67,6 +68,8 @@ class Relay:
     """Bytes of JSON waiting for the caller (at most :data:`MAX_QUEUED_BYTES`)."""
     dropped: int = 0
     """Notifications dropped because the caller's queue was full."""
+    _scope: trio.CancelScope | None = None
+    _round: InputRound | None = None
 
     def progress(self, params: Mapping[str, Any]) -> None:
         self._put("progress", params)
@@ -122,17 +125,26 @@ class Relay:
         if isinstance(level, str):
             await self.ctx.log(level, params.get("data"), name if isinstance(name, str) else None)
 
+    def interrupt(self, round_: InputRound) -> None:
+        """The caller must answer a question on its retry (a modern MRTR round), asked from
+        a reader task: end the upstream call (cancelled there) and this run with the round."""
+        if self._round is None:
+            self._round = round_
+        if self._scope is not None:
+            self._scope.cancel()
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Forward for the block, with this relay the current one."""
         token = current_relay.set(self)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.forward)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
+            with trio.CancelScope() as self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.forward)
+                    try:
+                        yield
+                    finally:
+                        nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # The nursery is ours (the forwarder never raises): what the call raised
             # (RequestCancelled, an InputRound, a ToolError) comes out as itself.
@@ -141,6 +153,8 @@ class Relay:
             raise group.exceptions[0] from None
         finally:
             current_relay.reset(token)
+        if self._round is not None:
+            raise self._round
 
 
 @attrs.define(eq=False)
@@ -182,6 +196,13 @@ class RelayRoutes:
                     return await relay.ctx.ask(method, params)
                 except ClientRequestError as exc:
                     raise McpError(INTERNAL_ERROR, f"the gateway's caller: {exc}") from None
+                except InputRound as round_:
+                    if current_relay.get() is relay:
+                        raise  # an MRTR round of the call's own task: it ends the run itself
+                    relay.interrupt(round_)
+                    raise McpError(
+                        INTERNAL_ERROR, "the gateway's caller answers on its retry"
+                    ) from None
 
             return handler
 
