@@ -1,7 +1,7 @@
 """A gateway on HTTP in front of an upstream on HTTP and one on stdio, driven by the official SDK.
 
 The gateway (``McpHttpApp`` on hypercorn, 127.0.0.1) mounts ``web`` (another
-``McpHttpApp`` in this process) and ``cli`` (``upstream_app.py``, a stdio
+``McpHttpApp`` in this process, modern era), ``old`` (the same, legacy era) and ``cli`` (``upstream_app.py``, a stdio
 server in a child process).  Each test starts a call of an upstream's
 ``wait`` tool through the gateway, cancels it one way, and reads the
 upstream's own log: the upstream request stopped at its flag, within the
@@ -57,7 +57,7 @@ class Running:
     cli_log: Path
 
     def lines(self, upstream: str) -> list[str]:
-        if upstream == "web":
+        if upstream in ("web", "old"):
             return list(self.web_log)
         return self.cli_log.read_text().splitlines() if self.cli_log.exists() else []
 
@@ -104,6 +104,7 @@ async def running(registry: Registry, tmp_path: Path) -> AsyncIterator[Running]:
         web_url = await serve_app(nursery, McpHttpApp(web_upstream(web_log), registry))
         gateway = McpServer("gateway")
         web = gateway.mount(web_url, namespace="web")
+        old = gateway.mount(web_url, namespace="old", era="legacy")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "UPSTREAM_LOG": str(cli_log)}
         env["MCP_GRACE_PERIOD"] = str(GRACE)
         cli = gateway.mount(
@@ -113,6 +114,7 @@ async def running(registry: Registry, tmp_path: Path) -> AsyncIterator[Running]:
         )
         url = await serve_app(nursery, McpHttpApp(gateway, registry))
         assert web.client is not None, web.error
+        assert old.client is not None and old.client.era == "legacy", old.error
         assert cli.client is not None, cli.error
         try:
             yield Running(url, web_log, cli_log)
@@ -164,7 +166,7 @@ async def close_the_connection(url: str, tool: str, label: str, fx: Running) -> 
 WAYS = ["sdk-legacy", "sdk-modern", "our-client-modern", "connection-close"]
 
 
-@pytest.mark.parametrize("upstream", ["web", "cli"])
+@pytest.mark.parametrize("upstream", ["web", "old", "cli"])
 async def test_every_cancel_at_the_gateway_stops_the_upstream_tool_within_the_grace_period(
     upstream: str, mcp_registry: Registry, tmp_path: Path
 ) -> None:
@@ -185,5 +187,7 @@ async def test_every_cancel_at_the_gateway_stops_the_upstream_tool_within_the_gr
                     stopped = await fx.wait_for(upstream, f"stopped {way}")
                 assert trio.current_time() - cancelled_at < GRACE
                 # It stopped at its flag (the polite phase), cancelled by the gateway's client.
+                # Modern HTTP closes the upstream request's stream; legacy HTTP and
+                # stdio send notifications/cancelled.
                 expected_kind = "disconnect" if upstream == "web" else "client"
                 assert stopped == f"stopped {way} {expected_kind}"
