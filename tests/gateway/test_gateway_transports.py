@@ -67,7 +67,7 @@ async def test_on_stdio_a_cancelled_line_stops_the_upstream_tool(
     gateway = McpServer("gateway")
     gateway.mount(stoppable(seen), namespace="up")
     stdin_send, stdin = trio.testing.memory_stream_one_way_pair()
-    stdout, stdout_receive = trio.testing.memory_stream_one_way_pair()
+    stdout, _replies = trio.testing.memory_stream_one_way_pair()
     lines = [
         {
             "jsonrpc": "2.0",
