@@ -4,8 +4,8 @@ The gateway (``McpHttpApp`` on hypercorn, 127.0.0.1) mounts ``web`` (another
 ``McpHttpApp`` in this process, modern era), ``old`` (the same, legacy era)
 and ``cli`` (``upstream_app.py``, a stdio server in a child process).  Each
 test starts a call of an upstream's ``wait`` tool through the gateway,
-cancels it one way, and reads the upstream's own log: the upstream request stopped at its flag, within the
-grace period of the cancel.
+cancels it one way, and reads the upstream's own log: the upstream request
+stopped at its flag, within the grace period of the cancel.
 
 * the SDK client in the legacy era cancels with ``notifications/cancelled``;
 * the SDK client in the modern era, and this library's client, close the
