@@ -129,3 +129,26 @@ async def test_a_flood_of_log_messages_leaves_the_gateway_serving(
         assert (await client.call_tool("up_echo", {"text": "still"}))["content"][0]["text"] == (
             "still"
         )
+
+
+async def test_an_upstream_announcing_changes_in_a_loop_is_listed_once_a_second(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    up = McpServer("chatty")
+
+    @up.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    gateway = McpServer("gateway")
+    upstream = gateway.mount(up, namespace="up")
+    async with open_test_client(gateway) as client:
+        start = trio.current_time()
+        while trio.current_time() - start < 5:
+            for _ in range(100):
+                up.tools_changed()
+            await trio.sleep(0.05)
+        await trio.sleep(2)
+        # 10,000 announcements in 5 s: a listing a second at most, and one after the last.
+        assert 1 <= upstream.resyncs <= 7
+        assert (await client.call_tool("up_echo", {"text": "ok"}))["content"][0]["text"] == "ok"

@@ -138,12 +138,18 @@ class Catalogue:
     prompts: set[str] = attrs.field(factory=set)
     refused: int = 0
     """Upstream items left out (a refused name, a malformed description), in total."""
+    _last: Listing = attrs.field(factory=Listing)
 
     def apply(self, listing: Listing) -> None:
-        """Serve *listing* instead of what was served; tell the gateway's listeners."""
-        self._replace_tools(listing.tools)
-        self._replace_resources(listing.resources, listing.templates)
-        self._replace_prompts(listing.prompts)
+        """Serve *listing* instead of what was served; tell the gateway's listeners of
+        each list that changed (a reconnect that finds the same offer changes nothing)."""
+        last, self._last = self._last, listing
+        if listing.tools != last.tools:
+            self._replace_tools(listing.tools)
+        if (listing.resources, listing.templates) != (last.resources, last.templates):
+            self._replace_resources(listing.resources, listing.templates)
+        if listing.prompts != last.prompts:
+            self._replace_prompts(listing.prompts)
 
     def clear(self) -> None:
         self.apply(Listing())

@@ -52,12 +52,14 @@ from .names import prefixed_uri
 from .relay import Relay, RelayRoutes
 from .targets import Era, Target, describe_target, open_target
 
-__all__ = ["MAX_SUBSCRIBED", "Upstream", "UpstreamOptions"]
+__all__ = ["MAX_SUBSCRIBED", "MIN_RESYNC_INTERVAL", "Upstream", "UpstreamOptions"]
 
 logger = logging.getLogger("trio_mcp_cancel.gateway")
 
 MAX_SUBSCRIBED: Final = 100
 """Upstream resources the gateway subscribes to (their updates fan in), at most."""
+MIN_RESYNC_INTERVAL: Final = 1.0
+"""Seconds between two listings of an upstream that announced changes."""
 _LIST_CHANGED: Final = frozenset(
     {
         "notifications/tools/list_changed",
@@ -115,6 +117,10 @@ class Upstream:
     _lost: trio.Event = attrs.field(init=False, factory=trio.Event)
     _wake: trio.Event = attrs.field(init=False, factory=trio.Event)
     _resync: bool = attrs.field(init=False, default=False)
+    _last_resync: float = attrs.field(init=False, default=-math.inf)
+    _listening: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
+    resyncs: int = attrs.field(init=False, default=0)
+    """Listings after a change the upstream announced."""
 
     def __attrs_post_init__(self) -> None:
         shown = "(proxy)" if self.namespace is None else repr(self.namespace)
@@ -208,21 +214,43 @@ class Upstream:
                     self.error = f"no answer to a ping within {interval}s"
                     return
             if self._resync:
-                self._resync = False
-                self.catalogue.apply(
-                    await list_upstream(
-                        client, self.label, self.options.max_items, self.options.max_listing_bytes
-                    )
-                )
+                await self._relist(client)
+
+    async def _relist(self, client: McpClient) -> None:
+        """List the upstream again after it said its lists changed: at most once per
+        :data:`MIN_RESYNC_INTERVAL` (an upstream announcing changes in a loop costs one
+        listing a second), and listen again for the resources now listed."""
+        await trio.sleep_until(self._last_resync + MIN_RESYNC_INTERVAL)
+        self._resync = False
+        self._last_resync = trio.current_time()
+        self.resyncs += 1
+        self.catalogue.apply(
+            await list_upstream(
+                client, self.label, self.options.max_items, self.options.max_listing_bytes
+            )
+        )
+        self._listening.cancel()
 
     async def _listen(self, client: McpClient) -> None:
-        """Ask the upstream for its changes (see the module docstring)."""
+        """Ask the upstream for its changes (see the module docstring), again after each
+        listing; an upstream that ends the stream is listed again (a change may be lost)."""
+        while True:
+            with trio.CancelScope() as self._listening:
+                if not await self._listen_once(client):
+                    return
+                self._resync = True
+                self._wake.set()
+                await trio.sleep(MIN_RESYNC_INTERVAL)
+
+    async def _listen_once(self, client: McpClient) -> bool:
+        """One listen stream until it ends; ``False``: the upstream has none."""
         uris = list(self.catalogue.resources.values())[:MAX_SUBSCRIBED]
         if client.era == "legacy":
+            # List changes come unasked; resource updates need a subscription each.
             for uri in uris:
                 with contextlib.suppress(McpError):
                     await client.request("resources/subscribe", {"uri": uri})
-            return
+            await trio.sleep_forever()
         wanted: dict[str, Any] = {
             "toolsListChanged": True,
             "promptsListChanged": True,
@@ -234,10 +262,11 @@ class Upstream:
         try:
             await call.result()
         except McpError:
-            pass  # an upstream without listen: list changes are then not fanned in
+            return False  # no listen here: list changes are then not fanned in
         finally:
             if not call.finished:
-                call.cancel_nowait("the gateway stopped listening")
+                call.cancel_nowait("the gateway listens again")
+        return True
 
     def _notification(self, message: dict[str, Any]) -> None:
         """An upstream notification (runs in the client's reading task: never blocks)."""
