@@ -16,7 +16,11 @@ task is started by the call, so it inherits the context).  A message
 stream (stdio, in memory) reads everything in one task: there the relay is
 the upstream's only call in flight, when it has one; with several a log
 message cannot be told apart and goes to the gateway's logger, and a
-question is refused (an error answer the upstream sees).
+question is refused (an error answer the upstream sees).  A question asked
+from such a reader task of a modern caller cannot wait for its answer (the
+modern era asks by ending the run, MRTR): the upstream call is cancelled and
+the gateway's run ends with the round; on the caller's retry the upstream is
+called again, asks again, and the answer is there.
 
 **Bounded.**  Relayed notifications wait in a queue of at most
 :data:`MAX_QUEUED_BYTES` bytes (their JSON size) per call; an upstream that
