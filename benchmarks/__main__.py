@@ -35,6 +35,7 @@ from . import (
     bench_telemetry,
     bench_tracked,
     bench_workers,
+    gateway,
     percall,
     profile_hotpath,
 )
@@ -56,6 +57,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_client.NAME: bench_client.run,
     bench_workers.NAME: bench_workers.run,
     bench_conformance_cancel.NAME: bench_conformance_cancel.run,
+    gateway.NAME: gateway.run,
 }
 
 HERE = Path(__file__).resolve().parent

@@ -22,6 +22,7 @@ import pytest
 from hypercorn.config import Config
 
 from trio_mcp_cancel import RegistryConfig
+from trio_mcp_cancel._gateway.upstream import UpstreamOptions
 from trio_mcp_cancel._run import cli
 from trio_mcp_cancel.client import (
     ClientCredentialsAuth,
@@ -98,6 +99,10 @@ _CHECKS: dict[str, Callable[[], set[str]]] = {
     "McpServer.tool": lambda: _parameters(McpServer.tool),
     "ServerLimits": lambda: {f.name for f in attrs.fields(ServerLimits)},
     "RegistryConfig / open_registry": lambda: {f.name for f in attrs.fields(RegistryConfig)},
+    "Mount and proxy": lambda: (
+        (_parameters(McpServer.mount, McpServer.proxy) - {"options", "cls"})
+        | {f.name for f in attrs.fields(UpstreamOptions)}
+    ),
     "McpHttpApp": lambda: _parameters(McpHttpApp.__init__),
     "ConnectionLimits": lambda: {f.name for f in attrs.fields(ConnectionLimits)},
     "HttpLimits": lambda: {f.name for f in attrs.fields(HttpLimits)},

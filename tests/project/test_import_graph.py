@@ -205,6 +205,8 @@ def package_of(module: str) -> str:
 #: The one door out of the protocol layer: ``McpServer.run()`` imports the runner when
 #: called (and its option names), so a server can run itself; nothing else goes up.
 RUN_DOOR = (f"{PACKAGE}._protocol.server", f"{PACKAGE}._run")
+#: ... and ``McpServer.mount()``/``proxy()``, which import the gateway (a client) when called.
+MOUNT_DOOR = (f"{PACKAGE}._protocol.mounting", f"{PACKAGE}._gateway")
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -213,7 +215,7 @@ def package_graph() -> dict[str, set[str]]:
         source = package_of(importer)
         edges.setdefault(source, set())
         for target in targets:
-            if (importer, package_of(target)) == RUN_DOOR:
+            if (importer, package_of(target)) in (RUN_DOOR, MOUNT_DOOR):
                 continue
             if package_of(target) != source:
                 edges[source].add(package_of(target))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -80,6 +80,9 @@ class Inbound:
     _abandoned_task_calls: dict[int, PendingCall] = attrs.field(init=False, factory=dict)
     """Cancelled ``tools/call``s that may have made a task before the cancel
     reached the server (without *keep_history* they are no longer in ``calls``)."""
+    on_notification: Callable[[Message], None] | None = attrs.field(init=False, default=None)
+    """Told every notification but progress, before it is kept, in the task that read it
+    (so it must not block): a gateway relays log messages and fans list changes in with it."""
 
     @property
     def era(self) -> Era:
@@ -125,13 +128,21 @@ class Inbound:
             self._answer(message)
         elif "id" in message:
             self._server_request(message)
+        elif method != "notifications/progress" and self.on_notification is not None:
+            self.on_notification(message)
+            self._notification(message, method, params)
         elif method == "notifications/progress" and isinstance(params, dict):
             call = engine.calls.get(params.get("progressToken"))  # type: ignore[arg-type]
             if call is None or call.finished:
                 self._keep(engine.unexpected, message)
             else:
                 add_progress(call, params)
-        elif method == "notifications/message" and isinstance(params, dict):
+        else:
+            self._notification(message, method, params)
+
+    def _notification(self, message: Message, method: object, params: object) -> None:
+        engine = self._engine
+        if method == "notifications/message" and isinstance(params, dict):
             self._keep(engine.log_messages, params)
         elif method == "notifications/cancelled" and isinstance(params, dict):
             # The server cancels one of its requests to us (legacy): stop answering it.

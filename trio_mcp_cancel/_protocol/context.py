@@ -246,6 +246,21 @@ class Context(ContextParameter):
             raise ClientRequestError("roots/list: the client's result has no roots list")
         return [root for root in roots if isinstance(root, dict)]
 
+    async def ask(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        answer_within: float | None = DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    ) -> dict[str, Any]:
+        """Ask the client *method* (``elicitation/create``, ``sampling/createMessage``,
+        ``roots/list``) with *params* as given; its result object.
+
+        What :meth:`elicit`, :meth:`sample` and :meth:`list_roots` build on;
+        a gateway relays an upstream's question through it unchanged.
+        """
+        return await self._ask({"method": method, "params": dict(params)}, answer_within)
+
     async def _ask(self, request: dict[str, Any], answer_within: float | None) -> dict[str, Any]:
         question = InputRequired({"q": request})
         index, self._asked = self._asked, self._asked + 1

@@ -29,8 +29,10 @@ a call never looks it up).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import attrs
+import trio
 
 from .._core.ratelog import RateLimitedLog
 from .lifespan import LifespanState
@@ -63,6 +65,9 @@ class ServerRuntime:
     """Where unexpected failures are logged, once per kind and interval."""
     lifespan: LifespanState = attrs.field(factory=LifespanState)
     """What ``McpServer(lifespan=...)`` yielded, while entered (``ctx.lifespan``)."""
+    services: list[Callable[[trio.TaskStatus[None]], Awaitable[None]]] = attrs.field(factory=list)
+    """What runs beside the server for as long as it serves, started once per process
+    by every transport (``services_served``): a mount's upstream connections."""
 
     @classmethod
     def for_server(cls, registration: Registration) -> ServerRuntime:

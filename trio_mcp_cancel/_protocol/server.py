@@ -38,6 +38,7 @@ from .extension import Extension
 from .lifespan import Lifespan
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .metadata import check_icons
+from .mounting import Mounting
 from .mrtr import InputRequired
 from .offerings import Offerings
 from .pagination import DEFAULT_PAGE_SIZE
@@ -50,7 +51,7 @@ __all__ = ["McpServer"]
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
 
 
-class McpServer(Offerings):
+class McpServer(Mounting, Offerings):
     """An MCP server: register tools, resources and prompts, then :meth:`run` it.
 
     Transport-independent: the same server is served on stdio (:meth:`run`,

@@ -25,80 +25,23 @@ two phases, when that connection closes (:meth:`Extension.connection_closed`).
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import AsyncIterator
 
-import attrs
-import trio
-
 from .._protocol.dispatcher import Served
-from .._protocol.extension import Extension
+from ._services import is_leased, leased, services_served
 
 __all__ = ["extensions_served"]
 
 
-@attrs.define(eq=False)
-class _Lease:
-    holders: int = 1
-    started: trio.Event = attrs.field(factory=trio.Event)
-    released: trio.Event = attrs.field(factory=trio.Event)
-
-    def release(self) -> None:
-        self.holders -= 1
-        if self.holders == 0:
-            self.released.set()
-
-
-_leases: weakref.WeakKeyDictionary[Extension, _Lease] = weakref.WeakKeyDictionary()
-
-
 @contextlib.asynccontextmanager
 async def extensions_served(server: Served) -> AsyncIterator[None]:
-    """Make sure the server's extension services run for the block (module docstring)."""
+    """Make sure the server's extension services, and its other services (a mount's
+    upstream connections, :mod:`._services`), run for the block (module docstring)."""
     async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(services_served(server))
         for extension in server.dispatcher.extensions:
-            await stack.enter_async_context(_served(extension))
+            # Shared when another transport of this process leased it; left alone
+            # when somebody else runs it (the application, an HTTP lifespan).
+            if is_leased(extension) or not extension.running:
+                await stack.enter_async_context(leased(extension, [extension.serve]))
         yield
-
-
-@contextlib.asynccontextmanager
-async def _served(extension: Extension) -> AsyncIterator[None]:
-    """Make sure *extension*'s service runs for the block."""
-    lease = _leases.get(extension)
-    if lease is not None:
-        # Started by another transport of this process: share it.
-        lease.holders += 1
-        try:
-            await lease.started.wait()
-            yield
-        finally:
-            lease.release()
-        return
-    if extension.running:
-        # Somebody else owns its lifetime (the application, an HTTP lifespan), or
-        # it has no service.
-        await trio.lowlevel.checkpoint()
-        yield
-        return
-    lease = _Lease()
-    _leases[extension] = lease
-    try:
-        async with trio.open_nursery() as nursery:
-            try:
-                await nursery.start(extension.serve)
-            finally:
-                lease.started.set()  # joiners go on (as ordinary calls, if it failed)
-            try:
-                yield
-            finally:
-                lease.release()
-                await lease.released.wait()
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The nursery is ours: what the block raised comes out as itself.
-        if len(group.exceptions) != 1:
-            raise
-        raise group.exceptions[0] from None
-    finally:
-        if _leases.get(extension) is lease:
-            del _leases[extension]

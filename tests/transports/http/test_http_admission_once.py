@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from trio_mcp_cancel import Registry
+from trio_mcp_cancel._protocol import dispatcher as dispatcher_module
 from trio_mcp_cancel._protocol.calls import RequestCall
 from trio_mcp_cancel._protocol.dispatcher import Dispatcher
 from trio_mcp_cancel._protocol.exchange import Caller
@@ -36,13 +37,13 @@ from _support.cancellation_tools import probe_server
 def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The admission checks made, by the method of the call checked."""
     made: list[str] = []
-    check = Dispatcher._limit_refusal
+    check = dispatcher_module._limit_refusal
 
-    def counted(self: Dispatcher, call: RequestCall, caller: Caller) -> Any:
+    def counted(dispatcher: Dispatcher, call: RequestCall, caller: Caller) -> Any:
         made.append(call.request.method)
-        return check(self, call, caller)
+        return check(dispatcher, call, caller)
 
-    monkeypatch.setattr(Dispatcher, "_limit_refusal", counted)
+    monkeypatch.setattr(dispatcher_module, "_limit_refusal", counted)
     yield made
 
 

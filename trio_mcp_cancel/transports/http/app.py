@@ -64,6 +64,7 @@ from ..._telemetry.server import ServerTelemetry
 from ..._wire import jsonrpc
 from ..._wire.jsonrpc import JsonRpcError
 from ...backends.base import Backend
+from .._services import services_served
 from ..auth import Authenticator, authenticate
 from ..limits import (
     DEFAULT_CONNECTION_LIMITS,
@@ -343,7 +344,11 @@ class McpHttpApp:
                         await outer.start(self._sharing.keep_written)
                 # The server's lifespan (McpServer(lifespan=...)) is entered before
                 # startup completes and left once the server closed its connections.
-                async with lifespan_served(self.server), trio.open_nursery() as service:
+                async with (
+                    lifespan_served(self.server),
+                    trio.open_nursery() as service,
+                    services_served(self),
+                ):
                     await self._start_extensions(service)
                     if self._expiries is not None:
                         await service.start(self._expiries.run)
