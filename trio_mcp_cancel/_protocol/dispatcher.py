@@ -66,6 +66,7 @@ from .calls import (
 from .exchange import Caller, Exchange
 from .extension import Extension, ExtensionHost
 from .methods import TARGETS, method_table
+from .middleware import Middleware, run_chain
 from .registration import Registration
 from .runtime import ServerRuntime
 from .subscriptions import listen_bytes
@@ -91,7 +92,12 @@ class Dispatcher:
     :mod:`.extension`) are bound here, once, and their methods join the table.
     """
 
-    def __init__(self, registration: Registration, extensions: Sequence[Extension] = ()) -> None:
+    def __init__(
+        self,
+        registration: Registration,
+        extensions: Sequence[Extension] = (),
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
         self.registration = registration
         """What the server offers and its settings, the admission caps among them."""
         self.runtime = ServerRuntime.for_server(registration)
@@ -106,6 +112,9 @@ class Dispatcher:
         """The method table (the core's and the extensions', a copy per server, so a
         test may extend one)."""
         self.targets: dict[str, Target] = dict(TARGETS)
+        self.middleware: list[Middleware] = list(middleware)
+        """What wraps every request, first = outermost (:mod:`.middleware`); empty, the
+        handler is called directly."""
         self.calls = Slots()
         """Tool calls (and tracked reads) admitted and not finished."""
         self.listens = Slots()
@@ -313,7 +322,11 @@ class Dispatcher:
                 if refused is not None:
                     return refused
             try:
-                result = await call.method.handler(h)
+                chain = self.middleware
+                if chain:
+                    result = await run_chain(chain, h, self._find_tool)
+                else:
+                    result = await call.method.handler(h)
             finally:
                 self.release(call, caller, exchange)
             if call.tracked and exchange.silenced:
