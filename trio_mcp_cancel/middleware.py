@@ -27,6 +27,9 @@ refusing with the server's too-many-requests code, HTTP 429 with
 
 from __future__ import annotations
 
+from ._middleware.cache import ResponseCache
+from ._middleware.observe import RequestLog, Timing
+from ._middleware.rate_limit import RateLimit
 from ._protocol.middleware import CallNext, Middleware, MiddlewareRequest, Outcome
 from ._public import fixup_module_metadata
 from ._wire.jsonrpc import JsonRpcError
@@ -37,6 +40,10 @@ __all__ = [
     "Middleware",
     "MiddlewareRequest",
     "Outcome",
+    "RateLimit",
+    "RequestLog",
+    "ResponseCache",
+    "Timing",
 ]
 
 # JsonRpcError is re-exported as it is (its home is trio_mcp_cancel.lowlevel).

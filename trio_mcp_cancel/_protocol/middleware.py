@@ -90,6 +90,8 @@ class MiddlewareRequest:
     session_id: str | None = attrs.field(on_setattr=_FROZEN)
     namespace: str = attrs.field(on_setattr=_FROZEN)
     tenant: str | None = attrs.field(on_setattr=_FROZEN)
+    read_only: bool = attrs.field(default=False, on_setattr=_FROZEN)
+    """A ``tools/call`` of a tool annotated ``readOnlyHint: true`` (what may be cached)."""
     state: dict[str, Any] = attrs.field(factory=dict, on_setattr=_FROZEN)
     """Free for the middleware of this request to share values (the timing one's duration)."""
     outcome: Outcome | None = None
@@ -103,6 +105,13 @@ def _target(call: RequestCall) -> str | None:
     )
     value = None if key is None else params.get(key)
     return value[:200] if isinstance(value, str) else None
+
+
+def _read_only(call: RequestCall) -> bool:
+    tool = call.tool
+    if call.request.method != "tools/call" or tool is None or not tool.annotations:
+        return False
+    return tool.annotations.get("readOnlyHint") is True
 
 
 def outcome_of(exc: BaseException, tracked: TrackedRequest | None) -> Outcome:
@@ -156,6 +165,7 @@ async def run_chain(
         caller.session_id,
         caller.namespace,
         caller.tenant,
+        _read_only(call),
     )
     layers = tuple(chain)  # a decorator added while serving applies to later requests
     ran = False
