@@ -34,6 +34,7 @@ from . import (
     bench_telemetry,
     bench_tracked,
     bench_workers,
+    middleware_cost,
     percall,
     profile_hotpath,
 )
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_telemetry.NAME: bench_telemetry.run,
     bench_client.NAME: bench_client.run,
     bench_workers.NAME: bench_workers.run,
+    middleware_cost.NAME: middleware_cost.run,
 }
 
 HERE = Path(__file__).resolve().parent
