@@ -6,6 +6,7 @@ The transports (stdio, HTTP, WebSocket) are in tests/transports/test_middleware_
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -265,8 +266,33 @@ async def test_a_disconnect_shows_as_a_disconnect(autojump_clock: MockClock) -> 
     )
 
 
-async def test_no_middleware_calls_the_handler_directly() -> None:
-    server = make_server()
-    assert server.dispatcher.middleware == []
+async def _pass(request: MiddlewareRequest, call_next: CallNext) -> Any:
+    return await call_next()
+
+
+@pytest.mark.parametrize("layers", [0, 1])
+async def test_no_middleware_adds_no_frame_to_a_call(layers: int) -> None:
+    server = make_server(*[_pass] * layers)
+    frames: list[str] = []
+
+    @server.tool()
+    async def where(ctx: ToolContext) -> str:
+        frames.extend(frame.function for frame in inspect.stack())
+        return "here"
+
     async with open_test_client(server) as client:
-        assert (await client.call_tool("echo", {"text": "x"}))["content"][0]["text"] == "x"
+        await client.call_tool("where")
+    assert ("run_chain" in frames) is bool(layers)
+
+
+async def test_params_set_to_something_not_a_dict_fail_that_request_only() -> None:
+    async def garble(request: MiddlewareRequest, call_next: CallNext) -> Any:
+        if request.params.get("name") == "echo":
+            request.params = ["not", "a", "dict"]  # type: ignore[assignment]
+        return await call_next()
+
+    async with open_test_client(make_server(garble)) as client:
+        with pytest.raises(McpError) as failed:
+            await client.call_tool("echo", {"text": "hi"})
+        assert (await client.call_tool("shout", {"text": "on"}))["content"][0]["text"] == "ON"
+    assert failed.value.code == -32603

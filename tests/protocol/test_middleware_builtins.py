@@ -248,3 +248,18 @@ async def test_the_cache_keeps_at_most_max_entries() -> None:
         for n in range(10):
             await client.call_tool("lookup", {"key": str(n)})
     assert cache.entries == 3
+
+
+async def test_a_cache_hit_over_http_is_one_whole_response_without_running_the_tool(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    runs: list[str] = []
+    app = McpHttpApp(make_server(ResponseCache(), runs=runs), mcp_registry)
+    async with served(app) as client:
+        replies = []
+        for request_id in (1, 2):
+            message = modern_call(request_id, "lookup", {"key": "a"})
+            replies.append(await client.post(headers_of(message), message))
+    first, second = (reply.json()["result"] for reply in replies)
+    assert runs == ["a"]
+    assert second["content"] == first["content"] and second["resultType"] == "complete"
