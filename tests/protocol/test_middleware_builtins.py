@@ -137,7 +137,7 @@ async def test_rate_limit_is_a_429_with_retry_after_on_http(
         listed = modern_call(3, "write", {"key": "a"})
         third = await client.post(headers_of(listed), listed)
     assert first.status == 200
-    assert second.status == 429 and second.headers["retry-after"] == "1"
+    assert second.status == 429 and second.headers["retry-after"] == "2"  # its own wait
     assert second.json()["error"]["code"] == -31429
     assert second.json()["error"]["data"]["retryAfter"] == 2
     assert third.status == 429  # same client address bucket
@@ -263,3 +263,23 @@ async def test_a_cache_hit_over_http_is_one_whole_response_without_running_the_t
     first, second = (reply.json()["result"] for reply in replies)
     assert runs == ["a"]
     assert second["content"] == first["content"] and second["resultType"] == "complete"
+
+
+@pytest.mark.parametrize(
+    ("data", "header"),
+    [
+        ({"retryAfter": 7}, b"7"),
+        ({"retryAfter": 10**9}, b"1"),  # absurd: the default
+        ({"retryAfter": True}, b"1"),
+        ({"retryAfter": "7\r\nX-Evil: 1"}, b"1"),  # never a header injection
+        ({"retryAfter": 0}, b"1"),
+        (None, b"1"),
+    ],
+)
+def test_retry_after_is_the_refusals_own_wait_only_when_it_is_sane(
+    data: object, header: bytes
+) -> None:
+    from trio_mcp_cancel.transports.http.answer import _retry_after
+
+    reply = {"jsonrpc": "2.0", "id": 1, "error": {"code": -31429, "message": "x", "data": data}}
+    assert _retry_after(reply) == [(b"retry-after", header)]
