@@ -36,6 +36,7 @@ from . import (
     bench_tracked,
     bench_workers,
     gateway,
+    middleware_cost,
     percall,
     profile_hotpath,
 )
@@ -58,6 +59,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[list[Row]]]] = {
     bench_workers.NAME: bench_workers.run,
     bench_conformance_cancel.NAME: bench_conformance_cancel.run,
     gateway.NAME: gateway.run,
+    middleware_cost.NAME: middleware_cost.run,
 }
 
 HERE = Path(__file__).resolve().parent

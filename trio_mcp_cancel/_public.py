@@ -36,6 +36,7 @@ PUBLIC_MODULES: Final = frozenset(
         "trio_mcp_cancel.lowlevel",
         "trio_mcp_cancel.lowlevel.extensions",
         "trio_mcp_cancel.lowlevel.wire",
+        "trio_mcp_cancel.middleware",
         "trio_mcp_cancel.oauth",
         "trio_mcp_cancel.process",
         "trio_mcp_cancel.pytest_plugin",

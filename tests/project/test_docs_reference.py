@@ -31,6 +31,7 @@ from trio_mcp_cancel.client import (
     open_http_client,
 )
 from trio_mcp_cancel.http import HttpLimits, McpHttpApp, serve, server_config
+from trio_mcp_cancel.middleware import RateLimit, RequestLog, ResponseCache, Timing
 from trio_mcp_cancel.oauth import IntrospectionVerifier, JwtVerifier, OAuthResource
 from trio_mcp_cancel.server import ConnectionLimits, McpServer, ServerLimits
 from trio_mcp_cancel.stdio import run_stdio, serve_mcp_stdio
@@ -97,6 +98,12 @@ def _cli_flags() -> set[str]:
 _CHECKS: dict[str, Callable[[], set[str]]] = {
     "McpServer": lambda: _parameters(McpServer.__init__),
     "McpServer.tool": lambda: _parameters(McpServer.tool),
+    "Middleware": lambda: {
+        f"{cls.__name__}({f.name})"
+        for cls in (RequestLog, Timing, RateLimit, ResponseCache)
+        for f in attrs.fields(cls)
+        if f.init
+    },
     "ServerLimits": lambda: {f.name for f in attrs.fields(ServerLimits)},
     "RegistryConfig / open_registry": lambda: {f.name for f in attrs.fields(RegistryConfig)},
     "Mount and proxy": lambda: (

@@ -279,6 +279,17 @@ PINNED: dict[str, list[str]] = {
         "UNSUPPORTED_PROTOCOL_VERSION",
         "too_many_requests_code",
     ],
+    "trio_mcp_cancel.middleware": [
+        "CallNext",
+        "JsonRpcError",
+        "Middleware",
+        "MiddlewareRequest",
+        "Outcome",
+        "RateLimit",
+        "RequestLog",
+        "ResponseCache",
+        "Timing",
+    ],
     "trio_mcp_cancel.oauth": [
         "AccessToken",
         "AuthServerUnavailable",

@@ -67,6 +67,7 @@ from .calls import (
 from .exchange import Caller, Exchange
 from .extension import Extension, ExtensionHost
 from .methods import TARGETS, method_table
+from .middleware import Middleware, run_chain
 from .registration import Registration
 from .runtime import ServerRuntime
 from .subscriptions import listen_bytes
@@ -92,7 +93,12 @@ class Dispatcher:
     :mod:`.extension`) are bound here, once, and their methods join the table.
     """
 
-    def __init__(self, registration: Registration, extensions: Sequence[Extension] = ()) -> None:
+    def __init__(
+        self,
+        registration: Registration,
+        extensions: Sequence[Extension] = (),
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
         self.registration = registration
         """What the server offers and its settings, the admission caps among them."""
         self.runtime = ServerRuntime.for_server(registration)
@@ -107,6 +113,9 @@ class Dispatcher:
         """The method table (the core's and the extensions', a copy per server, so a
         test may extend one)."""
         self.targets: dict[str, Target] = dict(TARGETS)
+        self.middleware: list[Middleware] = list(middleware)
+        """What wraps every request, first = outermost (:mod:`.middleware`); empty, the
+        handler is called directly."""
         self.calls = Slots()
         """Tool calls (and tracked reads) admitted and not finished."""
         self.listens = Slots()
@@ -361,14 +370,18 @@ class Dispatcher:
                 if refused is not None:
                     return refused
             try:
-                result = await call.method.handler(h)
+                chain = self.middleware
+                if chain:
+                    result = await run_chain(chain, h, self._find_tool)
+                else:
+                    result = await call.method.handler(h)
             finally:
                 self.release(call, caller, exchange)
             if call.tracked and exchange.silenced:
                 # The client cancelled, but the tool finished anyway: MCP
                 # forbids sending its result (or anything else) now.
                 raise RequestCancelled(None, exchange.cancel_kind or "client")
-            return jsonrpc.result_message(request.id, self._finish(call, result))
+            return jsonrpc.result_message(request.id, _finish(self.registration, call, result))
         except JsonRpcError as exc:
             return jsonrpc.error_message(request.id, exc.code, exc.message, exc.data)
         except RequestCancelled as exc:
@@ -388,20 +401,6 @@ class Dispatcher:
             return jsonrpc.error_message(request.id, jsonrpc.INTERNAL_ERROR, "Internal error")
         finally:
             h.started()
-
-    def _finish(self, call: RequestCall, result: Any) -> Any:
-        """Modern results carry ``resultType`` and the server's identity."""
-        if call.era != "modern" or not isinstance(result, dict):
-            return result
-        result.setdefault("resultType", "complete")
-        meta = result.get("_meta")
-        registration = self.registration
-        # Discovery carries the whole Implementation (title, icons, ...); the other
-        # results only name the server.
-        discover = call.request.method == "server/discover"
-        info = registration.server_info if discover else registration.info
-        result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
-        return result
 
     # -- admission ----------------------------------------------------------------
 
@@ -570,3 +569,17 @@ def _limit_refusal(dispatcher: Dispatcher, call: RequestCall, caller: Caller) ->
         if len(channel.exchanges) >= cap:
             return too_many_requests(request.id, call.era, "channel", cap)
     return None
+
+
+def _finish(registration: Registration, call: RequestCall, result: Any) -> Any:
+    """Modern results carry ``resultType`` and the server's identity."""
+    if call.era != "modern" or not isinstance(result, dict):
+        return result
+    result.setdefault("resultType", "complete")
+    meta = result.get("_meta")
+    # Discovery carries the whole Implementation (title, icons, ...); the other
+    # results only name the server.
+    discover = call.request.method == "server/discover"
+    info = registration.server_info if discover else registration.info
+    result["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SERVER_INFO: info}
+    return result

@@ -38,6 +38,7 @@ from .extension import Extension
 from .lifespan import Lifespan
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .metadata import check_icons
+from .middleware import Middleware
 from .mounting import Mounting
 from .mrtr import InputRequired
 from .offerings import Offerings
@@ -49,9 +50,21 @@ from .tools import TaskSupport, make_tool
 __all__ = ["McpServer"]
 
 F = TypeVar("F", bound=Callable[..., Any])  # async def, or a plain def (a sync tool)
+MW = TypeVar("MW", bound=Middleware)
 
 
-class McpServer(Mounting, Offerings):
+class _MiddlewareDecorator:
+    """``@server.middleware``, apart so that :class:`McpServer` stays within its size."""
+
+    dispatcher: Dispatcher
+
+    def middleware(self, fn: MW, /) -> MW:
+        """Decorator: *fn* wraps every request, inside those added before it."""
+        self.dispatcher.middleware.append(fn)
+        return fn
+
+
+class McpServer(Mounting, Offerings, _MiddlewareDecorator):
     """An MCP server: register tools, resources and prompts, then :meth:`run` it.
 
     Transport-independent: the same server is served on stdio (:meth:`run`,
@@ -66,6 +79,7 @@ class McpServer(Mounting, Offerings):
     *extensions*: the MCP extensions it serves (:class:`~.extension.Extension`),
     in order; tools registered with ``task=`` need the Tasks extension
     (``extensions=[Tasks()]``).
+    *middleware*: wraps every request, first = outermost (:mod:`.middleware`).
     *state_secret* (at least 32 bytes, or their base64 text; default: random
     per process, so instances behind a load balancer must share one) seals
     MRTR ``requestState`` values for *state_ttl* seconds;
@@ -95,6 +109,7 @@ class McpServer(Mounting, Offerings):
         instructions: str | None = None,
         limits: ServerLimits = DEFAULT_SERVER_LIMITS,
         extensions: Sequence[Extension] = (),
+        middleware: Sequence[Middleware] = (),
         on_cancel: OnCancel = "silent",
         list_ttl_ms: int = 300_000,
         state_secret: bytes | str | None = None,
@@ -137,7 +152,7 @@ class McpServer(Mounting, Offerings):
             lifespan_timeout=lifespan_timeout,
         )
         """What this server offers and its serving settings (the decorators fill it)."""
-        self.dispatcher = Dispatcher(self.registration, extensions)
+        self.dispatcher = Dispatcher(self.registration, extensions, middleware)
         """Serves :attr:`registration` to every transport, with the extensions; its
         ``runtime`` holds the subscription hub and the used MRTR states."""
 

@@ -101,9 +101,20 @@ RETRY_AFTER: Final[Headers] = [(b"retry-after", b"1")]
 _WATCHER: Final = f"{__name__}.CallResponse._watch"
 
 
-def _extra(routed: Routed, status: int) -> Any:
+def _extra(routed: Routed, status: int, reply: Message | None = None) -> Any:
     """The headers of *routed*'s whole answer: a ``429`` says when to retry, as at admission."""
-    return routed.extra if status != 429 else [*routed.extra, *RETRY_AFTER]
+    return routed.extra if status != 429 else [*routed.extra, *_retry_after(reply)]
+
+
+def _retry_after(reply: Message | None) -> Headers:
+    """``Retry-After``: the refusal's own ``data.retryAfter`` (a rate limit's wait, whole
+    seconds, at most a day) when it gives one, else one second."""
+    error = None if reply is None else reply.get("error")
+    data = error.get("data") if isinstance(error, dict) else None
+    seconds = data.get("retryAfter") if isinstance(data, dict) else None
+    if type(seconds) is int and 1 <= seconds <= 86_400:
+        return [(b"retry-after", str(seconds).encode())]
+    return RETRY_AFTER
 
 
 @attrs.define  # not frozen: made per POST (benchmarks/RESULTS.md, "code's shapes")
@@ -256,7 +267,7 @@ class Responder:
         code = jsonrpc.error_code(reply)
         status = 200 if code is None else rules.status_for(code, routed.era)
         await self.sink.respond(
-            send, status, jsonrpc.encode(reply), _extra(routed, status), json=True
+            send, status, jsonrpc.encode(reply), _extra(routed, status, reply), json=True
         )
 
     async def _stream(
@@ -293,7 +304,7 @@ class Responder:
                 # refused by its quota is a 429, as an admission refusal is).
                 status = 429 if jsonrpc.error_code(reply) == TOO_MANY_REQUESTS else 200
                 encoded = jsonrpc.encode(reply)
-                extra = _extra(routed, status)
+                extra = _extra(routed, status, reply)
                 if not await self.sink.respond(send, status, encoded, extra, json=True):
                     exchange.lost()  # the answer never reached the client
                 return

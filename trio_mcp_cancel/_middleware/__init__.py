@@ -1,0 +1,1 @@
+"""The built-in middleware (:mod:`trio_mcp_cancel.middleware` exports them)."""
