@@ -105,6 +105,8 @@ class Upstream:
     options: UpstreamOptions
     registration: Registration
     label: str = attrs.field(init=False)
+    # Invariant: exactly one of ``client`` and ``error`` is None; ``connected`` is set
+    # exactly while ``client`` is not None (a loss replaces it with a new, unset event).
     client: McpClient | None = attrs.field(init=False, default=None)
     """The connected client (``None`` while the upstream is down)."""
     error: str | None = attrs.field(init=False, default="not connected yet")
@@ -116,6 +118,8 @@ class Upstream:
     catalogue: Catalogue = attrs.field(init=False)
     _lost: trio.Event = attrs.field(init=False, factory=trio.Event)
     _wake: trio.Event = attrs.field(init=False, factory=trio.Event)
+    # Invariant: ``_resync`` set implies ``_wake`` set (the watcher re-lists within one
+    # wake-up, at most once per second after ``_last_resync``).
     _resync: bool = attrs.field(init=False, default=False)
     _last_resync: float = attrs.field(init=False, default=-math.inf)
     _listening: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)

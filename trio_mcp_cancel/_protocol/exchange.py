@@ -65,6 +65,8 @@ class Channel:
     """Messages arrive in order (one stream), so a cancel of a request that is
     not running refers to one that already ended, never to one still on its
     way: no early cancel is kept (see ``RegistryConfig.early_cancel_ttl``)."""
+    # Invariant: an id in ``late_cancels`` belongs to a request already answered (the
+    # dispatcher forgets it when a new request reuses the id); at most 64 are kept.
     late_cancels: dict[RequestId, Callable[[], object]] = attrs.field(factory=dict)
     """The latest requests whose answer started work that outlives them (a
     ``tools/call`` answered with a task), and how to stop that work: a client

@@ -34,6 +34,8 @@ class PendingInputs:
     or when the task is cancelled.
     """
 
+    # Invariant: ``pending`` and ``answers`` never share a key (a key moves from one to
+    # the other once); ``wake`` is set only when ``pending`` is empty or the task ends.
     pending: dict[str, Any]
     answers: dict[str, Any] = attrs.field(factory=dict)
     wake: trio.Event = attrs.field(factory=trio.Event)
