@@ -356,7 +356,7 @@ class Registry:
         (``request.stopped``)."""
         if self._by_token.pop(request.token, None) is None:
             return
-        if self._due:
+        if self._due.due:
             self._due.discard(request.token)
         cancellation = request.cancellation
         if cancellation is not None:

@@ -210,14 +210,16 @@ class CancellationTable:
 class DueCancels:
     """Tokens of tracked requests and when (and why) each is to be cancelled."""
 
-    __slots__ = ("_due", "_heap")
+    __slots__ = ("_heap", "due")
 
     def __init__(self) -> None:
-        self._due: dict[int, tuple[float, str]] = {}
+        self.due: dict[int, tuple[float, str]] = {}
+        """Token -> (when, reason): a plain dict, so the per-request check on the way out
+        (``if due.due``) costs no Python call."""
         self._heap: list[tuple[float, int]] = []
 
     def __len__(self) -> int:
-        return len(self._due)
+        return len(self.due)
 
     @property
     def next_at(self) -> float:
@@ -226,17 +228,17 @@ class DueCancels:
 
     def add(self, token: int, at: float, reason: str) -> bool:
         """Keep *token* due at *at*; ``False`` when it was due earlier already (kept)."""
-        held = self._due.get(token)
+        held = self.due.get(token)
         if held is not None and held[0] <= at:
             return False
-        self._due[token] = (at, reason)
+        self.due[token] = (at, reason)
         heapq.heappush(self._heap, (at, token))
         return True
 
     def discard(self, token: int) -> None:
         """Forget *token* (its request left)."""
-        if self._due.pop(token, None) is not None and len(self._heap) > 2 * len(self._due) + 64:
-            self._heap = [entry for entry in self._heap if entry[1] in self._due]
+        if self.due.pop(token, None) is not None and len(self._heap) > 2 * len(self.due) + 64:
+            self._heap = [entry for entry in self._heap if entry[1] in self.due]
             heapq.heapify(self._heap)
 
     def pop_due(self, now: float) -> list[tuple[int, str]]:
@@ -245,7 +247,7 @@ class DueCancels:
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, token = heapq.heappop(heap)
-            entry = self._due.pop(token, None)
+            entry = self.due.pop(token, None)
             if entry is not None:
                 due.append((token, entry[1]))
         return due
