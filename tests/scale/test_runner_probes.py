@@ -56,7 +56,15 @@ async def test_each_worker_answers_the_probes_and_turns_unready_when_redis_goes(
     log = tmp_path / "run.log"
     with redis_server() as redis:
         env.update(MCP_REDIS_URL=redis.url, MCP_REDIS_PREFIX="probes", MCP_REDIS_HOT_TIMEOUT="0.5")
-        args = ["_support.runner_app:server", "--transport", "http", "--port", "0", "--workers", "2"]
+        args = [
+            "_support.runner_app:server",
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--workers",
+            "2",
+        ]
         with log.open("wb") as stderr:
             process = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "trio_mcp_cancel", "run", *args],
