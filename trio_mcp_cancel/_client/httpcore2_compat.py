@@ -56,8 +56,9 @@ logger = logging.getLogger("trio_mcp_cancel.client")
 #: The environment variable that turns the reset off (``off``, ``0``, ``false``, ``no``).
 ENV: Final = "MCP_HTTPCORE2_STREAM_RESET"
 #: The httpcore2 releases (major, minor; first and last) whose internals this
-#: module was checked against; outside them the client is plain httpx2.
-CHECKED: Final = ((2, 16), (2, 16))
+#: module was checked against; outside them the client is plain httpx2.  2.17 changed
+#: only the imports of ``_async/http2.py`` and the pool's connection options.
+CHECKED: Final = ((2, 16), (2, 17))
 
 _lock = threading.Lock()
 #: The reasons already logged: each is logged once per process.
