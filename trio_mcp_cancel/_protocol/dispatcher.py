@@ -210,16 +210,7 @@ class Dispatcher:
         if telemetry.quiet(params):
             return
         known = method if isinstance(method, str) and method in self.methods else OTHER_METHOD
-        subject = Subject(
-            known,
-            None,
-            error.request_id,
-            params,
-            _caller_version(caller),
-            caller.session_id,
-            caller.network_transport,
-            caller.network_protocol,
-        )
+        subject = _caller_subject(known, None, error.request_id, params, caller)
         telemetry.refused_request(error.to_message(), subject)
 
     def _find_tool(self, params: Mapping[str, Any]) -> Tool:
@@ -251,16 +242,7 @@ class Dispatcher:
         )
         telemetry = self.registration.telemetry
         if telemetry is not None:
-            subject = Subject(
-                notification.method,
-                None,
-                None,
-                params,
-                _caller_version(caller),
-                caller.session_id,
-                caller.network_transport,
-                caller.network_protocol,
-            )
+            subject = _caller_subject(notification.method, None, None, params, caller)
             telemetry.notification(subject, outcome.value)
         logger.debug(
             "notifications/cancelled %r in %r: %s",
@@ -474,12 +456,28 @@ class Dispatcher:
 def _subject(call: RequestCall, caller: Caller) -> Subject:
     """What the request's span is named and described by."""
     request = call.request
+    version = None if call.envelope is None else call.envelope.protocol_version
+    return _caller_subject(
+        request.method, _target(call), request.id, request.params, caller, version
+    )
+
+
+def _caller_subject(
+    method: str,
+    target: str | None,
+    request_id: object,
+    params: Mapping[str, Any],
+    caller: Caller,
+    version: str | None = None,
+) -> Subject:
+    """A span's subject, what the caller tells of itself filled in: its session, its
+    transport, and (unless *version* is given) the version its channel negotiated."""
     return Subject(
-        request.method,
-        _target(call),
-        request.id,
-        request.params,
-        _protocol_version(call, caller),
+        method,
+        target,
+        request_id,
+        params,
+        version if version is not None else _caller_version(caller),
         caller.session_id,
         caller.network_transport,
         caller.network_protocol,
@@ -495,12 +493,6 @@ def _target(call: RequestCall) -> str | None:
         name = call.request.params.get("name")
         return name[:100] if isinstance(name, str) else None
     return None
-
-
-def _protocol_version(call: RequestCall, caller: Caller) -> str | None:
-    if call.envelope is not None:
-        return call.envelope.protocol_version
-    return _caller_version(caller)
 
 
 def _caller_version(caller: Caller) -> str | None:
