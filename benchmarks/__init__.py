@@ -16,7 +16,8 @@ Modules:
   and cost growth with table size;
 * :mod:`benchmarks.bench_e2e` -- no-op ``tools/call`` throughput driven by
   ``wrk`` (native, pinned to its own core): the bare-hypercorn floor, ours in
-  both eras, cancellable or not, and the MCP SDK on uvicorn and hypercorn;
+  both eras, cancellable or not, and the MCP SDK on uvicorn[standard] (uvloop,
+  httptools: :mod:`benchmarks._standard` installs them), plain uvicorn and hypercorn;
 * :mod:`benchmarks.bench_latency` -- cancel latency over real sockets
   (notification and stream close to the tool, and to the client's end of
   stream), ours and the SDK's;

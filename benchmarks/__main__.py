@@ -20,6 +20,7 @@ import trio
 
 from . import (
     _client,
+    _standard,
     _wrk,
     bench_arguments,
     bench_client,
@@ -133,8 +134,10 @@ Regenerate with `python3 dev.py bench` (it installs `wrk` with apt-get when miss
   {_wrk.version()}
 - {platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs;
   core pinning: {pinning}
-- Event loops: ours and the floor on hypercorn's Trio worker; the MCP SDK on uvicorn
-  (asyncio, {_asyncio_flavour()}) and on hypercorn's Trio worker (anyio on Trio).
+- Event loops: ours and the floor on hypercorn's Trio worker; the MCP SDK on plain
+  uvicorn (asyncio, h11), on uvicorn[standard] (uvloop, httptools, installed by the
+  benchmark into `.tools/bench-py/` for those servers only; {_asyncio_flavour()}) and on
+  hypercorn's Trio worker (anyio on Trio).
 
 ## Measuring conditions
 
@@ -172,14 +175,11 @@ counts are the information, not the rates.
 
 
 def _asyncio_flavour() -> str:
-    flavour = []
-    for module, label in (("uvloop", "uvloop"), ("httptools", "httptools")):
-        try:
-            __import__(module)
-            flavour.append(label)
-        except ImportError:
-            flavour.append(f"no {label}")
-    return ", ".join(flavour) + "; h11" if "httptools" not in flavour else ", ".join(flavour)
+    """What the uvicorn[standard] rows ran on (:mod:`benchmarks._standard`'s folder)."""
+    found = _standard.versions()
+    if not found:
+        return "uvicorn[standard]: uvloop and httptools not installed"
+    return "uvicorn[standard]: " + ", ".join(f"{name} {found[name]}" for name in sorted(found))
 
 
 async def main(names: list[str], quick: bool) -> list[Row]:

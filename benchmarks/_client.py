@@ -21,6 +21,8 @@ from typing import Any, Final
 
 import trio
 
+from . import _standard
+
 ROOT = Path(__file__).resolve().parent.parent
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -100,7 +102,9 @@ async def _start(kind: str, errors: Any, started: dict[str, Server]) -> None:
     core, _ = cores()
     code = f"from benchmarks._servers import main; main({kind!r})"
     argv = pinned([sys.executable, "-c", code], core)
-    process = await trio.lowlevel.open_process(argv, cwd=ROOT, stdout=-1, stderr=errors)
+    # uvloop and httptools are on the path of the uvicorn[standard] servers only.
+    env = _standard.environment() if _standard.is_standard(kind) else None
+    process = await trio.lowlevel.open_process(argv, cwd=ROOT, env=env, stdout=-1, stderr=errors)
     try:
         assert process.stdout is not None
         line = b""

@@ -25,11 +25,13 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def redis_server() -> AsyncIterator[int]:
-    """Start ``redis-server`` (no persistence), wait until it accepts, yield its port."""
+async def redis_server(core: str | None = None) -> AsyncIterator[int]:
+    """Start ``redis-server`` (no persistence; pinned to *core* if given), wait until it
+    accepts, yield its port."""
     port = free_port()
+    pin = [] if core is None else ["taskset", "-c", core]
     process = await trio.lowlevel.open_process(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [*pin, "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

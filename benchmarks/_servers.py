@@ -10,8 +10,11 @@ prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
 * ``ours``: :class:`~trio_mcp_cancel.http.McpHttpApp` on the same hypercorn
   worker, with the same ``Config``; both eras on one endpoint.
 * ``sdk-uvicorn``: the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``,
-  its streamable HTTP app, stateful sessions, SSE responses) on uvicorn
-  (asyncio event loop, h11; uvloop and httptools when installed).
+  its streamable HTTP app, stateful sessions, SSE responses) on plain
+  uvicorn (``loop="asyncio"``, ``http="h11"``: its pure-Python defaults).
+  ``sdk-uvicorn-standard`` (and ``-json``, ``-json-stateless``): the same on
+  uvicorn[standard] (``loop="uvloop"``, ``http="httptools"``, from the
+  folder :mod:`benchmarks._standard` installs and puts on this process's path).
   ``sdk-uvicorn-json``: the same with ``json_response=True`` (one JSON body
   per call, the SDK's fastest mode); ``sdk-uvicorn-json-stateless``: that
   and ``stateless_http=True`` (no ``initialize``, no session).
@@ -260,7 +263,8 @@ async def _serve_ours(resume: bool = True) -> None:
 
 
 def _sdk_app(kind: str) -> Any:
-    """The SDK app a kind names: ``sdk-<server>[-json][-stateless]`` (default: SSE, session)."""
+    """The SDK app a kind names: ``sdk-<server>[-standard][-json][-stateless]`` (default: SSE,
+    session)."""
     from ._sdk_server import app
 
     flags = kind.split("-")[2:]
@@ -279,8 +283,15 @@ def _serve_sdk_uvicorn(kind: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(4096)
+    standard = "standard" in kind.split("-")
     config = uvicorn.Config(
-        _sdk_app(kind), log_level="warning", access_log=False, lifespan="on", backlog=4096
+        _sdk_app(kind),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        backlog=4096,
+        loop="uvloop" if standard else "asyncio",
+        http="httptools" if standard else "h11",
     )
     print("READY", sock.getsockname()[1], flush=True)
     uvicorn.Server(config).run(sockets=[sock])

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -32,13 +33,35 @@ request = function()
   counter = counter + 1
   return wrk.format(nil, nil, nil, string.format([[{body}]], counter))
 end
+{check}
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
     'WRKJSON {{"requests":%d,"duration_us":%d,"connect":%d,"read":%d,"write":%d,' ..
-    '"status":%d,"timeout":%d,"p50_us":%d,"p99_us":%d}}\\n',
+    '"status":%d,"timeout":%d,"p50_us":%d,"p99_us":%d,"unexpected":%d}}\\n',
     summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(99)))
+    latency:percentile(50), latency:percentile(99), unexpected_total()))
+end
+"""
+
+#: No check of the responses: wrk reads them without handing them to Lua.
+_NO_CHECK = "unexpected_total = function() return 0 end"
+
+#: Each response handed to Lua and checked (status and a substring of the body),
+#: mismatches counted per thread and summed in ``done``.  Costs wrk some CPU.
+_CHECK = """
+unexpected = 0
+local threads = {{}}
+setup = function(thread) table.insert(threads, thread) end
+response = function(status, headers, body)
+  if status ~= {status} or not string.find(body, [[{needle}]], 1, true) then
+    unexpected = unexpected + 1
+  end
+end
+unexpected_total = function()
+  local n = 0
+  for _, thread in ipairs(threads) do n = n + thread:get("unexpected") end
+  return n
 end
 """
 
@@ -50,6 +73,8 @@ class WrkResult:
     errors: int
     p50_us: int
     p99_us: int
+    unexpected: int = 0
+    """Responses that failed the script's check (see :func:`lua`)."""
 
     @property
     def rate(self) -> float:
@@ -84,17 +109,32 @@ def script(server: Server, tool: str, *, modern: bool) -> str:
     """The Lua script for calls of *tool* on *server* (legacy session or modern)."""
     from ._client import call_body
 
-    body = call_body(tool, {}, modern=modern, progress=False).decode()
-    message = json.loads(body)
-    message["id"] = 0
+    message = json.loads(call_body(tool, {}, modern=modern, progress=False))
+    return lua(message, call_headers(server, tool, modern=modern))
+
+
+def lua(
+    message: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    status: int | None = None,
+    needle: str = "",
+) -> str:
+    """A script POSTing *message* (its ``id``, if any, counted up) with *headers*.
+
+    With *status*, every response is checked: that status, and *needle* in its
+    body; the mismatches are :attr:`WrkResult.unexpected`.
+    """
+    message = dict(message)
+    if "id" in message:
+        message["id"] = 0
     # The id is the one thing that changes: a %d in the JSON, counted in Lua.
-    template = json.dumps(message, separators=(",", ":")).replace('"id":0', '"id":%d')
-    assert "]]" not in template and template.count("%") == 1
-    headers = "\n".join(
-        f'wrk.headers["{key}"] = "{value}"'
-        for key, value in call_headers(server, tool, modern=modern).items()
-    )
-    return _LUA.format(headers=headers, body=template)
+    template = json.dumps(message, separators=(",", ":"))
+    template = template.replace('"id":0', '"id":%d').replace('"requestId":0', '"requestId":%d')
+    assert "]]" not in template + needle and template.count("%") == 1, template
+    lines = "\n".join(f'wrk.headers["{key}"] = "{value}"' for key, value in headers.items())
+    check = _NO_CHECK if status is None else _CHECK.format(status=status, needle=needle)
+    return _LUA.format(headers=lines, body=template, check=check)
 
 
 async def run(lua: str, port: int, connections: int, seconds: int) -> WrkResult:
@@ -128,5 +168,10 @@ async def run(lua: str, port: int, connections: int, seconds: int) -> WrkResult:
     data = json.loads(lines[-1][8:])
     errors = sum(data[k] for k in ("connect", "read", "write", "status", "timeout"))
     return WrkResult(
-        data["requests"], data["duration_us"] / 1e6, errors, data["p50_us"], data["p99_us"]
+        data["requests"],
+        data["duration_us"] / 1e6,
+        errors,
+        data["p50_us"],
+        data["p99_us"],
+        data["unexpected"],
     )

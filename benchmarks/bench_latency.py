@@ -17,19 +17,25 @@ then cancels it.  Both sides read ``time.perf_counter()``
 * **notification -> end of stream**: from the same moment to the client
   having read the end of the call's response stream.
 * **stream close -> flag**: from just before the client closes the call's
-  connection to the tool seeing the cancellation (ours: modern, where a
-  close is the way to cancel, and legacy with resumption off, since a
-  resumable legacy stream's close cancels only after ``resume_window``;
-  the SDK: legacy, where it may
-  never come: then the row says how many of the calls were never
-  cancelled within the wait).
+  connection to the tool seeing the cancellation, in a legacy session (ours
+  with resumption off, since a resumable legacy stream's close cancels only
+  after ``resume_window``; the SDK's session) and without a session (ours:
+  modern, where a close is the way to cancel; the SDK: ``stateless_http=True``).
+  Where it never comes the row says how many of the calls were never
+  cancelled within the wait: "never" is a measured outcome.
 
-Targets: notification -> flag p99 <= 1.5 ms, stream close -> flag p99 <= 1 ms.
+The SDK is measured on uvicorn[standard] (uvloop, httptools; see
+:mod:`benchmarks._standard`) and on plain uvicorn, with SSE responses (its
+default: a tool's progress reaches the client, so the client knows it
+runs).  The rows are grouped by measurement, every server beside the others.
+
+Targets (ours): notification -> flag p99 <= 1.5 ms, stream close -> flag p99 <= 1 ms.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import trio
 
@@ -150,70 +156,90 @@ def _row(
     return Row(BENCH, label, text, f"p99 <= {target * 1e3:g} ms", "PASS" if ok else "MISS")
 
 
-async def run(quick: bool) -> list[Row]:
+@dataclass(frozen=True)
+class Subject:
+    """A server measured: *session* serves the legacy rows, *stateless* the close of a
+    request without a session (ours: the modern era; the SDK: ``stateless_http=True``)."""
+
+    who: str
+    session: str
+    stateless: str
+    ours: bool = False
+
+
+NOTIFY = "`notifications/cancelled` -> tool sees it (legacy session)"
+NOTIFY_END = "`notifications/cancelled` -> client has the end of its stream (legacy session)"
+CLOSE_SESSION = "stream close -> tool sees it (legacy session)"
+CLOSE_STATELESS = "stream close -> tool sees it (no session: ours modern, the SDK stateless)"
+#: The rows' order: each measurement, then every server beside it.
+MEASUREMENTS = (NOTIFY, NOTIFY_END, CLOSE_SESSION, CLOSE_STATELESS)
+
+
+async def _subjects() -> list[Subject]:
+    from . import _standard
     from .bench_e2e import sdk_installed
 
+    # Ours: a resumable legacy stream's close cancels only after resume_window
+    # (5 s), so its close is measured with resumption off ("ours-noresume").
+    found = [Subject("ours", "ours", "ours", ours=True)]
+    if sdk_installed():
+        if await _standard.ensure_installed() is None:
+            std = "sdk-uvicorn-standard"
+            found.append(Subject("MCP SDK on uvicorn[standard]", std, f"{std}-stateless"))
+        found.append(Subject("MCP SDK on plain uvicorn", "sdk-uvicorn", "sdk-uvicorn-stateless"))
+    return found
+
+
+async def _measure_session(subject: Subject, samples: int, wait: float) -> dict[str, Row]:
+    """The legacy rows: notification -> flag, -> end of stream, and close -> flag."""
+    rows = {}
+    async with _client.server(subject.session) as server:
+        await _client.initialize(server)
+        await notification(server, 2)  # warm up
+        flags, ends, _ = await notification(server, samples)
+        target = NOTIFY_TARGET if subject.ours else None
+        rows[NOTIFY] = _row(f"{NOTIFY}: {subject.who}", flags, 0, samples, target)
+        rows[NOTIFY_END] = _row(
+            f"{NOTIFY_END}: {subject.who}", ends, samples - len(ends), samples, None
+        )
+        if not subject.ours:
+            n = min(samples, 20)  # the SDK never cancels these: they pile up
+            flags, never = await close(server, n, modern=False, wait=wait)
+            rows[CLOSE_SESSION] = _row(
+                f"{CLOSE_SESSION}: {subject.who}", flags, never, n, None, wait
+            )
+    if subject.ours:
+        async with _client.server("ours-noresume") as plain:
+            await _client.initialize(plain)
+            flags, never = await close(plain, samples, modern=False, wait=wait)
+        label = f"{CLOSE_SESSION}: ours (`resume_window=None`)"
+        rows[CLOSE_SESSION] = _row(label, flags, never, samples, CLOSE_TARGET, wait)
+    return rows
+
+
+async def _measure_stateless(subject: Subject, samples: int, wait: float) -> Row:
+    """Close -> flag of a request without a session (ours: modern; the SDK: stateless)."""
+    async with _client.server(subject.stateless) as server:
+        if subject.ours:
+            await _client.initialize(server)  # for the harness's `stats` calls, not the calls
+        # Ours: a modern request.  The SDK: its own stateless request, the
+        # legacy body with no session (the same bytes but for the _meta).
+        flags, never = await close(server, samples, modern=subject.ours, wait=wait)
+    target = CLOSE_TARGET if subject.ours else None
+    who = "ours (modern)" if subject.ours else subject.who
+    return _row(f"{CLOSE_STATELESS}: {who}", flags, never, samples, target, wait)
+
+
+async def run(quick: bool) -> list[Row]:
     samples = 3 if quick else 200
     wait = 0.5 if quick else WAIT
-    rows: list[Row] = []
-    kinds = ["ours"] + (["sdk-uvicorn"] if sdk_installed() else [])
-    for kind in kinds:
-        who = "ours" if kind == "ours" else "MCP SDK (uvicorn)"
-        async with _client.server(kind) as server:
-            await _client.initialize(server)
-            await notification(server, 2)  # warm up
-            flags, ends, _ = await notification(server, samples)
-            ours = kind == "ours"  # the targets are ours; the SDK's rows are for comparison
-            rows.append(
-                _row(
-                    f"{who}: notification -> tool sees it",
-                    flags,
-                    0,
-                    samples,
-                    NOTIFY_TARGET if ours else None,
-                )
-            )
-            rows.append(
-                _row(
-                    f"{who}: notification -> client has the end of its stream",
-                    ends,
-                    samples - len(ends),
-                    samples,
-                    None,
-                )
-            )
-            if ours:
-                flags, never = await close(server, samples, modern=True, wait=wait)
-                rows.append(
-                    _row(
-                        "ours (modern): stream close -> tool sees it",
-                        flags,
-                        never,
-                        samples,
-                        CLOSE_TARGET,
-                        wait,
-                    )
-                )
-                # A legacy stream is resumable by default: its close cancels only
-                # after resume_window (5 s).  The close itself, without resumption:
-                async with _client.server("ours-noresume") as plain:
-                    await _client.initialize(plain)
-                    flags, never = await close(plain, samples, modern=False, wait=wait)
-                rows.append(
-                    _row(
-                        "ours (legacy, `resume_window=None`): stream close -> tool sees it",
-                        flags,
-                        never,
-                        samples,
-                        CLOSE_TARGET,
-                        wait,
-                    )
-                )
-            else:
-                n = min(samples, 20)  # the SDK's may pile up
-                flags, never = await close(server, n, modern=False, wait=wait)
-                label = f"{who} (legacy): stream close -> tool sees it"
-                rows.append(_row(label, flags, never, n, None, wait))
-    if len(kinds) == 1:
-        rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp`)", "not available"))
+    measured: dict[str, list[Row]] = {name: [] for name in MEASUREMENTS}
+    subjects = await _subjects()
+    for subject in subjects:
+        for name, row in (await _measure_session(subject, samples, wait)).items():
+            measured[name].append(row)
+        measured[CLOSE_STATELESS].append(await _measure_stateless(subject, samples, wait))
+    rows = [row for name in MEASUREMENTS for row in measured[name]]
+    if len(subjects) == 1:
+        rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp uvicorn`)", "not available"))
     return rows

@@ -1,14 +1,18 @@
 """Profile the no-op ``tools/call`` hot path under wrk, ours against the floor.
 
 ``python -m benchmarks.profile_hotpath`` (also part of a full ``python3
-dev.py bench``, which puts its output in ``RESULTS.md``): each server is
-driven by wrk at 16 connections while cProfile runs inside it (switched on
-and off by the servers' ``stats`` tool, so start-up is not profiled), and
-the profile is summarised per request: where the server's time goes (the
-HTTP server and h11, Trio's scheduler, this library, the rest), and what
-each request costs in the operations that dominate a no-op call: Trio
-tasks spawned, cancel scopes entered, socket writes.  cProfile slows every
-Python call down, so the shares, not the rates, are the information.
+dev.py bench``, which puts its output in RESULTS.md's "Where the time
+goes"): the floor and ours (legacy session and modern stateless, and the
+legacy ``cancellable=False`` no-op at 16) are each driven by wrk at 1, 16
+and 64 connections while cProfile runs inside the server (switched on and
+off by the servers' ``stats`` tool, so start-up is not profiled), and each
+profile is summarised per request, one table row each: where the server's
+time goes (this library, hypercorn and h11, Trio's scheduler, the rest),
+the share of hypercorn's per-request idle timer (issue 35 names it), and
+what each request costs in the operations that dominate a no-op call:
+Trio tasks spawned, cancel scopes entered, socket writes, Python calls.
+cProfile slows every Python call down, so the shares and counts, not the
+rates, are the information.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import pstats
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -23,64 +28,103 @@ import trio
 from . import _client, _wrk
 from .bench_e2e import VARIANTS, Variant
 
-SECONDS = 3
+SECONDS = 2
+CONNECTIONS = (1, 16, 64)
+#: Profiled at every concurrency: the floor and ours in both eras; ``legacy-nc``
+#: (``cancellable=False``) at 16 connections only, beside the cancellable row.
+KEYS = ("floor", "legacy", "modern")
 GROUPS = (
     ("this library", ("trio_mcp_cancel",)),
     ("hypercorn + h11", ("hypercorn", "h11")),
     ("Trio", ("/trio/",)),
 )
+OTHER = "other (stdlib, json, attrs, ...)"
 COUNTED = (
     ("Trio tasks spawned", "_run.py", "spawn_impl"),
     ("cancel scopes entered", "_run.py", "__enter__"),
     ("socket writes", "~", "<method 'send' of '_socket.socket' objects>"),
 )
+#: hypercorn's per-connection idle timer, restarted on every request (issue 35):
+#: ``TrioSingleTask.restart``/``stop`` and the task they start (``_cancel_wrapper``'s
+#: ``wrapper`` around ``TCPServer._idle_timeout``), by (file suffix, function name).
+IDLE_TIMER = (
+    ("trio/worker_context.py", "restart"),
+    ("trio/worker_context.py", "stop"),
+    ("trio/worker_context.py", "wrapper"),
+)
 
 
-async def _profile(variant: Variant, out: Path, seconds: int = SECONDS) -> int:
-    async with _client.server(variant.kind) as server:
-        if variant.kind != "floor":
-            await _client.initialize(server)
-        lua = _wrk.script(server, variant.tool, modern=variant.modern)
-        await _wrk.run(lua, server.port, 16, 1)
-        before = (await _client.stats(server))["calls"].get(variant.tool, 0)
-        await _client.stats(server, "profile-start")
-        await _wrk.run(lua, server.port, 16, seconds)
-        await _client.stats(server, "profile-stop", str(out))
-        after = (await _client.stats(server))["calls"].get(variant.tool, 0)
-    return after - before
+async def _profile_running(
+    server: _client.Server, variant: Variant, out: Path, connections: int, seconds: int
+) -> int:
+    lua = _wrk.script(server, variant.tool, modern=variant.modern)
+    await _wrk.run(lua, server.port, connections, 1)
+    before = (await _client.stats(server))["calls"].get(variant.tool, 0)
+    await _client.stats(server, "profile-start")
+    await _wrk.run(lua, server.port, connections, seconds)
+    await _client.stats(server, "profile-stop", str(out))
+    after = (await _client.stats(server))["calls"].get(variant.tool, 0)
+    return int(after - before)
 
 
-def _summary(label: str, path: Path, calls: int) -> list[str]:
-    stats = pstats.Stats(str(path))
-    raw = stats.stats  # type: ignore[attr-defined]
+@dataclass(frozen=True)
+class Summary:
+    """One profile, per call: CPU shares by group, the idle timer's share, counts."""
+
+    label: str
+    connections: int
+    calls: int
+    us_per_call: float
+    shares: dict[str, float]
+    idle_timer: float
+    counts: dict[str, float]
+    python_calls: float
+    library_calls: float
+
+
+def summarise(label: str, connections: int, path: Path, calls: int) -> Summary:
+    raw = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
     total = sum(tottime for (_, _, tottime, _, _) in raw.values()) or 1.0
-    shares = dict.fromkeys([g for g, _ in GROUPS] + ["other (stdlib, json, attrs, ...)"], 0.0)
+    shares = dict.fromkeys([g for g, _ in GROUPS] + [OTHER], 0.0)
     for (filename, _, _), (_, _, tottime, _, _) in raw.items():
-        for group, needles in GROUPS:
-            if any(needle in filename for needle in needles):
-                shares[group] += tottime
-                break
-        else:
-            shares["other (stdlib, json, attrs, ...)"] += tottime
-    counts = []
-    for name, file_part, function in COUNTED:
-        n = sum(
+        group = next((g for g, needles in GROUPS if any(n in filename for n in needles)), OTHER)
+        shares[group] += tottime / total
+    per = max(calls, 1)
+    counts = {
+        name: sum(
             nc
             for (filename, _, func), (_, nc, _, _, _) in raw.items()
             if func == function and file_part in filename
         )
-        counts.append(f"{name} {n / max(calls, 1):.1f}")
-    # Load-independent: Python function calls per call (all, and this library's).
+        / per
+        for name, file_part, function in COUNTED
+    }
+    idle = sum(
+        cumtime
+        for (filename, _, func), (_, _, _, cumtime, _) in raw.items()
+        if any(filename.endswith(f) and func == name for f, name in IDLE_TIMER)
+    )
     every = sum(nc for (_, nc, _, _, _) in raw.values())
     ours = sum(nc for (f, _, _), (_, nc, _, _, _) in raw.items() if "trio_mcp_cancel" in f)
-    counts.append(
-        f"Python calls {every / max(calls, 1):.0f} (this library {ours / max(calls, 1):.0f})"
-    )
-    split = ", ".join(f"{group} {t / total:.0%}" for group, t in shares.items())
-    return [
-        f"- **{label}** ({calls:,} calls profiled, {total / max(calls, 1) * 1e6:.0f} µs of "
-        f"profiled CPU per call): {split}; per call: {', '.join(counts)}."
-    ]
+    return Summary(
+        label, connections, calls, total / per * 1e6, shares, idle / total, counts,
+        every / per, ours / per,
+    )  # fmt: skip
+
+
+def table(summaries: list[Summary]) -> list[str]:
+    """The profiles as one markdown table, a row per server and concurrency."""
+    head = ["server", "conn", "calls profiled", "profiled µs/call"]
+    head += [*(g for g, _ in GROUPS), OTHER, "idle timer (cum.)"]
+    head += [name for name, _, _ in COUNTED] + ["Python calls (this library)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        cells = [s.label, str(s.connections), f"{s.calls:,}", f"{s.us_per_call:.0f}"]
+        cells += [f"{share:.0%}" for share in s.shares.values()] + [f"{s.idle_timer:.1%}"]
+        cells += [f"{n:.1f}" for n in s.counts.values()]
+        cells.append(f"{s.python_calls:.0f} ({s.library_calls:.0f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _top(path: Path, n: int = 12) -> list[str]:
@@ -90,9 +134,20 @@ def _top(path: Path, n: int = 12) -> list[str]:
     lines = ["| tottime share | calls | function |", "|---|---|---|"]
     total = sum(v[2] for v in raw.values()) or 1.0
     for (filename, line, func), (_, nc, tottime, _, _) in ranked:
-        where = filename.split("site-packages/")[-1].split("wt12/")[-1].split("/work/")[-1]
+        where = filename.split("site-packages/")[-1].split("/work/")[-1]
         lines.append(f"| {tottime / total:.1%} | {nc:,} | `{where}:{line}({func})` |")
     return lines
+
+
+_README = """\
+Columns: the share of the server's profiled CPU time (each function's own
+time) in this library, in hypercorn and h11, in Trio and in the rest; the
+idle timer's cumulative share, hypercorn's per-connection keep-alive timer
+that it cancels and starts again, as a new Trio task, on every request
+(`TrioSingleTask.restart`/`stop` and the task's own steps; a lower bound:
+the scheduler's work for that task is in the Trio column); and per call:
+Trio tasks spawned, cancel scopes entered, socket writes, Python function
+calls (this library's in brackets)."""
 
 
 async def report(quick: bool = False) -> str:
@@ -100,17 +155,25 @@ async def report(quick: bool = False) -> str:
     if _wrk.path() is None:
         return "wrk is not installed: no profile.\n"
     wanted = {v.key: v for v in VARIANTS}
-    lines: list[str] = []
+    plan = [("legacy", 16)] if quick else [(k, c) for k in KEYS for c in CONNECTIONS]
+    if not quick:
+        plan.insert(plan.index(("legacy", 16)), ("legacy-nc", 16))
+    seconds = 1 if quick else SECONDS
+    summaries = []
     with tempfile.TemporaryDirectory() as tmp:
-        profiles = {}
-        keys = ("legacy",) if quick else ("floor", "legacy-nc", "legacy", "modern")
-        for key in keys:
-            path = Path(tmp) / f"{key}.prof"
-            calls = await _profile(wanted[key], path, 1 if quick else SECONDS)
-            profiles[key] = path
-            lines += _summary(wanted[key].label, path, calls)
-        lines += ["", "Top functions by own time, ours (legacy, cancellable):", ""]
-        lines += _top(profiles["legacy"])
+        top = Path(tmp) / "legacy-16.prof"
+        for key in dict.fromkeys(k for k, _ in plan):
+            variant = wanted[key]
+            async with _client.server(variant.kind) as server:
+                if variant.kind != "floor":
+                    await _client.initialize(server)
+                for conns in (c for k, c in plan if k == key):
+                    path = Path(tmp) / f"{key}-{conns}.prof"
+                    calls = await _profile_running(server, variant, path, conns, seconds)
+                    summaries.append(summarise(variant.label, conns, path, calls))
+        lines = [_README, "", *table(summaries)]
+        lines += ["", "Top functions by own time, ours (legacy, cancellable), 16 connections:", ""]
+        lines += _top(top)
     return "\n".join(lines) + "\n"
 
 
