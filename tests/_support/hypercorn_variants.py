@@ -12,6 +12,7 @@ report's diff is tested, not only described.  :func:`serving` runs
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import subprocess
 import sys
@@ -28,11 +29,19 @@ from trio_mcp_cancel.transports.http import hypercorn_idle
 
 from .repo_paths import ROOT
 
-__all__ = ["REPORT", "VARIANTS", "report_diff", "serving", "tcp_server_class"]
+__all__ = [
+    "REPORT",
+    "VARIANTS",
+    "fresh_tcp_server_class",
+    "report_diff",
+    "serving",
+    "tcp_server_class",
+]
 
 REPORT = ROOT / "docs" / "upstream" / "hypercorn-idle-timeout.md"
 VARIANTS = ("plain", "carried", "upstream")
 _loaded: dict[str, type] = {}
+_fresh = itertools.count()
 
 
 def report_diff() -> str:
@@ -68,15 +77,25 @@ def tcp_server_class(variant: str) -> type:
     source = _hypercorn_source()
     if variant == "upstream":
         source = _patched(source, report_diff())
+    cls = _load(source, variant)
+    if variant == "carried":
+        assert hypercorn_idle.apply(cls) == ""
+    _loaded[variant] = cls
+    return cls
+
+
+def fresh_tcp_server_class() -> type:
+    """hypercorn's own ``TCPServer`` loaded anew: a class no other test holds."""
+    return _load(_hypercorn_source(), f"fresh{next(_fresh)}")
+
+
+def _load(source: str, variant: str) -> type:
     name = f"hypercorn.trio._tcp_server_{variant}"
     module: Any = type(sys)(name)
     module.__package__ = "hypercorn.trio"
     sys.modules[name] = module
     exec(compile(source, f"<hypercorn tcp_server, {variant}>", "exec"), module.__dict__)
     cls: type = module.TCPServer
-    if variant == "carried":
-        assert hypercorn_idle.apply(cls) == ""
-    _loaded[variant] = cls
     return cls
 
 
