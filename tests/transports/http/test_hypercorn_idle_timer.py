@@ -21,10 +21,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import h11
 import pytest
 import trio
 import trio.testing
+import wsproto
+import wsproto.events
 
 from trio_mcp_cancel.transports.http import hypercorn_compat, hypercorn_idle
 
@@ -48,6 +53,12 @@ class Gate:
 
 
 async def _app(gate: Gate, scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "websocket":  # an echo
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        while (message := await receive())["type"] == "websocket.receive":
+            await send({"type": "websocket.send", "text": message["text"]})
+        return
     if scope["path"] == "/slow":
         gate.waiting += 1
         await gate.opened.wait()
@@ -258,6 +269,88 @@ async def test_the_connection_ends_when_its_client_closes_it_while_idle(
             await _jump(mock_clock, KEEP_ALIVE + EPSILON)
             await trio.testing.wait_all_tasks_blocked()
         assert _connection_handlers() == []
+
+
+class H2Client:
+    """One HTTP/2 connection, cleartext with prior knowledge (h2 on a real socket)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+
+    @classmethod
+    async def open(cls, port: int) -> H2Client:
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        client.h2.initiate_connection()
+        await client.flush()
+        return client
+
+    async def flush(self) -> None:
+        await self.stream.send_all(self.h2.data_to_send())
+
+    async def request(self, path: str = "/") -> tuple[int, bytes]:
+        stream_id = self.h2.get_next_available_stream_id()
+        headers = [(":method", "GET"), (":path", path), (":scheme", "http")]
+        self.h2.send_headers(stream_id, [*headers, (":authority", "127.0.0.1")], end_stream=True)
+        await self.flush()
+        status, body = 0, b""
+        while True:
+            data = await self.stream.receive_some(65536)
+            assert data, "the server closed the connection"
+            for event in self.h2.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    self.h2.acknowledge_received_data(len(event.data), event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
+                    await self.flush()
+                    return status, body
+            await self.flush()
+
+    async def closed_by_server(self) -> bool:
+        """Reads until the server closes the connection (a GOAWAY first or not)."""
+        try:
+            while await self.stream.receive_some(65536):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+
+
+async def test_http2_each_request_restarts_the_timer_and_idle_closes(
+    variant: str, mock_clock: trio.testing.MockClock
+) -> None:
+    async with _serve(variant) as (port, _):
+        client = await H2Client.open(port)
+        for _ in range(4):
+            assert await client.request() == (200, b"ok")
+            await _jump(mock_clock, 0.6 * KEEP_ALIVE)
+        assert await client.request() == (200, b"ok")
+        await _jump(mock_clock, KEEP_ALIVE + EPSILON)
+        assert await client.closed_by_server()
+
+
+async def test_an_open_websocket_is_not_closed_by_the_timer(
+    variant: str, mock_clock: trio.testing.MockClock
+) -> None:
+    async with _serve(variant) as (port, _):
+        client = await Client.open(port)  # only its socket and is_open(): wsproto speaks
+        ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+        await client.stream.send_all(ws.send(wsproto.events.Request("127.0.0.1", "/ws")))
+
+        async def next_event() -> wsproto.events.Event:
+            while True:
+                for event in ws.events():
+                    return event
+                ws.receive_data(await client.stream.receive_some(65536))
+
+        assert isinstance(await next_event(), wsproto.events.AcceptConnection)
+        await _jump(mock_clock, 3 * KEEP_ALIVE)
+        assert await client.is_open()
+        await client.stream.send_all(ws.send(wsproto.events.TextMessage("still here")))
+        echo = await next_event()
+        assert isinstance(echo, wsproto.events.TextMessage) and echo.data == "still here"
 
 
 def _connection_handlers() -> list[trio.lowlevel.Task]:
