@@ -13,8 +13,9 @@ against it).  Three measures:
 
 * **counts** (load-independent): one keep-alive connection in this
   process, a Trio instrument counting, per request, the tasks spawned and
-  the task steps (each a resumption after a scheduling point), server and
-  client together (the client's share is the same on both sides);
+  the task steps (each a resumption after a scheduling point), and cProfile
+  the Python function calls, server and client together (the client's share
+  is the same on both sides);
 * **instructions per call** (load-independent): each server process under
   ``valgrind --tool=callgrind``, counters dumped after a warm-up and after
   sequential keep-alive calls;
@@ -27,8 +28,10 @@ against it).  Three measures:
 from __future__ import annotations
 
 import argparse
+import cProfile
 import glob
 import os
+import pstats
 import secrets
 import shutil
 import statistics
@@ -101,8 +104,8 @@ async def _calls(connection: _client.Connection, n: int) -> None:
             raise RuntimeError(f"floor: {status} {data[:200]!r}")
 
 
-async def _count(requests: int) -> tuple[float, float]:
-    """Tasks spawned and task steps per keep-alive request, this process's hypercorn."""
+async def _count(requests: int) -> tuple[float, float, float]:
+    """Tasks spawned, task steps and Python calls per keep-alive request, in this process."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -116,18 +119,22 @@ async def _count(requests: int) -> tuple[float, float]:
         connection = await _client.Connection.open(int(binds[0].rsplit(":", 1)[1]))
         await _calls(connection, 50)  # warm up: the connection, the app, the caches
         counts = _Counts()
+        profile = cProfile.Profile()
         trio.lowlevel.add_instrument(counts)
+        profile.enable()
         try:
             await _calls(connection, requests)
         finally:
+            profile.disable()
             trio.lowlevel.remove_instrument(counts)
         await connection.aclose()
         nursery.cancel_scope.cancel()
-    return counts.spawned / requests, counts.steps / requests
+    calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+    return counts.spawned / requests, counts.steps / requests, calls / requests
 
 
-async def counts(requests: int = REQUESTS) -> dict[str, tuple[float, float]]:
-    """``{side: (tasks spawned, task steps) per request}``, one side after the other."""
+async def counts(requests: int = REQUESTS) -> dict[str, tuple[float, float, float]]:
+    """``{side: (tasks spawned, task steps, Python calls) per request}``, one after the other."""
     found = {}
     for kind in KINDS:
         with _idle_timer(kind == "floor-patched"):
@@ -219,8 +226,10 @@ async def run(quick: bool, rounds: int = 9, seconds: int = 1) -> list[Row]:
     rows = [
         Row(
             BENCH,
-            "tasks spawned / task steps per keep-alive request (hypercorn -> patched)",
-            f"{plain[0]:.2f} -> {patched[0]:.2f} / {plain[1]:.2f} -> {patched[1]:.2f}",
+            "tasks spawned / task steps / Python function calls per keep-alive request, "
+            "server and client in one process (hypercorn -> patched)",
+            f"{plain[0]:.2f} -> {patched[0]:.2f} / {plain[1]:.2f} -> {patched[1]:.2f} / "
+            f"{plain[2]:,.0f} -> {patched[2]:,.0f}",
             "one task fewer",
             "PASS" if round(plain[0] - patched[0], 2) == 1 else "MISS",
         )
