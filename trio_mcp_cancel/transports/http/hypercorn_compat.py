@@ -2,7 +2,7 @@
 version checks and off switches.
 
 The app speaks plain ASGI; hypercorn is the server we ship with and test
-against.  Three things here reach into it, each guarded so that a hypercorn
+against.  Four things here reach into it, each guarded so that a hypercorn
 release that renames something only loses the shortcut, never a request:
 
 * **Two guards and the idle timer** (:func:`install`, applied when this
@@ -36,7 +36,9 @@ release that renames something only loses the shortcut, never a request:
     keeps one watcher per connection and moves its deadline instead, same
     behaviour (on the releases in :data:`~.hypercorn_idle.IDLE_CHECKED`, when
     ``TCPServer`` has the shape it was written for; off with
-    ``MCP_HYPERCORN_FAST_PATHS=off``, like the sink's shortcuts).  Proposed
+    ``MCP_HYPERCORN_FAST_PATHS=off`` when the first app is made, like the
+    sink's shortcuts; it is the process's server, so
+    ``McpHttpApp(hypercorn_fast_paths=False)`` leaves it on).  Proposed
     upstream: ``docs/upstream/hypercorn-idle-timeout.md``.
 
 * **The hypercorn sink** (:class:`HypercornSink`, the app's
