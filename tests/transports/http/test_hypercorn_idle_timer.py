@@ -404,15 +404,35 @@ def test_apply_and_restore_round_trip_on_hypercorns_class() -> None:
     assert not hypercorn_idle.applied(cls)
 
 
-def test_install_reports_the_idle_timer_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert hypercorn_compat.install(force=True).idle
-    assert hypercorn_idle.applied(_hypercorns_tcp_server())
-    monkeypatch.setenv(hypercorn_compat.FAST_PATHS_ENV, "off")
-    assert "turned it off" in hypercorn_compat._why_no_idle("0.18.0")
-    monkeypatch.delenv(hypercorn_compat.FAST_PATHS_ENV)
-    assert "not a release" in hypercorn_compat._why_no_idle("0.19.0")
-    assert "not a release" in hypercorn_compat._why_no_idle("0.16.0")
+def test_install_applies_the_idle_timer_and_the_switch_leaves_it_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tcp_server = _hypercorns_tcp_server()
+    hypercorn_compat.uninstall()
+    try:
+        assert not hypercorn_idle.applied(tcp_server) and not hypercorn_compat.status().idle
+        monkeypatch.setenv(hypercorn_compat.FAST_PATHS_ENV, "off")
+        status = hypercorn_compat.install()
+        assert status.connections and not status.idle
+        assert f"idle timer: {hypercorn_compat.FAST_PATHS_ENV} turned it off" in status.reason
+        assert not hypercorn_idle.applied(tcp_server)
+        hypercorn_compat.uninstall()
+        monkeypatch.delenv(hypercorn_compat.FAST_PATHS_ENV)
+        status = hypercorn_compat.install()
+        assert status.idle and hypercorn_idle.applied(tcp_server) and status.reason == ""
+        hypercorn_compat.uninstall()
+        assert not hypercorn_idle.applied(tcp_server)
+    finally:
+        monkeypatch.delenv(hypercorn_compat.FAST_PATHS_ENV, raising=False)
+        hypercorn_compat.uninstall()
+        hypercorn_compat.install()
+
+
+def test_the_idle_timer_applies_on_the_releases_it_was_checked_against() -> None:
+    assert hypercorn_compat._why_no_idle("0.17.3") == ""
     assert hypercorn_compat._why_no_idle("0.18.0") == ""
+    assert "not a release" in hypercorn_compat._why_no_idle("0.16.0")
+    assert "not a release" in hypercorn_compat._why_no_idle("0.19.0")
 
 
 def _hypercorns_tcp_server() -> type:
