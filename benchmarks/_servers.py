@@ -7,6 +7,11 @@ prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
   body, parses the JSON-RPC request and answers a no-op tool result as JSON.
   Nothing can serve a ``tools/call`` over hypercorn for less: it is the
   floor every other row is a ratio of.
+  ``floor-patched``: the same with hypercorn's per-request idle-timeout
+  task replaced by one watcher per connection (``transports/http/
+  hypercorn_idle.py``, which ``ours`` gets too; proposed upstream in
+  ``docs/upstream/hypercorn-idle-timeout.md``): what the floor becomes
+  once hypercorn takes the patch.  Nothing else of ours is applied.
 * ``ours``: :class:`~trio_mcp_cancel.http.McpHttpApp` on the same hypercorn
   worker, with the same ``Config``; both eras on one endpoint.
 * ``sdk-uvicorn``: the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``,
@@ -200,6 +205,17 @@ async def _floor_slow(request: Any, receive: Any, send: Any) -> None:
         IN_FLIGHT -= 1
 
 
+def _patch_idle_timer() -> None:
+    """hypercorn's Trio ``TCPServer`` with the idle-timer patch only (``floor-patched``)."""
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from trio_mcp_cancel.transports.http import hypercorn_idle
+
+    why = hypercorn_idle.apply(TCPServer)
+    if why:
+        raise SystemExit(f"floor-patched: {why}")
+
+
 # -- ours --------------------------------------------------------------------
 
 
@@ -303,6 +319,9 @@ def main(kind: str) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if kind == "floor":
+        trio.run(_serve_hypercorn_trio, floor_app)
+    elif kind == "floor-patched":
+        _patch_idle_timer()
         trio.run(_serve_hypercorn_trio, floor_app)
     elif kind == "ours":
         trio.run(_serve_ours)

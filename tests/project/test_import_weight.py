@@ -30,7 +30,7 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.tcp_server import TCPServer
 patched = [
     f.__qualname__
-    for f in (H2Protocol.__init__, TCPServer.run)
+    for f in (H2Protocol.__init__, TCPServer.run, TCPServer.__init__, TCPServer._read_data)
     if not f.__module__.startswith("hypercorn.")
 ]
 """
@@ -114,4 +114,8 @@ def test_the_checks_see_a_loaded_stack_and_a_patch() -> None:
         print("hypercorn" in sys.modules, patched)
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split(" ", 1) == ["True", "['_guarded_init', '_contained_run']\n"]
+    assert done.stdout.split(" ", 1) == [
+        "True",
+        "['_guarded_init', '_contained_run', 'apply.<locals>.idle_timer_init', "
+        "'apply.<locals>.read_then_end_idle_timer']\n",
+    ]

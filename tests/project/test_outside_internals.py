@@ -1,7 +1,8 @@
 """Other libraries' internals stay in their one module each, so they cannot spread again.
 
 Three libraries are reached into, each from one module with a version
-check and an off switch: hypercorn (``transports/http/hypercorn_compat.py``),
+check and an off switch: hypercorn (``transports/http/hypercorn_compat.py``, with the idle
+timer it installs, ``hypercorn_idle.py``),
 httpcore2 (``_client/httpcore2_compat.py``: the HTTP/2 stream reset) and
 OpenTelemetry (``_telemetry/otel_compat.py``: the provider probe).  This
 check reads every module of the package with :mod:`ast` (no import runs)

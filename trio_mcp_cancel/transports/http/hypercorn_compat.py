@@ -1,13 +1,14 @@
-"""All knowledge of hypercorn's internals, in one module, with a version check and an off switch.
+"""All knowledge of hypercorn's internals, in this module and :mod:`.hypercorn_idle`, with
+version checks and off switches.
 
 The app speaks plain ASGI; hypercorn is the server we ship with and test
-against.  Three things here reach into it, each guarded so that a hypercorn
+against.  Four things here reach into it, each guarded so that a hypercorn
 release that renames something only loses the shortcut, never a request:
 
-* **Two guards** (:func:`install`, applied when this package's HTTP app is
-  made and when ``serve()`` runs, never at import, so ``serve()``,
-  ``hypercorn --worker-class trio module:app`` and any runner that imports
-  a module making the app all get them):
+* **Two guards and the idle timer** (:func:`install`, applied when this
+  package's HTTP app is made and when ``serve()`` runs, never at import, so
+  ``serve()``, ``hypercorn --worker-class trio module:app`` and any runner
+  that imports a module making the app all get them):
 
   - *a forgotten HTTP/2 stream's DATA is dropped, not a crash.*  hypercorn
     0.18 forgets a stream as soon as its response is complete; a ``DATA``
@@ -30,6 +31,15 @@ release that renames something only loses the shortcut, never a request:
     traceback the first time a given failure is seen in the process, one
     line after that, so a client cannot flood the log), and lets the
     server go on.
+  - *the keep-alive idle timeout costs a request nothing.*  hypercorn
+    restarts a task per keep-alive request for it; :mod:`.hypercorn_idle`
+    keeps one watcher per connection and moves its deadline instead, same
+    behaviour (on the releases in :data:`~.hypercorn_idle.IDLE_CHECKED`, when
+    ``TCPServer`` has the shape it was written for; off with
+    ``MCP_HYPERCORN_FAST_PATHS=off`` when the first app is made, like the
+    sink's shortcuts; it is the process's server, so
+    ``McpHttpApp(hypercorn_fast_paths=False)`` leaves it on).  Proposed
+    upstream: ``docs/upstream/hypercorn-idle-timeout.md``.
 
 * **The hypercorn sink** (:class:`HypercornSink`, the app's
   :class:`~.writer.Sink` under hypercorn): shortcuts of the hot path
@@ -49,8 +59,8 @@ response head left pending by a client that stopped reading is left to
 hypercorn (whose connection guard below contains the error it then raises).
 
 ``MCP_HYPERCORN_GUARD=off`` (or ``0``/``false``/``no``) in the environment
-when the first app is made leaves hypercorn unpatched; :func:`uninstall`
-restores it at run time.  :func:`status` says what is applied.
+when the first app is made leaves hypercorn unpatched (the idle timer too);
+:func:`uninstall` restores it at run time.  :func:`status` says what is applied.
 :data:`FIXED_IN` is the first hypercorn release whose ``DataReceived``
 branch has the guard (``None``: none yet); from that version on the stream
 guard is not applied (the containment always is).
@@ -75,6 +85,7 @@ import attrs
 import trio
 
 from ..._compat import installed, release, switched_off, why_off
+from . import hypercorn_idle
 from .writer import AsgiSink, head
 
 __all__ = [
@@ -110,7 +121,8 @@ _TRACEBACKS: Final = 64
 class GuardStatus:
     """What :func:`install` applied.
 
-    ``streams``: the HTTP/2 stream guard; ``connections``: the containment.
+    ``streams``: the HTTP/2 stream guard; ``connections``: the containment;
+    ``idle``: the idle timer (:mod:`.hypercorn_idle`).
     """
 
     hypercorn: str | None
@@ -118,7 +130,8 @@ class GuardStatus:
     streams: bool
     connections: bool
     reason: str = ""
-    """Why a guard is not applied (empty when both are)."""
+    """Why a guard or the idle timer is not applied (empty when all three are)."""
+    idle: bool = False
 
 
 _lock = threading.Lock()
@@ -136,7 +149,8 @@ def status() -> GuardStatus:
 
 
 def install(*, force: bool = False) -> GuardStatus:
-    """Apply both guards to hypercorn's classes (idempotent; see the module docstring).
+    """Apply both guards and the idle timer to hypercorn's classes (idempotent; see the
+    module docstring).
 
     Honours :data:`GUARD_ENV` unless *force*.  Never raises: a hypercorn
     whose shape is not the expected one is left alone, and the status says why.
@@ -173,10 +187,14 @@ def install(*, force: bool = False) -> GuardStatus:
             connections = True
         else:
             reasons.append("hypercorn's trio TCPServer has changed shape")
-        _installed = streams or connections
-        _status = GuardStatus(version, streams, connections, "; ".join(reasons))
-        if reasons:
-            logger.warning("hypercorn guards partly not applied: %s", _status.reason)
+        if reasons:  # a missing guard is worth a warning; a missing shortcut only the status
+            logger.warning("hypercorn guards partly not applied: %s", "; ".join(reasons))
+        why_no_idle = _why_no_idle(version) or hypercorn_idle.apply(TCPServer)
+        if why_no_idle:
+            reasons.append(f"idle timer: {why_no_idle}")
+        idle = not why_no_idle
+        _installed = streams or connections or idle
+        _status = GuardStatus(version, streams, connections, "; ".join(reasons), idle)
         return _status
 
 
@@ -193,12 +211,18 @@ def uninstall() -> None:
             H2Protocol.__init__ = _originals["H2Protocol.__init__"]  # type: ignore[method-assign]
         if TCPServer.run is _contained_run:
             TCPServer.run = _originals["TCPServer.run"]  # type: ignore[method-assign]
+        hypercorn_idle.restore(TCPServer)
         _installed = False
         _status = GuardStatus(_status.hypercorn, False, False, "uninstalled")
 
 
 def _version() -> str | None:
     return installed("hypercorn")
+
+
+def _why_no_idle(version: str | None) -> str:
+    """Why the idle timer stays off on its release check and switch (``""``: it may apply)."""
+    return why_off(FAST_PATHS_ENV, "hypercorn", version, hypercorn_idle.IDLE_CHECKED)
 
 
 # -- the HTTP/2 stream guard --------------------------------------------------
