@@ -480,15 +480,17 @@ class McpHttpApp:
         with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
             await self._answer(routed, receive, send, access)
 
-    async def _answer(
+    def _answer(
         self, routed: Routed, receive: Receive, send: Send, access: str | AccessToken | None
-    ) -> None:
-        """Answer *routed*; a call made with an expiring token is cancelled at its expiry."""
+    ) -> Awaitable[None]:
+        """Answer *routed*; a call made with an expiring token is cancelled at its expiry.
+
+        Returns the coroutine to await, so a running call holds no frame of this.
+        """
         expiries, responder = self._expiries, self._responder
         if expiries is None:
-            await responder.answer(routed, receive, send)
-        else:
-            await answer_until_expiry(responder, expiries, routed, receive, send, access)
+            return responder.answer(routed, receive, send)
+        return answer_until_expiry(responder, expiries, routed, receive, send, access)
 
 
 def _startup_problem(app: McpHttpApp) -> str | None:
