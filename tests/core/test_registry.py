@@ -767,3 +767,31 @@ async def test_early_cancels_count_against_the_namespace_quota(mcp_registry: Reg
     outcomes = [mcp_registry.notify_cancelled("session:a", i, None) for i in range(5)]
     assert outcomes == [CancelOutcome.PENDING] * 3 + [CancelOutcome.LIMIT_REACHED] * 2
     assert mcp_registry.notify_cancelled("session:b", 1, None) is CancelOutcome.PENDING
+
+
+@pytest.mark.mcp_registry(grace_period=0)
+async def test_a_key_its_first_request_left_still_reaches_every_later_duplicate(
+    autojump_clock: MockClock, mcp_registry: Registry
+) -> None:
+    # One request per key is held without a dict of its own; duplicates get one.
+    # The first leaving, and another arriving, must keep every one reachable.
+    async with trio.open_nursery() as nursery:
+        first_done = trio.Event()
+
+        async def first(*, task_status: trio.TaskStatus[None]) -> None:
+            async with tracked(1, "s", registry=mcp_registry):
+                task_status.started()
+                await first_done.wait()
+
+        await nursery.start(first)
+        second, second_outcome = await parked(nursery, mcp_registry, 1, "s")
+        first_done.set()
+        await trio.testing.wait_all_tasks_blocked()
+        third, third_outcome = await parked(nursery, mcp_registry, 1, "s")
+        assert mcp_registry.requests() == [second, third]
+        assert mcp_registry.notify_cancelled("s", 1, "both") is CancelOutcome.CANCELLED
+        await trio.testing.wait_all_tasks_blocked()
+        assert second.reason == third.reason == "both"
+        assert len(second_outcome) == len(third_outcome) == 1
+    assert not mcp_registry.in_flight(1, "s")
+    assert_no_leaks(mcp_registry)

@@ -26,7 +26,7 @@ import itertools
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from enum import Enum
@@ -215,6 +215,19 @@ class Tracking:
             raise RequestCancelled(cancellation.reason, cancellation.kind)
 
 
+def _siblings(
+    in_flight: dict[Key, TrackedRequest | dict[int, TrackedRequest]], key: Key
+) -> Collection[TrackedRequest]:
+    """The requests in flight under *key* (usually one, or none)."""
+    entry = in_flight.get(key)
+    if entry is None:
+        return ()
+    if type(entry) is dict:
+        return entry.values()
+    assert type(entry) is TrackedRequest
+    return (entry,)
+
+
 class Registry:
     """In-flight requests and cancellation rows; see the module docstring.
 
@@ -232,9 +245,11 @@ class Registry:
         """The one place to watch events: ``registry.events.subscribe(callback)``
         or ``registry.events.open_channel()`` (a backend's ``events`` alike)."""
         self._table = CancellationTable(config.max_rows_per_namespace, config.max_rows)
-        # key -> {token: request}: duplicates of one key each have an entry,
-        # and removing one is O(1) however many share the key.
-        self._in_flight: dict[Key, dict[int, TrackedRequest]] = {}
+        # key -> its request, or {token: request} when duplicates share the key
+        # (each has an entry, and removing one is O(1) however many there are).
+        # Invariant: a dict here is never empty.  The common case, one request
+        # per key, holds no dict of its own: an in-flight call's memory.
+        self._in_flight: dict[Key, TrackedRequest | dict[int, TrackedRequest]] = {}
         self._by_token: dict[int, TrackedRequest] = {}
         self._tokens = itertools.count(1)
         # key -> (expires at, row seq) of cancels kept for requests not yet
@@ -335,11 +350,14 @@ class Registry:
         if self._early:  # before the key is in flight, so expired ones can go
             self._expire_early(now)
             early = self._early.pop(key, None)
-        siblings = self._in_flight.get(key)
-        if siblings is None:
-            self._in_flight[key] = {request.token: request}
+        entry = self._in_flight.get(key)
+        if entry is None:
+            self._in_flight[key] = request
+        elif type(entry) is dict:
+            entry[request.token] = request
         else:
-            siblings[request.token] = request
+            assert type(entry) is TrackedRequest
+            self._in_flight[key] = {entry.token: entry, request.token: request}
         self._by_token[request.token] = request
         row = self._table.rows_by_key.get(key)
         if row is not None:
@@ -375,9 +393,10 @@ class Registry:
             self._idle.set()
             self._idle = None
         key = (request.namespace, request.request_id)
-        siblings = self._in_flight[key]
-        del siblings[request.token]
-        if not siblings:
+        entry = self._in_flight[key]
+        if type(entry) is dict:
+            del entry[request.token]
+        if entry is request or not entry:
             del self._in_flight[key]
             # Read before write: the common, never-cancelled request finds no
             # row and writes nothing.
@@ -476,7 +495,7 @@ class Registry:
                 EvictionEvent(len(evicted), tuple(dict.fromkeys(r.namespace for r in evicted)))
             )
         cancellation = Cancellation(row.reason, "client", row.at)
-        for request in self._in_flight.get((namespace, request_id), {}).values():
+        for request in _siblings(self._in_flight, (namespace, request_id)):
             self._flag(request, cancellation, self.config.grace_period)
         return row
 
@@ -559,7 +578,7 @@ class Registry:
         row = self._table.get(key)
         if row is not None:
             return row
-        for request in self._in_flight.get(key, {}).values():
+        for request in _siblings(self._in_flight, key):
             if request.cancellation is not None and request.cancellation.kind == "client":
                 return request.cancellation
         return None

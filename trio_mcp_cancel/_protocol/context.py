@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 import attrs
@@ -427,10 +426,17 @@ def check_declared(value: InputRequired, declared: Mapping[str, Any]) -> None:
 
 async def run_target(
     h: HandlerInput,
-    body: Callable[[], Awaitable[Any]],
+    work: Awaitable[Any],
     key: tuple[RequestId, str] | None = None,
 ) -> Any:
-    """Run *body* as the request's work: inside ``tracked()`` when the call's tool is cancellable.
+    """Await *work* (not started yet) as the request's work: inside ``tracked()`` when the
+    call's tool is cancellable.
+
+    The work comes as the awaitable itself, not a function that makes it:
+    a closure or ``functools.partial`` per call would be held, with its
+    cells and arguments, for as long as the call runs (a suspended call's
+    memory).  Work that never starts (tracking refused it) is closed, so
+    it is not reported as never awaited.
 
     It is tracked under the request's id in the caller's namespace, or under
     *key* (``(id, namespace)``: a task is tracked by its task id).
@@ -444,26 +450,30 @@ async def run_target(
     tool = h.call.tool
     assert tool is not None
     try:
-        if tool.cancellable:
-            caller = h.caller
-            registry = caller.registry
-            # The request's id was validated once, by classification; a
-            # task's key (the server's own id) goes through tracked().
-            tracking = (
-                Tracking(registry, h.call.request.id, caller.namespace)
-                if key is None
-                else tracked(*key, registry=registry)
-            )
-            with tracking as tracked_request:  # never blocks: a plain ``with``
-                h.exchange.attach(tracked_request, registry)
-                if tool.time_limit_reason is not None:  # counted from this run's start
-                    assert tool.time_limit is not None
-                    due = tracked_request.started_at + tool.time_limit
-                    registry.cancel_at(tracked_request, due, tool.time_limit_reason)
-                h.started()
-                return await body()
-        h.started()
-        return await body()
+        try:
+            if tool.cancellable:
+                caller = h.caller
+                registry = caller.registry
+                # The request's id was validated once, by classification; a
+                # task's key (the server's own id) goes through tracked().
+                tracking = (
+                    Tracking(registry, h.call.request.id, caller.namespace)
+                    if key is None
+                    else tracked(*key, registry=registry)
+                )
+                with tracking as tracked_request:  # never blocks: a plain ``with``
+                    h.exchange.attach(tracked_request, registry)
+                    if tool.time_limit_reason is not None:  # counted from this run's start
+                        assert tool.time_limit is not None
+                        due = tracked_request.started_at + tool.time_limit
+                        registry.cancel_at(tracked_request, due, tool.time_limit_reason)
+                    h.started()
+                    return await work
+            h.started()
+            return await work
+        except BaseException:
+            _close(work)  # a no-op once it ran; no cost on the way through
+            raise
     except (RequestCancelled, trio.Cancelled):
         raise
     except InputRound as round_:
@@ -500,16 +510,9 @@ async def invoke(
     """
     tool = h.call.tool
     assert tool is not None
-
-    async def body() -> Any:
-        value = await tool.fn(ctx, **arguments)
-        while ask is not None and isinstance(value, InputRequired):
-            await ask(value)
-            value = await tool.fn(ctx, **arguments)
-        return value
-
-    # The common case (no *ask*): the tool's own coroutine is the body, one frame fewer.
-    work: Callable[[], Awaitable[Any]] = body if ask else partial(tool.fn, ctx, **arguments)
+    # The common case (no *ask*): the tool's own coroutine is the work, one frame
+    # fewer, and no closure here (its cells would be held for the call's life).
+    work = tool.fn(ctx, **arguments) if ask is None else _asking(tool.fn, ctx, arguments, ask)
     try:
         value = await run_target(h, work, key)
         if isinstance(value, InputRequired):
@@ -524,6 +527,27 @@ async def invoke(
         # A failing tool is a tool result, not a protocol error (MCP "isError").
         h.runtime.failures.exception(failure_key(tool.name, exc), "tool %r failed", tool.name)
         return error_result(f"{type(exc).__name__}: {exc}")
+
+
+async def _asking(
+    fn: Callable[..., Awaitable[Any]],
+    ctx: Context,
+    arguments: dict[str, Any],
+    ask: Callable[[InputRequired], Awaitable[None]],
+) -> Any:
+    """Run the tool, and again after each ``InputRequired`` it returns has been asked (a task)."""
+    value = await fn(ctx, **arguments)
+    while isinstance(value, InputRequired):
+        await ask(value)
+        value = await fn(ctx, **arguments)
+    return value
+
+
+def _close(work: Awaitable[Any]) -> None:
+    """Close *work* if it is a coroutine that never ran (no "never awaited" warning)."""
+    close = getattr(work, "close", None)
+    if close is not None:
+        close()
 
 
 def only_rounds(exc: BaseException) -> InputRound | None:

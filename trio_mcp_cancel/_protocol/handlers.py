@@ -7,6 +7,7 @@ method table, next to the features served by :mod:`.surface`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
@@ -110,21 +111,40 @@ async def list_tools(h: HandlerInput) -> dict[str, Any]:
     return result
 
 
-async def call_tool(h: HandlerInput, wrappers: tuple[Extension, ...] = ()) -> Any:
+def call_tool(h: HandlerInput, wrappers: tuple[Extension, ...] = ()) -> Awaitable[Any]:
     """``tools/call``: bind the arguments, make the context, run the tool.
 
     *wrappers*: the server's extensions that wrap tool calls (bound by
     :func:`.methods.method_table`), nested in their order around the call.
+
+    A plain function returning what to await: on the common path (no
+    ``requestState``, no wrappers) that is :func:`invoke`'s coroutine, so a
+    running call holds no frame of this function (a suspended call's memory).
     """
     tool = h.call.tool
     assert tool is not None
     try:
         arguments = tool.bind(h.params.get("arguments"))
     except ToolArgumentError as exc:
-        return error_result(f"Invalid arguments for tool {tool.name!r}: {exc}")
-    ctx = await make_context(h, tool.name) if needs_state(h) else new_context(h)
+        return _answered(error_result(f"Invalid arguments for tool {tool.name!r}: {exc}"))
+    if wrappers or needs_state(h):
+        return _call_tool(h, tool.name, arguments, wrappers)
+    return invoke(h, new_context(h), arguments)
+
+
+async def _answered(result: Any) -> Any:
+    return result
+
+
+async def _call_tool(
+    h: HandlerInput, name: str, arguments: dict[str, Any], wrappers: tuple[Extension, ...]
+) -> Any:
+    """:func:`call_tool` with a ``requestState`` to open, or wrappers to run through."""
+    ctx = await make_context(h, name)
     if not wrappers:
         return await invoke(h, ctx, arguments)
+    tool = h.call.tool
+    assert tool is not None
     return await _through(h, ToolCall(tool, arguments, ctx), wrappers, 0)
 
 

@@ -109,7 +109,7 @@ async def _read_resource(h: HandlerInput) -> dict[str, Any]:
     uri = h.params["uri"]
     reader, variables, mime_type, _ = h.registration.resources.find(uri)
     ctx = await make_context(h, uri)
-    value = await run_target(h, lambda: reader(ctx, **variables))
+    value = await run_target(h, reader(ctx, **variables))
     if isinstance(value, InputRequired):
         return input_required(h, value, uri)
     return _cache(h, read_result(uri, value, mime_type), listing=False)
@@ -154,7 +154,7 @@ async def _get_prompt(h: HandlerInput) -> dict[str, Any]:
     prompt = h.registration.prompts.find(params.get("name"))
     arguments = prompt.bind(params.get("arguments"))
     ctx = await make_context(h, prompt.name)
-    value = await run_target(h, lambda: prompt.fn(ctx, **arguments))
+    value = await run_target(h, prompt.fn(ctx, **arguments))
     if isinstance(value, InputRequired):
         return input_required(h, value, prompt.name)
     return prompt_result(value, prompt.description)
@@ -236,7 +236,7 @@ async def listen(h: HandlerInput, grants: tuple[Extension, ...] = ()) -> dict[st
             hub.close(listener)
         return {"_meta": dict(tag)}
 
-    result: dict[str, Any] = await run_target(h, body)
+    result: dict[str, Any] = await run_target(h, body())
     return result
 
 

@@ -440,3 +440,36 @@ def test_http_error_body_is_a_json_rpc_error() -> None:
         "id": None,
         "error": {"code": INVALID_REQUEST, "message": "Not Acceptable"},
     }
+
+
+def test_request_headers_share_repeated_strings_but_never_keep_a_session_id() -> None:
+    raw = [
+        (b"accept", b"application/json, text/event-stream"),
+        (b"Content-Type", b"application/json"),
+        (b"mcp-session-id", b"abc123"),
+    ]
+    first, second = rules.request_headers(raw), rules.request_headers(list(raw))
+    assert (
+        first
+        == second
+        == {
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-session-id": "abc123",
+        }
+    )
+    # Names and repeating values are one string for every request; a session id is not kept.
+    for name in ("accept", "content-type"):
+        (key,) = [k for k in second if k == name]
+        assert key is next(k for k in first if k == name)
+        assert first[name] is second[name]
+    assert first["mcp-session-id"] is not second["mcp-session-id"]
+    assert b"abc123" not in rules._VALUES
+
+
+def test_the_shared_header_strings_are_bounded() -> None:
+    for i in range(2 * rules._DECODED_MAX):
+        headers = rules.request_headers([(b"x-h%d" % i, b"v"), (b"user-agent", b"agent %d" % i)])
+        assert headers == {f"x-h{i}": "v", "user-agent": f"agent {i}"}
+    assert len(rules._NAMES) <= rules._DECODED_MAX
+    assert len(rules._VALUES) <= rules._DECODED_MAX

@@ -195,3 +195,49 @@ async def test_a_suspended_streamed_call_holds_its_watcher_and_no_writer_task(
                 assert tasks.live.get("watcher") == 0
     finally:
         trio.lowlevel.remove_instrument(tasks)
+
+
+def _await_chain(task: trio.lowlevel.Task) -> list[str]:
+    """The qualified names of the coroutines *task* is suspended in, outermost first
+    (up to ``await_then``, which drives the call's coroutine itself)."""
+    names = []
+    awaited: Any = task.coro
+    while awaited is not None:
+        code = getattr(awaited, "cr_code", None) or getattr(awaited, "gi_code", None)
+        if code is None:
+            break
+        names.append(code.co_qualname)
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return names
+
+
+@pytest.mark.mcp_registry(grace_period=0)
+async def test_a_suspended_call_holds_no_frame_of_the_apps_routing_or_admission(
+    autojump_clock: trio.testing.MockClock,
+    mcp_registry: Registry,
+) -> None:
+    # Every coroutine frame on a suspended call's await chain is held for the
+    # call's life: routing (with the body it read), admission and the choice of
+    # a response path run in frames that are over, or return the coroutine to await.
+    server = McpServer("suspended")
+    request_task: list[trio.lowlevel.Task] = []
+
+    @server.tool()
+    async def waits(ctx: Context) -> str:
+        request_task.append(trio.lowlevel.current_task())
+        await trio.sleep(3600)
+        return "slept"
+
+    async with trio.open_nursery() as nursery:
+        client = AsgiClient(McpHttpApp(server, mcp_registry), nursery)
+        async with client.lifespan():
+            message = modern_call(1, "waits")
+            call = client.start("POST", headers_of(message), message)
+            await trio.sleep(1)
+            chain = _await_chain(request_task[0])
+            start = chain.index("McpHttpApp.__call__")
+            assert chain[start:] == ["McpHttpApp.__call__", "Responder._stream", "await_then"]
+            call.disconnect()
+            with trio.fail_after(10):
+                await client.wait_all_done()
+            assert mcp_registry.in_flight_count == 0

@@ -205,24 +205,33 @@ class Responder:
 
     # -- answering ----------------------------------------------------------------
 
-    async def answer(
+    def answer(
         self, routed: Routed, receive: Receive, send: Send, exchange: Exchange | None = None
-    ) -> None:
+    ) -> Awaitable[None]:
         """Admit *routed* (once), run it and write its response (*exchange*: the one the
-        app holds to cancel it, e.g. at its token's expiry)."""
+        app holds to cancel it, e.g. at its token's expiry).
+
+        A plain function returning the coroutine to await (at once): admission
+        never blocks, and a running call then holds no frame of this one, nor
+        of :meth:`_run` (each coroutine frame is kept for the call's life).
+        """
         call, caller = routed.call, routed.caller
         exchange = Exchange() if exchange is None else exchange
         refused = self.dispatcher.admit(call, caller, exchange)
         if refused is not None:
-            await self.refuse(send, refused, routed.extra)
-            return
+            return self.refuse(send, refused, routed.extra)
         # From here ``Dispatcher.answer`` releases what admit took, once it
         # runs; nothing before it checkpoints, except the shared slot below.
         backend = self.backend
         if backend is None or not backend.counters.shared:
-            await self._run(routed, exchange, receive, send)
-            return
-        # Scale-out: the per-tenant cap counts the calls of every process.
+            return self._run(routed, exchange, receive, send)
+        return self._answer_shared(routed, exchange, receive, send, backend)
+
+    async def _answer_shared(
+        self, routed: Routed, exchange: Exchange, receive: Receive, send: Send, backend: Backend
+    ) -> None:
+        """Scale-out: the per-tenant cap counts the calls of every process."""
+        call, caller = routed.call, routed.caller
         cap = self.dispatcher.registration.limits.max_calls_per_tenant
         running = False
         try:
@@ -250,16 +259,26 @@ class Responder:
             routed.call, routed.caller, exchange, allow_silence=allow_silence, admitted=True
         )
 
-    async def _run(self, routed: Routed, exchange: Exchange, receive: Receive, send: Send) -> None:
+    def _run(
+        self, routed: Routed, exchange: Exchange, receive: Receive, send: Send
+    ) -> Awaitable[None]:
+        """The coroutine that runs the admitted call and writes its response."""
         if routed.call.tracked:
             service = self.sink.service
             if service is not None:
-                await self._stream(routed, exchange, receive, send, service)
-                return
-            # Without a lifespan the request hosts its helper tasks itself.
-            async with trio.open_nursery() as nursery:
-                await self._stream(routed, exchange, receive, send, nursery)
-            return
+                return self._stream(routed, exchange, receive, send, service)
+            return self._stream_hosted(routed, exchange, receive, send)
+        return self._plain(routed, exchange, send)
+
+    async def _stream_hosted(
+        self, routed: Routed, exchange: Exchange, receive: Receive, send: Send
+    ) -> None:
+        """Without a lifespan the request hosts its helper tasks itself."""
+        async with trio.open_nursery() as nursery:
+            await self._stream(routed, exchange, receive, send, nursery)
+
+    async def _plain(self, routed: Routed, exchange: Exchange, send: Send) -> None:
+        """A call that cannot be cancelled: its one whole response, as a plain request."""
         reply = await self._call(routed, exchange, False)
         assert reply is not None
         if routed.before_reply is not None and not await routed.before_reply(routed, send):

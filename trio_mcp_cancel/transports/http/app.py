@@ -300,11 +300,68 @@ class McpHttpApp:
         return current_registry()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # A request is served in this frame, not in a method awaited from here:
+        # a call in flight holds every coroutine frame of its await chain.
         kind = scope["type"]
+        if kind != "http":
+            await self._other(kind, receive, send)
+            return
+        respond = self.sink.respond
+        try:
+            try:
+                target = len(scope["path"]) + len(scope.get("query_string") or b"")
+                headers = rules.request_headers(scope["headers"], self.max_head_size, target)
+                if scope["path"] != self.path:
+                    if scope["path"] in self.probes.paths:
+                        await _discard_body(self, receive)
+                        await self.probes.answer(self.sink, send, scope["path"], scope["method"])
+                        return
+                    if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
+                        await _discard_body(self, receive)
+                        await respond(send, *resource_metadata(self.oauth, scope["method"]))
+                        return
+                    raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
+                rules.check_origin(headers, self.allowed_origins)
+                client = scope.get("client")
+                access = None if self.auth is None else await _principal(self, headers, client)
+                principal = access.principal if isinstance(access, AccessToken) else access
+                method = scope["method"]
+                if method == "POST":
+                    rules.check_accept(headers)
+                    rules.check_content_type(headers)
+                    rules.check_content_length(headers, self.max_message_size)
+                elif method not in ("DELETE", "GET") or not self._legacy_headers(headers):
+                    allow = b"GET, POST, DELETE" if self._legacy_headers(headers) else b"POST"
+                    raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
+            except HttpError as exc:
+                if exc.status != 413:  # a body declared too large is not waited for
+                    await _discard_body(self, receive)
+                raise
+            if method == "POST":
+                # Routed in a frame of its own that is over before the call runs
+                # (it holds the body and its reader), answered from this one.
+                routed = await self._route(scope, receive, send, headers, principal, access)
+                if routed is not None:
+                    await _answer(self, routed, receive, send, headers, access)
+            elif method == "GET":
+                await _discard_body(self, receive)
+                tenant = tenant_for(principal, scope.get("client"))
+                await self._get.get(headers, principal, tenant, receive, send, expiry_of(access))
+            else:
+                await _discard_body(self, receive)
+                await self._legacy.delete(headers, principal)
+                await respond(send, 204, b"")
+        except HttpError as exc:
+            await respond(send, exc.status, exc.body(), exc.headers)
+        except _ClientGone:
+            return
+        except (NoRegistry, RegistryClosed) as exc:
+            if not await _without_registry(self, send, exc):
+                raise
+
+    async def _other(self, kind: str, receive: Receive, send: Send) -> None:
         if kind == "lifespan":
             await self._lifespan(receive, send)
-        elif kind == "http":
-            await self._http(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
 
@@ -384,61 +441,11 @@ class McpHttpApp:
 
     # -- requests ------------------------------------------------------------
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        respond = self.sink.respond
-        try:
-            try:
-                target = len(scope["path"]) + len(scope.get("query_string") or b"")
-                headers = rules.request_headers(scope["headers"], self.max_head_size, target)
-                if scope["path"] != self.path:
-                    if scope["path"] in self.probes.paths:
-                        await _discard_body(self, receive)
-                        await self.probes.answer(self.sink, send, scope["path"], scope["method"])
-                        return
-                    if self.oauth is not None and scope["path"] in self.oauth.metadata_paths:
-                        await _discard_body(self, receive)
-                        await respond(send, *resource_metadata(self.oauth, scope["method"]))
-                        return
-                    raise HttpError(404, f"Not Found: the MCP endpoint is {self.path}")
-                rules.check_origin(headers, self.allowed_origins)
-                client = scope.get("client")
-                access = None if self.auth is None else await _principal(self, headers, client)
-                principal = access.principal if isinstance(access, AccessToken) else access
-                method = scope["method"]
-                if method == "POST":
-                    rules.check_accept(headers)
-                    rules.check_content_type(headers)
-                    rules.check_content_length(headers, self.max_message_size)
-                elif method not in ("DELETE", "GET") or not self._legacy_headers(headers):
-                    allow = b"GET, POST, DELETE" if self._legacy_headers(headers) else b"POST"
-                    raise HttpError(405, "Method Not Allowed", headers=[(b"allow", allow)])
-            except HttpError as exc:
-                if exc.status != 413:  # a body declared too large is not waited for
-                    await _discard_body(self, receive)
-                raise
-            if method == "POST":
-                await self._post(scope, receive, send, headers, principal, access)
-            elif method == "GET":
-                await _discard_body(self, receive)
-                tenant = tenant_for(principal, scope.get("client"))
-                await self._get.get(headers, principal, tenant, receive, send, expiry_of(access))
-            else:
-                await _discard_body(self, receive)
-                await self._legacy.delete(headers, principal)
-                await respond(send, 204, b"")
-        except HttpError as exc:
-            await respond(send, exc.status, exc.body(), exc.headers)
-        except _ClientGone:
-            return
-        except (NoRegistry, RegistryClosed) as exc:
-            if not await _without_registry(self, send, exc):
-                raise
-
     def _legacy_headers(self, headers: dict[str, str]) -> bool:
         """Whether a GET or DELETE may concern a legacy session (modern: always 405)."""
         return self.sessions is not None and rules.select_era(headers, None) == "legacy"
 
-    async def _post(
+    async def _route(
         self,
         scope: Scope,
         receive: Receive,
@@ -446,7 +453,8 @@ class McpHttpApp:
         headers: dict[str, str],
         principal: str | None,
         access: str | AccessToken | None = None,
-    ) -> None:
+    ) -> Routed | None:
+        """Read and decode a POST's body and route it by era (``None``: answered already)."""
         # The usual body is queued already: taken without a scheduling point,
         # and only a body still on its way needs the time limit (a cancel scope).
         reader = _Body(self.max_message_size)
@@ -458,7 +466,7 @@ class McpHttpApp:
             message = jsonrpc.decode(body)
         except JsonRpcError as exc:
             await self._responder.sink.respond(send, 400, jsonrpc.encode(exc.to_message()))
-            return
+            return None
         if self.oauth is not None and isinstance(access, AccessToken):
             try:
                 check_scopes(self.oauth, self.registration, message, access)
@@ -468,23 +476,42 @@ class McpHttpApp:
         tenant = tenant_for(principal, client)
         post = Post(send, headers, principal, client, tenant, message, self.registry)
         if rules.select_era(headers, message) == "modern":
-            routed = await self._modern.route(post)
-        else:
-            routed = await self._legacy.route(post)
-        if routed is None:
-            return
-        telemetry = self.registration.telemetry
-        if telemetry is None or "traceparent" not in headers:
-            await self._answer(routed, receive, send, access)
-            return
-        with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
-            await self._answer(routed, receive, send, access)
+            return await self._modern.route(post)
+        return await self._legacy.route(post)
 
-    async def _answer(
-        self, routed: Routed, receive: Receive, send: Send, access: str | AccessToken | None
-    ) -> None:
-        """Answer *routed*; a call made with an expiring token is cancelled at its expiry."""
-        expiries, responder = self._expiries, self._responder
+
+def _answer(
+    app: McpHttpApp,
+    routed: Routed,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    access: str | AccessToken | None,
+) -> Awaitable[None]:
+    """Answer *routed*; a call made with an expiring token is cancelled at its expiry.
+
+    Returns the coroutine to await, so a running call holds no frame of this.
+    """
+    telemetry = app.registration.telemetry
+    if telemetry is not None and "traceparent" in headers:
+        return _answer_traced(app, telemetry, routed, receive, send, headers, access)
+    expiries, responder = app._expiries, app._responder
+    if expiries is None:
+        return responder.answer(routed, receive, send)
+    return answer_until_expiry(responder, expiries, routed, receive, send, access)
+
+
+async def _answer_traced(
+    app: McpHttpApp,
+    telemetry: ServerTelemetry,
+    routed: Routed,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+    access: str | AccessToken | None,
+) -> None:
+    with telemetry.http_parent(headers):  # the span's parent, unless _meta has one
+        expiries, responder = app._expiries, app._responder
         if expiries is None:
             await responder.answer(routed, receive, send)
         else:

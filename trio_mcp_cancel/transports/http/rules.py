@@ -131,6 +131,38 @@ class HttpError(Exception):
         return jsonrpc.encode(JsonRpcError(self.code, str(self), self.data).to_message())
 
 
+#: Header names, and the values of :data:`_REPEATED_VALUES`, decoded once and then
+#: shared by every request: a call in flight keeps its request's headers, and each
+#: string of its own is 50 to 80 bytes of it.  Bounded (:data:`_DECODED_MAX` each, never
+#: evicted: past it a string is decoded per request, as before); a session id or a token
+#: is never kept here.
+_NAMES: dict[bytes, str] = {}
+_VALUES: dict[bytes, str] = {}
+_DECODED_MAX: Final = 256
+#: Headers whose values repeat from request to request (a client's Accept, its content
+#: type, its protocol version, the host it asks for, the method and tool it names).
+_REPEATED_VALUES: Final = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-type",
+        "host",
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "user-agent",
+    }
+)
+
+
+def _decoded(cache: dict[bytes, str], raw: bytes, text: str) -> str:
+    """*text*, kept in *cache* as the decoding of *raw* while the cache has room."""
+    if len(cache) < _DECODED_MAX:
+        cache[raw] = text
+    return text
+
+
 def request_headers(
     raw: Sequence[tuple[bytes, bytes]], max_bytes: int = MAX_HEAD_BYTES, target: int = 0
 ) -> dict[str, str]:
@@ -149,8 +181,17 @@ def request_headers(
     """
     headers: dict[str, str] = {}
     size = target + 4 * len(raw)
+    names, values = _NAMES, _VALUES
     for name, value in raw:
-        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        key = names.get(name)
+        if key is None:
+            key = _decoded(names, name, name.decode("latin-1").lower())
+        text = values.get(value) if key in _REPEATED_VALUES else None
+        if text is None:
+            text = value.decode("latin-1")
+            if key in _REPEATED_VALUES:
+                _decoded(values, value, text)
+        headers[key] = text
         size += len(name) + len(value)
     if size > max_bytes:
         raise HttpError(431, f"Request Header Fields Too Large: over {max_bytes} bytes")
