@@ -64,6 +64,10 @@ def conditions(before: str, after: str) -> str:
 </details>"""
 
 
+#: What the httptools evaluation found (issue 35, ``python -m benchmarks.eval_httptools``).
+HTTPTOOLS_NOTE = "an httptools protocol for hypercorn's Trio worker was evaluated (TBD)."
+
+
 def _missed(rows: list[Row], text: str) -> list[Row]:
     return [row for row in rows if row.status == "MISS" and text in row.measurement]
 
@@ -101,6 +105,39 @@ def analysis(rows: list[Row]) -> str:
             " (limits, tenants, cancellation), so the 95% target is missed by the margin the"
             " rows show; against the MCP SDK on uvicorn, the headline, ours is ahead in the"
             " rows above."
+        )
+    if _missed(rows, "sdk-uvicorn-standard"):
+        parts.append(
+            "**Ours vs the MCP SDK on uvicorn[standard].**  The SDK's server on"
+            " `uvicorn[standard]` parses HTTP/1.1 in C (httptools, llhttp) and runs its event"
+            " loop in C (uvloop, libuv); ours parses with h11 and schedules with Trio, both"
+            " pure Python.  The profile below says what that costs per call: the columns"
+            " hypercorn + h11 and Trio are the two places a C server does the same work for"
+            " a fraction, and together they are most of a no-op call.  What issue 35 cut at"
+            " its cause: hypercorn's keep-alive timer, which started a Trio task on every"
+            " request, is one watcher per connection whose deadline moves"
+            " (`transports/http/hypercorn_idle.py`, proposed upstream in"
+            " `docs/upstream/hypercorn-idle-timeout.md`: one task and five scheduler steps"
+            " fewer per request, 0.78x the floor's instructions); a call in flight holds"
+            " fewer frames and allocates about a quarter fewer bytes.  The parser:"
+            f" {HTTPTOOLS_NOTE}  What is left is Trio's own per-task and per-cancel-scope"
+            " work (the Trio column), which no server on Trio avoids; a row is missed by the"
+            " margin it shows, and the SDK on plain uvicorn (asyncio, h11), the same pure"
+            " Python parser as ours, is behind ours in its rows."
+        )
+    if _missed(rows, "per-worker efficiency"):
+        parts.append(
+            "**Workers.**  The target (2 workers >= 0.85 x 2 x one) assumes the load"
+            " generator on a core of its own; this machine has two cores, so the second"
+            " worker shares its core with wrk and redis-server (the core layout row).  The"
+            ' "where it goes" rows split the efficiency into two factors measured from'
+            " CPU time, not from rates: the cores the two workers got (what the layout leaves"
+            " them: wrk's and Redis's CPU is taken from the second worker's core) and the"
+            " calls per worker CPU-second with a sibling against alone (what the library"
+            " costs a worker for having a sibling: the shared listening socket, and on Redis"
+            " the traffic that keeps sessions, cancels and tasks visible to both).  When the"
+            " second factor is near 1.00 the shortfall is the machine's, not the library's:"
+            " on three cores the same two workers would reach the product's second factor."
         )
     if _missed(rows, "cancellation layer"):
         scope = _value(rows, "`with trio.CancelScope(): pass`")
@@ -146,30 +183,30 @@ def analysis(rows: list[Row]) -> str:
             "**Memory per in-flight call.**  The floor row is hypercorn alone holding an SSE"
             f" stream open for a waiting call: {floor} per call (connection, h11 state, the ASGI"
             f" request task and its channels).  What the library adds is {added} (19.7 KiB"
-            " before issue 27).  The load-independent measure is `python -m"
-            " benchmarks.memory_sites 1000`: the tracemalloc heap growth per in-flight call,"
-            " charged to the innermost frame of this library that allocated it (34.3 KB at"
-            " 1,000 calls when this text was written, 40.3 KB before, 21.7 KB for the floor)."
-            "  What went: the response writer's task parked on an empty queue for the call's"
-            " life (a streamed response is written on demand, by a task that lives only while"
-            " something waits to be written: about 2.5 KB), the watcher's second cancel scope"
-            " and wrapper frame (about 1 KB), empty `collections.deque`s (the writer's queue"
-            " exists only while something is queued; the replay buffer is a list cut in"
-            " batches), the resumable stream's attach event (made by its first waiter), three"
-            " `functools.partial`s, and task names built per spawn.  What the rest is: the"
+            " before issue 27, about 14 KiB before issue 35).  The load-independent measure is"
+            " `python -m benchmarks.memory_sites 1000`: the tracemalloc heap growth per"
+            " in-flight call, charged to the innermost frame of this library that allocated it"
+            " (30.5 KB at 1,000 calls when this text was written, 34.5 KB before issue 35,"
+            " 40.3 KB before issue 27, 21.7 KB for the floor).  What issue 35 took out: a"
+            " suspended call's await chain is now three frames (`__call__`,"
+            " `Responder._stream`, `await_then`): the request's routing, body and admission"
+            " frames have returned before the call runs, and the dispatch layers return the"
+            " coroutine to await instead of awaiting it in a frame of their own; the tool's"
+            " per-call closure and `functools.partial` are gone; a key in flight holds its"
+            " request directly (a dict only when duplicates share the key); header names and"
+            " repeating values are decoded once and shared.  What the rest is: the"
             " disconnect watcher, one Trio task in the service nursery waiting on `receive()`"
-            " for `http.disconnect` with its wait's cancel scope (about 3.2 KB); the tool's"
-            " context, its tracked cancel scope and registry entry (about 3.5 KB); the request"
-            " path's coroutine frames (about 3 KB, part of which is the request task the floor"
-            " also has); the decoded request headers, kept for the call's life by the app's"
-            " frames (about 1 KB); the response and the h11 state its head leaves (about 1 KB);"
-            " the resumable stream with the one progress event it holds for a replay (about 0.6"
-            " KB); the parsed request (about 0.5 KB).  None of it is a leak (the count returns"
-            " to the baseline when the calls end, see the hostile benchmark).  What is left to"
-            " cut, measured: the watcher task (a disconnect callback from `hypercorn_compat` and"
-            " one timer task per app instead of one task per call: about 3 KB), the header"
-            " dict and one or two request frames (about 1.5 KB).  The MCP SDK on uvicorn holds"
-            " more per call (its row)."
+            " for `http.disconnect` with its wait's cancel scope (about 3.2 KB), which also"
+            " sends keep-alives and enforces the time limit and the write stall; the tool's"
+            " context, its tracked cancel scope and registry entry (about 3.5 KB); the"
+            " resumable stream with the one progress event it holds for a replay; and the"
+            " benchmark's own `slow` tool, whose event and `move_on_after` scope (about 1.9 KB)"
+            " the floor's app does not have.  None of it is a leak (the count returns to the"
+            " baseline when the calls end, see the hostile benchmark).  What is left to cut,"
+            " measured: the watcher task, by a disconnect callback from `hypercorn_compat` and"
+            " one timer for the app's keep-alives and limits instead of one task per call"
+            " (about 3 KB, enough for the target).  The MCP SDK on uvicorn holds more per call"
+            " (its row)."
         )
     notes = _observations(rows)
     if not parts:
