@@ -5,8 +5,8 @@
 (ignored by git; the shared venv is left alone), then serves the floor app
 and ours (legacy session, modern stateless; cancellable no-op) over
 hypercorn's Trio worker twice: with its ``H11Protocol`` and with the
-prototype :class:`benchmarks._httptools_protocol.HttptoolsProtocol` put in
-its place.  Two measures, each h11 against httptools:
+library's :class:`~trio_mcp_cancel.transports.http.hypercorn_httptools.HttptoolsProtocol`
+(``serve(http="httptools")``) in its place.  Two measures, each h11 against httptools:
 
 * **callgrind**: instructions the server process executes per request
   (``valgrind --tool=callgrind``; counters dumped after a warm-up and after
@@ -16,12 +16,11 @@ its place.  Two measures, each h11 against httptools:
   alternate, first one then the other), reported as the median of the
   per-round ratios and their spread; noisy on a shared machine.
 
-For ours over httptools the library's hypercorn shortcuts are given the
-prototype: ``tcp_server_of`` accepts it (so a response that cannot block is
-written in the request's task, as over h11), and ``send_whole``, which knows
-only h11's connection, answers "no shortcut": the response goes as its two
-ASGI messages, and the prototype holds a ``content-length`` head until its
-body, so each response is still one socket write.
+For ours over httptools the library's hypercorn shortcuts see the
+protocol as it is served: ``tcp_server_of`` accepts it, ``send_whole``
+(h11's connection only) declines, and the protocol holds a
+``Content-Length`` head until its body, so each response is one socket
+write on both sides.
 
 Run without arguments for the numbers the report quotes.
 """
@@ -74,21 +73,10 @@ def serve(kind: str, protocol: str) -> None:
         sys.path.insert(0, str(DEPS))
         import hypercorn.protocol
 
-        from trio_mcp_cancel.transports.http import hypercorn_compat
+        from trio_mcp_cancel.transports.http.hypercorn_httptools import HttptoolsProtocol
 
-        from ._httptools_protocol import HttptoolsProtocol
-
+        # what serve(http="httptools") selects, for the servers _servers builds
         hypercorn.protocol.H11Protocol = HttptoolsProtocol  # type: ignore[misc]
-        plain = hypercorn_compat.tcp_server_of
-
-        def tcp_server_of(send: Any) -> Any:
-            stream = getattr(send, "__self__", None)
-            protocol = getattr(getattr(stream, "send", None), "__self__", None)
-            if type(protocol) is HttptoolsProtocol:
-                return getattr(getattr(protocol, "send", None), "__self__", None)
-            return plain(send)
-
-        hypercorn_compat.tcp_server_of = tcp_server_of  # type: ignore[assignment]
     from ._servers import main
 
     main(kind)
