@@ -14,6 +14,7 @@ a disconnect that cancels the tool).
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -149,6 +150,13 @@ RAW_CASES = {
         "/echo", "transfer-encoding: chunked", method="POST"
     )
     + b"zz\r\nhello\r\n",
+    "bare LF line ends (llhttp refuses, h11 serves)": b"GET /cl HTTP/1.1\nhost: x\n\n",
+    "obsolete line folding": get("/cl", "x: a\r\n b", CLOSE),
+    "a lower-case method": get("/cl", CLOSE, method="get"),
+    "chunk extensions and trailers": get(
+        "/echo", "transfer-encoding: chunked", CLOSE, method="POST"
+    )
+    + b"3;ext=1\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n",
     "websocket upgrade (handed to h11, refused by the app)": get(
         "/ws",
         "connection: upgrade",
@@ -224,6 +232,46 @@ async def test_a_header_flood_and_a_slow_head_within_the_limits_are_served_the_s
                 for_each.append(await exchange(port, flood))
     assert for_each[0].startswith(b"HTTP/1.1 200 ")
     assert for_each[2:] == for_each[:2]
+
+
+def mutated(rng: random.Random) -> bytes:
+    """One to three plain requests with a few bytes inserted, deleted or changed."""
+    plain = [
+        get("/cl"),
+        post("/echo", b"hello"),
+        get("/echo", "transfer-encoding: chunked", method="POST") + b"3\r\nabc\r\n0\r\n\r\n",
+        get("/stream", version="1.0"),
+        get("/stream", method="HEAD"),
+    ]
+    pieces = [b" ", b"\t", b"\r\n", b"\n", b":", b"\x00", b"\xff", b"0", b"host: y\r\n"]
+    pieces += [b"content-length: 3\r\n", b"transfer-encoding: chunked\r\n", b"x: a\r\n b\r\n"]
+    data = bytearray(b"".join(rng.choice(plain) for _ in range(rng.randint(1, 3))))
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(data))
+        choice = rng.random()
+        if choice < 0.4:
+            data[at:at] = rng.choice(pieces)
+        elif choice < 0.7:
+            del data[at : at + rng.randint(1, 3)]
+        else:
+            data[at] = rng.randrange(256)
+    return bytes(data) + get("/cl", CLOSE)
+
+
+async def test_mutated_requests_get_the_same_bytes_back() -> None:
+    rng = random.Random(35)
+    cases = [mutated(rng) for _ in range(60)]
+    answers: dict[str, list[bytes]] = {}
+    with trio.fail_after(TIMEOUT * 3):
+        for http in PROTOCOLS:
+            async with serving(raw_app, http) as port:
+                answers[http] = [await exchange(port, case) for case in cases]
+    differing = [
+        case
+        for case, h11, ours in zip(cases, answers["h11"], answers["httptools"], strict=True)
+        if h11 != ours
+    ]
+    assert differing == []
 
 
 # -- the library's app ---------------------------------------------------------------

@@ -27,9 +27,10 @@ client sent and answers (or upgrades) as it always does.  It is possible as
 long as no request from those bytes was started; where one was (an error in
 the middle of a request body, or a too-large head right behind it), this
 answers as h11 does: ``400`` (``431`` for the head) unless the response has
-begun, then closes.  Known difference: llhttp accepts a few forms h11
-rejects (obsolete line folding, a bare LF line end); those requests are
-served here and answered ``400`` over h11.
+begun, then closes.  Where the two parsers disagree the same way holds:
+forms llhttp rejects and h11 accepts (a bare LF line end, obsolete line
+folding, a lower-case method) are handed over and served by h11; a few
+hundred mutated requests sent to both protocols got the same bytes back.
 
 The library's hypercorn shortcuts (:mod:`.hypercorn_compat`) see this
 protocol as an HTTP/1.1 one for ``tcp_server_of`` (a write that cannot block
