@@ -5,8 +5,8 @@ on a no-op ``tools/call``'s path; httptools (llhttp, C) does the parsing for
 a fraction of the cost, as uvicorn's ``--http httptools`` does.  Measured for
 issue 35 (``python -m benchmarks.eval_httptools``: callgrind instructions the
 server process executes per no-op call, 500 sequential keep-alive calls after
-200 of warm-up): the floor app 2,245k -> 1,416k (-37%), ours legacy 2,240k ->
-1,732k (-23%), ours modern 2,289k -> 1,770k (-23%).  Selected per server with
+200 of warm-up): the floor app 2,244k -> 1,409k (-37%), ours legacy 2,240k ->
+1,727k (-23%), ours modern 2,279k -> 1,772k (-22%).  Selected per server with
 ``serve(..., http="httptools")``; h11 stays the default.
 
 What it must not change is the bytes: every response is the one hypercorn's
@@ -42,6 +42,7 @@ still one socket write.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import chain
@@ -101,8 +102,6 @@ def choose(config: Config, http: str) -> Config:
         raise ImportError(
             "http='httptools' needs httptools: pip install 'trio-mcp-cancel[httptools]'"
         )
-    import copy
-
     chosen = copy.copy(config)
     setattr(chosen, _MARK, True)
     install()
