@@ -55,6 +55,30 @@ def _patient_redis_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _http_protocol() -> Iterator[None]:
+    """``TEST_HTTP_PROTOCOL=httptools``: every hypercorn server in the run parses with httptools.
+
+    ``test_httptools_protocol`` compares the two protocols byte for byte; this
+    runs the rest of the HTTP tests over the httptools one too (CI: one more run).
+    """
+    if os.environ.get("TEST_HTTP_PROTOCOL", "h11") != "httptools":
+        yield
+        return
+    import hypercorn.protocol
+
+    from trio_mcp_cancel.transports.http.hypercorn_httptools import HttptoolsProtocol
+
+    def always(*args: object) -> HttptoolsProtocol:
+        return HttptoolsProtocol(*args)  # type: ignore[arg-type]
+
+    always._trio_mcp_cancel_factory = True  # type: ignore[attr-defined]  # install() keeps it
+    original = hypercorn.protocol.H11Protocol
+    hypercorn.protocol.H11Protocol = always  # type: ignore[assignment,misc]
+    yield
+    hypercorn.protocol.H11Protocol = original  # type: ignore[misc]
+
+
 @pytest.fixture
 def mcp_server() -> McpServer:
     """A server with the probe tools: ``echo``, ``count``, ``stubborn``, ``helpers``, ``whoami``."""

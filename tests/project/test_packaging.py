@@ -68,6 +68,8 @@ def test_the_extras_split_what_users_need_from_what_contributors_need() -> None:
     assert names(extras["client"]) == {"httpx2"}  # the client's HTTP; a server needs none
     # Telemetry: the OpenTelemetry API only; the SDK is the application's choice (and the tests').
     assert names(extras["otel"]) == {"opentelemetry-api"}
+    assert names(extras["httptools"]) == {"httptools"}
+    assert "httptools" in names(extras["dev"])  # so the tests run it against h11
     assert "opentelemetry-sdk" in names(extras["dev"])
     tools = {"ruff", "mypy", "pytest", "pytest-trio", "hypothesis", "httpx", "httpx2", "mcp"}
     assert tools | {"coredis"} <= names(extras["dev"])

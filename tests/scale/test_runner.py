@@ -35,7 +35,7 @@ from _support.asgi import (
 from _support.deploy import WITH_TASKS, RedisServer, answer, modern, task_request
 from _support.redis import prefix, record, redis, running
 from _support.repo_paths import ROOT
-from _support.runner import APP, LISTENING, SERVING, gone, run
+from _support.runner import APP, LISTENING, SERVING, environment, gone, run
 
 __all__ = ["prefix", "redis"]  # fixtures
 
@@ -100,8 +100,16 @@ async def test_run_serves_an_mcp_server_on_stdio(tmp_path: Path) -> None:
     assert server.process.returncode == 0, server.log()
 
 
-async def test_run_serves_http_in_one_process_and_stops_on_sigterm(tmp_path: Path) -> None:
-    async with run(tmp_path, APP, "--transport", "http", "--port", "0") as server:
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+async def test_run_serves_http_in_one_process_and_stops_on_sigterm(
+    tmp_path: Path, http: str
+) -> None:
+    env = {}
+    if http == "httptools":  # wherever it is installed, the child imports it too
+        where = Path(pytest.importorskip("httptools").__file__ or "").parent.parent
+        env["PYTHONPATH"] = os.pathsep.join([environment()["PYTHONPATH"], str(where)])
+    args = ["--transport", "http", "--port", "0", "--http", http]
+    async with run(tmp_path, APP, *args, env=env) as server:
         (port,) = await server.wait_log(_RUNNING_ON)
         server.port = int(port)
         async with httpx.AsyncClient(timeout=10) as client:
@@ -183,6 +191,7 @@ async def test_sigterm_answers_calls_in_flight_minus_32800_on_both_eras_within_t
         (["--transport", "http", "--workers", "2"], "MCP_REDIS_URL"),
         (["--workers", "2"], "--workers is for --transport http"),
         (["--port", "1"], "--port is for --transport http"),
+        (["--http", "httptools"], "--http is for --transport http"),
         (["--grace-period", "soon"], "--grace-period must be a number"),
     ],
 )

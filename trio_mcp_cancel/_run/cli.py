@@ -4,7 +4,7 @@
 
     trio-mcp-cancel run MODULE:ATTR [--transport stdio|http|websocket] [--host H] [--port P]
                         [--workers N] [--allow-unshared] [--grace-period S]
-                        [--max-request-time S] [--log-level L]
+                        [--max-request-time S] [--http h11|httptools] [--log-level L]
     trio-mcp-cancel list TARGET [--era E] [--json]
     trio-mcp-cancel call TARGET TOOL [key=value ...] [--args JSON] [--era E] [--json]
     trio-mcp-cancel install claude-desktop|cursor|claude-code MODULE:ATTR [--name N]
@@ -41,7 +41,9 @@ import sys
 import trio
 
 from .. import __version__
+from ..transports.http import hypercorn_httptools
 from ..transports.http.deploy import backend_from_env, limits_from_env, seconds_setting
+from ..transports.http.hypercorn_httptools import HTTP_PROTOCOLS
 from ..transports.http.serving import server_config
 from . import cmd_call, cmd_dev, cmd_install, cmd_list, target
 from .runner import StartupFailed, configure_logging, serve_found, startup_problem
@@ -88,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="cancel a tool call after this long (MCP_MAX_REQUEST_TIME; default: never)",
     )
+    run.add_argument(
+        "--http",
+        choices=HTTP_PROTOCOLS,
+        default="h11",
+        help="http: the HTTP/1.1 parser, h11 (default) or httptools (the httptools extra)",
+    )
     run.add_argument("--log-level", type=str.lower, choices=_LEVELS, default="info")
     for command in (cmd_list, cmd_call, cmd_install, cmd_dev):
         command.add_parser(commands)
@@ -101,6 +109,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         for flag, value in (("--host", args.host), ("--port", args.port)):
             if value is not None:
                 parser.error(f"{flag} is for --transport http or websocket")
+    if args.http != "h11" and args.transport != "http":
+        parser.error("--http is for --transport http")
     if args.workers != 1 and args.transport != "http":
         parser.error("--workers is for --transport http")
     if args.workers < 1:
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     port = 8000 if args.port is None else args.port
     try:
         if args.workers > 1:
-            return _supervise(args.target, args.workers, host, port, args.log_level)
+            hypercorn_httptools.choose(server_config(), args.http)  # the extra is there
+            return _supervise(args.target, args.workers, host, port, args.log_level, args.http)
         if args.transport == "websocket":
             from .serve_websocket import serve_websocket_found
 
@@ -164,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             serving = serve_found(found, "stdio")
         else:
             found = target.load(args.target)
-            serving = serve_found(found, "http", host=host, port=port, port_option="--port")
+            serving = serve_found(
+                found, "http", host=host, port=port, port_option="--port", http=args.http
+            )
     except (target.TargetError, ValueError, ImportError) as exc:
         parser.exit(2, f"trio-mcp-cancel: error: {exc}\n")
     try:
@@ -174,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) -> int:
+def _supervise(
+    spec: str, workers: int, host: str, port: int, log_level: str, http: str = "h11"
+) -> int:
     """Bind, then hand the socket to :class:`~.supervisor.Supervisor`'s workers."""
     from .supervisor import Supervisor
 
@@ -198,7 +213,7 @@ def _supervise(spec: str, workers: int, host: str, port: int, log_level: str) ->
         os.getpid(), bound, listener.getsockname()[1], workers,
     )  # fmt: skip
     supervisor = Supervisor(
-        spec, workers, listener, environ, backend=backend, log_level=log_level,
+        spec, workers, listener, environ, backend=backend, log_level=log_level, http=http,
         url=f"http://{bound}:{listener.getsockname()[1]}",
         # A worker's serve() returns within graceful_timeout of its SIGTERM;
         # one still running a second later is stuck (a tool blocking without

@@ -24,6 +24,7 @@ from hypercorn.utils import LifespanFailureError
 from .._core.registry import RegistryConfig
 from .._protocol.lifespan import LifespanFailed
 from ..stdio import run_stdio
+from ..transports.http import hypercorn_httptools
 from ..transports.http.app import McpHttpApp
 from ..transports.http.deploy import limits_from_env, seconds_setting, server_settings_from_env
 from ..transports.http.serving import AsgiApp, serve, server_config
@@ -70,6 +71,7 @@ def serve_found(
     port: int = 8000,
     grace_period: float | FromEnvironment | None = FROM_ENVIRONMENT,
     port_option: str = "port=",
+    http: str = "h11",
 ) -> Callable[[], int]:
     """What serves *found* (an ``McpServer`` or an ASGI app): call it to serve until stopped.
 
@@ -83,7 +85,9 @@ def serve_found(
     settings, stopping gracefully on SIGINT/SIGTERM; it raises
     :class:`StartupFailed` when serving cannot start (*port_option* is how
     its message tells to pick another port).  *grace_period* is the
-    registry's grace period (``None``: never hard-cancel).
+    registry's grace period (``None``: never hard-cancel).  *http* is
+    ``serve()``'s HTTP/1.1 protocol, checked here (a missing extra is an
+    :class:`ImportError`).
     """
     if grace_period is FROM_ENVIRONMENT:
         grace_period = seconds_setting(os.environ, "MCP_GRACE_PERIOD", 5.0)
@@ -108,6 +112,7 @@ def serve_found(
         raise ValueError(f"transport must be 'stdio' or 'http', not {transport!r}")
     app = target.http_app(found, registry_config)
     config = server_config(host=host, port=port, errorlog=logging.getLogger("hypercorn.error"))
+    config = hypercorn_httptools.choose(config, http)
     path = app.path if isinstance(app, McpHttpApp) else ""
 
     def serve_http() -> int:

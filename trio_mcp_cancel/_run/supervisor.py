@@ -133,6 +133,8 @@ class Supervisor:
     environ: Mapping[str, str]
     backend: Backend | None = None
     log_level: str = "info"
+    http: str = "h11"
+    """The workers' HTTP/1.1 protocol (``serve(http=...)``)."""
     backoff: float = 0.1
     """Delay before the first replacement in a slot; doubles while its workers die young."""
     max_backoff: float = 10.0
@@ -265,7 +267,8 @@ class Supervisor:
         command = [
             sys.executable, "-m", "trio_mcp_cancel._run.worker",
             "--fd", str(fd), "--ready-fd", str(ready_write),
-            "--lifeline-fd", str(lifeline_read), "--log-level", self.log_level, self.target,
+            "--lifeline-fd", str(lifeline_read), "--log-level", self.log_level,
+            "--http", self.http, self.target,
         ]  # fmt: skip
         passed = [fd, ready_write, lifeline_read]
         beats_read = beats_write = None

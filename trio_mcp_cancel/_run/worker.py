@@ -39,6 +39,7 @@ async def _serve_worker(
     ready_fd: int,
     lifeline_fd: int,
     beats: tuple[int, float] | None = None,
+    http: str = "h11",
 ) -> None:
     # The ready line names the MCP endpoint's path: the supervisor, which
     # never imports the target, logs the URL clients use from it.
@@ -47,7 +48,7 @@ async def _serve_worker(
     async with trio.open_nursery() as nursery:
 
         async def serving(*, task_status: trio.TaskStatus[list[str]]) -> None:
-            await serve(app, config, handle_signals=True, task_status=task_status)
+            await serve(app, config, handle_signals=True, http=http, task_status=task_status)
             nursery.cancel_scope.cancel()
 
         await nursery.start(serving)
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-fd", type=int)
     parser.add_argument("--heartbeat-interval", type=float, default=heartbeat.INTERVAL)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--http", default="h11")
     parser.add_argument("target")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -84,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     try:
         beats = None if args.heartbeat_fd is None else (args.heartbeat_fd, args.heartbeat_interval)
-        trio.run(partial(_serve_worker, app, args.fd, args.ready_fd, args.lifeline_fd, beats))
+        serving = partial(
+            _serve_worker, app, args.fd, args.ready_fd, args.lifeline_fd, beats, args.http
+        )
+        trio.run(serving)
     except KeyboardInterrupt:
         pass
     return 0

@@ -379,6 +379,11 @@ def mark_head_blocked(send: Any, head: MutableMapping[str, Any]) -> None:
     stream.state = type(state)["RESPONSE"]
 
 
+#: hypercorn's HTTP/1.1 protocol and ours (.hypercorn_httptools): both hold the
+#: TCPServer's ``protocol_send`` as ``send``.
+_HTTP1_PROTOCOLS = frozenset({"H11Protocol", "HttptoolsProtocol"})
+
+
 def tcp_server_of(send: Any) -> Any:
     """hypercorn's ``TCPServer`` behind an ASGI *send*, over HTTP/1.1 only; else ``None``.
 
@@ -387,7 +392,7 @@ def tcp_server_of(send: Any) -> Any:
     """
     stream = getattr(send, "__self__", None)  # hypercorn.protocol.http_stream.HTTPStream
     protocol = getattr(getattr(stream, "send", None), "__self__", None)
-    if type(protocol).__name__ != "H11Protocol":
+    if type(protocol).__name__ not in _HTTP1_PROTOCOLS:
         return None
     return getattr(getattr(protocol, "send", None), "__self__", None)
 
