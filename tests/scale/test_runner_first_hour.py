@@ -388,3 +388,41 @@ def test_stdio_takes_the_servers_settings_from_the_environment_as_http_does(
     monkeypatch.setenv("MCP_STATE_SECRET", "too short")
     with pytest.raises(ValueError, match="MCP_STATE_SECRET"):
         serve_found(McpServer("bad-secret"), "stdio")
+
+
+def test_server_run_serves_http_over_httptools_when_asked() -> None:
+    pytest.importorskip("httptools")
+    from trio_mcp_cancel.transports.http import hypercorn_httptools
+
+    chosen: list[bool] = []
+    real = hypercorn_httptools.choose
+
+    def spy(config: Any, http: str) -> Any:
+        made = real(config, http)
+        chosen.append(made is not config)  # a marked copy: httptools selected
+        return made
+
+    with taken_port() as port, pytest.raises(SystemExit, match="already in use"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(hypercorn_httptools, "choose", spy)
+            McpServer("first-hour").run("http", port=port, log_level="warning", http="httptools")
+    assert chosen[0] is True  # serve() then keeps the marked config (its own default: h11)
+
+
+def test_server_run_refuses_an_http_protocol_it_cannot_use_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_mcp_cancel.transports.http import hypercorn_httptools
+
+    with pytest.raises(ValueError, match="http must be one of h11, httptools, not 'h2'"):
+        McpServer("first-hour").run("http", port=0, http="h2")
+    with pytest.raises(ValueError, match="applies to transport='http', not to stdio"):
+        McpServer("first-hour").run(http="httptools")
+    monkeypatch.setattr(hypercorn_httptools, "httptools", None)  # the extra not installed
+    with pytest.raises(SystemExit) as raised:
+        McpServer("first-hour").run("http", port=0, http="httptools")
+    assert raised.value.code == (
+        "trio-mcp-cancel: error: http='httptools' needs httptools:"
+        " pip install 'trio-mcp-cancel[httptools]'"
+    )
+    assert isinstance(raised.value.__cause__, ImportError)

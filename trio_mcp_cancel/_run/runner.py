@@ -200,16 +200,27 @@ def run_server(
     port: int,
     grace_period: float | FromEnvironment | None,
     log_level: str,
+    http: str = "h11",
 ) -> None:
     """``McpServer.run``: serve *server* until stopped, a startup failure as one line.
 
     When serving cannot start (the port is in use, the app refused to
-    start), raises :class:`SystemExit` whose message is the one sentence
-    saying why: a script exits with status 1 and that line, not a
-    traceback; the :class:`StartupFailed` is its ``__cause__``.
+    start, the *http* protocol's extra is not installed), raises
+    :class:`SystemExit` whose message is the one sentence saying why: a
+    script exits with status 1 and that line, not a traceback; the
+    :class:`StartupFailed` (or :class:`ImportError`) is its ``__cause__``.
+    An *http* other than ``"h11"`` with stdio, or an unknown one, is a
+    :class:`ValueError`: a mistake in the call, not in the machine.
     """
+    if http != "h11" and transport == "stdio":
+        raise ValueError(f"http={http!r} applies to transport='http', not to stdio")
     configure_logging(log_level)
-    serving = serve_found(server, transport, host=host, port=port, grace_period=grace_period)
+    try:
+        serving = serve_found(
+            server, transport, host=host, port=port, grace_period=grace_period, http=http
+        )
+    except ImportError as exc:
+        raise SystemExit(f"trio-mcp-cancel: error: {exc}") from exc
     try:
         serving()
     except StartupFailed as exc:
