@@ -14,6 +14,8 @@ prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
   once hypercorn takes the patch.  Nothing else of ours is applied.
 * ``ours``: :class:`~trio_mcp_cancel.http.McpHttpApp` on the same hypercorn
   worker, with the same ``Config``; both eras on one endpoint.
+  ``ours-httptools``: the same with ``serve(http="httptools")``, the opt-in
+  HTTP/1.1 parser (the ``httptools`` extra).
 * ``sdk-uvicorn``: the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``,
   its streamable HTTP app, stateful sessions, SSE responses) on plain
   uvicorn (``loop="asyncio"``, ``http="h11"``: its pure-Python defaults).
@@ -126,11 +128,14 @@ def _hypercorn_config() -> Any:
     return config
 
 
-async def _serve_hypercorn_trio(app: Any) -> None:
+async def _serve_hypercorn_trio(app: Any, http: str = "h11") -> None:
     from hypercorn.trio import serve
 
+    from trio_mcp_cancel.transports.http import hypercorn_httptools
+
+    config = hypercorn_httptools.choose(_hypercorn_config(), http)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, _hypercorn_config()))
+        binds = await nursery.start(partial(serve, app, config))
         print("READY", binds[0].rsplit(":", 1)[1], flush=True)
 
 
@@ -273,9 +278,9 @@ def _ours_app(registry: Any, resume: bool = True) -> Any:
     )
 
 
-async def _serve_ours(resume: bool = True) -> None:
+async def _serve_ours(resume: bool = True, http: str = "h11") -> None:
     async with open_registry() as registry:
-        await _serve_hypercorn_trio(_ours_app(registry, resume))
+        await _serve_hypercorn_trio(_ours_app(registry, resume), http)
 
 
 def _sdk_app(kind: str) -> Any:
@@ -325,6 +330,8 @@ def main(kind: str) -> None:
         trio.run(_serve_hypercorn_trio, floor_app)
     elif kind == "ours":
         trio.run(_serve_ours)
+    elif kind == "ours-httptools":  # serve(http="httptools"): the opt-in parser
+        trio.run(_serve_ours, True, "httptools")
     elif kind == "ours-noresume":  # legacy streams not resumable: a close is the cancel
         trio.run(_serve_ours, False)
     elif kind.startswith("sdk-hypercorn"):

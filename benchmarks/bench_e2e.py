@@ -13,6 +13,8 @@ nor the benchmark's own Python counts against the server.  Variants, each at
   registered cancellable (the default: tracked; a call still running when it
   first suspends is answered on an SSE stream and watched for a disconnect,
   the no-op, which never suspends, with one JSON body) and ``cancellable=False``;
+  and the cancellable no-op with ``serve(http="httptools")``, the opt-in
+  parser (``legacy-ht``, ``modern-ht``);
 * **the MCP Python SDK** (``mcp`` 2.x ``MCPServer`` streamable HTTP) in
   three modes, each named in its row: sessions with JSON responses
   (``json_response=True``), stateless with JSON responses, and sessions
@@ -41,6 +43,7 @@ its key is in :data:`FLOORS`, an SDK once it is in :data:`HEADLINES`.
 
 from __future__ import annotations
 
+import importlib.util
 import secrets
 import statistics
 from collections.abc import AsyncIterator
@@ -59,8 +62,8 @@ CONNECTIONS = (1, 16, 64)
 FLOOR_TARGET = 1.0
 LAYER_TARGET = 0.05
 #: Interleaved rounds of a full run: at least five for every headline row, and
-#: 14 servers x 3 concurrencies x 7 one-second runs keep the benchmark near the
-#: 9 rounds of 11 servers it had before uvicorn[standard] joined (about 6 minutes).
+#: 16 variants x 3 concurrencies x 7 one-second runs, with wrk's start-up and the
+#: checks, take about 7 minutes.
 ROUNDS = 7
 
 
@@ -109,6 +112,20 @@ VARIANTS = (
     Variant(
         "modern-nc", "ours, modern stateless, `cancellable=False` no-op", "ours", "noop_fast", True
     ),
+    Variant(
+        "legacy-ht",
+        'ours, legacy session, cancellable no-op, `http="httptools"`',
+        "ours-httptools",
+        "noop",
+        False,
+    ),
+    Variant(
+        "modern-ht",
+        'ours, modern stateless, cancellable no-op, `http="httptools"`',
+        "ours-httptools",
+        "noop",
+        True,
+    ),
     _sdk("sdk-uvicorn-standard-json", _STANDARD, _SESSION_JSON),
     _sdk("sdk-uvicorn-standard-json-stateless", _STANDARD, _STATELESS_JSON),
     _sdk("sdk-uvicorn-json", _UVICORN, _SESSION_JSON),
@@ -141,11 +158,19 @@ class Headline:
 #: The targets are the SDK on uvicorn[standard] in JSON mode, the stack a user
 #: deploying it would pick (``pip install "uvicorn[standard]"``); ours answers
 #: a call that never suspends (the no-op) with one JSON body in both eras, so
-#: the SSE rows compare with the SDK's default.  Plain uvicorn and hypercorn
-#: are information.
+#: the SSE rows compare with the SDK's default.  Ours with the opt-in httptools
+#: parser against the same SDK (both parsing with httptools), plain uvicorn and
+#: hypercorn are information: the target is ours as installed by default.
 HEADLINES = (
     Headline("legacy", "sdk-uvicorn-standard-json", "session, JSON", True),
     Headline("modern", "sdk-uvicorn-standard-json-stateless", "stateless, JSON", True),
+    Headline("legacy-ht", "sdk-uvicorn-standard-json", "session, JSON; both on httptools", False),
+    Headline(
+        "modern-ht",
+        "sdk-uvicorn-standard-json-stateless",
+        "stateless, JSON; both on httptools",
+        False,
+    ),
     Headline("legacy", "sdk-uvicorn-json", "session, JSON", False),
     Headline("modern", "sdk-uvicorn-json-stateless", "stateless, JSON", False),
     Headline("legacy", "sdk-uvicorn", "session, SSE", False),
@@ -239,6 +264,9 @@ async def _available() -> tuple[list[Variant], list[Row]]:
     if not sdk_installed():
         variants = [v for v in variants if not v.kind.startswith("sdk")]
         rows.append(Row(BENCH, "MCP SDK rows (`pip install mcp uvicorn`)", "not available"))
+    if importlib.util.find_spec("httptools") is None:
+        variants = [v for v in variants if v.kind != "ours-httptools"]
+        rows.append(Row(BENCH, "ours on httptools rows (`pip install httptools`)", "not available"))
     if any(_standard.is_standard(v.kind) for v in variants):
         why = await _standard.ensure_installed()
         if why is not None:
