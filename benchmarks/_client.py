@@ -14,8 +14,9 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -74,21 +75,31 @@ class Server:
 
 
 @asynccontextmanager
-async def server(kind: str) -> AsyncIterator[Server]:
-    """Run a server of *kind* on the server core until the block ends."""
-    async with servers([kind]) as started:
+async def server(
+    kind: str, *, wrapper: Sequence[str] = (), ready_within: float = 60
+) -> AsyncIterator[Server]:
+    """Run a server of *kind* on the server core until the block ends.
+
+    *wrapper* is a command the server runs under (e.g. valgrind, see
+    :mod:`benchmarks._callgrind`), which may make it slow to start: it has
+    *ready_within* seconds to say it is ready.
+    """
+    async with servers([kind], wrapper=wrapper, ready_within=ready_within) as started:
         yield started[kind]
 
 
 @asynccontextmanager
-async def servers(kinds: list[str]) -> AsyncIterator[dict[str, Server]]:
+async def servers(
+    kinds: list[str], *, wrapper: Sequence[str] = (), ready_within: float = 60
+) -> AsyncIterator[dict[str, Server]]:
     """Run one server of each kind (started and stopped concurrently) until the block ends."""
     started: dict[str, Server] = {}
     errors = {kind: tempfile.TemporaryFile() for kind in kinds}  # the SDK logs at shutdown
+    launch = partial(_start, wrapper=wrapper, ready_within=ready_within)
     try:
         async with trio.open_nursery() as nursery:
             for kind in kinds:
-                nursery.start_soon(_start, kind, errors[kind], started)
+                nursery.start_soon(launch, kind, errors[kind], started)
         yield started
     finally:
         async with trio.open_nursery() as nursery:
@@ -98,17 +109,24 @@ async def servers(kinds: list[str]) -> AsyncIterator[dict[str, Server]]:
             file.close()
 
 
-async def _start(kind: str, errors: Any, started: dict[str, Server]) -> None:
+async def _start(
+    kind: str,
+    errors: Any,
+    started: dict[str, Server],
+    *,
+    wrapper: Sequence[str],
+    ready_within: float,
+) -> None:
     core, _ = cores()
     code = f"from benchmarks._servers import main; main({kind!r})"
-    argv = pinned([sys.executable, "-c", code], core)
+    argv = pinned([*wrapper, sys.executable, "-c", code], core)
     # uvloop and httptools are on the path of the uvicorn[standard] servers only.
     env = _standard.environment() if _standard.is_standard(kind) else None
     process = await trio.lowlevel.open_process(argv, cwd=ROOT, env=env, stdout=-1, stderr=errors)
     try:
         assert process.stdout is not None
         line = b""
-        with trio.fail_after(60):
+        with trio.fail_after(ready_within):
             while b"\n" not in line:
                 chunk = await process.stdout.receive_some()
                 if not chunk:
@@ -280,6 +298,17 @@ async def call(
         return final_message(headers, data)
     finally:
         await conn.aclose()
+
+
+async def noop_calls(conn: Connection, n: int, headers: dict[str, str], *, modern: bool) -> None:
+    """*n* sequential no-op ``tools/call`` on *conn* (one keep-alive connection), each
+    checked: answered 200 with the no-op's ``"ok"``.  *headers*: see :func:`call_headers`."""
+    body = call_body("noop", {}, modern=modern, progress=False)
+    for _ in range(n):
+        await conn.send(body, headers)
+        status, _, data = await conn.response()
+        if status != 200 or b'"ok"' not in data:
+            raise RuntimeError(f"port {conn.port}: {status} {data[:200]!r}")
 
 
 async def stats(server: Server, action: str = "", path: str = "") -> dict[str, Any]:

@@ -12,6 +12,8 @@ prints ``READY <port>`` on stdout and serves until terminated.  Kinds:
   hypercorn_idle.py``, which ``ours`` gets too; proposed upstream in
   ``docs/upstream/hypercorn-idle-timeout.md``): what the floor becomes
   once hypercorn takes the patch.  Nothing else of ours is applied.
+  ``floor-httptools``: the floor app on the opt-in httptools protocol
+  (``serve(http="httptools")``), for :mod:`benchmarks.eval_httptools`.
 * ``ours``: :class:`~trio_mcp_cancel.http.McpHttpApp` on the same hypercorn
   worker, with the same ``Config``; both eras on one endpoint.
   ``ours-httptools``: the same with ``serve(http="httptools")``, the opt-in
@@ -325,6 +327,8 @@ def main(kind: str) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if kind == "floor":
         trio.run(_serve_hypercorn_trio, floor_app)
+    elif kind == "floor-httptools":  # the floor app with serve(http="httptools")'s protocol
+        trio.run(_serve_hypercorn_trio, floor_app, "httptools")
     elif kind == "floor-patched":
         _patch_idle_timer()
         trio.run(_serve_hypercorn_trio, floor_app)

@@ -1,8 +1,9 @@
 """Issue 35's httptools evaluation: hypercorn's h11 protocol against an httptools one.
 
 ``python -m benchmarks.eval_httptools [--rounds N] [--seconds S] [--calls N] [--skip-wrk]
-[--skip-callgrind]`` installs httptools into ``benchmarks/.httptools-deps``
-(ignored by git; the shared venv is left alone), then serves the floor app
+[--skip-callgrind]`` uses the httptools installed (the ``dev`` extra), else
+installs it into ``benchmarks/.httptools-deps`` (ignored by git; the venv is
+left alone) for the servers only, then serves the floor app
 and ours (legacy session, modern stateless; cancellable no-op) over
 hypercorn's Trio worker twice: with its ``H11Protocol`` and with the
 library's :class:`~trio_mcp_cancel.transports.http.hypercorn_httptools.HttptoolsProtocol`
@@ -29,18 +30,18 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from . import _client, _wrk
+from . import _callgrind, _client, _wrk
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -55,116 +56,35 @@ CASES = (
 
 
 def ensure_httptools() -> None:
-    """httptools importable from :data:`DEPS`, installed there on first use."""
+    """httptools importable by the servers: the installed one (the ``dev`` extra has it),
+    else from :data:`DEPS`, installed there on first use and put on their ``PYTHONPATH``."""
+    if importlib.util.find_spec("httptools") is not None:
+        return
     if not glob.glob(str(DEPS / "httptools" / "parser" / "parser*.so")):
         print(f"installing httptools into {DEPS}...", file=sys.stderr, flush=True)
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--target", str(DEPS), "httptools"],
             check=True,
         )
-
-
-# -- the server side ---------------------------------------------------------------
-
-
-def serve(kind: str, protocol: str) -> None:
-    """``benchmarks._servers.main(kind)`` with hypercorn's HTTP/1.1 protocol chosen."""
-    if protocol == "httptools":
-        sys.path.insert(0, str(DEPS))
-        import hypercorn.protocol
-
-        from trio_mcp_cancel.transports.http.hypercorn_httptools import HttptoolsProtocol
-
-        # what serve(http="httptools") selects, for the servers _servers builds
-        hypercorn.protocol.H11Protocol = HttptoolsProtocol  # type: ignore[misc]
-    from ._servers import main
-
-    main(kind)
-
-
-async def start(kind: str, protocol: str, *, callgrind: str | None = None) -> _client.Server:
-    core, _ = _client.cores()
-    code = f"from benchmarks.eval_httptools import serve; serve({kind!r}, {protocol!r})"
-    argv = [sys.executable, "-c", code]
-    if callgrind is not None:
-        argv = [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={callgrind}",
-            "--dump-instr=no",
-            *argv,
-        ]
-    process = await trio.lowlevel.open_process(
-        _client.pinned(argv, core), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(DEPS), os.environ.get("PYTHONPATH", "")])
     )
-    assert process.stdout is not None
-    line = b""
-    with trio.fail_after(600):
-        while b"READY" not in line or not line.endswith(b"\n"):
-            chunk = await process.stdout.receive_some()
-            if not chunk:
-                raise RuntimeError(f"server {kind} {protocol} exited")
-            line += chunk
-    server = _client.Server(f"{kind}-{protocol}", process, int(line.split(b"READY")[1].split()[0]))
-    return server
 
 
-async def stop(server: _client.Server) -> None:
-    server.process.terminate()
-    with trio.move_on_after(10):
-        await server.process.wait()
-    if server.process.returncode is None:
-        server.process.kill()
-        await server.process.wait()
-
-
-async def calls(server: _client.Server, n: int, *, modern: bool) -> None:
-    """*n* sequential no-op calls on one keep-alive connection, each answered 200."""
-    tool = "noop"
-    headers = _client.call_headers(server, tool, modern=modern)
-    conn = await _client.Connection.open(server.port)
-    try:
-        for _ in range(n):
-            body = _client.call_body(tool, {}, modern=modern, progress=False)
-            await conn.send(body, headers)
-            status, _, data = await conn.response()
-            if status != 200 or b'"ok"' not in data:
-                raise RuntimeError(f"{server.kind}: {status} {data[:200]!r}")
-    finally:
-        await conn.aclose()
-
-
-# -- callgrind -----------------------------------------------------------------------
-
-
-def _dump(pid: int) -> None:
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-
-
-def _instructions(path: str) -> int:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {path}")
+def kind_on(kind: str, protocol: str) -> str:
+    """The :mod:`benchmarks._servers` kind serving *kind* over *protocol*."""
+    return kind if protocol == "h11" else f"{kind}-{protocol}"
 
 
 async def callgrind(kind: str, protocol: str, modern: bool, n: int) -> float:
     """Instructions the server executes per no-op call (after a warm-up of 200)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "cg.out")
-        server = await start(kind, protocol, callgrind=out)
-        try:
-            if kind == "ours" and not modern:
-                await _client.initialize(server)
-            await calls(server, 200, modern=modern)
-            _dump(server.pid)
-            before = set(glob.glob(out + "*"))
-            await calls(server, n, modern=modern)
-            _dump(server.pid)
-            (new,) = set(glob.glob(out + "*")) - before
-            return _instructions(new) / n
-        finally:
-            await stop(server)
+    return await _callgrind.instructions_per_call(
+        kind_on(kind, protocol),
+        n,
+        warm_up=200,
+        modern=modern,
+        session=kind == "ours" and not modern,
+    )
 
 
 # -- wrk ---------------------------------------------------------------------------------
@@ -175,13 +95,19 @@ async def wrk_rounds(
 ) -> dict[int, dict[str, list[float]]]:
     """req/s per protocol per round, the two protocols' servers up together, runs alternating."""
     rates: dict[int, dict[str, list[float]]] = {c: {p: [] for p in PROTOCOLS} for c in conns}
-    servers = {p: await start(kind, p) for p in PROTOCOLS}
-    try:
+    kinds = {p: kind_on(kind, p) for p in PROTOCOLS}
+    async with _client.servers(list(kinds.values())) as started:
+        servers = {p: started[k] for p, k in kinds.items()}
         lua = {}
         for p, server in servers.items():
             if kind == "ours" and not modern:
                 await _client.initialize(server)
-            await calls(server, 200, modern=modern)
+            headers = _client.call_headers(server, "noop", modern=modern)
+            conn = await _client.Connection.open(server.port)
+            try:
+                await _client.noop_calls(conn, 200, headers, modern=modern)
+            finally:
+                await conn.aclose()
             lua[p] = _wrk.script(server, "noop", modern=modern)
         for r in range(rounds):
             for c in conns:
@@ -191,9 +117,6 @@ async def wrk_rounds(
                     if result.errors:
                         raise RuntimeError(f"{kind} {p}: {result.errors} wrk errors")
                     rates[c][p].append(result.rate)
-    finally:
-        for server in servers.values():
-            await stop(server)
     return rates
 
 

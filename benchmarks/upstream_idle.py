@@ -29,25 +29,18 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import glob
-import os
 import pstats
 import secrets
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio
 
-from . import _client, _wrk
-from ._client import Server, call_body
+from . import _callgrind, _client, _wrk
+from ._client import Server
 from ._common import Row
 from ._servers import floor_app
 
@@ -95,15 +88,6 @@ def _idle_timer(patched: bool) -> Iterator[None]:
             hypercorn_idle.restore(TCPServer)
 
 
-async def _calls(connection: _client.Connection, n: int) -> None:
-    """*n* sequential no-op calls on one keep-alive connection, each answered ``"ok"``."""
-    for _ in range(n):
-        await connection.send(call_body("noop", {}, modern=False, progress=False), {})
-        status, _, data = await connection.response()
-        if status != 200 or b'"ok"' not in data:
-            raise RuntimeError(f"floor: {status} {data[:200]!r}")
-
-
 async def _count(requests: int) -> tuple[float, float, float]:
     """Tasks spawned, task steps and Python calls per keep-alive request, in this process."""
     from hypercorn.config import Config
@@ -117,13 +101,15 @@ async def _count(requests: int) -> tuple[float, float, float]:
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, floor_app, config))
         connection = await _client.Connection.open(int(binds[0].rsplit(":", 1)[1]))
-        await _calls(connection, 50)  # warm up: the connection, the app, the caches
+        await _client.noop_calls(
+            connection, 50, {}, modern=False
+        )  # warm up: the connection, the app, the caches
         counts = _Counts()
         profile = cProfile.Profile()
         trio.lowlevel.add_instrument(counts)
         profile.enable()
         try:
-            await _calls(connection, requests)
+            await _client.noop_calls(connection, requests, {}, modern=False)
         finally:
             profile.disable()
             trio.lowlevel.remove_instrument(counts)
@@ -140,57 +126,6 @@ async def counts(requests: int = REQUESTS) -> dict[str, tuple[float, float, floa
         with _idle_timer(kind == "floor-patched"):
             found[kind] = await _count(requests)
     return found
-
-
-async def instructions(kind: str, n: int) -> float:
-    """Instructions the *kind* server process executes per keep-alive call (callgrind)."""
-    core, _ = _client.cores()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "cg.out")
-        code = f"from benchmarks._servers import main; main({kind!r})"
-        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"]
-        process = await trio.lowlevel.open_process(
-            _client.pinned([*argv, sys.executable, "-c", code], core),
-            cwd=_client.ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            assert process.stdout is not None
-            line = b""
-            with trio.fail_after(600):
-                while b"READY" not in line or not line.endswith(b"\n"):
-                    chunk = await process.stdout.receive_some()
-                    if not chunk:
-                        raise RuntimeError(f"{kind} under valgrind exited")
-                    line += chunk
-            connection = await _client.Connection.open(int(line.split(b"READY")[1].split()[0]))
-            await _calls(connection, WARM_UP)
-            _dump(process.pid)
-            before = set(glob.glob(out + "*"))
-            await _calls(connection, n)
-            _dump(process.pid)
-            await connection.aclose()
-            (new,) = set(glob.glob(out + "*")) - before
-            return _total(new) / n
-        finally:
-            process.terminate()
-            with trio.move_on_after(10):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-
-
-def _dump(pid: int) -> None:
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-
-
-def _total(path: str) -> int:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {path}")
 
 
 async def _rate(server: Server, connections: int, seconds: int) -> float:
@@ -234,9 +169,11 @@ async def run(quick: bool, rounds: int = 9, seconds: int = 1) -> list[Row]:
             "PASS" if round(plain[0] - patched[0], 2) == 1 else "MISS",
         )
     ]
-    if shutil.which("valgrind") and shutil.which("callgrind_control"):
+    if _callgrind.available():
         n = 200 if quick else KEEP_ALIVE_MAX - 2 * WARM_UP
-        plain_ir, patched_ir = [await instructions(kind, n) for kind in KINDS]
+        plain_ir, patched_ir = [
+            await _callgrind.instructions_per_call(kind, n, warm_up=WARM_UP) for kind in KINDS
+        ]
         rows.append(
             Row(
                 BENCH,
