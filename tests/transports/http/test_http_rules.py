@@ -473,3 +473,20 @@ def test_the_shared_header_strings_are_bounded() -> None:
         assert headers == {f"x-h{i}": "v", "user-agent": f"agent {i}"}
     assert len(rules._NAMES) <= rules._DECODED_MAX
     assert len(rules._VALUES) <= rules._DECODED_MAX
+
+
+def test_the_shared_header_strings_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Large distinct values (each under the head's limit) are decoded per request, not
+    # kept: what the caches hold stays small whatever the clients send.  Empty caches,
+    # so that room in them is not what keeps a value out.
+    monkeypatch.setattr(rules, "_NAMES", {})
+    monkeypatch.setattr(rules, "_VALUES", {})
+    long_agent = b"a" * (rules._DECODED_BYTES + 1)
+    long_name = b"x-" + b"n" * rules._DECODED_BYTES
+    headers = rules.request_headers([(b"user-agent", long_agent), (long_name, b"v")])
+    assert headers == {"user-agent": long_agent.decode(), long_name.decode(): "v"}
+    assert long_agent not in rules._VALUES and long_name not in rules._NAMES
+    for i in range(2 * rules._DECODED_MAX):
+        rules.request_headers([(b"user-agent", b"%04d" % i + b"b" * 4000)])
+    held = sum(len(k) + len(v) for cache in (rules._NAMES, rules._VALUES) for k, v in cache.items())
+    assert held <= 2 * rules._DECODED_MAX * 2 * rules._DECODED_BYTES

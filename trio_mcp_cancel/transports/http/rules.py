@@ -133,12 +133,15 @@ class HttpError(Exception):
 
 #: Header names, and the values of :data:`_REPEATED_VALUES`, decoded once and then
 #: shared by every request: a call in flight keeps its request's headers, and each
-#: string of its own is 50 to 80 bytes of it.  Bounded (:data:`_DECODED_MAX` each, never
-#: evicted: past it a string is decoded per request, as before); a session id or a token
-#: is never kept here.
+#: string of its own is 50 to 80 bytes of it.  Bounded in count (:data:`_DECODED_MAX`
+#: each, never evicted: past it a string is decoded per request, as before) and in bytes
+#: (only a name or value of at most :data:`_DECODED_BYTES` is kept, so a client sending
+#: large distinct values cannot make the caches hold megabytes for the process's life); a
+#: session id or a token is never kept here.
 _NAMES: dict[bytes, str] = {}
 _VALUES: dict[bytes, str] = {}
 _DECODED_MAX: Final = 256
+_DECODED_BYTES: Final = 128
 #: Headers whose values repeat from request to request (a client's Accept, its content
 #: type, its protocol version, the host it asks for, the method and tool it names).
 _REPEATED_VALUES: Final = frozenset(
@@ -157,8 +160,9 @@ _REPEATED_VALUES: Final = frozenset(
 
 
 def _decoded(cache: dict[bytes, str], raw: bytes, text: str) -> str:
-    """*text*, kept in *cache* as the decoding of *raw* while the cache has room."""
-    if len(cache) < _DECODED_MAX:
+    """*text*, kept in *cache* as the decoding of *raw* while the cache has room and
+    *raw* is short."""
+    if len(cache) < _DECODED_MAX and len(raw) <= _DECODED_BYTES:
         cache[raw] = text
     return text
 
